@@ -1,0 +1,123 @@
+-- Tenure schema: the full current schema, the one sqlc reads.
+-- Migrations in db/migrations/ must produce exactly this (a test compares the catalogs).
+-- Every object lives in the dedicated schema "tenure" so it never collides with the app's tables.
+
+CREATE SCHEMA IF NOT EXISTS tenure;
+
+-- Job lifecycle. cancel-requested is not a state: it is running + cancel_requested_at,
+-- so every fenced transition keeps the single condition state = 'running'.
+CREATE TYPE tenure.job_state AS ENUM ('ready', 'running', 'succeeded', 'dead', 'cancelled');
+
+CREATE TABLE tenure.jobs (
+    id                  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue               text             NOT NULL DEFAULT 'default',
+    kind                text             NOT NULL,
+    payload             jsonb            NOT NULL,
+    payload_version     integer          NOT NULL DEFAULT 1,
+    state               tenure.job_state NOT NULL DEFAULT 'ready',
+    priority            smallint         NOT NULL DEFAULT 2,
+    run_at              timestamptz      NOT NULL DEFAULT now(),
+    attempts            integer          NOT NULL DEFAULT 0,
+    max_attempts        integer          NOT NULL DEFAULT 25,
+    lease_ms            integer          NOT NULL DEFAULT 30000,
+    locked_by           text,
+    locked_until        timestamptz,
+    claim_token         uuid,
+    generation          bigint           NOT NULL DEFAULT 0,
+    attempted_at        timestamptz,
+    last_error_code     text,
+    errors              jsonb            NOT NULL DEFAULT '[]',
+    created_at          timestamptz      NOT NULL DEFAULT now(),
+    updated_at          timestamptz      NOT NULL DEFAULT now(),
+    finished_at         timestamptz,
+    cancel_requested_at timestamptz,
+
+    CONSTRAINT jobs_queue_len      CHECK (char_length(queue) BETWEEN 1 AND 128),
+    CONSTRAINT jobs_kind_len       CHECK (char_length(kind) BETWEEN 1 AND 128),
+    CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) = 'object'),
+    CONSTRAINT jobs_version_pos    CHECK (payload_version >= 1),
+    CONSTRAINT jobs_priority_range CHECK (priority BETWEEN 0 AND 9),
+    CONSTRAINT jobs_attempts_range CHECK (attempts >= 0 AND attempts <= max_attempts),
+    CONSTRAINT jobs_max_attempts   CHECK (max_attempts BETWEEN 1 AND 1000),
+    CONSTRAINT jobs_lease_range    CHECK (lease_ms BETWEEN 1000 AND 86400000),
+    CONSTRAINT jobs_generation_pos CHECK (generation >= 0),
+    CONSTRAINT jobs_errors_array   CHECK (jsonb_typeof(errors) = 'array'),
+    -- a running job is owned: it has a token, an owner and a lease
+    CONSTRAINT jobs_running_owned  CHECK (state <> 'running'
+        OR (claim_token IS NOT NULL AND locked_until IS NOT NULL AND locked_by IS NOT NULL AND attempted_at IS NOT NULL)),
+    -- a job that is not running has no lease and no owner
+    CONSTRAINT jobs_idle_unowned   CHECK (state = 'running'
+        OR (locked_until IS NULL AND locked_by IS NULL)),
+    -- a ready job carries no token: the next claim mints one
+    CONSTRAINT jobs_ready_no_token CHECK (state <> 'ready' OR claim_token IS NULL),
+    -- final states carry their finish time; live ones do not
+    CONSTRAINT jobs_finished_at    CHECK ((state IN ('succeeded', 'dead', 'cancelled')) = (finished_at IS NOT NULL)),
+    -- a cancel request only exists on a job that was running when it was asked
+    CONSTRAINT jobs_cancel_request CHECK (cancel_requested_at IS NULL OR state <> 'ready'),
+    -- error codes are a bounded vocabulary of upper-case words (messages live in errors)
+    CONSTRAINT jobs_error_code     CHECK (last_error_code IS NULL OR last_error_code ~ '^[A-Z][A-Z_]{0,39}$')
+);
+
+-- The claim index: only ready rows, in the order every fairness policy reads them
+-- (per queue, per priority band, oldest first). Finished rows never enter it.
+CREATE INDEX jobs_ready_idx ON tenure.jobs (queue, priority DESC, run_at, id) WHERE state = 'ready';
+
+-- The lease-expiry sweep reads only running rows, soonest expiry first.
+CREATE INDEX jobs_running_idx ON tenure.jobs (locked_until) WHERE state = 'running';
+
+-- Retention pruning and finished-job stats read final rows by finish time.
+CREATE INDEX jobs_finished_idx ON tenure.jobs (finished_at) WHERE state IN ('succeeded', 'dead', 'cancelled');
+
+-- Operators search dead jobs by queue and kind.
+CREATE INDEX jobs_dead_idx ON tenure.jobs (queue, kind, id) WHERE state = 'dead';
+
+-- New-job signal: every insert statement notifies the queues it made runnable, inside the
+-- inserting transaction, so the NOTIFY fires only on commit. The payload is the queue name only.
+-- Polling stays the authority; this only wakes idle workers early.
+CREATE FUNCTION tenure.notify_new_jobs() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('tenure_jobs', q.queue)
+    FROM (SELECT DISTINCT n.queue FROM new_jobs n WHERE n.run_at <= now()) q;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER jobs_notify_insert
+    AFTER INSERT ON tenure.jobs
+    REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION tenure.notify_new_jobs();
+
+-- The effect ledger (SPEC section 7): one row per (job, effect name), keyed by the stable
+-- idempotency key job:{id}:effect:{name}. generation records which attempt produced the result;
+-- a stale generation can never overwrite a newer one.
+CREATE TABLE tenure.effects (
+    key         text        PRIMARY KEY,
+    job_id      bigint      NOT NULL,
+    name        text        NOT NULL,
+    generation  bigint      NOT NULL,
+    result      jsonb       NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+
+    CONSTRAINT effects_name_len    CHECK (char_length(name) BETWEEN 1 AND 200),
+    CONSTRAINT effects_result_size CHECK (pg_column_size(result) <= 65536),
+    CONSTRAINT effects_job_name    UNIQUE (job_id, name)
+);
+
+-- Operator actions (re-inject, cancel, purge): who, when, why, what.
+CREATE TABLE tenure.audit (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at          timestamptz NOT NULL DEFAULT now(),
+    actor       text        NOT NULL,
+    action      text        NOT NULL,
+    reason      text        NOT NULL,
+    job_id      bigint,
+    detail      jsonb       NOT NULL DEFAULT '{}',
+
+    CONSTRAINT audit_actor_len  CHECK (char_length(actor) BETWEEN 1 AND 200),
+    CONSTRAINT audit_reason_len CHECK (char_length(reason) BETWEEN 1 AND 2000),
+    CONSTRAINT audit_action     CHECK (action IN ('reinject', 'cancel', 'purge', 'prune'))
+);
+
+CREATE INDEX audit_job_idx ON tenure.audit (job_id, id);

@@ -1,0 +1,350 @@
+-- Every statement Tenure runs. sqlc generates db/gen from this file; `make check-generated`
+-- fails when db/gen is stale. Fenced statements carry id + state='running' + claim_token in
+-- their WHERE clause and return the rows they changed, so callers can count them.
+
+-- ---------------------------------------------------------------------------------------------
+-- Enqueue
+-- ---------------------------------------------------------------------------------------------
+
+-- name: InsertJob :one
+INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms)
+VALUES (@queue, @kind, @payload, @payload_version, @priority,
+        coalesce(sqlc.narg(run_at)::timestamptz, now() + sqlc.arg(delay_us)::bigint * interval '1 microsecond'),
+        @max_attempts, @lease_ms)
+RETURNING *;
+
+-- name: InsertJobs :many
+-- Many jobs in one round trip. run_at_us is an absolute time in microseconds since the Unix
+-- epoch; 0 means "now + delay_us" on the database clock.
+INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms)
+SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
+       CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
+            ELSE now() + i.delay_us * interval '1 microsecond' END,
+       i.max_attempts, i.lease_ms
+FROM (SELECT unnest(@queues::text[]) AS queue,
+            unnest(@kinds::text[]) AS kind,
+            unnest(@payloads::jsonb[]) AS payload,
+            unnest(@payload_versions::integer[]) AS payload_version,
+            unnest(@priorities::smallint[]) AS priority,
+            unnest(@run_at_us::bigint[]) AS run_at_us,
+            unnest(@delay_us::bigint[]) AS delay_us,
+            unnest(@max_attempts::integer[]) AS max_attempts,
+            unnest(@lease_ms::integer[]) AS lease_ms) AS i
+RETURNING id;
+
+-- ---------------------------------------------------------------------------------------------
+-- Claim (SPEC section 1): one statement, one short transaction. The CTE picks with
+-- FOR UPDATE SKIP LOCKED through jobs_ready_idx; the UPDATE commits ownership (state, owner,
+-- lease from the database clock, a fresh claim token, generation+1, attempts+1).
+-- ---------------------------------------------------------------------------------------------
+
+-- name: ClaimStrict :many
+-- Strict priority: highest priority first, then oldest run_at. One index range scan.
+WITH picked AS (
+    SELECT r.id FROM tenure.jobs r
+    WHERE r.state = 'ready' AND r.queue = @queue AND r.run_at <= now()
+    ORDER BY r.priority DESC, r.run_at, r.id
+    LIMIT @batch
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE tenure.jobs j
+SET state        = 'running',
+    locked_by    = @worker_id::text,
+    locked_until = now() + j.lease_ms * interval '1 millisecond',
+    claim_token  = gen_random_uuid(),
+    generation   = j.generation + 1,
+    attempts     = j.attempts + 1,
+    attempted_at = now(),
+    updated_at   = now()
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+          j.attempted_at, j.created_at;
+
+-- name: ClaimSegments :many
+-- Fair claim. The fairness policy (worker/fairness.go) describes the batch as segments: a
+-- priority band and an age window (on the database clock), each read oldest-first through
+-- jobs_ready_idx with its own LIMIT. Candidates are ordered by the policy's rank; a band's
+-- quota puts its first `quota` candidates ahead of every band's overflow, so unused share
+-- flows to the others. Only the first @batch candidates are claimed.
+WITH seg AS (
+    SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
+            unnest(@seg_min_age_us::bigint[]) AS min_age_us,
+            unnest(@seg_max_age_us::bigint[]) AS max_age_us,
+            unnest(@seg_limit::integer[]) AS lim,
+            unnest(@seg_rank::integer[]) AS rank,
+            unnest(@seg_quota::integer[]) AS quota) AS s
+), cand AS (
+    SELECT c.id, c.run_at, s.priority AS band, s.rank, s.quota
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+        ORDER BY j.run_at, j.id
+        LIMIT s.lim
+        FOR UPDATE SKIP LOCKED
+    ) c
+), ranked AS (
+    SELECT id, run_at, rank, quota,
+           row_number() OVER (PARTITION BY band ORDER BY rank, run_at, id) AS band_rn
+    FROM cand
+), picked AS (
+    SELECT id FROM ranked
+    ORDER BY (rank > 0 AND band_rn > quota), rank, run_at, id
+    LIMIT @batch
+)
+UPDATE tenure.jobs j
+SET state        = 'running',
+    locked_by    = @worker_id::text,
+    locked_until = now() + j.lease_ms * interval '1 millisecond',
+    claim_token  = gen_random_uuid(),
+    generation   = j.generation + 1,
+    attempts     = j.attempts + 1,
+    attempted_at = now(),
+    updated_at   = now()
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+          j.attempted_at, j.created_at;
+
+-- ---------------------------------------------------------------------------------------------
+-- Fenced transitions (SPEC section 2). Each returns the ids it changed; a missing id is a
+-- stale write (the caller lost ownership) and is never reported as success.
+-- ---------------------------------------------------------------------------------------------
+
+-- name: CompleteMany :many
+-- running -> succeeded, batched.
+UPDATE tenure.jobs j
+SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now()
+FROM (SELECT unnest(@ids::bigint[]) AS id,
+            unnest(@tokens::uuid[]) AS token) AS f
+WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
+RETURNING j.id;
+
+-- name: CompleteOne :execrows
+-- running -> succeeded for one job, usable inside the caller's transaction.
+UPDATE tenure.jobs
+SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now()
+WHERE id = @id AND state = 'running' AND claim_token = @claim_token::uuid;
+
+-- name: FailMany :many
+-- running -> ready (retry after delay_us), dead or cancelled, batched, with the error code and a
+-- bounded error history (the last 10 entries). A retry of a job with no attempts left is
+-- turned into dead here too, so the database never loops a job past max_attempts.
+UPDATE tenure.jobs j
+SET state = CASE WHEN f.state = 'ready' AND (j.attempts >= j.max_attempts) THEN 'dead'::tenure.job_state
+                 ELSE f.state::tenure.job_state END,
+    run_at = CASE WHEN f.state = 'ready' THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
+    claim_token = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts THEN NULL ELSE j.claim_token END,
+    finished_at = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts THEN NULL ELSE now() END,
+    locked_by = NULL,
+    locked_until = NULL,
+    last_error_code = f.code,
+    errors = (CASE WHEN jsonb_array_length(j.errors) >= 10 THEN j.errors - 0 ELSE j.errors END)
+             || jsonb_build_array(jsonb_build_object(
+                    'attempt', j.attempts, 'generation', j.generation, 'code', f.code,
+                    'message', f.message, 'at', now())),
+    updated_at = now()
+FROM (SELECT unnest(@ids::bigint[]) AS id,
+            unnest(@tokens::uuid[]) AS token,
+            unnest(@states::text[]) AS state,
+            unnest(@delay_us::bigint[]) AS delay_us,
+            unnest(@codes::text[]) AS code,
+            unnest(@messages::text[]) AS message) AS f
+WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
+RETURNING j.id, j.state;
+
+-- name: ReleaseMany :many
+-- Graceful stop: give running jobs back without charging the interrupted attempt.
+-- A job with a pending cancel request ends cancelled instead.
+UPDATE tenure.jobs j
+SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
+    run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() ELSE j.run_at END,
+    attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+    claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
+    finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+    locked_by = NULL,
+    locked_until = NULL,
+    updated_at = now()
+FROM (SELECT unnest(@ids::bigint[]) AS id,
+            unnest(@tokens::uuid[]) AS token) AS f
+WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
+RETURNING j.id, j.state;
+
+-- name: Heartbeat :many
+-- Extends the leases of still-owned, still-leased jobs by their lease length, on the database
+-- clock. A job missing from the result has lost its lease. cancel_requested tells the worker an
+-- operator asked to cancel it.
+UPDATE tenure.jobs j
+SET locked_until = now() + j.lease_ms * interval '1 millisecond', updated_at = now()
+FROM (SELECT unnest(@ids::bigint[]) AS id,
+            unnest(@tokens::uuid[]) AS token) AS f
+WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
+RETURNING j.id, (j.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested;
+
+-- ---------------------------------------------------------------------------------------------
+-- Reclaim (SPEC section 3): expired leases are a failed attempt with code LEASE_EXPIRED.
+-- LockExpired and FailMany run in one transaction; the backoff is computed in Go in between.
+-- ---------------------------------------------------------------------------------------------
+
+-- name: LockExpired :many
+SELECT id, claim_token, attempts, max_attempts, kind, queue,
+       (cancel_requested_at IS NOT NULL)::boolean AS cancel_requested
+FROM tenure.jobs
+WHERE state = 'running' AND locked_until < now()
+ORDER BY locked_until
+LIMIT @max_jobs
+FOR UPDATE SKIP LOCKED;
+
+-- ---------------------------------------------------------------------------------------------
+-- Operator actions. Each runs in a transaction with its audit row.
+-- ---------------------------------------------------------------------------------------------
+
+-- name: LockJob :one
+SELECT * FROM tenure.jobs WHERE id = @id FOR UPDATE;
+
+-- name: CancelReady :one
+-- ready -> cancelled, at once.
+UPDATE tenure.jobs
+SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(), updated_at = now()
+WHERE id = @id AND state = 'ready'
+RETURNING *;
+
+-- name: RequestCancel :one
+-- running -> cancel requested; the owning worker cancels the handler and ends it cancelled.
+UPDATE tenure.jobs
+SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
+WHERE id = @id AND state = 'running'
+RETURNING *;
+
+-- name: NotifyCancel :exec
+SELECT pg_notify('tenure_cancel', @job_id::bigint::text);
+
+-- name: Reinject :one
+-- dead -> ready with a fresh attempt budget. Generation keeps growing, so fencing still holds
+-- against any worker of an earlier life of this job.
+UPDATE tenure.jobs
+SET state = 'ready', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
+    cancel_requested_at = NULL, updated_at = now(),
+    max_attempts = coalesce(sqlc.narg(max_attempts)::integer, max_attempts)
+WHERE id = @id AND state = 'dead'
+RETURNING *;
+
+-- name: NotifyQueue :exec
+SELECT pg_notify('tenure_jobs', @queue::text);
+
+-- name: InsertAudit :one
+INSERT INTO tenure.audit (actor, action, reason, job_id, detail)
+VALUES (@actor, @action, @reason, sqlc.narg(job_id), @detail)
+RETURNING *;
+
+-- name: ListAudit :many
+SELECT * FROM tenure.audit
+WHERE (sqlc.narg(job_id)::bigint IS NULL OR job_id = sqlc.narg(job_id))
+  AND id > @after_id
+ORDER BY id
+LIMIT @max_rows;
+
+-- name: PruneFinished :execrows
+-- Deletes succeeded and cancelled jobs finished before @before, at most @max_jobs per call.
+DELETE FROM tenure.jobs
+WHERE id IN (SELECT p.id FROM tenure.jobs p
+             WHERE p.state IN ('succeeded', 'cancelled') AND p.finished_at < @before::timestamptz
+             ORDER BY p.finished_at
+             LIMIT @max_jobs);
+
+-- name: PruneDead :execrows
+DELETE FROM tenure.jobs
+WHERE id IN (SELECT p.id FROM tenure.jobs p
+             WHERE p.state = 'dead' AND p.finished_at < @before::timestamptz
+             ORDER BY p.finished_at
+             LIMIT @max_jobs);
+
+-- name: DeleteEffectsOfMissingJobs :execrows
+DELETE FROM tenure.effects e
+WHERE e.key IN (SELECT x.key FROM tenure.effects x
+                WHERE NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.id = x.job_id)
+                LIMIT @max_rows);
+
+-- ---------------------------------------------------------------------------------------------
+-- Read side
+-- ---------------------------------------------------------------------------------------------
+
+-- name: GetJob :one
+SELECT * FROM tenure.jobs WHERE id = @id;
+
+-- name: ListJobs :many
+-- Keyset paging by id. Empty filters match everything.
+SELECT * FROM tenure.jobs
+WHERE (sqlc.narg(state)::tenure.job_state IS NULL OR state = sqlc.narg(state)::tenure.job_state)
+  AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
+  AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
+  AND (sqlc.narg(error_code)::text IS NULL OR last_error_code = sqlc.narg(error_code)::text)
+  AND id > @after_id
+ORDER BY id
+LIMIT @max_rows;
+
+-- name: LiveStats :many
+-- Per queue and priority: counts of live and dead jobs, and the ready backlog's age profile on
+-- the database clock (ages in seconds; only jobs already due count as waiting).
+SELECT queue, priority,
+       count(*) FILTER (WHERE state = 'ready' AND run_at <= now())::bigint AS ready,
+       count(*) FILTER (WHERE state = 'ready' AND run_at > now())::bigint  AS scheduled,
+       count(*) FILTER (WHERE state = 'running')::bigint                    AS running,
+       count(*) FILTER (WHERE state = 'running' AND cancel_requested_at IS NOT NULL)::bigint AS cancel_requested,
+       count(*) FILTER (WHERE state = 'dead')::bigint                       AS dead,
+       coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'ready' AND run_at <= now())), 0)::float8 AS oldest_ready_age_s,
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM now() - run_at))
+                FILTER (WHERE state = 'ready' AND run_at <= now()), 0)::float8 AS ready_age_p50_s,
+       coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM now() - run_at))
+                FILTER (WHERE state = 'ready' AND run_at <= now()), 0)::float8 AS ready_age_p95_s
+FROM tenure.jobs
+WHERE state IN ('ready', 'running', 'dead')
+GROUP BY queue, priority
+ORDER BY queue, priority DESC;
+
+-- name: WaitStats :many
+-- Queue wait (run_at -> claim) percentiles of jobs finished since @since, per queue and priority.
+SELECT queue, priority,
+       count(*)::bigint AS finished,
+       count(*) FILTER (WHERE state = 'succeeded')::bigint AS succeeded,
+       coalesce(percentile_cont(0.5)  WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - run_at)), 0)::float8 AS wait_p50_s,
+       coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - run_at)), 0)::float8 AS wait_p95_s,
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - run_at)), 0)::float8 AS wait_p99_s
+FROM tenure.jobs
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at >= @since AND attempted_at IS NOT NULL
+GROUP BY queue, priority
+ORDER BY queue, priority DESC;
+
+-- name: DeadErrorCodes :many
+-- Top error codes of dead jobs.
+SELECT queue, kind, coalesce(last_error_code, 'NONE')::text AS code, count(*)::bigint AS jobs
+FROM tenure.jobs
+WHERE state = 'dead'
+GROUP BY queue, kind, last_error_code
+ORDER BY jobs DESC
+LIMIT @max_rows;
+
+-- ---------------------------------------------------------------------------------------------
+-- Effect ledger (SPEC section 7)
+-- ---------------------------------------------------------------------------------------------
+
+-- name: GetEffect :one
+SELECT * FROM tenure.effects WHERE key = @key;
+
+-- name: RecordEffect :one
+-- Records an effect's result, fenced twice: only the job's current owner (state running, same
+-- claim token) may write, and an existing row is only replaced by a newer generation.
+-- No row returned = the write was refused.
+INSERT INTO tenure.effects (key, job_id, name, generation, result)
+SELECT @key::text, @job_id::bigint, @name::text, @generation::bigint, @result::jsonb
+WHERE EXISTS (SELECT 1 FROM tenure.jobs j
+              WHERE j.id = @job_id::bigint AND j.state = 'running' AND j.claim_token = @claim_token::uuid)
+ON CONFLICT (key) DO UPDATE
+SET result = excluded.result, generation = excluded.generation, updated_at = now()
+WHERE tenure.effects.generation < excluded.generation
+RETURNING *;
