@@ -1,0 +1,73 @@
+package generics
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Args is implemented by every job args type. Kind names the job type in the database
+// (stable; renaming it orphans stored jobs) and PayloadVersion is the version of the struct's
+// encoded shape (>= 1; bump it and register an upgrader when the shape changes).
+type Args interface {
+	Kind() string
+	PayloadVersion() int
+}
+
+// Validator is implemented by args types that check their own fields. Validate runs at
+// enqueue (invalid args are never written) and after decoding (a stored payload that no longer
+// validates fails permanently with code INVALID_PAYLOAD instead of retrying forever).
+type Validator interface {
+	Validate() error
+}
+
+// Job is one claimed attempt of a job, as handed to a handler.
+//
+// ID, ClaimToken and Generation identify this attempt: the claim token fences every write the
+// worker makes about the job, and Generation (incremented on every claim) is the fencing
+// number to pass to external systems that can reject stale writers.
+type Job[A Args] struct {
+	// Args is the decoded, upgraded and validated payload.
+	Args A
+
+	ID          int64
+	Kind        string
+	Queue       string
+	Priority    int
+	Attempt     int // 1 on the first attempt
+	MaxAttempts int
+	Generation  int64
+	ClaimToken  uuid.UUID
+	// RunAt is when the job became due (the enqueue time, a scheduled time, or a retry time).
+	RunAt     time.Time
+	CreatedAt time.Time
+	// ClaimedAt and LeaseUntil come from the database clock at claim time.
+	ClaimedAt  time.Time
+	LeaseUntil time.Time
+	Lease      time.Duration
+}
+
+// EffectKey returns the stable idempotency key of the named effect of this job:
+// "job:{id}:effect:{name}". It is identical across attempts, generations and reclaims, so a
+// remote system that deduplicates by it applies the effect once however often the job runs.
+func (j *Job[A]) EffectKey(name string) string { return EffectKey(j.ID, name) }
+
+// Meta returns the attempt identity without the args, for code that is not generic.
+func (j *Job[A]) Meta() JobMeta {
+	return JobMeta{ID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt, Generation: j.Generation, ClaimToken: j.ClaimToken}
+}
+
+// JobMeta identifies one attempt of a job: what the effect ledger and transactional
+// completion need.
+type JobMeta struct {
+	ID         int64
+	Kind       string
+	Queue      string
+	Attempt    int
+	Generation int64
+	ClaimToken uuid.UUID
+}
+
+// EffectKey returns the stable idempotency key of effect name of job jobID.
+func EffectKey(jobID int64, name string) string { return fmt.Sprintf("job:%d:effect:%s", jobID, name) }

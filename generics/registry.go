@@ -1,0 +1,271 @@
+package generics
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+)
+
+// DefaultMaxPayloadBytes is the default limit on an encoded payload: 64 KiB.
+const DefaultMaxPayloadBytes = 64 << 10
+
+// Upgrader rewrites a payload stored at version From into version From+1.
+type Upgrader struct {
+	From int
+	Fn   func(old json.RawMessage) (json.RawMessage, error)
+}
+
+// UpgradeJSON returns an Upgrader from version from to from+1 that works on raw JSON.
+func UpgradeJSON(from int, fn func(old json.RawMessage) (json.RawMessage, error)) Upgrader {
+	return Upgrader{From: from, Fn: fn}
+}
+
+// Upgrade returns a typed Upgrader from version from to from+1: the stored payload is decoded
+// strictly into Old and the result of fn is encoded as the next version's payload.
+func Upgrade[Old any, New any](from int, fn func(Old) (New, error)) Upgrader {
+	return Upgrader{From: from, Fn: func(raw json.RawMessage) (json.RawMessage, error) {
+		var old Old
+		if err := strictUnmarshal(raw, &old); err != nil {
+			return nil, err
+		}
+		next, err := fn(old)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(next)
+	}}
+}
+
+// KindDefaults are per-kind enqueue defaults. Zero fields fall back to the client's defaults.
+type KindDefaults struct {
+	Queue       string
+	Priority    int // 0 means "not set"; use InsertOpts to enqueue at priority 0
+	MaxAttempts int
+	Lease       time.Duration
+}
+
+// KindInfo is what the registry knows about one kind.
+type KindInfo struct {
+	Kind     string
+	Version  int
+	Defaults KindDefaults
+	Type     reflect.Type
+
+	upgraders map[int]Upgrader
+}
+
+// Upgraders returns the versions that have an upgrader, ascending.
+func (k *KindInfo) Upgraders() []int {
+	out := make([]int, 0, len(k.upgraders))
+	for v := range k.upgraders {
+		out = append(out, v)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// Registry knows the registered kinds. It is safe for concurrent use. A worker owns one
+// (Worker.Registry); pass the same registry to the enqueue client so per-kind defaults and
+// strict kind checking apply at enqueue.
+type Registry struct {
+	mu    sync.RWMutex
+	kinds map[string]*KindInfo
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{kinds: map[string]*KindInfo{}} }
+
+// KindOption configures a kind at registration.
+type KindOption func(*KindInfo)
+
+// WithUpgrader registers upgraders for older payload versions.
+func WithUpgrader(ups ...Upgrader) KindOption {
+	return func(k *KindInfo) {
+		for _, u := range ups {
+			k.upgraders[u.From] = u
+		}
+	}
+}
+
+// WithDefaults sets the kind's enqueue defaults.
+func WithDefaults(d KindDefaults) KindOption { return func(k *KindInfo) { k.Defaults = d } }
+
+// Register adds args type A to the registry. Registering the same type again merges its
+// options; a different type under the same kind is ErrDuplicateKind. Upgraders must cover
+// versions below the current one only.
+func Register[A Args](r *Registry, opts ...KindOption) (*KindInfo, error) {
+	var zero A
+	kind, version := zero.Kind(), zero.PayloadVersion()
+	if kind == "" || len(kind) > 128 {
+		return nil, fmt.Errorf("%w: kind %q must be 1..128 bytes", ErrInvalidPayload, kind)
+	}
+	if version < 1 {
+		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrUnsupportedVersion, Err: errors.New("payload version must be >= 1")}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	info, ok := r.kinds[kind]
+	typ := reflect.TypeFor[A]()
+	if ok && info.Type != typ {
+		return nil, fmt.Errorf("%w: %q is registered by %v and %v", ErrDuplicateKind, kind, info.Type, typ)
+	}
+	if !ok {
+		info = &KindInfo{Kind: kind, Version: version, Type: typ, upgraders: map[int]Upgrader{}}
+	}
+	next := *info
+	next.upgraders = make(map[int]Upgrader, len(info.upgraders))
+	for v, u := range info.upgraders {
+		next.upgraders[v] = u
+	}
+	for _, o := range opts {
+		o(&next)
+	}
+	for v := range next.upgraders {
+		if v < 1 || v >= version {
+			return nil, &PayloadError{Kind: kind, Version: v, Reason: ErrUnsupportedVersion,
+				Err: fmt.Errorf("upgrader from version %d is not below the current version %d", v, version)}
+		}
+	}
+	r.kinds[kind] = &next
+	return &next, nil
+}
+
+// MustRegister is Register that panics on error, for package-level setup.
+func MustRegister[A Args](r *Registry, opts ...KindOption) *KindInfo {
+	info, err := Register[A](r, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return info
+}
+
+// Lookup returns the registered kind.
+func (r *Registry) Lookup(kind string) (*KindInfo, bool) {
+	if r == nil {
+		return nil, false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	k, ok := r.kinds[kind]
+	return k, ok
+}
+
+// Kinds returns the registered kind names, sorted.
+func (r *Registry) Kinds() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.kinds))
+	for k := range r.kinds {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Encode validates args (when it implements Validator) and encodes it as a JSON object of at
+// most maxBytes bytes (<= 0 means DefaultMaxPayloadBytes).
+func Encode(args Args, maxBytes int) ([]byte, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxPayloadBytes
+	}
+	if args == nil || (reflect.ValueOf(args).Kind() == reflect.Pointer && reflect.ValueOf(args).IsNil()) {
+		return nil, &PayloadError{Reason: ErrInvalidPayload, Err: errors.New("nil args")}
+	}
+	kind, version := args.Kind(), args.PayloadVersion()
+	if version < 1 {
+		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrUnsupportedVersion, Err: errors.New("payload version must be >= 1")}
+	}
+	if v, ok := args.(Validator); ok {
+		if err := v.Validate(); err != nil {
+			return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err}
+		}
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err}
+	}
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: errors.New("args must encode as a JSON object")}
+	}
+	if len(raw) > maxBytes {
+		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrPayloadTooLarge,
+			Err: fmt.Errorf("%d bytes encoded, limit %d", len(raw), maxBytes)}
+	}
+	return raw, nil
+}
+
+// Decode turns a stored payload of the given version into A: it rejects versions newer than
+// A's, runs the registered upgraders for older ones (r may be nil when no upgrade is needed),
+// decodes strictly (no unknown fields, no trailing data) and validates.
+func Decode[A Args](r *Registry, raw []byte, version int) (A, error) {
+	var out A
+	kind, current := out.Kind(), out.PayloadVersion()
+	fail := func(reason, err error) (A, error) {
+		var zero A
+		return zero, &PayloadError{Kind: kind, Version: version, Reason: reason, Err: err}
+	}
+	switch {
+	case version < 1:
+		return fail(ErrUnsupportedVersion, errors.New("stored version below 1"))
+	case version > current:
+		return fail(ErrUnsupportedVersion, fmt.Errorf("stored version is newer than this code's version %d", current))
+	case version < current:
+		info, ok := r.Lookup(kind)
+		if !ok {
+			return fail(ErrUnsupportedVersion, fmt.Errorf("no upgraders registered to reach version %d", current))
+		}
+		upgraded, err := info.upgrade(raw, version, current)
+		if err != nil {
+			return fail(ErrUnsupportedVersion, err)
+		}
+		raw = upgraded
+	}
+	if err := strictUnmarshal(raw, &out); err != nil {
+		return fail(ErrInvalidPayload, err)
+	}
+	if v, ok := any(out).(Validator); ok {
+		if err := v.Validate(); err != nil {
+			return fail(ErrInvalidPayload, err)
+		}
+	} else if v, ok := any(&out).(Validator); ok {
+		if err := v.Validate(); err != nil {
+			return fail(ErrInvalidPayload, err)
+		}
+	}
+	return out, nil
+}
+
+func (k *KindInfo) upgrade(raw []byte, from, to int) ([]byte, error) {
+	for v := from; v < to; v++ {
+		u, ok := k.upgraders[v]
+		if !ok {
+			return nil, fmt.Errorf("no upgrader from version %d to %d", v, v+1)
+		}
+		next, err := u.Fn(raw)
+		if err != nil {
+			return nil, fmt.Errorf("upgrade from version %d: %w", v, err)
+		}
+		raw = next
+	}
+	return raw, nil
+}
+
+// strictUnmarshal decodes exactly one JSON value into v, rejecting unknown fields and
+// trailing data.
+func strictUnmarshal(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
