@@ -67,7 +67,7 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 -- priority band and an age window (on the database clock), each read oldest-first through
 -- jobs_ready_idx with its own LIMIT. Candidates are ordered by the policy's rank; a band's
 -- quota puts its first `quota` candidates ahead of every band's overflow, so unused share
--- flows to the others. Only the first @batch candidates are claimed.
+-- flows to the others. Only the first batch candidates are claimed.
 WITH seg AS (
     SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
             unnest(@seg_min_age_us::bigint[]) AS min_age_us,
@@ -222,7 +222,7 @@ WHERE id = @id AND state = 'running'
 RETURNING *;
 
 -- name: NotifyCancel :exec
-SELECT pg_notify('tenure_cancel', @job_id::bigint::text);
+SELECT pg_notify('tenure_cancel', to_char(@job_id::bigint, 'FM99999999999999999999'));
 
 -- name: Reinject :one
 -- dead -> ready with a fresh attempt budget. Generation keeps growing, so fencing still holds
@@ -250,7 +250,7 @@ ORDER BY id
 LIMIT @max_rows;
 
 -- name: PruneFinished :execrows
--- Deletes succeeded and cancelled jobs finished before @before, at most @max_jobs per call.
+-- Deletes succeeded and cancelled jobs finished before the given time, at most max_jobs per call.
 DELETE FROM tenure.jobs
 WHERE id IN (SELECT p.id FROM tenure.jobs p
              WHERE p.state IN ('succeeded', 'cancelled') AND p.finished_at < @before::timestamptz
@@ -308,7 +308,7 @@ GROUP BY queue, priority
 ORDER BY queue, priority DESC;
 
 -- name: WaitStats :many
--- Queue wait (run_at -> claim) percentiles of jobs finished since @since, per queue and priority.
+-- Queue wait (run_at -> claim) percentiles of jobs finished in the last window_us microseconds, per queue and priority.
 SELECT queue, priority,
        count(*)::bigint AS finished,
        count(*) FILTER (WHERE state = 'succeeded')::bigint AS succeeded,
@@ -316,7 +316,8 @@ SELECT queue, priority,
        coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - run_at)), 0)::float8 AS wait_p95_s,
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - run_at)), 0)::float8 AS wait_p99_s
 FROM tenure.jobs
-WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at >= @since AND attempted_at IS NOT NULL
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND attempted_at IS NOT NULL
+  AND finished_at >= now() - sqlc.arg(window_us)::bigint * interval '1 microsecond'
 GROUP BY queue, priority
 ORDER BY queue, priority DESC;
 

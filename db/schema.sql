@@ -36,7 +36,7 @@ CREATE TABLE tenure.jobs (
     CONSTRAINT jobs_kind_len       CHECK (char_length(kind) BETWEEN 1 AND 128),
     CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) = 'object'),
     CONSTRAINT jobs_version_pos    CHECK (payload_version >= 1),
-    CONSTRAINT jobs_priority_range CHECK (priority BETWEEN 0 AND 9),
+    CONSTRAINT jobs_priority_range CHECK (priority BETWEEN 1 AND 9),
     CONSTRAINT jobs_attempts_range CHECK (attempts >= 0 AND attempts <= max_attempts),
     CONSTRAINT jobs_max_attempts   CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT jobs_lease_range    CHECK (lease_ms BETWEEN 1000 AND 86400000),

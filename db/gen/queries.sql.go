@@ -129,7 +129,7 @@ type ClaimSegmentsRow struct {
 // priority band and an age window (on the database clock), each read oldest-first through
 // jobs_ready_idx with its own LIMIT. Candidates are ordered by the policy's rank; a band's
 // quota puts its first `quota` candidates ahead of every band's overflow, so unused share
-// flows to the others. Only the first @batch candidates are claimed.
+// flows to the others. Only the first batch candidates are claimed.
 func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([]ClaimSegmentsRow, error) {
 	rows, err := q.db.Query(ctx, claimSegments,
 		arg.WorkerID,
@@ -990,11 +990,11 @@ func (q *Queries) LockJob(ctx context.Context, id int64) (TenureJob, error) {
 }
 
 const notifyCancel = `-- name: NotifyCancel :exec
-SELECT pg_notify('tenure_cancel', $1)
+SELECT pg_notify('tenure_cancel', to_char($1::bigint, 'FM99999999999999999999'))
 `
 
-func (q *Queries) NotifyCancel(ctx context.Context, jobIdpgCatalogint8 string) error {
-	_, err := q.db.Exec(ctx, notifyCancel, jobIdpgCatalogint8)
+func (q *Queries) NotifyCancel(ctx context.Context, jobID int64) error {
+	_, err := q.db.Exec(ctx, notifyCancel, jobID)
 	return err
 }
 
@@ -1041,7 +1041,7 @@ type PruneFinishedParams struct {
 	MaxJobs int32
 }
 
-// Deletes succeeded and cancelled jobs finished before @before, at most @max_jobs per call.
+// Deletes succeeded and cancelled jobs finished before the given time, at most max_jobs per call.
 func (q *Queries) PruneFinished(ctx context.Context, arg PruneFinishedParams) (int64, error) {
 	result, err := q.db.Exec(ctx, pruneFinished, arg.Before, arg.MaxJobs)
 	if err != nil {
@@ -1235,7 +1235,8 @@ SELECT queue, priority,
        coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - run_at)), 0)::float8 AS wait_p95_s,
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - run_at)), 0)::float8 AS wait_p99_s
 FROM tenure.jobs
-WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at >= $1 AND attempted_at IS NOT NULL
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND attempted_at IS NOT NULL
+  AND finished_at >= now() - $1::bigint * interval '1 microsecond'
 GROUP BY queue, priority
 ORDER BY queue, priority DESC
 `
@@ -1250,9 +1251,9 @@ type WaitStatsRow struct {
 	WaitP99S  float64
 }
 
-// Queue wait (run_at -> claim) percentiles of jobs finished since @since, per queue and priority.
-func (q *Queries) WaitStats(ctx context.Context, since *time.Time) ([]WaitStatsRow, error) {
-	rows, err := q.db.Query(ctx, waitStats, since)
+// Queue wait (run_at -> claim) percentiles of jobs finished in the last window_us microseconds, per queue and priority.
+func (q *Queries) WaitStats(ctx context.Context, windowUs int64) ([]WaitStatsRow, error) {
+	rows, err := q.db.Query(ctx, waitStats, windowUs)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,24 @@
+// Package migrations holds Tenure's numbered SQL migrations and the runner that applies them.
+//
+// The migrations are embedded in the binary: files named NNNN_name.up.sql and
+// NNNN_name.down.sql in this directory, where NNNN is a positive version number. Applying
+// every up migration in order produces exactly db/schema.sql (a test compares the catalogs).
+//
+// Up applies the pending migrations, Down rolls back the most recent ones and Status reports
+// which are applied. Each migration runs in its own transaction together with the row that
+// records it in tenure.schema_migrations, so a failed migration leaves nothing behind.
+//
+// Several application instances may call Up at the same time: the runner holds the
+// session-level advisory lock LockKey on one dedicated connection for the whole run, and only
+// reads the applied versions after it got the lock, so each migration is applied exactly once.
+//
+// The runner creates schema "tenure" and the version table when they are missing. Migrating
+// down to zero leaves them in place (empty), and nothing else of Tenure's.
+//
+// A database on which a version is applied that this binary does not know (typically because
+// a newer release already migrated it) is refused with ErrSchemaTooNew by Up and Down;
+// Status reports such versions with Unknown set.
+//
+// The functions taking a *pgxpool.Pool acquire one connection for the run; the *Conn variants
+// work on a connection the caller owns, for tools and tests that use a plain *pgx.Conn.
+package migrations

@@ -1,0 +1,354 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/generics"
+)
+
+// Priorities. Higher runs first under strict priority; fairness policies may let an older
+// lower-priority job go first (see worker.Fairness). The valid range is 1..9.
+const (
+	PriorityLow      = 1
+	PriorityNormal   = 2
+	PriorityHigh     = 3
+	PriorityCritical = 4
+	PriorityMax      = 9
+)
+
+// Defaults applied when neither the insert options nor the kind's registered defaults say
+// otherwise.
+const (
+	DefaultQueue       = "default"
+	DefaultPriority    = PriorityNormal
+	DefaultMaxAttempts = 25
+	DefaultLease       = 30 * time.Second
+	// insertChunk bounds the rows sent in one statement by InsertMany.
+	insertChunk = 5000
+)
+
+var queueNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+
+// ValidQueueName reports whether name is a valid queue name: 1..128 characters of letters,
+// digits, '_', '.', ':' and '-', starting with a letter or digit.
+func ValidQueueName(name string) bool { return queueNameRE.MatchString(name) }
+
+// Config configures a Client. A nil *Config, or zero fields, mean the defaults.
+type Config struct {
+	// Registry, when set, makes enqueue strict: unregistered kinds are refused with
+	// ErrUnknownKind, and the kind's registered defaults (queue, priority, max attempts,
+	// lease) apply. Pass the worker's registry (worker.Worker.Registry).
+	Registry *generics.Registry
+	// MaxPayloadBytes bounds an encoded payload. Default generics.DefaultMaxPayloadBytes (64 KiB).
+	MaxPayloadBytes int
+	// Logger receives operator-action logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Client enqueues jobs and serves the read and operator side. It is safe for concurrent use.
+type Client struct {
+	pool *pgxpool.Pool
+	q    *gen.Queries
+	reg  *generics.Registry
+	max  int
+	log  *slog.Logger
+}
+
+// NewClient returns a client on pool. The schema must be migrated (migrations.Up).
+func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
+	if pool == nil {
+		return nil, &OptionError{Field: "pool", Msg: "must not be nil"}
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.MaxPayloadBytes < 0 {
+		return nil, &OptionError{Field: "MaxPayloadBytes", Msg: "must be >= 0"}
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = generics.DefaultMaxPayloadBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return &Client{pool: pool, q: gen.New(pool), reg: c.Registry, max: c.MaxPayloadBytes, log: c.Logger}, nil
+}
+
+// InsertOpts are per-insert options. Zero fields mean the kind's registered defaults, then the
+// package defaults.
+type InsertOpts struct {
+	Queue    string
+	Priority int // 1..9; 0 means default
+	// RunAt schedules the job at an absolute time. Mutually exclusive with Delay.
+	RunAt time.Time
+	// Delay schedules the job Delay after the insert, on the database clock.
+	Delay       time.Duration
+	MaxAttempts int           // 1..1000
+	Lease       time.Duration // 1s..24h: how long a claim owns the job without a heartbeat
+}
+
+// InsertManyParams is one job of an InsertMany call.
+type InsertManyParams struct {
+	Args generics.Args
+	Opts *InsertOpts
+}
+
+type prepared struct {
+	queue, kind string
+	payload     []byte
+	version     int32
+	priority    int16
+	runAt       *time.Time
+	delayUs     int64
+	maxAttempts int32
+	leaseMs     int32
+}
+
+func (c *Client) prepare(args generics.Args, opts *InsertOpts) (prepared, error) {
+	var o InsertOpts
+	if opts != nil {
+		o = *opts
+	}
+	if args == nil {
+		return prepared{}, &OptionError{Field: "args", Msg: "must not be nil"}
+	}
+	kind := args.Kind()
+	if c.reg != nil {
+		info, ok := c.reg.Lookup(kind)
+		if !ok {
+			return prepared{}, fmt.Errorf("%w: %q", ErrUnknownKind, kind)
+		}
+		if info.Version != args.PayloadVersion() {
+			return prepared{}, &generics.PayloadError{Kind: kind, Version: args.PayloadVersion(), Reason: generics.ErrUnsupportedVersion,
+				Err: fmt.Errorf("registered version is %d", info.Version)}
+		}
+		d := info.Defaults
+		if o.Queue == "" {
+			o.Queue = d.Queue
+		}
+		if o.Priority == 0 {
+			o.Priority = d.Priority
+		}
+		if o.MaxAttempts == 0 {
+			o.MaxAttempts = d.MaxAttempts
+		}
+		if o.Lease == 0 {
+			o.Lease = d.Lease
+		}
+	}
+	if o.Queue == "" {
+		o.Queue = DefaultQueue
+	}
+	if o.Priority == 0 {
+		o.Priority = DefaultPriority
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	switch {
+	case !ValidQueueName(o.Queue):
+		return prepared{}, &OptionError{Field: "Queue", Msg: fmt.Sprintf("%q is not a valid queue name", o.Queue)}
+	case o.Priority < 1 || o.Priority > PriorityMax:
+		return prepared{}, &OptionError{Field: "Priority", Msg: fmt.Sprintf("%d is outside 1..%d", o.Priority, PriorityMax)}
+	case o.MaxAttempts < 1 || o.MaxAttempts > 1000:
+		return prepared{}, &OptionError{Field: "MaxAttempts", Msg: fmt.Sprintf("%d is outside 1..1000", o.MaxAttempts)}
+	case o.Lease < time.Second || o.Lease > 24*time.Hour:
+		return prepared{}, &OptionError{Field: "Lease", Msg: fmt.Sprintf("%v is outside 1s..24h", o.Lease)}
+	case o.Delay < 0:
+		return prepared{}, &OptionError{Field: "Delay", Msg: "must be >= 0"}
+	case o.Delay > 0 && !o.RunAt.IsZero():
+		return prepared{}, &OptionError{Field: "RunAt", Msg: "RunAt and Delay are mutually exclusive"}
+	}
+	payload, err := generics.Encode(args, c.max)
+	if err != nil {
+		return prepared{}, err
+	}
+	p := prepared{queue: o.Queue, kind: kind, payload: payload, version: int32(args.PayloadVersion()),
+		priority: int16(o.Priority), delayUs: o.Delay.Microseconds(), maxAttempts: int32(o.MaxAttempts),
+		leaseMs: int32(o.Lease.Milliseconds())}
+	if !o.RunAt.IsZero() {
+		t := o.RunAt
+		p.runAt = &t
+	}
+	return p, nil
+}
+
+// Insert validates args and options and enqueues one job in its own transaction. Invalid
+// args or options return a typed error (generics.PayloadError, *OptionError, ErrUnknownKind)
+// and write nothing.
+func (c *Client) Insert(ctx context.Context, args generics.Args, opts *InsertOpts) (*Row, error) {
+	return c.insert(ctx, c.q, args, opts)
+}
+
+// InsertTx enqueues one job inside the caller's transaction: the job becomes visible, and its
+// queue's workers are notified, only if tx commits.
+func (c *Client) InsertTx(ctx context.Context, tx pgx.Tx, args generics.Args, opts *InsertOpts) (*Row, error) {
+	if tx == nil {
+		return nil, &OptionError{Field: "tx", Msg: "must not be nil"}
+	}
+	return c.insert(ctx, c.q.WithTx(tx), args, opts)
+}
+
+func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args, opts *InsertOpts) (*Row, error) {
+	p, err := c.prepare(args, opts)
+	if err != nil {
+		return nil, err
+	}
+	j, err := q.InsertJob(ctx, gen.InsertJobParams{
+		Queue: p.queue, Kind: p.kind, Payload: p.payload, PayloadVersion: p.version, Priority: p.priority,
+		RunAt: p.runAt, DelayUs: p.delayUs, MaxAttempts: p.maxAttempts, LeaseMs: p.leaseMs,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tenure: insert %s: %w", p.kind, err)
+	}
+	return rowFromGen(j), nil
+}
+
+// InsertMany validates every job first (one bad job rejects the whole call, writing nothing)
+// and enqueues them all in one transaction, in as few round trips as possible. It returns the
+// new ids in input order.
+func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]int64, error) {
+	if len(params) <= insertChunk {
+		return c.insertMany(ctx, c.q, params)
+	}
+	var ids []int64
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var err error
+		ids, err = c.insertMany(ctx, c.q.WithTx(tx), params)
+		return err
+	})
+	return ids, err
+}
+
+// InsertManyTx is InsertMany inside the caller's transaction.
+func (c *Client) InsertManyTx(ctx context.Context, tx pgx.Tx, params []InsertManyParams) ([]int64, error) {
+	if tx == nil {
+		return nil, &OptionError{Field: "tx", Msg: "must not be nil"}
+	}
+	return c.insertMany(ctx, c.q.WithTx(tx), params)
+}
+
+func (c *Client) insertMany(ctx context.Context, q *gen.Queries, params []InsertManyParams) ([]int64, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	all := make([]prepared, len(params))
+	for i, p := range params {
+		pp, err := c.prepare(p.Args, p.Opts)
+		if err != nil {
+			return nil, fmt.Errorf("job %d of %d: %w", i, len(params), err)
+		}
+		all[i] = pp
+	}
+	ids := make([]int64, 0, len(all))
+	for start := 0; start < len(all); start += insertChunk {
+		chunk := all[start:min(start+insertChunk, len(all))]
+		arg := gen.InsertJobsParams{
+			Queues: make([]string, len(chunk)), Kinds: make([]string, len(chunk)), Payloads: make([][]byte, len(chunk)),
+			PayloadVersions: make([]int32, len(chunk)), Priorities: make([]int16, len(chunk)),
+			RunAtUs: make([]int64, len(chunk)), DelayUs: make([]int64, len(chunk)),
+			MaxAttempts: make([]int32, len(chunk)), LeaseMs: make([]int32, len(chunk)),
+		}
+		for i, p := range chunk {
+			arg.Queues[i], arg.Kinds[i], arg.Payloads[i] = p.queue, p.kind, p.payload
+			arg.PayloadVersions[i], arg.Priorities[i] = p.version, p.priority
+			if p.runAt != nil {
+				arg.RunAtUs[i] = p.runAt.UnixMicro()
+				if arg.RunAtUs[i] == 0 {
+					arg.RunAtUs[i] = 1 // the epoch itself; 0 is reserved for "now"
+				}
+			}
+			arg.DelayUs[i], arg.MaxAttempts[i], arg.LeaseMs[i] = p.delayUs, p.maxAttempts, p.leaseMs
+		}
+		got, err := q.InsertJobs(ctx, arg)
+		if err != nil {
+			return nil, fmt.Errorf("tenure: insert many: %w", err)
+		}
+		if len(got) != len(chunk) {
+			return nil, fmt.Errorf("tenure: insert many: %d rows inserted, %d expected", len(got), len(chunk))
+		}
+		ids = append(ids, got...)
+	}
+	return ids, nil
+}
+
+// Get returns the job with the given id, or ErrNotFound.
+func (c *Client) Get(ctx context.Context, id int64) (*Row, error) {
+	j, err := c.q.GetJob(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rowFromGen(j), nil
+}
+
+// ListParams filters and pages List. Zero fields match everything.
+type ListParams struct {
+	State     State
+	Kind      string
+	Queue     string
+	ErrorCode string
+	// AfterID continues a listing: pass the previous page's NextAfterID.
+	AfterID int64
+	// Limit is the page size, 1..1000; default 100.
+	Limit int
+}
+
+// Page is one page of List.
+type Page struct {
+	Jobs []*Row
+	// NextAfterID is the AfterID of the next page, or 0 when this was the last page.
+	NextAfterID int64
+}
+
+// List returns jobs matching p in id order, one page at a time.
+func (c *Client) List(ctx context.Context, p ListParams) (*Page, error) {
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	if p.Limit < 1 || p.Limit > 1000 {
+		return nil, &OptionError{Field: "Limit", Msg: "must be within 1..1000"}
+	}
+	if p.State != "" && !p.State.Valid() {
+		return nil, &OptionError{Field: "State", Msg: fmt.Sprintf("unknown state %q", p.State)}
+	}
+	arg := gen.ListJobsParams{AfterID: p.AfterID, MaxRows: int32(p.Limit)}
+	if p.State != "" {
+		arg.State = gen.NullTenureJobState{TenureJobState: gen.TenureJobState(p.State), Valid: true}
+	}
+	arg.Kind, arg.Queue, arg.ErrorCode = nonEmpty(p.Kind), nonEmpty(p.Queue), nonEmpty(p.ErrorCode)
+	rows, err := c.q.ListJobs(ctx, arg)
+	if err != nil {
+		return nil, err
+	}
+	page := &Page{Jobs: make([]*Row, len(rows))}
+	for i, r := range rows {
+		page.Jobs[i] = rowFromGen(r)
+	}
+	if len(rows) == p.Limit {
+		page.NextAfterID = rows[len(rows)-1].ID
+	}
+	return page, nil
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

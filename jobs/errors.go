@@ -1,0 +1,50 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotFound means no job has the given id.
+var ErrNotFound = errors.New("tenure: job not found")
+
+// ErrAlreadyFinal means the job is already in a final state, so the operation (cancel,
+// re-inject of a non-dead job, ...) does not apply. The error is a *StateError carrying the
+// state found.
+var ErrAlreadyFinal = errors.New("tenure: job already in a final state")
+
+// ErrNotDead means a re-inject was asked for a job that is not dead.
+var ErrNotDead = errors.New("tenure: job is not dead")
+
+// ErrInvalidOptions means insert options or a query parameter are out of range. Nothing was
+// written. The error is an *OptionError naming the field.
+var ErrInvalidOptions = errors.New("tenure: invalid options")
+
+// ErrUnknownKind means the client has a registry and the kind is not registered in it.
+// Nothing was written.
+var ErrUnknownKind = errors.New("tenure: kind not registered")
+
+// ErrMissingActor means an operator action was asked without an actor or a reason; the audit
+// trail requires both.
+var ErrMissingActor = errors.New("tenure: operator actions need an actor and a reason")
+
+// StateError reports the state a job was found in when an operation did not apply.
+type StateError struct {
+	ID    int64
+	State State
+	Err   error // ErrAlreadyFinal or ErrNotDead
+}
+
+func (e *StateError) Error() string { return fmt.Sprintf("%v: job %d is %s", e.Err, e.ID, e.State) }
+func (e *StateError) Unwrap() error { return e.Err }
+
+// OptionError names the option that was rejected.
+type OptionError struct {
+	Field string
+	Msg   string
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("%v: %s: %s", ErrInvalidOptions, e.Field, e.Msg)
+}
+func (e *OptionError) Unwrap() error { return ErrInvalidOptions }

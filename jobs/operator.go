@@ -1,0 +1,260 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tenureq/tenure/db/gen"
+)
+
+// Action identifies who performs an operator action and why; both go to the audit table.
+type Action struct {
+	Actor  string
+	Reason string
+}
+
+func (a Action) check() error {
+	if a.Actor == "" || a.Reason == "" || len(a.Actor) > 200 || len(a.Reason) > 2000 {
+		return ErrMissingActor
+	}
+	return nil
+}
+
+// CancelOutcome says what Cancel did.
+type CancelOutcome string
+
+const (
+	// Cancelled: the job was ready and is now cancelled; no worker will run it.
+	Cancelled CancelOutcome = "cancelled"
+	// CancelRequested: the job is running; its worker cancels the handler's context (at once
+	// through NOTIFY, at the latest on its next heartbeat) and ends the job cancelled.
+	CancelRequested CancelOutcome = "cancel_requested"
+)
+
+// Cancel cancels a job. A ready job is cancelled at once; a running one gets a cancel request.
+// A job in a final state returns a *StateError wrapping ErrAlreadyFinal; a missing one
+// ErrNotFound. The action is audited.
+func (c *Client) Cancel(ctx context.Context, id int64, act Action) (CancelOutcome, error) {
+	if err := act.check(); err != nil {
+		return "", err
+	}
+	var out CancelOutcome
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		q := c.q.WithTx(tx)
+		j, err := lockJob(ctx, q, id)
+		if err != nil {
+			return err
+		}
+		switch State(j.State) {
+		case StateReady:
+			if _, err := q.CancelReady(ctx, id); err != nil {
+				return err
+			}
+			out = Cancelled
+		case StateRunning:
+			if _, err := q.RequestCancel(ctx, id); err != nil {
+				return err
+			}
+			if err := q.NotifyCancel(ctx, id); err != nil {
+				return err
+			}
+			out = CancelRequested
+		default:
+			return &StateError{ID: id, State: State(j.State), Err: ErrAlreadyFinal}
+		}
+		return audit(ctx, q, act, "cancel", &id, map[string]any{"from_state": j.State, "outcome": out})
+	})
+	if err != nil {
+		return "", err
+	}
+	c.log.InfoContext(ctx, "tenure: job cancel", "job_id", id, "outcome", out, "actor", act.Actor, "reason", act.Reason)
+	return out, nil
+}
+
+// ReinjectOpts adjusts a re-injected job.
+type ReinjectOpts struct {
+	// MaxAttempts, when > 0, replaces the job's attempt budget.
+	MaxAttempts int
+}
+
+// Reinject moves a dead job back to ready with a fresh attempt budget (attempts reset to 0;
+// the generation keeps growing, so workers of its earlier life stay fenced out). A job that is
+// not dead returns a *StateError wrapping ErrNotDead. The action is audited with the job's
+// last error code and attempts.
+func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *ReinjectOpts) (*Row, error) {
+	if err := act.check(); err != nil {
+		return nil, err
+	}
+	var maxAttempts *int32
+	if opts != nil && opts.MaxAttempts != 0 {
+		if opts.MaxAttempts < 1 || opts.MaxAttempts > 1000 {
+			return nil, &OptionError{Field: "MaxAttempts", Msg: "must be within 1..1000"}
+		}
+		m := int32(opts.MaxAttempts)
+		maxAttempts = &m
+	}
+	var row *Row
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		q := c.q.WithTx(tx)
+		j, err := lockJob(ctx, q, id)
+		if err != nil {
+			return err
+		}
+		if State(j.State) != StateDead {
+			return &StateError{ID: id, State: State(j.State), Err: ErrNotDead}
+		}
+		nj, err := q.Reinject(ctx, gen.ReinjectParams{ID: id, MaxAttempts: maxAttempts})
+		if err != nil {
+			return err
+		}
+		if err := q.NotifyQueue(ctx, nj.Queue); err != nil {
+			return err
+		}
+		row = rowFromGen(nj)
+		return audit(ctx, q, act, "reinject", &id, map[string]any{
+			"attempts": j.Attempts, "last_error_code": j.LastErrorCode, "generation": j.Generation,
+			"max_attempts": nj.MaxAttempts,
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.log.InfoContext(ctx, "tenure: job reinjected", "job_id", id, "actor", act.Actor, "reason", act.Reason)
+	return row, nil
+}
+
+// PurgeParams selects final jobs to delete.
+type PurgeParams struct {
+	// State is StateSucceeded, StateCancelled (both purged together) or StateDead.
+	State State
+	// Before: only jobs finished before this time.
+	Before time.Time
+	// Limit bounds the rows deleted in this call (1..100000; default 10000).
+	Limit int
+}
+
+// Purge deletes final jobs (and their effect-ledger rows) finished before p.Before, audited.
+// It returns the number of jobs deleted.
+func (c *Client) Purge(ctx context.Context, act Action, p PurgeParams) (int64, error) {
+	if err := act.check(); err != nil {
+		return 0, err
+	}
+	if p.Limit == 0 {
+		p.Limit = 10000
+	}
+	if p.Limit < 1 || p.Limit > 100000 {
+		return 0, &OptionError{Field: "Limit", Msg: "must be within 1..100000"}
+	}
+	if p.Before.IsZero() {
+		return 0, &OptionError{Field: "Before", Msg: "must be set"}
+	}
+	var n int64
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		q := c.q.WithTx(tx)
+		var err error
+		n, err = prune(ctx, q, p.State, p.Before, p.Limit)
+		if err != nil {
+			return err
+		}
+		return audit(ctx, q, act, "purge", nil, map[string]any{"state": p.State, "before": p.Before, "deleted": n})
+	})
+	return n, err
+}
+
+// Prune deletes final jobs past their retention, without an audit row (it is the worker's
+// routine housekeeping, not an operator action): succeeded and cancelled jobs finished before
+// finishedBefore, dead jobs finished before deadBefore (zero times skip that class), at most
+// limit of each. It returns the number of jobs deleted.
+func (c *Client) Prune(ctx context.Context, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
+	var total int64
+	if !finishedBefore.IsZero() {
+		n, err := prune(ctx, c.q, StateSucceeded, finishedBefore, limit)
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	if !deadBefore.IsZero() {
+		n, err := prune(ctx, c.q, StateDead, deadBefore, limit)
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+func prune(ctx context.Context, q *gen.Queries, state State, before time.Time, limit int) (int64, error) {
+	var n int64
+	var err error
+	switch state {
+	case StateSucceeded, StateCancelled:
+		n, err = q.PruneFinished(ctx, gen.PruneFinishedParams{Before: before, MaxJobs: int32(limit)})
+	case StateDead:
+		n, err = q.PruneDead(ctx, gen.PruneDeadParams{Before: before, MaxJobs: int32(limit)})
+	default:
+		return 0, &OptionError{Field: "State", Msg: fmt.Sprintf("cannot purge %q jobs", state)}
+	}
+	if err != nil {
+		return 0, err
+	}
+	if n > 0 {
+		if _, err := q.DeleteEffectsOfMissingJobs(ctx, int32(limit)); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// AuditEntry is one audited operator action.
+type AuditEntry struct {
+	ID     int64
+	At     time.Time
+	Actor  string
+	Action string
+	Reason string
+	JobID  *int64
+	Detail json.RawMessage
+}
+
+// Audit lists audit entries (of one job when jobID > 0) after afterID, oldest first.
+func (c *Client) Audit(ctx context.Context, jobID int64, afterID int64, limit int) ([]AuditEntry, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	arg := gen.ListAuditParams{AfterID: afterID, MaxRows: int32(limit)}
+	if jobID > 0 {
+		arg.JobID = &jobID
+	}
+	rows, err := c.q.ListAudit(ctx, arg)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]AuditEntry, len(rows))
+	for i, r := range rows {
+		out[i] = AuditEntry{ID: r.ID, At: r.At, Actor: r.Actor, Action: r.Action, Reason: r.Reason, JobID: r.JobID, Detail: r.Detail}
+	}
+	return out, nil
+}
+
+func lockJob(ctx context.Context, q *gen.Queries, id int64) (gen.TenureJob, error) {
+	j, err := q.LockJob(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return j, fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	return j, err
+}
+
+func audit(ctx context.Context, q *gen.Queries, act Action, action string, jobID *int64, detail map[string]any) error {
+	raw, err := json.Marshal(detail)
+	if err != nil {
+		return err
+	}
+	_, err = q.InsertAudit(ctx, gen.InsertAuditParams{Actor: act.Actor, Action: action, Reason: act.Reason, JobID: jobID, Detail: raw})
+	return err
+}

@@ -1,0 +1,98 @@
+package jobs
+
+import (
+	"context"
+	"time"
+
+	"github.com/tenureq/tenure/db/gen"
+)
+
+// BandStats are the numbers of one queue and priority band, on the database clock.
+type BandStats struct {
+	Queue    string
+	Priority int
+
+	Ready           int64 // due and waiting
+	Scheduled       int64 // ready but run_at in the future
+	Running         int64
+	CancelRequested int64
+	Dead            int64
+
+	// OldestReadyAge is how long the oldest due job has waited (0 when none waits).
+	OldestReadyAge time.Duration
+	// ReadyAgeP50/P95 profile the ages of the jobs waiting now.
+	ReadyAgeP50, ReadyAgeP95 time.Duration
+
+	// Over the stats window: jobs finished, of which succeeded, and their queue wait
+	// (run_at to claim of their last attempt) percentiles.
+	Finished, Succeeded       int64
+	WaitP50, WaitP95, WaitP99 time.Duration
+}
+
+// DeadCodes counts dead jobs by queue, kind and last error code.
+type DeadCodes struct {
+	Queue, Kind, Code string
+	Jobs              int64
+}
+
+// Stats is a snapshot for operators.
+type Stats struct {
+	Window time.Duration
+	Bands  []BandStats
+	// TopDeadCodes are the most frequent error codes of dead jobs (at most 20 rows).
+	TopDeadCodes []DeadCodes
+}
+
+// Stats returns per queue and priority counts, the oldest ready age and wait percentiles of the
+// jobs finished within window (default 5 minutes). Starvation shows per band, never as a
+// queue-wide average.
+func (c *Client) Stats(ctx context.Context, window time.Duration) (*Stats, error) {
+	if window <= 0 {
+		window = 5 * time.Minute
+	}
+	live, err := c.q.LiveStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	waits, err := c.q.WaitStats(ctx, window.Microseconds())
+	if err != nil {
+		return nil, err
+	}
+	codes, err := c.q.DeadErrorCodes(ctx, 20)
+	if err != nil {
+		return nil, err
+	}
+	type key struct {
+		q string
+		p int16
+	}
+	idx := map[key]int{}
+	s := &Stats{Window: window}
+	band := func(q string, p int16) *BandStats {
+		k := key{q, p}
+		if i, ok := idx[k]; ok {
+			return &s.Bands[i]
+		}
+		idx[k] = len(s.Bands)
+		s.Bands = append(s.Bands, BandStats{Queue: q, Priority: int(p)})
+		return &s.Bands[len(s.Bands)-1]
+	}
+	for _, l := range live {
+		b := band(l.Queue, l.Priority)
+		b.Ready, b.Scheduled, b.Running, b.CancelRequested, b.Dead = l.Ready, l.Scheduled, l.Running, l.CancelRequested, l.Dead
+		b.OldestReadyAge, b.ReadyAgeP50, b.ReadyAgeP95 = secs(l.OldestReadyAgeS), secs(l.ReadyAgeP50S), secs(l.ReadyAgeP95S)
+	}
+	for _, w := range waits {
+		b := band(w.Queue, w.Priority)
+		b.Finished, b.Succeeded = w.Finished, w.Succeeded
+		b.WaitP50, b.WaitP95, b.WaitP99 = secs(w.WaitP50S), secs(w.WaitP95S), secs(w.WaitP99S)
+	}
+	for _, d := range codes {
+		s.TopDeadCodes = append(s.TopDeadCodes, DeadCodes{Queue: d.Queue, Kind: d.Kind, Code: d.Code, Jobs: d.Jobs})
+	}
+	return s, nil
+}
+
+var _ = gen.WaitStatsRow{}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -1,0 +1,92 @@
+package jobs
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/tenureq/tenure/db/gen"
+)
+
+// State is a job's lifecycle state.
+type State string
+
+// The job states. A cancel request on a running job is not a state: it is Row.CancelRequestedAt
+// on a running job, which the owning worker turns into StateCancelled.
+const (
+	StateReady     State = "ready"     // waiting for run_at, then claimable
+	StateRunning   State = "running"   // owned by a worker under a lease and a claim token
+	StateSucceeded State = "succeeded" // final
+	StateDead      State = "dead"      // final until an operator re-injects it
+	StateCancelled State = "cancelled" // final
+)
+
+// Final reports whether s is a final state.
+func (s State) Final() bool { return s == StateSucceeded || s == StateDead || s == StateCancelled }
+
+// Valid reports whether s is one of the five states.
+func (s State) Valid() bool {
+	switch s {
+	case StateReady, StateRunning, StateSucceeded, StateDead, StateCancelled:
+		return true
+	}
+	return false
+}
+
+// AttemptError is one entry of a job's bounded error history (the last 10 failures).
+type AttemptError struct {
+	Attempt    int       `json:"attempt"`
+	Generation int64     `json:"generation"`
+	Code       string    `json:"code"`
+	Message    string    `json:"message"`
+	At         time.Time `json:"at"`
+}
+
+// Row is a job as stored.
+type Row struct {
+	ID                int64
+	Queue             string
+	Kind              string
+	Payload           json.RawMessage
+	PayloadVersion    int
+	State             State
+	Priority          int
+	RunAt             time.Time
+	Attempts          int
+	MaxAttempts       int
+	Lease             time.Duration
+	LockedBy          string
+	LockedUntil       *time.Time
+	ClaimToken        *uuid.UUID
+	Generation        int64
+	AttemptedAt       *time.Time
+	LastErrorCode     string
+	Errors            []AttemptError
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	FinishedAt        *time.Time
+	CancelRequestedAt *time.Time
+}
+
+func rowFromGen(j gen.TenureJob) *Row {
+	r := &Row{
+		ID: j.ID, Queue: j.Queue, Kind: j.Kind, Payload: json.RawMessage(j.Payload),
+		PayloadVersion: int(j.PayloadVersion), State: State(j.State), Priority: int(j.Priority),
+		RunAt: j.RunAt, Attempts: int(j.Attempts), MaxAttempts: int(j.MaxAttempts),
+		Lease: time.Duration(j.LeaseMs) * time.Millisecond, LockedUntil: j.LockedUntil,
+		ClaimToken: j.ClaimToken, Generation: j.Generation, AttemptedAt: j.AttemptedAt,
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, FinishedAt: j.FinishedAt,
+		CancelRequestedAt: j.CancelRequestedAt,
+	}
+	if j.LockedBy != nil {
+		r.LockedBy = *j.LockedBy
+	}
+	if j.LastErrorCode != nil {
+		r.LastErrorCode = *j.LastErrorCode
+	}
+	if len(j.Errors) > 0 {
+		_ = json.Unmarshal(j.Errors, &r.Errors) // written by FailMany only; shape is ours
+	}
+	return r
+}
