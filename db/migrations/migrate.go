@@ -227,8 +227,12 @@ func UpConn(ctx context.Context, conn *pgx.Conn) ([]Migration, error) {
 	if err != nil {
 		return nil, err
 	}
+	return upConn(ctx, conn, known)
+}
+
+func upConn(ctx context.Context, conn *pgx.Conn, known []Migration) ([]Migration, error) {
 	var applied []Migration
-	err = withLock(ctx, conn, func() error {
+	err := withLock(ctx, conn, func() error {
 		if err := bootstrap(ctx, conn); err != nil {
 			return err
 		}
@@ -263,8 +267,12 @@ func DownConn(ctx context.Context, conn *pgx.Conn, steps int) ([]Migration, erro
 	if err != nil {
 		return nil, err
 	}
+	return downConn(ctx, conn, known, steps)
+}
+
+func downConn(ctx context.Context, conn *pgx.Conn, known []Migration, steps int) ([]Migration, error) {
 	var reverted []Migration
-	err = withLock(ctx, conn, func() error {
+	err := withLock(ctx, conn, func() error {
 		exists, err := versionTableExists(ctx, conn)
 		if err != nil || !exists {
 			return err
@@ -298,6 +306,10 @@ func StatusConn(ctx context.Context, conn *pgx.Conn) ([]MigrationStatus, error) 
 	if err != nil {
 		return nil, err
 	}
+	return statusConn(ctx, conn, known)
+}
+
+func statusConn(ctx context.Context, conn *pgx.Conn, known []Migration) ([]MigrationStatus, error) {
 	done := map[int]appliedRow{}
 	exists, err := versionTableExists(ctx, conn)
 	if err != nil {
