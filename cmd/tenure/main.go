@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// env is what a command runs with; tests supply their own.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// command is one top-level subcommand. A new one registers itself from its own file:
+//
+//	func init() { register(&command{name: "jobs", summary: "...", run: runJobs}) }
+type command struct {
+	name    string
+	summary string // one line, for the top-level usage
+	// run gets the arguments after the command name and returns an exit code.
+	run func(ctx context.Context, e *env, args []string) int
+}
+
+var commands = map[string]*command{}
+
+func register(c *command) {
+	if _, dup := commands[c.name]; dup {
+		panic("tenure: command registered twice: " + c.name)
+	}
+	commands[c.name] = c
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches args (without the program name) and returns the exit code.
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 {
+		usage(e.stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
+				return c.run(ctx, e, []string{"-h"})
+			}
+		}
+		usage(e.stdout)
+		return exitOK
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "tenure: unknown command %q\n\n", args[0])
+		usage(e.stderr)
+		return exitUsage
+	}
+	return c.run(ctx, e, args[1:])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, "Usage: tenure <command> [arguments]\n\nCommands:\n")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
+	for _, n := range names {
+		fmt.Fprintf(tw, "  %s\t%s\n", n, commands[n].summary)
+	}
+	tw.Flush()
+	fmt.Fprint(w, `
+Run "tenure help <command>" or "tenure <command> -h" for details.
+Database commands connect to -database-url, else $DATABASE_URL.
+Exit codes: 0 success, 1 failure, 2 usage error.
+`)
+}
+
+// errUsage marks an error as the user's (exit code 2).
+type usageError struct{ msg string }
+
+func (u usageError) Error() string { return u.msg }
+
+func usageErrorf(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// exitCode maps an error to an exit code, printing it.
+func exitCode(e *env, prefix string, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(e.stderr, "%s: %v\n", prefix, err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitFail
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting, printing its
+// usage (synopsis, then the flags) to e.stderr.
+func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), strings.TrimRight(synopsis, "\n"))
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintln(fs.Output(), "\nFlags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parseFlags parses args; -h prints usage to stdout and returns exitOK with done set.
+func parseFlags(e *env, fs *flag.FlagSet, args []string) (code int, done bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return exitOK, false
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(e.stdout)
+		fs.Usage()
+		return exitOK, true
+	default:
+		return exitUsage, true // the flag package already printed the error and usage
+	}
+}
+
+// databaseFlag adds -database-url to fs; resolve it with databaseURL.
+func databaseFlag(fs *flag.FlagSet) *string {
+	return fs.String("database-url", "", "PostgreSQL connection URL (default $DATABASE_URL)")
+}
+
+// databaseURL returns the flag's value, else $DATABASE_URL, else a usage error.
+func databaseURL(e *env, flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	if v := e.getenv("DATABASE_URL"); v != "" {
+		return v, nil
+	}
+	return "", usageErrorf("no database: pass -database-url or set DATABASE_URL")
+}
+
+// openPool opens a small pool on url and checks that the server answers.
+func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, usageErrorf("invalid database URL: %v", err)
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting: %w", err)
+	}
+	return pool, nil
+}
