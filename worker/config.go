@@ -1,0 +1,222 @@
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/jobs"
+)
+
+// Config configures a Worker. A nil *Config, or zero fields, mean the documented defaults.
+type Config struct {
+	// ID names this worker process in locked_by and logs. Default: hostname-pid-random.
+	ID string
+	// Queues to work, with their concurrency and fairness. Default: {"default": {}}.
+	Queues map[string]QueueConfig
+	// Registry holds the kinds. Default: a new registry (see Worker.Registry).
+	Registry *generics.Registry
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+
+	// EnginePool is the pool the engine's own statements (claim, heartbeat, finish, reclaim,
+	// LISTEN) use. Default: a private pool of EngineConns connections made from the handlers'
+	// pool configuration, so handlers holding every connection of their pool never starve
+	// heartbeats or completions.
+	EnginePool *pgxpool.Pool
+	// EngineConns sizes the private engine pool. Default 2 + one per queue + one for LISTEN.
+	EngineConns int
+
+	// FetchPollMax is the longest wait between claims of an idle queue; empty claims back off
+	// with jitter from FetchPollMin doubling to FetchPollMax. Defaults 100ms and 2s.
+	FetchPollMin, FetchPollMax time.Duration
+	// MaxClaimBatch bounds one claim (it is also bounded by the queue's free slots). Default 100.
+	MaxClaimBatch int
+	// MaxFinishBatch bounds one batched completion write. Default 500.
+	MaxFinishBatch int
+
+	// HeartbeatEvery is how often running jobs are heartbeated, as a fraction of their lease:
+	// each job every lease/HeartbeatDivisor. Default divisor 3.
+	HeartbeatDivisor int
+	// StuckGrace is how long past its timeout a handler that ignores its context may keep its
+	// job before the engine stops heartbeating it (its lease then expires and it is reclaimed)
+	// and counts it stuck. Default 10s.
+	StuckGrace time.Duration
+	// ReclaimEvery is the lease-expiry sweep period (each pass bounded by ReclaimBatch jobs).
+	// Defaults 1s and 1000.
+	ReclaimEvery time.Duration
+	ReclaimBatch int
+
+	// Retention of final jobs: succeeded and cancelled jobs are deleted FinishedRetention after
+	// they finished, dead jobs DeadRetention after. Defaults 24h and 7 days; negative disables.
+	FinishedRetention, DeadRetention time.Duration
+	// PruneEvery is the pruning period. Default 1 minute.
+	PruneEvery time.Duration
+
+	// HardStopGrace is how long Stop waits, after cancelling handlers' contexts, for them to
+	// return. Default 5s.
+	HardStopGrace time.Duration
+	// OnOutcome, when set, is called after every attempt's fenced finish was written or
+	// rejected (Outcome.Err is a *StaleWriteError then). It runs on the engine's finisher
+	// goroutine: keep it fast and never block in it.
+	OnOutcome func(Outcome)
+	// FinishRetryMax bounds the backoff between retries of a finish the database did not
+	// accept (network or server error). The same fenced write is retried until it lands or the
+	// job's lease is gone. Default 2s.
+	FinishRetryMax time.Duration
+}
+
+// QueueConfig configures one queue.
+type QueueConfig struct {
+	// Concurrency is the number of handlers running at once for this queue. Default 10.
+	Concurrency int
+	// Fairness decides which ready jobs a claim takes. The zero value is strict priority.
+	Fairness Fairness
+}
+
+// HandlerOptions are per-kind options. A nil *HandlerOptions, or zero fields, mean defaults.
+type HandlerOptions struct {
+	// Timeout bounds one attempt: the handler's context ends with cause ErrHandlerTimeout and
+	// the attempt fails with code TIMEOUT. Default 1 minute.
+	Timeout time.Duration
+	// Retry computes the delay before the next attempt. Default FullJitter{Base: 1s, Cap: 1h}.
+	Retry RetryPolicy
+	// Lease, MaxAttempts, Queue and Priority are the kind's enqueue defaults, recorded in the
+	// registry: a jobs.Client built with this worker's Registry applies them. The lease is
+	// stored on the job and used at claim and heartbeat. Defaults: 30s, 25, "default", 2.
+	Lease       time.Duration
+	MaxAttempts int
+	Queue       string
+	Priority    int
+	// Upgraders convert payloads stored by older versions of the args type.
+	Upgraders []generics.Upgrader
+}
+
+const (
+	defaultConcurrency = 10
+	defaultTimeout     = time.Minute
+)
+
+func (c *Config) withDefaults() (Config, error) {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.ID == "" {
+		host, _ := os.Hostname()
+		out.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomSuffix())
+	}
+	if len(out.ID) > 200 {
+		return out, fmt.Errorf("%w: ID longer than 200 bytes", ErrInvalidConfig)
+	}
+	if len(out.Queues) == 0 {
+		out.Queues = map[string]QueueConfig{jobs.DefaultQueue: {}}
+	}
+	queues := make(map[string]QueueConfig, len(out.Queues))
+	for name, q := range out.Queues {
+		if !jobs.ValidQueueName(name) {
+			return out, fmt.Errorf("%w: queue name %q", ErrInvalidConfig, name)
+		}
+		if q.Concurrency < 0 || q.Concurrency > 10000 {
+			return out, fmt.Errorf("%w: queue %q: Concurrency %d outside 0..10000", ErrInvalidConfig, name, q.Concurrency)
+		}
+		if q.Concurrency == 0 {
+			q.Concurrency = defaultConcurrency
+		}
+		if err := q.Fairness.validate(name); err != nil {
+			return out, err
+		}
+		queues[name] = q
+	}
+	out.Queues = queues
+	if out.Registry == nil {
+		out.Registry = generics.NewRegistry()
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.EngineConns < 0 {
+		return out, fmt.Errorf("%w: EngineConns must be >= 0", ErrInvalidConfig)
+	}
+	if out.EngineConns == 0 {
+		out.EngineConns = 3 + len(out.Queues)
+	}
+	if out.EngineConns < 3 {
+		return out, fmt.Errorf("%w: EngineConns %d cannot hold LISTEN plus claims and finishes (need >= 3)", ErrInvalidConfig, out.EngineConns)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&out.FetchPollMin, 100*time.Millisecond)
+	def(&out.FetchPollMax, 2*time.Second)
+	def(&out.StuckGrace, 10*time.Second)
+	def(&out.ReclaimEvery, time.Second)
+	def(&out.FinishedRetention, 24*time.Hour)
+	def(&out.DeadRetention, 7*24*time.Hour)
+	def(&out.PruneEvery, time.Minute)
+	def(&out.HardStopGrace, 5*time.Second)
+	def(&out.FinishRetryMax, 2*time.Second)
+	if out.FetchPollMin < time.Millisecond || out.FetchPollMax < out.FetchPollMin {
+		return out, fmt.Errorf("%w: FetchPollMin/FetchPollMax", ErrInvalidConfig)
+	}
+	if out.MaxClaimBatch == 0 {
+		out.MaxClaimBatch = 100
+	}
+	if out.MaxFinishBatch == 0 {
+		out.MaxFinishBatch = 500
+	}
+	if out.HeartbeatDivisor == 0 {
+		out.HeartbeatDivisor = 3
+	}
+	if out.ReclaimBatch == 0 {
+		out.ReclaimBatch = 1000
+	}
+	switch {
+	case out.MaxClaimBatch < 1 || out.MaxClaimBatch > 1000:
+		return out, fmt.Errorf("%w: MaxClaimBatch outside 1..1000", ErrInvalidConfig)
+	case out.MaxFinishBatch < 1 || out.MaxFinishBatch > 10000:
+		return out, fmt.Errorf("%w: MaxFinishBatch outside 1..10000", ErrInvalidConfig)
+	case out.HeartbeatDivisor < 2 || out.HeartbeatDivisor > 20:
+		return out, fmt.Errorf("%w: HeartbeatDivisor outside 2..20 (a heartbeat must come well before the lease ends)", ErrInvalidConfig)
+	case out.ReclaimBatch < 1 || out.ReclaimEvery < 10*time.Millisecond:
+		return out, fmt.Errorf("%w: ReclaimBatch/ReclaimEvery", ErrInvalidConfig)
+	case out.StuckGrace < 0 || out.HardStopGrace < 0:
+		return out, fmt.Errorf("%w: StuckGrace/HardStopGrace must be >= 0", ErrInvalidConfig)
+	}
+	return out, nil
+}
+
+func (o *HandlerOptions) withDefaults(kind string) (HandlerOptions, error) {
+	var out HandlerOptions
+	if o != nil {
+		out = *o
+	}
+	if out.Timeout < 0 {
+		return out, fmt.Errorf("%w: kind %q: Timeout must be >= 0", ErrInvalidConfig, kind)
+	}
+	if out.Timeout == 0 {
+		out.Timeout = defaultTimeout
+	}
+	if out.Retry == nil {
+		out.Retry = FullJitter{Base: time.Second, Cap: time.Hour}
+	}
+	if out.Lease != 0 && (out.Lease < time.Second || out.Lease > 24*time.Hour) {
+		return out, fmt.Errorf("%w: kind %q: Lease %v outside 1s..24h", ErrInvalidConfig, kind, out.Lease)
+	}
+	if out.MaxAttempts < 0 || out.MaxAttempts > 1000 {
+		return out, fmt.Errorf("%w: kind %q: MaxAttempts outside 1..1000", ErrInvalidConfig, kind)
+	}
+	if out.Priority < 0 || out.Priority > maxPriority {
+		return out, fmt.Errorf("%w: kind %q: Priority outside 1..9", ErrInvalidConfig, kind)
+	}
+	if out.Queue != "" && !jobs.ValidQueueName(out.Queue) {
+		return out, fmt.Errorf("%w: kind %q: queue name %q", ErrInvalidConfig, kind, out.Queue)
+	}
+	return out, nil
+}

@@ -1,0 +1,40 @@
+// Package worker is Tenure's engine: it claims jobs, runs their handlers, keeps their leases
+// alive, and finishes them with fenced writes that a stale worker can never win.
+//
+// Where things are:
+//
+//   - claim.go: the claim path. One demand-driven loop per queue claims up to its free handler
+//     slots with one statement (CTE + FOR UPDATE SKIP LOCKED + UPDATE ... RETURNING) that
+//     commits ownership (state, lease on the database clock, claim token, generation+1,
+//     attempts+1) before any handler starts.
+//   - fairness.go: the fairness hook: strict priority, aging, quotas, deadline promotion.
+//   - execute.go: running a handler, panics, timeouts, and classifying its result.
+//   - finish.go: the completion path: batched fenced finishes checked by affected rows,
+//     stale-write accounting, retry of writes the database did not answer, CompleteTx.
+//   - heartbeat.go: batched fenced lease extensions, lease loss, stuck handlers, cancel.
+//   - reclaim.go: the lease-expiry sweep (LEASE_EXPIRED) and retention pruning.
+//   - listener.go: LISTEN/NOTIFY wake-ups (new jobs, cancel requests).
+//   - effect.go: the effect ledger (stable idempotency keys, fenced records).
+//
+// Usage:
+//
+//	w, err := worker.New(pool, &worker.Config{
+//		Queues: map[string]worker.QueueConfig{"default": {Concurrency: 20}},
+//	})
+//	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[SendReceipt]) error {
+//		return send(ctx, job.Args)
+//	}, &worker.HandlerOptions{Timeout: 30 * time.Second})
+//	if err := w.Start(ctx); err != nil { ... }
+//	defer w.Stop(shutdownCtx)
+//
+// A handler returns nil for success. Any other error is retried with full-jitter backoff
+// until MaxAttempts, then the job is dead; Permanent(err) goes dead at once, RetryAfter(err, d)
+// chooses the delay, WithCode(code, err) classifies. A panic is recovered (code PANIC); a
+// handler past its timeout fails with TIMEOUT. The handler's context is cancelled with cause
+// ErrLeaseLost when the lease is gone, ErrJobCancelled when an operator cancels the job, and
+// ErrWorkerStopping on hard stop; check context.Cause before the next side effect.
+//
+// Execution is at least once. Job state is exactly once: only the owner of the current claim
+// token can finish a job. External effects are exactly once when they go through Effect and the
+// remote deduplicates by the effect's key.
+package worker

@@ -1,0 +1,146 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrorCode is the bounded vocabulary a failure is classified into. Codes go into the job's
+// last_error_code and metric labels; messages go to logs and the job's error history only.
+type ErrorCode string
+
+// The error codes. Each is retryable (the job goes back to ready with backoff while attempts
+// remain) or permanent (the job goes dead at once).
+const (
+	CodeHandlerError    ErrorCode = "HANDLER_ERROR"          // retryable: a plain error from the handler
+	CodeTimeout         ErrorCode = "TIMEOUT"                // retryable: the handler ran past its timeout
+	CodeRateLimit       ErrorCode = "RATE_LIMIT"             // retryable: a remote asked to slow down
+	CodeRemoteError     ErrorCode = "TRANSIENT_REMOTE_ERROR" // retryable: a remote failed transiently
+	CodeLeaseExpired    ErrorCode = "LEASE_EXPIRED"          // retryable: the owner's lease ran out (reclaim)
+	CodePanic           ErrorCode = "PANIC"                  // retryable: the handler panicked
+	CodeUnknownKind     ErrorCode = "UNKNOWN_KIND"           // retryable: no handler here (rolling deploy)
+	CodeInvalidPayload  ErrorCode = "INVALID_PAYLOAD"        // permanent: the payload cannot be decoded/validated
+	CodePermanentRemote ErrorCode = "PERMANENT_REMOTE_ERROR" // permanent: a remote rejected the request for good
+	CodePermanent       ErrorCode = "PERMANENT"              // permanent: the handler said so
+	CodeCancelled       ErrorCode = "CANCELLED"              // final: an operator cancelled the job
+)
+
+// Permanent reports whether a failure with this code goes straight to dead.
+func (c ErrorCode) Permanent() bool {
+	switch c {
+	case CodeInvalidPayload, CodePermanentRemote, CodePermanent:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether c is one of the codes above.
+func (c ErrorCode) Valid() bool {
+	switch c {
+	case CodeHandlerError, CodeTimeout, CodeRateLimit, CodeRemoteError, CodeLeaseExpired, CodePanic,
+		CodeUnknownKind, CodeInvalidPayload, CodePermanentRemote, CodePermanent, CodeCancelled:
+		return true
+	}
+	return false
+}
+
+// ErrLeaseLost is the cause of a handler context cancelled because the job's lease is gone
+// (a heartbeat changed 0 rows, or two heartbeats in a row failed). The handler must stop
+// before its next side effect; whatever it returns is fenced out.
+var ErrLeaseLost = errors.New("tenure: lease lost")
+
+// ErrJobCancelled is the cause of a handler context cancelled by an operator's cancel request.
+var ErrJobCancelled = errors.New("tenure: job cancelled by operator")
+
+// ErrWorkerStopping is the cause of a handler context cancelled by a hard stop. The job is
+// released back to ready without charging the attempt.
+var ErrWorkerStopping = errors.New("tenure: worker stopping")
+
+// ErrHandlerTimeout is the cause of a handler context that ran past its timeout.
+var ErrHandlerTimeout = errors.New("tenure: handler timeout")
+
+// ErrLostOwnership means a fenced write changed 0 rows: another worker owns the job now (or it
+// was finished, cancelled or reclaimed). It is never a success. Returned by CompleteTx and
+// Effect; counted by the engine as a stale write.
+var ErrLostOwnership = errors.New("tenure: lost ownership of the job")
+
+// ErrNotInHandler means an engine helper (CompleteTx, Effect) was called with a context that
+// does not belong to a running handler of this engine.
+var ErrNotInHandler = errors.New("tenure: not called from a running handler")
+
+// ErrInvalidConfig means the worker configuration cannot work. The error names the field.
+var ErrInvalidConfig = errors.New("tenure: invalid worker config")
+
+// ErrHandlersStillRunning is returned by Stop when handlers that ignore their context were
+// still running when the stop deadline passed. Their jobs were released (fenced), so their late
+// finishes are rejected.
+var ErrHandlersStillRunning = errors.New("tenure: handlers still running after stop")
+
+// ErrAlreadyStarted / ErrNotStarted guard the worker's lifecycle.
+var (
+	ErrAlreadyStarted = errors.New("tenure: worker already started")
+	ErrNotStarted     = errors.New("tenure: worker not started")
+)
+
+// JobError carries a handler's classification of its failure. Build one with Permanent,
+// RetryAfter or WithCode; the engine unwraps it with errors.As.
+type JobError struct {
+	Code ErrorCode
+	// Delay, when > 0, replaces the retry policy's delay for this retry.
+	Delay time.Duration
+	Err   error
+}
+
+func (e *JobError) Error() string {
+	if e.Err == nil {
+		return string(e.Code)
+	}
+	return fmt.Sprintf("%s: %v", e.Code, e.Err)
+}
+func (e *JobError) Unwrap() error { return e.Err }
+
+// Permanent marks err as permanent: the job goes dead at once (code PERMANENT).
+func Permanent(err error) error { return &JobError{Code: CodePermanent, Err: err} }
+
+// RetryAfter asks for the next attempt after d instead of the retry policy's delay (code
+// RATE_LIMIT unless err already carries a code).
+func RetryAfter(err error, d time.Duration) error {
+	var je *JobError
+	if errors.As(err, &je) {
+		return &JobError{Code: je.Code, Delay: d, Err: err}
+	}
+	return &JobError{Code: CodeRateLimit, Delay: d, Err: err}
+}
+
+// WithCode classifies err with code; the code's class decides retry or dead.
+func WithCode(code ErrorCode, err error) error { return &JobError{Code: code, Err: err} }
+
+// StaleWriteError is a finish the database rejected because the worker no longer owned the
+// job. It wraps ErrLostOwnership.
+type StaleWriteError struct {
+	JobID      int64
+	Generation int64
+	Transition string // "succeeded", "retry", "dead", "cancelled", "release"
+}
+
+func (e *StaleWriteError) Error() string {
+	return fmt.Sprintf("%v: job %d generation %d: %s rejected", ErrLostOwnership, e.JobID, e.Generation, e.Transition)
+}
+func (e *StaleWriteError) Unwrap() error { return ErrLostOwnership }
+
+// classify maps a handler's result to a code and an optional explicit delay.
+func classify(ctx context.Context, err error) (ErrorCode, time.Duration) {
+	var je *JobError
+	if errors.As(err, &je) && je.Code.Valid() {
+		return je.Code, je.Delay
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, ErrHandlerTimeout) || errors.Is(err, ErrHandlerTimeout):
+		return CodeTimeout, 0
+	case errors.Is(cause, ErrLeaseLost):
+		return CodeLeaseExpired, 0
+	}
+	return CodeHandlerError, 0
+}

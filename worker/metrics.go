@@ -1,0 +1,95 @@
+package worker
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tenureq/tenure/internal/hist"
+)
+
+// metrics are the engine's in-process counters and histograms (bounded memory).
+type metrics struct {
+	claims, emptyClaims, claimErrors, claimed                  atomic.Int64
+	succeeded, retried, dead, cancelled, released              atomic.Int64
+	staleRejected, finishRetries, finishAbandoned              atomic.Int64
+	heartbeats, heartbeatRows, heartbeatErrors, leasesLost     atomic.Int64
+	cancelSignals, stuck, lateFinishes, panics                 atomic.Int64
+	reclaimed, reclaimedDead, pruned, listenerReconnects       atomic.Int64
+	claimLatency, finishLatency                                hist.H
+	mu                                                         sync.Mutex
+	wait                                                       map[waitKey]*hist.H
+	codes                                                      map[ErrorCode]int64
+	lastSuccess                                                atomic.Int64 // unix nanos
+}
+
+type waitKey struct {
+	queue    string
+	priority int
+}
+
+func newMetrics() *metrics {
+	return &metrics{wait: map[waitKey]*hist.H{}, codes: map[ErrorCode]int64{}}
+}
+
+func (m *metrics) recordWait(queue string, priority int, d time.Duration) {
+	k := waitKey{queue, priority}
+	m.mu.Lock()
+	h := m.wait[k]
+	if h == nil {
+		h = &hist.H{}
+		m.wait[k] = h
+	}
+	m.mu.Unlock()
+	h.Record(d)
+}
+
+func (m *metrics) recordCode(c ErrorCode) {
+	m.mu.Lock()
+	m.codes[c]++
+	m.mu.Unlock()
+}
+
+// Stats is a snapshot of one worker's engine counters since Start.
+type Stats struct {
+	WorkerID string
+	// Claims: statements run, those that returned no row ("nothing claimable right now", not
+	// "queue empty"), failed ones, and jobs claimed.
+	Claims, EmptyClaims, ClaimErrors, Claimed int64
+	// Outcomes confirmed by a fenced write.
+	Succeeded, Retried, Dead, Cancelled, Released int64
+	// StaleRejected counts fenced finishes that changed 0 rows: the worker had lost the job.
+	StaleRejected int64
+	// FinishRetries counts finish writes retried after a database error; FinishAbandoned the
+	// finishes given up because the lease ran out while the database was unreachable.
+	FinishRetries, FinishAbandoned int64
+	// Heartbeats: statements, job leases extended, failures, leases found lost.
+	Heartbeats, HeartbeatRows, HeartbeatErrors, LeasesLost int64
+	// CancelSignals: handler contexts cancelled by an operator's request.
+	CancelSignals int64
+	// Stuck: handlers past timeout+grace whose jobs were left to expire; LateFinishes: their
+	// eventual returns (fenced out as TIMEOUT).
+	Stuck, LateFinishes, Panics int64
+	// Reclaimed: expired leases this worker's sweep returned to ready; ReclaimedDead: those
+	// that had no attempts left.
+	Reclaimed, ReclaimedDead, Pruned int64
+	ListenerReconnects           int64
+	// Running is the number of jobs this worker owns now.
+	Running int
+	// ClaimP50/P99: claim statement latency. FinishP50/P99: batched finish write latency.
+	ClaimP50, ClaimP99, FinishP50, FinishP99 time.Duration
+	// Wait: queue wait (due -> claimed) per queue and priority, as measured at claim.
+	Wait []WaitStats
+	// ErrorCodes counts failures by code.
+	ErrorCodes map[ErrorCode]int64
+	// LastSuccess is when this worker last confirmed a succeeded job (zero if never).
+	LastSuccess time.Time
+}
+
+// WaitStats are the queue-wait percentiles of one queue and priority.
+type WaitStats struct {
+	Queue              string
+	Priority           int
+	Count              uint64
+	P50, P95, P99, Max time.Duration
+}

@@ -1,0 +1,143 @@
+package worker
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tenureq/tenure/db/gen"
+)
+
+// reclaimLoop returns jobs whose lease expired to ready (code LEASE_EXPIRED, with the kind's
+// backoff, consuming the attempt) or to dead when no attempts remain, or to cancelled when an
+// operator had asked. Every worker runs it; FOR UPDATE SKIP LOCKED lets concurrent sweeps split
+// the work, and the fenced FailMany (same token as the expired claim) makes a sweep that lost a
+// race change nothing. Each pass handles at most ReclaimBatch jobs and repeats while full.
+func (w *Worker) reclaimLoop() {
+	defer w.bgWG.Done()
+	for {
+		d := w.cfg.ReclaimEvery/2 + time.Duration(rand.Int64N(int64(w.cfg.ReclaimEvery)))
+		select {
+		case <-w.bg.Done():
+			return
+		case <-time.After(d):
+		}
+		for {
+			n, err := w.ReclaimExpired(w.bg)
+			if err != nil {
+				if w.bg.Err() == nil {
+					w.log.Warn("tenure: reclaim sweep failed", "err", err)
+				}
+				break
+			}
+			if n < w.cfg.ReclaimBatch {
+				break
+			}
+		}
+	}
+}
+
+// ReclaimExpired runs one bounded pass of the lease-expiry sweep and returns the number of
+// jobs it reclaimed. The worker runs it periodically; it is exported for operators and tests.
+func (w *Worker) ReclaimExpired(ctx context.Context) (int, error) {
+	if w.q == nil {
+		return 0, ErrNotStarted
+	}
+	var n int
+	err := pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
+		q := w.q.WithTx(tx)
+		rows, err := q.LockExpired(ctx, int32(w.cfg.ReclaimBatch))
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		arg := gen.FailManyParams{}
+		dead := 0
+		for _, r := range rows {
+			state, delay := "ready", time.Duration(0)
+			switch {
+			case r.CancelRequested:
+				state = "cancelled"
+			case r.Attempts >= r.MaxAttempts:
+				state = "dead"
+				dead++
+			default:
+				delay = w.retryPolicy(r.Kind).Delay(int(r.Attempts), CodeLeaseExpired)
+			}
+			arg.Ids = append(arg.Ids, r.ID)
+			arg.Tokens = append(arg.Tokens, derefUUID(r.ClaimToken))
+			arg.States = append(arg.States, state)
+			arg.DelayUs = append(arg.DelayUs, delay.Microseconds())
+			arg.Codes = append(arg.Codes, string(CodeLeaseExpired))
+			arg.Messages = append(arg.Messages, "lease expired before the owner finished or heartbeated")
+		}
+		got, err := q.FailMany(ctx, arg)
+		if err != nil {
+			return err
+		}
+		n = len(got)
+		w.m.reclaimed.Add(int64(n))
+		w.m.reclaimedDead.Add(int64(dead))
+		for range n {
+			w.m.recordCode(CodeLeaseExpired)
+		}
+		w.log.Info("tenure: reclaimed expired leases", "jobs", n, "dead", dead)
+		return nil
+	})
+	return n, err
+}
+
+// pruneKey is the advisory lock that elects one pruner at a time across worker processes.
+const pruneKey = 0x74656e7572650001
+
+// pruneLoop deletes final jobs past their retention.
+func (w *Worker) pruneLoop() {
+	defer w.bgWG.Done()
+	if w.cfg.FinishedRetention < 0 && w.cfg.DeadRetention < 0 {
+		return
+	}
+	for {
+		d := w.cfg.PruneEvery/2 + time.Duration(rand.Int64N(int64(w.cfg.PruneEvery)))
+		select {
+		case <-w.bg.Done():
+			return
+		case <-time.After(d):
+		}
+		if err := w.prune(w.bg); err != nil && w.bg.Err() == nil {
+			w.log.Warn("tenure: prune failed", "err", err)
+		}
+	}
+}
+
+func (w *Worker) prune(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
+		var got bool
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", int64(pruneKey)).Scan(&got); err != nil || !got {
+			return err
+		}
+		q := w.q.WithTx(tx)
+		var total int64
+		if w.cfg.FinishedRetention >= 0 {
+			n, err := q.PruneFinished(ctx, gen.PruneFinishedParams{Before: time.Now().Add(-w.cfg.FinishedRetention), MaxJobs: 10000})
+			if err != nil {
+				return err
+			}
+			total += n
+		}
+		if w.cfg.DeadRetention >= 0 {
+			n, err := q.PruneDead(ctx, gen.PruneDeadParams{Before: time.Now().Add(-w.cfg.DeadRetention), MaxJobs: 10000})
+			if err != nil {
+				return err
+			}
+			total += n
+		}
+		if total > 0 {
+			if _, err := q.DeleteEffectsOfMissingJobs(ctx, 10000); err != nil {
+				return err
+			}
+			w.m.pruned.Add(total)
+		}
+		return nil
+	})
+}
