@@ -22,17 +22,17 @@ import (
 
 // claimed is one claimed attempt, as the claim statement returned it.
 type claimed struct {
-	id                         int64
-	queue, kind                string
-	payload                    []byte
-	version                    int
-	priority                   int
-	runAt, createdAt           time.Time
-	attemptedAt, lockedUntil   time.Time
-	attempt, maxAttempts       int
-	lease                      time.Duration
-	token                      uuid.UUID
-	generation                 int64
+	id                       int64
+	queue, kind              string
+	payload                  []byte
+	version                  int
+	priority                 int
+	runAt, createdAt         time.Time
+	attemptedAt, lockedUntil time.Time
+	attempt, maxAttempts     int
+	lease                    time.Duration
+	token                    uuid.UUID
+	generation               int64
 }
 
 type queueRunner struct {

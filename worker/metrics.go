@@ -10,17 +10,17 @@ import (
 
 // metrics are the engine's in-process counters and histograms (bounded memory).
 type metrics struct {
-	claims, emptyClaims, claimErrors, claimed                  atomic.Int64
-	succeeded, retried, dead, cancelled, released              atomic.Int64
-	staleRejected, finishRetries, finishAbandoned              atomic.Int64
-	heartbeats, heartbeatRows, heartbeatErrors, leasesLost     atomic.Int64
-	cancelSignals, stuck, lateFinishes, panics                 atomic.Int64
-	reclaimed, reclaimedDead, pruned, listenerReconnects       atomic.Int64
-	claimLatency, finishLatency                                hist.H
-	mu                                                         sync.Mutex
-	wait                                                       map[waitKey]*hist.H
-	codes                                                      map[ErrorCode]int64
-	lastSuccess                                                atomic.Int64 // unix nanos
+	claims, emptyClaims, claimErrors, claimed              atomic.Int64
+	succeeded, retried, dead, cancelled, released          atomic.Int64
+	staleRejected, finishRetries, finishAbandoned          atomic.Int64
+	heartbeats, heartbeatRows, heartbeatErrors, leasesLost atomic.Int64
+	cancelSignals, stuck, lateFinishes, panics             atomic.Int64
+	reclaimed, reclaimedDead, pruned, listenerReconnects   atomic.Int64
+	claimLatency, finishLatency                            hist.H
+	mu                                                     sync.Mutex
+	wait                                                   map[waitKey]*hist.H
+	codes                                                  map[ErrorCode]int64
+	lastSuccess                                            atomic.Int64 // unix nanos
 }
 
 type waitKey struct {
@@ -73,7 +73,7 @@ type Stats struct {
 	// Reclaimed: expired leases this worker's sweep returned to ready; ReclaimedDead: those
 	// that had no attempts left.
 	Reclaimed, ReclaimedDead, Pruned int64
-	ListenerReconnects           int64
+	ListenerReconnects               int64
 	// Running is the number of jobs this worker owns now.
 	Running int
 	// ClaimP50/P99: claim statement latency. FinishP50/P99: batched finish write latency.
