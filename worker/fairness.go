@@ -17,11 +17,16 @@ import (
 // returned; the claim stays one statement and never sorts the whole ready set.
 
 // Aging raises a waiting job's effective priority by one for every Step it has waited since it
-// became due, by at most MaxBoost. With Step 5m and MaxBoost 3, a low job (1) that waited 10
-// minutes competes as 3 (high); after 15 minutes as 4.
+// became due, up to Ceiling (default 4, PriorityCritical). Among jobs of equal effective
+// priority, the one promoted further (lower base priority) goes first, then the oldest. So a
+// job of base priority p reaches the ceiling after (Ceiling-p)*Step and is then taken before
+// every job at the ceiling with a higher base priority: under sustained overload its wait stays
+// bounded by about (Ceiling-p)*Step plus the time to drain the promoted jobs ahead of it, and
+// the overload is pushed onto the higher priorities instead. Jobs whose base priority is at or
+// above the ceiling are not aged.
 type Aging struct {
-	Step     time.Duration
-	MaxBoost int // default 3
+	Step    time.Duration
+	Ceiling int
 }
 
 // Fairness configures how a queue shares its workers between priorities. The zero value is
@@ -54,8 +59,8 @@ func (f Fairness) validate(queue string) error {
 		if f.Aging.Step < time.Second {
 			return bad("Aging.Step", "must be at least 1s, got %v", f.Aging.Step)
 		}
-		if f.Aging.MaxBoost < 0 || f.Aging.MaxBoost > maxPriority-minPriority {
-			return bad("Aging.MaxBoost", "must be within 0..%d", maxPriority-minPriority)
+		if f.Aging.Ceiling != 0 && (f.Aging.Ceiling < minPriority+1 || f.Aging.Ceiling > maxPriority) {
+			return bad("Aging.Ceiling", "must be within %d..%d", minPriority+1, maxPriority)
 		}
 	}
 	for p, w := range f.Quotas {
@@ -73,8 +78,9 @@ func (f Fairness) validate(queue string) error {
 }
 
 const (
-	minPriority = 1
-	maxPriority = 9
+	minPriority         = 1
+	maxPriority         = 9
+	defaultAgingCeiling = 4
 )
 
 // segment is one (band, age window) slice of the ready set, as ClaimSegments reads it.
@@ -90,14 +96,15 @@ type segment struct {
 type policy struct {
 	f      Fairness
 	credit [maxPriority + 1]float64 // quota deficit per band
+	quota  [maxPriority + 1]int     // the quotas of the claim in flight
 	weight float64
 }
 
 func newPolicy(f Fairness) *policy {
 	p := &policy{f: f}
-	if f.Aging != nil && f.Aging.MaxBoost == 0 {
+	if f.Aging != nil && f.Aging.Ceiling == 0 {
 		a := *f.Aging
-		a.MaxBoost = 3
+		a.Ceiling = defaultAgingCeiling
 		p.f.Aging = &a
 	}
 	for _, w := range f.Quotas {
@@ -106,45 +113,54 @@ func newPolicy(f Fairness) *policy {
 	return p
 }
 
-// plan returns the segments of a claim of n jobs (nil = strict).
+// plan returns the segments of a claim of n jobs (nil = strict). Ranks: deadline-promoted
+// segments are 0 (first, oldest first across bands); otherwise higher effective priority
+// first, and within one effective priority the lower base priority (the more promoted job).
 func (p *policy) plan(n int) []segment {
 	if p.f.Strict() {
 		return nil
 	}
 	quota := p.quotas(n)
-	boost := 0
-	var step time.Duration
+	ceiling, step := 0, time.Duration(0)
 	if p.f.Aging != nil {
-		boost, step = p.f.Aging.MaxBoost, p.f.Aging.Step
+		ceiling, step = p.f.Aging.Ceiling, p.f.Aging.Step
 	}
-	segs := make([]segment, 0, (maxPriority-minPriority+1)*(boost+2))
+	rank := func(eff, base int) int { return 1 + (maxPriority-eff)*(maxPriority+1) + base }
+	segs := make([]segment, 0, 2*(maxPriority-minPriority+1)+ceiling*ceiling)
 	for prio := maxPriority; prio >= minPriority; prio-- {
 		upper := time.Duration(0) // the band's age windows end here (0 = unbounded)
 		if p.f.Deadline > 0 {
 			segs = append(segs, segment{priority: prio, minAge: p.f.Deadline, limit: n, rank: 0, quota: quota[prio]})
 			upper = p.f.Deadline
 		}
-		for k := 0; k <= boost; k++ {
+		levels := 0 // age windows beyond the first
+		if ceiling > prio {
+			levels = ceiling - prio
+		}
+		for k := 0; k <= levels; k++ {
 			lo, hi := time.Duration(k)*step, time.Duration(k+1)*step
-			if k == boost {
+			if k == levels {
 				hi = 0
 			}
-			if upper > 0 && (hi == 0 || hi > upper) {
-				hi = upper
+			if upper > 0 {
+				if lo >= upper {
+					break
+				}
+				if hi == 0 || hi > upper {
+					hi = upper
+				}
 			}
-			if upper > 0 && lo >= upper {
-				break
-			}
-			eff := min(prio+k, maxPriority+boost)
 			segs = append(segs, segment{priority: prio, minAge: lo, maxAge: hi, limit: n,
-				rank: 1 + (maxPriority + boost - eff), quota: quota[prio]})
+				rank: rank(prio+k, prio), quota: quota[prio]})
 		}
 	}
 	return segs
 }
 
-// quotas turns the configured shares into this batch's per-band quota, carrying the fractional
-// remainder (deficit) over to later batches.
+// quotas turns the configured shares into this batch's per-band quota: each band earns
+// n*share/total credit per batch, gets the whole units of its credit, and the units left over
+// go to the bands with the largest fractional credit (largest remainder), so the quotas add
+// up to n and small batches still follow the shares over time (deficit round robin).
 func (p *policy) quotas(n int) [maxPriority + 1]int {
 	var q [maxPriority + 1]int
 	if p.weight == 0 {
@@ -153,25 +169,52 @@ func (p *policy) quotas(n int) [maxPriority + 1]int {
 		}
 		return q
 	}
+	left := n
 	for prio, w := range p.f.Quotas {
+		if w == 0 {
+			continue
+		}
 		p.credit[prio] += float64(n) * float64(w) / p.weight
-		q[prio] = int(math.Floor(p.credit[prio] + 1e-9))
+		q[prio] = max(0, int(math.Floor(p.credit[prio]+1e-9)))
+		left -= q[prio]
 	}
+	for ; left > 0; left-- {
+		best := 0
+		for prio, w := range p.f.Quotas {
+			if w == 0 {
+				continue
+			}
+			frac := p.credit[prio] - float64(q[prio])
+			bestFrac := p.credit[best] - float64(q[best])
+			if best == 0 || frac > bestFrac || (frac == bestFrac && prio > best) {
+				best = prio
+			}
+		}
+		if best == 0 {
+			break
+		}
+		q[best]++
+	}
+	p.quota = q
 	return q
 }
 
-// observe updates the deficit after a claim returned got[prio] jobs per band.
+// observe charges each band for what the claim gave it, up to its quota: a band that ran dry
+// (got less than its quota) loses its credit (no banking while idle), and jobs a band took
+// beyond its quota (the share of a dry band flowing to it) are free.
 func (p *policy) observe(n int, got *[maxPriority + 1]int) {
 	if p.weight == 0 {
 		return
 	}
-	for prio := range p.f.Quotas {
-		quota := int(math.Floor(p.credit[prio] + 1e-9))
-		c := p.credit[prio] - float64(got[prio])
-		if got[prio] < quota || c < 0 {
-			c = 0 // the band ran dry, or took overflow: no debt either way
+	for prio, w := range p.f.Quotas {
+		if w == 0 {
+			continue
 		}
-		// never bank more than one batch of credit
-		p.credit[prio] = min(c, float64(n))
+		q := p.quota[prio]
+		c := p.credit[prio] - float64(min(got[prio], q))
+		if got[prio] < q {
+			c = 0
+		}
+		p.credit[prio] = max(-1, min(c, float64(n)))
 	}
 }
