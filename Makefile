@@ -1,0 +1,53 @@
+# Tenure developer tasks. `make test` is what CI runs (.ci/run).
+#
+# Tests need PostgreSQL; the harness (internal/pgtest) finds or starts one by itself:
+# $TEST_DATABASE_URL, else a trusting server on 127.0.0.1:5432, else a throwaway cluster
+# started from the local PostgreSQL binaries (set TENURE_PGSERVER_SKIP_DEFAULT=1 to force it).
+
+SHELL := /bin/bash
+GO    ?= go
+SQLC  ?= $(GO) run github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1
+
+# The full suite runs with the race detector. On a slow machine: make test RACE=
+RACE         ?= -race
+TEST_TIMEOUT ?= 20m
+TEST_FLAGS   ?=
+PKGS         ?= ./...
+
+.PHONY: all generate check-generated vet fmt-check test test-short migrate
+
+all: test
+
+## generate: regenerate db/gen from db/schema.sql and db/queries.sql with sqlc
+generate:
+	$(SQLC) generate
+
+## check-generated: fail when db/gen is not what sqlc produces from the SQL
+## (that db/migrations reproduces db/schema.sql is checked by the db/migrations tests)
+check-generated:
+	@$(SQLC) diff || { echo "db/gen is stale: run 'make generate' and commit the result" >&2; exit 1; }
+
+## vet: go vet every package
+vet:
+	$(GO) vet $(PKGS)
+
+## fmt-check: fail when a Go file is not gofmt-formatted
+fmt-check:
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; \
+	if [ -n "$$out" ]; then echo "not gofmt-formatted:" >&2; echo "$$out" >&2; exit 1; fi
+
+## test: check-generated, vet, then the whole suite against real PostgreSQL
+test: check-generated vet
+	$(GO) test $(RACE) -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS)
+
+## test-short: the suite without -race, skipping the slow tests (-short)
+test-short:
+	$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+## migrate: apply pending migrations to $$DATABASE_URL (or pass ARGS='-database-url URL')
+migrate:
+	$(GO) run ./cmd/tenure migrate up $(ARGS)
+
+# ---------------------------------------------------------------------------------------
+# Demo and benchmark targets (demo, bench, bench-compare, bench-fairness) go below.
+# ---------------------------------------------------------------------------------------
