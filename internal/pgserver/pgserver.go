@@ -245,7 +245,8 @@ func (s *Server) Stop() error {
 
 func (s *Server) stop() error {
 	if s.watchdog != nil && s.watchdog.Process != nil {
-		_ = s.watchdog.Process.Kill()
+		// The watchdog leads its own session: kill the group, its sleep included.
+		_ = syscall.Kill(-s.watchdog.Process.Pid, syscall.SIGKILL)
 		_ = s.watchdog.Wait()
 	}
 	var err error
