@@ -14,6 +14,10 @@
 // which, run in parallel by go test ./..., may race to build it: building is serialized by an
 // advisory lock on the admin database and done under a temporary name that is renamed only
 // once complete). No connection is ever kept open to the template.
+//
+// Test databases are named tenure_t_<pid>_<random> (migrated) and tenure_e_<pid>_<random>
+// (empty). Main drops, on a server of this host, those whose process is gone and that nobody
+// is connected to: what a killed or timed-out test run left behind.
 package pgtest
 
 import (
@@ -48,7 +52,6 @@ var (
 	mu        sync.Mutex
 	server    *pgserver.Server
 	serverErr error
-	fromMain  bool
 	admin     *pgxpool.Pool
 
 	tplOnce sync.Once
@@ -70,13 +73,16 @@ func Main(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	if !srv.Started {
+		sweepLeftovers(srv.URL, logf)
+	}
 	if testing.Verbose() || srv.Started {
 		for _, l := range logs {
 			fmt.Fprintln(os.Stderr, l)
 		}
 	}
 	mu.Lock()
-	server, fromMain = srv, true
+	server = srv
 	mu.Unlock()
 
 	code := m.Run()
@@ -215,7 +221,8 @@ func newDatabase(t testing.TB, prefix, template string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := prefix + randomHex(8)
+	// The pid lets a later run drop what a killed test process left (sweepLeftovers).
+	name := fmt.Sprintf("%s%d_%s", prefix, os.Getpid(), randomHex(6))
 	if err := createDatabase(ctx, pool, name, template); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
@@ -357,6 +364,53 @@ func migrateDB(ctx context.Context, url string) error {
 	defer c.Close(context.WithoutCancel(ctx))
 	_, err = migrations.UpConn(ctx, c)
 	return err
+}
+
+// sweepLeftovers drops test databases left by test processes that died before their
+// cleanup ran (killed, timed out). It only looks at a server on this host, where the pid in a
+// database's name can be checked, and only drops databases nobody is connected to.
+func sweepLeftovers(adminURL string, logf func(string, ...any)) {
+	cfg, err := pgconn.ParseConfig(adminURL)
+	if err != nil || !(cfg.Host == "localhost" || cfg.Host == "::1" || strings.HasPrefix(cfg.Host, "127.") || strings.HasPrefix(cfg.Host, "/")) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `
+SELECT d.datname, substring(d.datname FROM '^tenure_[te]_([0-9]+)_')::int
+FROM pg_database d
+WHERE d.datname ~ '^tenure_[te]_[0-9]+_'
+  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datid = d.oid)`)
+	if err != nil {
+		return
+	}
+	type leftover struct {
+		name string
+		pid  int
+	}
+	var found []leftover
+	var l leftover
+	_, err = pgx.ForEachRow(rows, []any{&l.name, &l.pid}, func() error {
+		found = append(found, l)
+		return nil
+	})
+	if err != nil {
+		logf("pgtest: looking for leftover databases: %v", err)
+		return
+	}
+	for _, l := range found {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", l.pid)); err == nil {
+			continue // owner alive
+		}
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(l.name)); err == nil {
+			logf("pgtest: dropped leftover database %s (pid %d gone)", l.name, l.pid)
+		}
+	}
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
