@@ -1,9 +1,17 @@
 package worker_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/tenureq/tenure/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// A re-executed test binary with TENURE_CHILD set is a child worker of a chaos or effect
+	// test (see child_test.go), not a test run.
+	if mode := os.Getenv(envChild); mode != "" {
+		os.Exit(childMain(mode))
+	}
+	pgtest.Main(m)
+}
