@@ -839,4 +839,3 @@ func TestChaosFinishReplyLost(t *testing.T) {
 	require.EqualValues(t, 1, st.Succeeded)
 	require.Zero(t, st.StaleRejected)
 }
-
