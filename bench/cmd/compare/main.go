@@ -1,0 +1,352 @@
+// Command compare benchmarks Tenure against River on the same PostgreSQL server.
+//
+// Every run gets its own freshly created database (migrated with the queue's own migrator)
+// and its own child process; runs alternate Tenure/River within each repetition; the report
+// gives the median of each metric and the Tenure/River ratio, oriented so that > 1 means
+// Tenure is better. See bench/README.md.
+//
+//	go run ./cmd/compare                       # everything, 3 repetitions
+//	BENCH_QUICK=1 go run ./cmd/compare         # shortened, 1 repetition (< 2 minutes)
+//	go run ./cmd/compare -scenarios latency -reps 5
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tenureq/tenure/bench/internal/pgutil"
+	"github.com/tenureq/tenure/bench/internal/scenario"
+	"github.com/tenureq/tenure/bench/internal/sut"
+	"github.com/tenureq/tenure/bench/internal/sut/riversut"
+	_ "github.com/tenureq/tenure/bench/internal/sut/tenuresut"
+)
+
+func main() {
+	child := flag.String("child", "", "internal: run one scenario described by this JSON spec and print the result")
+	cfg := parseFlags()
+	if *child != "" {
+		os.Exit(runChild(*child))
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := runCompare(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+// config is the parent's configuration.
+type config struct {
+	quick     bool
+	reps      int
+	scenarios []string
+	systems   []string
+	workers   int
+	payload   int
+	adminURL  string
+	outDir    string
+	analyze   bool
+	keepDBs   bool
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(key string, def int) int {
+	if v := os.Getenv(key); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+		fmt.Fprintf(os.Stderr, "compare: ignoring %s=%q (not an integer)\n", key, v)
+	}
+	return def
+}
+
+func envBool(key string) bool {
+	switch strings.ToLower(os.Getenv(key)) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
+func parseFlags() config {
+	var c config
+	var scen, systems string
+	flag.BoolVar(&c.quick, "quick", envBool("BENCH_QUICK"), "shortened run: 1 repetition, 20k jobs, 5 s timed runs (env BENCH_QUICK=1)")
+	flag.IntVar(&c.reps, "reps", envInt("BENCH_REPS", 0), "repetitions per scenario (env BENCH_REPS; default 3, or 1 with -quick)")
+	flag.StringVar(&scen, "scenarios", envOr("BENCH_SCENARIOS", "all"), "comma-separated scenarios or 'all' (env BENCH_SCENARIOS): "+strings.Join(scenario.All, ", "))
+	flag.StringVar(&systems, "systems", envOr("BENCH_SYSTEMS", "tenure,river"), "comma-separated systems to run (env BENCH_SYSTEMS)")
+	flag.IntVar(&c.workers, "workers", envInt("BENCH_WORKERS", 100), "worker count for burn-down, steady and held-xmin (env BENCH_WORKERS)")
+	flag.IntVar(&c.payload, "payload", envInt("BENCH_PAYLOAD_BYTES", 256), "approximate encoded job args size in bytes (env BENCH_PAYLOAD_BYTES)")
+	flag.StringVar(&c.adminURL, "admin-url", envOr("BENCH_ADMIN_URL", pgutil.DefaultAdminURL), "URL of a database on the server, used to create and drop the per-run databases (env BENCH_ADMIN_URL)")
+	flag.StringVar(&c.outDir, "out", envOr("BENCH_OUT", "results"), "directory for latest.json and latest.md (env BENCH_OUT)")
+	flag.BoolVar(&c.analyze, "analyze", true, "ANALYZE after pre-inserting a backlog (burn-down, few-workers), as autovacuum would")
+	flag.BoolVar(&c.keepDBs, "keep-dbs", false, "do not drop the per-run databases (debugging)")
+	flag.Parse()
+	if c.reps <= 0 {
+		c.reps = 3
+		if c.quick {
+			c.reps = 1
+		}
+	}
+	if scen == "" || scen == "all" {
+		c.scenarios = scenario.All
+	} else {
+		for _, s := range strings.Split(scen, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				c.scenarios = append(c.scenarios, s)
+			}
+		}
+	}
+	for _, s := range strings.Split(systems, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			c.systems = append(c.systems, s)
+		}
+	}
+	return c
+}
+
+// runChild runs one scenario in this process and prints its Result as JSON on stdout.
+func runChild(specJSON string) int {
+	var spec scenario.Spec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "child: bad spec:", err)
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	res, err := scenario.Run(ctx, spec)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "child %s/%s: %v\n", spec.System, spec.Scenario, err)
+		return 1
+	}
+	out, _ := json.Marshal(res)
+	fmt.Println(string(out))
+	return 0
+}
+
+// unit is one side of a comparison: a system, optionally with a specific bulk insert API.
+type unit struct {
+	System   string
+	BatchAPI string
+}
+
+func (u unit) label() string {
+	if u.BatchAPI == "" {
+		return u.System
+	}
+	return u.System + "/" + u.BatchAPI
+}
+
+// plan returns the Spec template of a scenario (DBURL and System filled in per run).
+func (c config) plan(name string) (scenario.Spec, error) {
+	s := scenario.Spec{Scenario: name, PayloadBytes: c.payload, Batch: 1000, Analyze: c.analyze}
+	pick := func(full, quick int) int {
+		if c.quick {
+			return quick
+		}
+		return full
+	}
+	dur := func(full, quick time.Duration) time.Duration {
+		if c.quick {
+			return quick
+		}
+		return full
+	}
+	switch name {
+	case scenario.BurnDown:
+		s.Workers, s.Jobs = c.workers, pick(200_000, 20_000)
+		s.Duration = dur(10*time.Minute, 20*time.Second) // time limit
+	case scenario.Steady, scenario.HeldXmin:
+		s.Workers, s.Duration = c.workers, dur(30*time.Second, 5*time.Second)
+		s.Batch, s.Producers, s.BacklogCap = 100, 2, 20*c.workers
+		s.HoldXmin = name == scenario.HeldXmin
+	case scenario.Latency:
+		s.Workers, s.Rate = 32, 200
+		s.Duration, s.Warmup = dur(60*time.Second, 5*time.Second), dur(2*time.Second, time.Second)
+	case scenario.BulkEnqueue:
+		s.Jobs = pick(100_000, 20_000)
+	case scenario.FewWorkers:
+		s.Workers, s.Work = 8, time.Millisecond
+		s.Duration, s.Jobs = dur(30*time.Second, 5*time.Second), pick(250_000, 15_000)
+	default:
+		return s, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(scenario.All, ", "))
+	}
+	s.MaxConns = int32(max(s.Workers, 1)/4 + 10)
+	return s, nil
+}
+
+// units returns the sides of a scenario in A/B order. bulk-enqueue runs River twice, once per
+// bulk API, so Tenure's InsertMany is compared with both.
+func (c config) units(name string) []unit {
+	var out []unit
+	for _, sys := range c.systems {
+		if name == scenario.BulkEnqueue && sys == "river" {
+			out = append(out, unit{"river", riversut.RiverBatchFast}, unit{"river", riversut.RiverBatchReturning})
+			continue
+		}
+		out = append(out, unit{System: sys})
+	}
+	return out
+}
+
+type runKey struct {
+	Scenario string
+	Unit     unit
+}
+
+func runCompare(ctx context.Context, c config) error {
+	for _, sys := range c.systems {
+		if _, err := sut.Get(sys); err != nil {
+			return err
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	server, err := pgutil.ReadServerInfo(ctx, c.adminURL)
+	if err != nil {
+		return fmt.Errorf("read server info from %s: %w", c.adminURL, err)
+	}
+	specs := map[string]scenario.Spec{}
+	for _, name := range c.scenarios {
+		s, err := c.plan(name)
+		if err != nil {
+			return err
+		}
+		specs[name] = s
+	}
+	fmt.Fprintf(os.Stderr, "compare: %d scenario(s) × %d repetition(s), systems %s, quick=%v\n",
+		len(c.scenarios), c.reps, strings.Join(c.systems, ","), c.quick)
+
+	results := map[runKey][]*scenario.Result{}
+	settings := map[string]map[string]string{}
+	var failures []string
+	started := time.Now()
+	for _, name := range c.scenarios {
+		spec := specs[name]
+		for rep := 1; rep <= c.reps; rep++ {
+			for _, u := range c.units(name) {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				res, err := runOne(ctx, c, exe, spec, u, rep)
+				if err != nil {
+					msg := fmt.Sprintf("%s rep %d %s: %v", name, rep, u.label(), err)
+					fmt.Fprintln(os.Stderr, "compare: FAILED", msg)
+					failures = append(failures, msg)
+					continue
+				}
+				results[runKey{name, u}] = append(results[runKey{name, u}], res)
+				if settings[u.System] == nil {
+					settings[u.System] = res.Settings
+				}
+			}
+		}
+	}
+	rep := buildReport(c, specs, server, results, settings, failures)
+	rep.DurationS = time.Since(started).Seconds()
+	if err := writeReport(c, rep); err != nil {
+		return err
+	}
+	if len(failures) > 0 {
+		return fmt.Errorf("%d run(s) failed", len(failures))
+	}
+	return nil
+}
+
+// runOne creates a fresh database, runs one child, and drops the database.
+func runOne(ctx context.Context, c config, exe string, spec scenario.Spec, u unit, rep int) (*scenario.Result, error) {
+	dbName := fmt.Sprintf("tbench_%d_%s_%s_%d", os.Getpid(), u.System, strings.ReplaceAll(spec.Scenario, "-", "_"), rep)
+	if u.BatchAPI != "" {
+		dbName += "_" + strings.ToLower(u.BatchAPI)
+	}
+	if err := pgutil.CreateDatabase(ctx, c.adminURL, dbName); err != nil {
+		return nil, err
+	}
+	if !c.keepDBs {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := pgutil.DropDatabase(dctx, c.adminURL, dbName); err != nil {
+				fmt.Fprintf(os.Stderr, "compare: drop %s: %v\n", dbName, err)
+			}
+		}()
+	}
+	dbURL, err := pgutil.WithDatabase(c.adminURL, dbName)
+	if err != nil {
+		return nil, err
+	}
+	spec.System, spec.BatchAPI, spec.DBURL = u.System, u.BatchAPI, dbURL
+	specJSON, _ := json.Marshal(spec)
+	fmt.Fprintf(os.Stderr, "==> %-12s rep %d  %-22s (db %s)\n", spec.Scenario, rep, u.label(), dbName)
+	cctx, cancel := context.WithTimeout(ctx, spec.Duration+15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, exe, "-child", string(specJSON))
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("child: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var res scenario.Result
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		return nil, fmt.Errorf("child output: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "    %s\n", summarize(&res))
+	return &res, nil
+}
+
+func summarize(r *scenario.Result) string {
+	var parts []string
+	for _, k := range []string{scenario.MJobsPerS, scenario.MInsertedPerS, scenario.MCompletedPerS,
+		scenario.MP50, scenario.MP95, scenario.MP99, scenario.MDeadTuples} {
+		if v, ok := r.Metrics[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s=%s", k, fmtNum(v)))
+		}
+	}
+	parts = append(parts, fmt.Sprintf("elapsed=%.2fs bench_cpu=%.2fs pg_cpu=%.2fs jobs=%d",
+		r.Elapsed, r.BenchCPU, r.PGCPU, r.Jobs))
+	return strings.Join(parts, " ")
+}
+
+func writeReport(c config, rep *report) error {
+	if err := os.MkdirAll(c.outDir, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	jsonPath := filepath.Join(c.outDir, "latest.json")
+	if err := os.WriteFile(jsonPath, append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	md := rep.markdown()
+	mdPath := filepath.Join(c.outDir, "latest.md")
+	if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
+		return err
+	}
+	fmt.Print(rep.text())
+	fmt.Fprintf(os.Stderr, "compare: wrote %s and %s\n", jsonPath, mdPath)
+	return nil
+}

@@ -1,0 +1,570 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tenureq/tenure/bench/internal/pgutil"
+	"github.com/tenureq/tenure/bench/internal/scenario"
+	"github.com/tenureq/tenure/bench/internal/sut/riversut"
+)
+
+// metricDef says how to extract, label and orient one reported metric.
+type metricDef struct {
+	Key          string // Result.Metrics key, or a derived key below
+	Label        string
+	Unit         string
+	HigherBetter bool
+}
+
+// Derived metric keys (computed from a Result's CPU fields).
+const (
+	dBenchCPU = "bench_cpu_per_1k"
+	dPGCPU    = "pg_cpu_per_1k"
+)
+
+var cpuDefs = []metricDef{
+	{dBenchCPU, "bench process CPU", "cpu-s / 1k jobs", false},
+	{dPGCPU, "postgres CPU", "cpu-s / 1k jobs", false},
+}
+
+var scenarioDefs = map[string][]metricDef{
+	scenario.BurnDown: {
+		{scenario.MJobsPerS, "throughput", "jobs/s", true},
+	},
+	scenario.Steady: {
+		{scenario.MInsertedPerS, "inserted", "jobs/s", true},
+		{scenario.MCompletedPerS, "completed", "jobs/s", true},
+		{scenario.MP50, "claim latency p50", "ms", false},
+		{scenario.MP99, "claim latency p99", "ms", false},
+		{scenario.MDeadTuples, "dead tuples at end", "rows", false},
+		{scenario.MDeadPer1k, "dead tuples per 1k completed", "rows", false},
+	},
+	scenario.Latency: {
+		{scenario.MP50, "pickup latency p50", "ms", false},
+		{scenario.MP95, "pickup latency p95", "ms", false},
+		{scenario.MP99, "pickup latency p99", "ms", false},
+		{scenario.MCompletedPerS, "completed (offered 200)", "jobs/s", true},
+	},
+	scenario.BulkEnqueue: {
+		{scenario.MJobsPerS, "throughput", "jobs/s", true},
+	},
+	scenario.HeldXmin: {
+		{scenario.MInsertedPerS, "inserted", "jobs/s", true},
+		{scenario.MCompletedPerS, "completed", "jobs/s", true},
+		{scenario.MP50, "claim latency p50", "ms", false},
+		{scenario.MP99, "claim latency p99", "ms", false},
+		{scenario.MDeadTuples, "dead tuples at end", "rows", false},
+		{scenario.MDeadPer1k, "dead tuples per 1k completed", "rows", false},
+	},
+	scenario.FewWorkers: {
+		{scenario.MCompletedPerS, "completed", "jobs/s", true},
+	},
+}
+
+func metricValue(r *scenario.Result, key string) (float64, bool) {
+	switch key {
+	case dBenchCPU:
+		if r.Jobs <= 0 {
+			return 0, false
+		}
+		return r.BenchCPU / (float64(r.Jobs) / 1000), true
+	case dPGCPU:
+		if r.Jobs <= 0 || !r.PGCPUValid {
+			return 0, false
+		}
+		return r.PGCPU / (float64(r.Jobs) / 1000), true
+	}
+	v, ok := r.Metrics[key]
+	return v, ok
+}
+
+// row is one line of the results table.
+type row struct {
+	Scenario     string    `json:"scenario"`
+	Metric       string    `json:"metric"`
+	Unit         string    `json:"unit"`
+	Tenure       *float64  `json:"tenure"`
+	River        *float64  `json:"river"`
+	Ratio        *float64  `json:"ratio"`
+	RatioNote    string    `json:"ratio_note,omitempty"`
+	HigherBetter bool      `json:"higher_is_better"`
+	TenureRuns   []float64 `json:"tenure_runs"`
+	RiverRuns    []float64 `json:"river_runs"`
+}
+
+type machineInfo struct {
+	CPUs      int    `json:"cpus"`
+	Model     string `json:"model"`
+	GoVersion string `json:"go_version"`
+	OS        string `json:"os"`
+	MemoryGiB int    `json:"memory_gib,omitempty"`
+}
+
+type report struct {
+	Date     string            `json:"date"`
+	Machine  machineInfo       `json:"machine"`
+	Postgres pgutil.ServerInfo `json:"postgres"`
+	Config   reportConfig      `json:"config"`
+	Results  []row             `json:"results"`
+	Failures []string          `json:"failures,omitempty"`
+	// Interference is, per scenario and side, the median share of the machine's CPU used by
+	// processes other than the bench and PostgreSQL during the measured intervals.
+	Interference []string `json:"interference,omitempty"`
+	Notes        []string `json:"notes,omitempty"`
+	DurationS    float64  `json:"duration_s"`
+	specs        map[string]scenario.Spec
+}
+
+type reportConfig struct {
+	Quick        bool                         `json:"quick"`
+	Repetitions  int                          `json:"repetitions"`
+	Order        string                       `json:"order"`
+	Systems      []string                     `json:"systems"`
+	PayloadBytes int                          `json:"payload_bytes"`
+	Analyze      bool                         `json:"analyze_after_preinsert"`
+	Latency      string                       `json:"latency_definition"`
+	SystemConfig map[string]map[string]string `json:"system_settings"`
+	Scenarios    map[string]scenarioConfig    `json:"scenarios"`
+}
+
+type scenarioConfig struct {
+	Workers       int     `json:"workers,omitempty"`
+	PoolMaxConns  int32   `json:"pool_max_conns"`
+	Jobs          int     `json:"jobs,omitempty"`
+	DurationS     float64 `json:"duration_s,omitempty"`
+	TimeLimitS    float64 `json:"time_limit_s,omitempty"`
+	WarmupS       float64 `json:"warmup_s,omitempty"`
+	Batch         int     `json:"batch,omitempty"`
+	Producers     int     `json:"producers,omitempty"`
+	BacklogCap    int     `json:"backlog_cap,omitempty"`
+	RatePerS      int     `json:"offered_rate_per_s,omitempty"`
+	HandlerWorkMS float64 `json:"handler_work_ms"`
+	HoldXmin      bool    `json:"hold_xmin,omitempty"`
+}
+
+const latencyDefinition = "enqueue-commit → handler-start: from the moment the insert call returns " +
+	"(commit acknowledged) to the moment the handler is entered, clamped at 0; the same clock and " +
+	"definition for both queues. Reported as 'claim latency' in steady/held-xmin."
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerInfo,
+	results map[runKey][]*scenario.Result, settings map[string]map[string]string, failures []string) *report {
+	rep := &report{
+		Date:     time.Now().UTC().Format(time.RFC3339),
+		Machine:  readMachine(),
+		Postgres: server,
+		Failures: failures,
+		specs:    specs,
+		Config: reportConfig{
+			Quick: c.quick, Repetitions: c.reps, Systems: c.systems, PayloadBytes: c.payload,
+			Order:        "per scenario and repetition: " + orderString(c),
+			Analyze:      c.analyze,
+			Latency:      latencyDefinition,
+			SystemConfig: map[string]map[string]string{},
+			Scenarios:    map[string]scenarioConfig{},
+		},
+	}
+	for sys, s := range settings {
+		clean := map[string]string{}
+		for k, v := range s {
+			if k == "MaxWorkers" || k == "Concurrency" || k == "pool MaxConns" || k == "bulk insert API" {
+				continue // per scenario, see config.scenarios
+			}
+			clean[k] = v
+		}
+		if sys == "river" {
+			clean["MaxWorkers"] = "= workers of the scenario"
+		}
+		if sys == "tenure" {
+			clean["Concurrency"] = "= workers of the scenario"
+		}
+		rep.Config.SystemConfig[sys] = clean
+	}
+	for name, s := range specs {
+		sc := scenarioConfig{
+			Workers: s.Workers, PoolMaxConns: s.MaxConns, Jobs: s.Jobs,
+			DurationS: s.Duration.Seconds(), WarmupS: s.Warmup.Seconds(), Batch: s.Batch,
+			Producers: s.Producers, BacklogCap: s.BacklogCap, RatePerS: s.Rate,
+			HandlerWorkMS: float64(s.Work) / float64(time.Millisecond), HoldXmin: s.HoldXmin,
+		}
+		if name == scenario.BurnDown {
+			sc.TimeLimitS, sc.DurationS = sc.DurationS, 0
+		}
+		rep.Config.Scenarios[name] = sc
+	}
+
+	collect := func(name string, u unit, key string) []float64 {
+		var out []float64
+		for _, r := range results[runKey{name, u}] {
+			if v, ok := metricValue(r, key); ok {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	for _, name := range c.scenarios {
+		units := c.units(name)
+		var tenureU *unit
+		var riverUs []unit
+		for i := range units {
+			switch units[i].System {
+			case "tenure":
+				tenureU = &units[i]
+			case "river":
+				riverUs = append(riverUs, units[i])
+			}
+		}
+		if len(riverUs) == 0 {
+			riverUs = []unit{{System: "river"}} // keep Tenure's rows even with -systems tenure
+		}
+		defs := append(slices.Clone(scenarioDefs[name]), cpuDefs...)
+		for _, ru := range riverUs {
+			for _, d := range defs {
+				label := d.Label
+				if ru.BatchAPI != "" {
+					label += " (River " + ru.BatchAPI + ")"
+				}
+				rw := row{Scenario: name, Metric: label, Unit: d.Unit, HigherBetter: d.HigherBetter}
+				if tenureU != nil {
+					rw.TenureRuns = collect(name, *tenureU, d.Key)
+				}
+				rw.RiverRuns = collect(name, ru, d.Key)
+				fillRow(&rw)
+				rep.Results = append(rep.Results, rw)
+			}
+		}
+	}
+	// Held-xmin relative to steady: how much throughput each queue keeps when xmin is pinned.
+	if slices.Contains(c.scenarios, scenario.Steady) && slices.Contains(c.scenarios, scenario.HeldXmin) {
+		kept := func(sys string) []float64 {
+			s := collect(scenario.Steady, unit{System: sys}, scenario.MCompletedPerS)
+			h := collect(scenario.HeldXmin, unit{System: sys}, scenario.MCompletedPerS)
+			if len(s) == 0 || len(h) == 0 || median(s) == 0 {
+				return nil
+			}
+			return []float64{100 * median(h) / median(s)}
+		}
+		rw := row{Scenario: scenario.HeldXmin, Metric: "completed jobs/s kept vs steady", Unit: "%",
+			HigherBetter: true, TenureRuns: kept("tenure"), RiverRuns: kept("river")}
+		fillRow(&rw)
+		rep.Results = append(rep.Results, rw)
+	}
+	rep.Notes = append(rep.Notes,
+		"ratio = tenure/river for higher-is-better metrics and river/tenure for lower-is-better ones: > 1 always means Tenure is better",
+		"values are medians over the repetitions; *_runs hold every repetition",
+		"postgres CPU counts the postmaster, the cluster-wide auxiliary processes and every backend of the run's own database (utime+stime from /proc)",
+	)
+	if server.Settings["autovacuum"] == "off" {
+		rep.Notes = append(rep.Notes, "autovacuum is off on this server: dead tuples are never vacuumed during the runs")
+	}
+	// Interference: how much of the machine other processes used during each scenario's runs.
+	for _, name := range c.scenarios {
+		var parts []string
+		for _, u := range c.units(name) {
+			var shares []float64
+			for _, r := range results[runKey{name, u}] {
+				if r.MachineCPU > 0 {
+					shares = append(shares, 100*r.ForeignCPU/r.MachineCPU)
+				}
+			}
+			if len(shares) > 0 {
+				parts = append(parts, fmt.Sprintf("%s %.0f%%", u.label(), median(shares)))
+			}
+		}
+		if len(parts) > 0 {
+			rep.Interference = append(rep.Interference, fmt.Sprintf("%s: %s", name, strings.Join(parts, ", ")))
+		}
+	}
+	for key, rs := range results {
+		for i, r := range rs {
+			for _, n := range r.Notes {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s rep %d %s: %s", key.Scenario, i+1, key.Unit.label(), n))
+			}
+		}
+	}
+	slices.Sort(rep.Notes[3:])
+	return rep
+}
+
+func orderString(c config) string {
+	parts := make([]string, len(c.systems))
+	copy(parts, c.systems)
+	return strings.Join(parts, " → ") + " (A/B/A/B across repetitions)"
+}
+
+func fillRow(rw *row) {
+	if len(rw.TenureRuns) > 0 {
+		v := median(rw.TenureRuns)
+		rw.Tenure = &v
+	}
+	if len(rw.RiverRuns) > 0 {
+		v := median(rw.RiverRuns)
+		rw.River = &v
+	}
+	if rw.Tenure == nil || rw.River == nil {
+		return
+	}
+	t, r := *rw.Tenure, *rw.River
+	num, den := t, r
+	if !rw.HigherBetter {
+		num, den = r, t
+	}
+	switch {
+	case den == 0 && num == 0:
+		one := 1.0
+		rw.Ratio, rw.RatioNote = &one, "both zero"
+	case den == 0:
+		rw.RatioNote = "infinite: Tenure's value is 0"
+		if rw.HigherBetter {
+			rw.RatioNote = "infinite: River's value is 0"
+		}
+	default:
+		v := num / den
+		rw.Ratio = &v
+	}
+}
+
+func readMachine() machineInfo {
+	m := machineInfo{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	osName := runtime.GOOS + "/" + runtime.GOARCH
+	if b, err := os.ReadFile("/etc/os-release"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
+				osName = strings.Trim(v, `"`) + ", " + osName
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		osName += ", kernel " + strings.TrimSpace(string(b))
+	}
+	m.OS = osName
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil {
+			m.MemoryGiB = int(math.Round(float64(kb) / (1 << 20)))
+		}
+	}
+	return m
+}
+
+// fmtNum prints a number with about 3 significant figures.
+func fmtNum(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case v == 0:
+		return "0"
+	case a >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 100:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.2f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.3f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}
+
+func fmtPtr(v *float64) string {
+	if v == nil {
+		return "—"
+	}
+	return fmtNum(*v)
+}
+
+func fmtRatio(rw row) string {
+	if rw.Ratio != nil {
+		return fmt.Sprintf("%.2f", *rw.Ratio)
+	}
+	if rw.RatioNote != "" {
+		return "∞"
+	}
+	return "—"
+}
+
+// header lists the settings that must accompany the numbers.
+func (rep *report) header() []string {
+	var out []string
+	out = append(out, fmt.Sprintf("Tenure vs River — %s — %d CPU(s) %s, %s, %s",
+		rep.Date, rep.Machine.CPUs, rep.Machine.Model, rep.Machine.GoVersion, rep.Machine.OS))
+	out = append(out, fmt.Sprintf("PostgreSQL: %s", rep.Postgres.Version))
+	var ss []string
+	for _, k := range []string{"shared_buffers", "synchronous_commit", "fsync", "max_connections", "autovacuum"} {
+		if v, ok := rep.Postgres.Settings[k]; ok {
+			ss = append(ss, k+"="+v)
+		}
+	}
+	out = append(out, "  settings: "+strings.Join(ss, ", "))
+	mode := "full"
+	if rep.Config.Quick {
+		mode = "QUICK (BENCH_QUICK=1: shortened runs, not for publication)"
+	}
+	out = append(out, fmt.Sprintf("Mode: %s; %d repetition(s), medians; payload ≈ %d bytes; fresh database per run",
+		mode, rep.Config.Repetitions, rep.Config.PayloadBytes))
+	out = append(out, fmt.Sprintf("River settings (riverbench's throughput settings): FetchCooldown=%s, FetchPollInterval=%s, MaxWorkers = scenario worker count; bulk API InsertManyFast unless noted",
+		riversut.RiverFetchCooldown, riversut.RiverFetchPollInterval))
+	out = append(out, "Tenure settings: library defaults, Concurrency = scenario worker count; bulk API InsertMany; its worker also opens its default private engine pool (3 + 1 per queue = 4 connections) besides the shared pool")
+	for _, name := range scenario.All {
+		s, ok := rep.Config.Scenarios[name]
+		if !ok {
+			continue
+		}
+		out = append(out, "  "+name+": "+describeScenario(s))
+	}
+	out = append(out, "Latency: "+rep.Config.Latency)
+	out = append(out, "Ratio: > 1 means Tenure is better (tenure/river for throughput, river/tenure for latency, CPU and dead tuples)")
+	return out
+}
+
+func describeScenario(s scenarioConfig) string {
+	var p []string
+	if s.Workers > 0 {
+		p = append(p, fmt.Sprintf("workers=%d", s.Workers))
+	}
+	p = append(p, fmt.Sprintf("pool MaxConns=%d", s.PoolMaxConns))
+	if s.Jobs > 0 {
+		p = append(p, fmt.Sprintf("jobs=%d", s.Jobs))
+	}
+	if s.DurationS > 0 {
+		p = append(p, fmt.Sprintf("duration=%gs", s.DurationS))
+	}
+	if s.TimeLimitS > 0 {
+		p = append(p, fmt.Sprintf("time limit=%gs", s.TimeLimitS))
+	}
+	if s.WarmupS > 0 {
+		p = append(p, fmt.Sprintf("warm-up=%gs", s.WarmupS))
+	}
+	if s.Batch > 0 {
+		p = append(p, fmt.Sprintf("batch=%d", s.Batch))
+	}
+	if s.Producers > 0 {
+		p = append(p, fmt.Sprintf("producers=%d backlog cap=%d", s.Producers, s.BacklogCap))
+	}
+	if s.RatePerS > 0 {
+		p = append(p, fmt.Sprintf("offered=%d jobs/s one insert per job", s.RatePerS))
+	}
+	if s.HandlerWorkMS > 0 {
+		p = append(p, fmt.Sprintf("handler sleeps %gms", s.HandlerWorkMS))
+	} else {
+		p = append(p, "no-op handler")
+	}
+	if s.HoldXmin {
+		p = append(p, "xmin held by an open transaction")
+	}
+	return strings.Join(p, ", ")
+}
+
+func (rep *report) text() string {
+	var b strings.Builder
+	for _, l := range rep.header() {
+		b.WriteString(l + "\n")
+	}
+	b.WriteString("\n")
+	cols := []string{"scenario", "metric", "unit", "tenure", "river", "ratio"}
+	cells := [][]string{cols}
+	for _, rw := range rep.Results {
+		cells = append(cells, []string{rw.Scenario, rw.Metric, rw.Unit, fmtPtr(rw.Tenure), fmtPtr(rw.River), fmtRatio(rw)})
+	}
+	width := make([]int, len(cols))
+	for _, r := range cells {
+		for i, c := range r {
+			width[i] = max(width[i], len([]rune(c)))
+		}
+	}
+	for ri, r := range cells {
+		for i, c := range r {
+			pad := width[i] - len([]rune(c))
+			if i >= 3 { // numbers right-aligned
+				b.WriteString(strings.Repeat(" ", pad) + c)
+			} else {
+				b.WriteString(c + strings.Repeat(" ", pad))
+			}
+			if i < len(r)-1 {
+				b.WriteString("  ")
+			}
+		}
+		b.WriteString("\n")
+		if ri == 0 {
+			total := 0
+			for _, w := range width {
+				total += w + 2
+			}
+			b.WriteString(strings.Repeat("-", total-2) + "\n")
+		}
+	}
+	if len(rep.Failures) > 0 {
+		b.WriteString("\nFAILED RUNS:\n")
+		for _, f := range rep.Failures {
+			b.WriteString("  " + f + "\n")
+		}
+	}
+	if len(rep.Interference) > 0 {
+		b.WriteString("\nCPU used by unrelated processes during the runs (share of the machine, median; high values make the numbers noisy):\n")
+		for _, l := range rep.Interference {
+			b.WriteString("  " + l + "\n")
+		}
+	}
+	if len(rep.Notes) > 3 {
+		b.WriteString("\nNotes:\n")
+		for _, n := range rep.Notes[3:] {
+			b.WriteString("  " + n + "\n")
+		}
+	}
+	return b.String()
+}
+
+func (rep *report) markdown() string {
+	var b strings.Builder
+	b.WriteString("# Tenure vs River\n\n")
+	for _, l := range rep.header() {
+		b.WriteString("- " + strings.TrimSpace(l) + "\n")
+	}
+	b.WriteString("\n| Scenario | Metric | Unit | Tenure | River | Ratio (> 1 = Tenure better) |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|\n")
+	for _, rw := range rep.Results {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n",
+			rw.Scenario, rw.Metric, rw.Unit, fmtPtr(rw.Tenure), fmtPtr(rw.River), fmtRatio(rw))
+	}
+	if len(rep.Failures) > 0 {
+		b.WriteString("\n**Failed runs:**\n\n")
+		for _, f := range rep.Failures {
+			b.WriteString("- " + f + "\n")
+		}
+	}
+	if len(rep.Interference) > 0 {
+		b.WriteString("\nCPU used by unrelated processes during the runs (share of the machine, median; high values make the numbers noisy):\n\n")
+		for _, l := range rep.Interference {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	b.WriteString("\nNotes:\n\n")
+	for _, n := range rep.Notes {
+		b.WriteString("- " + n + "\n")
+	}
+	fmt.Fprintf(&b, "\nGenerated by `make bench-compare` (bench/cmd/compare) in %.0f s. Raw per-repetition values are in latest.json.\n", rep.DurationS)
+	return b.String()
+}

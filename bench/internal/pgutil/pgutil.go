@@ -1,0 +1,288 @@
+// Package pgutil holds the PostgreSQL plumbing the bench needs: fresh databases per run,
+// server settings for the report, server CPU attribution and queue-table statistics.
+package pgutil
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenureq/tenure/bench/internal/procstat"
+)
+
+// DefaultAdminURL is used when neither a flag nor BENCH_ADMIN_URL names the server.
+const DefaultAdminURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// WithDatabase returns adminURL pointing at database name instead.
+func WithDatabase(adminURL, name string) (string, error) {
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return "", fmt.Errorf("pgutil: parse admin url: %w", err)
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+// DatabaseName returns the database named by a postgres URL (empty if none).
+func DatabaseName(dbURL string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
+
+// CreateDatabase drops name if it exists and creates it empty.
+func CreateDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("pgutil: connect admin: %w", err)
+	}
+	defer conn.Close(ctx)
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("pgutil: drop %s: %w", name, err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+		return fmt.Errorf("pgutil: create %s: %w", name, err)
+	}
+	return nil
+}
+
+// DropDatabase drops name, terminating any connection still using it.
+func DropDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("pgutil: connect admin: %w", err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	return err
+}
+
+// NewPool opens a pool of at most maxConns connections to dbURL.
+func NewPool(ctx context.Context, dbURL string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// ServerInfo is what the report says about the server.
+type ServerInfo struct {
+	Version  string            `json:"version"`
+	Settings map[string]string `json:"settings"`
+}
+
+var reportedSettings = []string{
+	"shared_buffers", "synchronous_commit", "fsync", "full_page_writes", "max_connections",
+	"work_mem", "wal_level", "max_wal_size", "checkpoint_timeout", "autovacuum",
+	"autovacuum_naptime", "autovacuum_vacuum_scale_factor", "random_page_cost",
+	"effective_io_concurrency", "huge_pages", "jit",
+}
+
+// ReadServerInfo reads the version and the settings that matter for a queue benchmark.
+func ReadServerInfo(ctx context.Context, adminURL string) (ServerInfo, error) {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return ServerInfo{}, err
+	}
+	defer conn.Close(ctx)
+	var info ServerInfo
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&info.Version); err != nil {
+		return info, err
+	}
+	rows, err := conn.Query(ctx,
+		`SELECT name, setting, coalesce(unit, '') FROM pg_settings WHERE name = ANY($1) ORDER BY name`,
+		reportedSettings)
+	if err != nil {
+		return info, err
+	}
+	info.Settings = map[string]string{}
+	for rows.Next() {
+		var name, setting, unit string
+		if err := rows.Scan(&name, &setting, &unit); err != nil {
+			return info, err
+		}
+		info.Settings[name] = humanSetting(setting, unit)
+	}
+	return info, rows.Err()
+}
+
+func humanSetting(setting, unit string) string {
+	switch unit {
+	case "8kB":
+		var n int64
+		if _, err := fmt.Sscan(setting, &n); err == nil {
+			return humanBytes(n * 8192)
+		}
+	case "kB":
+		var n int64
+		if _, err := fmt.Sscan(setting, &n); err == nil {
+			return humanBytes(n * 1024)
+		}
+	case "MB":
+		var n int64
+		if _, err := fmt.Sscan(setting, &n); err == nil {
+			return humanBytes(n << 20)
+		}
+	case "":
+		return setting
+	}
+	return setting + unit
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dkB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// ServerCPU measures the CPU the PostgreSQL server spends on one database between Start and
+// Stop. It snapshots every process named "postgres" and then counts only:
+//   - the postmaster (the root of the postgres process tree),
+//   - auxiliary processes shared by the whole cluster (checkpointer, background writer,
+//     walwriter, autovacuum launcher, ...: pg_stat_activity rows with no database), and
+//   - every backend or autovacuum worker whose pg_stat_activity.datname is this database,
+//
+// so that other databases' clients on a shared server are not billed to the run. Backends
+// must still be alive at Stop (close the pools afterwards).
+type ServerCPU struct {
+	conn   *pgx.Conn
+	dbName string
+	before procstat.Snapshot
+	ok     bool
+}
+
+// StartServerCPU opens a monitoring connection to dbURL and takes the before snapshot. If
+// /proc is unreadable the measurement degrades to zero and OK reports false.
+func StartServerCPU(ctx context.Context, dbURL string) (*ServerCPU, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	s := &ServerCPU{conn: conn, dbName: DatabaseName(dbURL)}
+	snap, err := procstat.PostgresProcs()
+	s.before, s.ok = snap, err == nil && len(snap) > 0
+	return s, nil
+}
+
+// Reset takes a fresh before snapshot (call it when the measured interval starts).
+func (s *ServerCPU) Reset() {
+	if snap, err := procstat.PostgresProcs(); err == nil {
+		s.before = snap
+	}
+}
+
+// OK reports whether server processes were visible in /proc.
+func (s *ServerCPU) OK() bool { return s.ok }
+
+// Stop takes the after snapshot and returns the attributed CPU and the unattributed total of
+// all postgres processes (for reference).
+func (s *ServerCPU) Stop(ctx context.Context) (attributed, all time.Duration, err error) {
+	after, err := procstat.PostgresProcs()
+	if err != nil {
+		return 0, 0, err
+	}
+	rows, err := s.conn.Query(ctx,
+		`SELECT pid FROM pg_stat_activity WHERE datname = $1 OR datname IS NULL`, s.dbName)
+	if err != nil {
+		return 0, 0, err
+	}
+	keep := map[int]bool{}
+	for rows.Next() {
+		var pid int32
+		if err := rows.Scan(&pid); err != nil {
+			return 0, 0, err
+		}
+		keep[int(pid)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	for pid, p := range after {
+		if _, isPG := after[p.PPID]; !isPG {
+			keep[pid] = true // the postmaster
+		}
+	}
+	for pid, d := range procstat.Delta(s.before, after) {
+		all += d
+		if keep[pid] {
+			attributed += d
+		}
+	}
+	return attributed, all, nil
+}
+
+// Close closes the monitoring connection.
+func (s *ServerCPU) Close(ctx context.Context) { _ = s.conn.Close(ctx) }
+
+// DeadTuples returns pg_stat_user_tables.n_dead_tup of the table schema.name as seen by a new
+// connection to dbURL, after forcing the stats of that connection out and giving exiting
+// backends a moment to flush theirs (a backend flushes its pending counters when it exits,
+// so close the measured pools first).
+func DeadTuples(ctx context.Context, dbURL, qualifiedTable string) (int64, error) {
+	time.Sleep(600 * time.Millisecond)
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	schema, table, ok := strings.Cut(qualifiedTable, ".")
+	if !ok {
+		schema, table = "public", qualifiedTable
+	}
+	_, _ = conn.Exec(ctx, "SELECT pg_stat_force_next_flush()") // PG15+; harmless if absent
+	var n int64
+	err = conn.QueryRow(ctx,
+		`SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2`,
+		schema, table).Scan(&n)
+	return n, err
+}
+
+// HoldXmin opens a connection to dbURL and leaves a transaction open that owns an xid
+// (BEGIN; SELECT txid_current()), which pins the database's xmin horizon so that no dead row
+// version created afterwards can be vacuumed or pruned until release is called.
+func HoldXmin(ctx context.Context, dbURL string) (release func(), err error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	var xid int64
+	if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	return func() {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(c)
+		_ = conn.Close(c)
+	}, nil
+}

@@ -1,0 +1,575 @@
+// Package scenario runs one benchmark scenario against one queue in one fresh database and
+// returns its raw measurements. The compare command runs every scenario in a child process so
+// the two queues never share a heap, goroutines or a garbage collector.
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenureq/tenure/bench/internal/pgutil"
+	"github.com/tenureq/tenure/bench/internal/procstat"
+	"github.com/tenureq/tenure/bench/internal/sut"
+)
+
+// Scenario names.
+const (
+	BurnDown    = "burn-down"
+	Steady      = "steady"
+	Latency     = "latency"
+	BulkEnqueue = "bulk-enqueue"
+	HeldXmin    = "held-xmin"
+	FewWorkers  = "few-workers"
+)
+
+// All lists the scenarios in report order.
+var All = []string{BurnDown, Steady, Latency, BulkEnqueue, HeldXmin, FewWorkers}
+
+// Spec is everything a child needs to run one scenario once.
+type Spec struct {
+	Scenario     string        `json:"scenario"`
+	System       string        `json:"system"`
+	DBURL        string        `json:"db_url"`
+	Workers      int           `json:"workers"`
+	MaxConns     int32         `json:"max_conns"`
+	Jobs         int           `json:"jobs"`          // burn-down / bulk-enqueue total, few-workers backlog
+	Duration     time.Duration `json:"duration"`      // timed scenarios; burn-down: time limit (0 = none)
+	Warmup       time.Duration `json:"warmup"`        // latency: jobs committed earlier are not recorded
+	Batch        int           `json:"batch"`         // bulk insert size
+	Producers    int           `json:"producers"`     // steady / held-xmin producer goroutines
+	BacklogCap   int           `json:"backlog_cap"`   // steady / held-xmin: max inserted-but-unfinished
+	Rate         int           `json:"rate"`          // latency: offered jobs/s
+	PayloadBytes int           `json:"payload_bytes"` // approximate encoded args size
+	Work         time.Duration `json:"work"`          // handler sleep
+	HoldXmin     bool          `json:"hold_xmin"`
+	BatchAPI     string        `json:"batch_api"`
+	Analyze      bool          `json:"analyze"` // ANALYZE after pre-inserting a backlog
+}
+
+// Result is one run's raw measurements.
+type Result struct {
+	Scenario string             `json:"scenario"`
+	System   string             `json:"system"`
+	BatchAPI string             `json:"batch_api"`
+	Metrics  map[string]float64 `json:"metrics"`
+	// Jobs is the number of jobs the CPU figures are divided by (completed, or inserted for
+	// bulk-enqueue).
+	Jobs       int64   `json:"jobs"`
+	Elapsed    float64 `json:"elapsed_s"`
+	BenchCPU   float64 `json:"bench_cpu_s"`
+	PGCPU      float64 `json:"pg_cpu_s"`     // attributed to this run's database
+	PGCPUAll   float64 `json:"pg_cpu_all_s"` // every postgres process, for reference
+	PGCPUValid bool    `json:"pg_cpu_valid"`
+	// ForeignCPU is the CPU that processes other than this one and the PostgreSQL server used
+	// on the machine during the interval (interference from whatever else was running), and
+	// MachineCPU the machine's capacity over the interval (elapsed × CPUs).
+	ForeignCPU float64           `json:"foreign_cpu_s"`
+	MachineCPU float64           `json:"machine_cpu_s"`
+	Settings   map[string]string `json:"settings"`
+	Notes      []string          `json:"notes,omitempty"`
+}
+
+// Metric keys.
+const (
+	MJobsPerS      = "jobs_per_s"
+	MInsertedPerS  = "inserted_per_s"
+	MCompletedPerS = "completed_per_s"
+	MP50           = "p50_ms"
+	MP95           = "p95_ms"
+	MP99           = "p99_ms"
+	MMax           = "max_ms"
+	MDeadTuples    = "dead_tuples"
+	MDeadPer1k     = "dead_tuples_per_1k"
+	MLatencyN      = "latency_samples"
+)
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "    "+format+"\n", args...)
+}
+
+// Run executes spec. The database must exist and be empty; Run migrates it.
+func Run(ctx context.Context, spec Spec) (*Result, error) {
+	drv, err := sut.Get(spec.System)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgutil.NewPool(ctx, spec.DBURL, spec.MaxConns)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	poolClosed := false
+	closePool := func() {
+		if !poolClosed {
+			poolClosed = true
+			pool.Close()
+		}
+	}
+	defer closePool()
+	if err := drv.Migrate(ctx, pool); err != nil {
+		return nil, fmt.Errorf("%s migrate: %w", spec.System, err)
+	}
+	r := &runner{spec: spec, drv: drv, pool: pool, closePool: closePool,
+		res: &Result{Scenario: spec.Scenario, System: spec.System, BatchAPI: spec.BatchAPI, Metrics: map[string]float64{}}}
+	switch spec.Scenario {
+	case BurnDown:
+		err = r.burnDown(ctx)
+	case Steady, HeldXmin:
+		err = r.steady(ctx)
+	case Latency:
+		err = r.latency(ctx)
+	case BulkEnqueue:
+		err = r.bulk(ctx)
+	case FewWorkers:
+		err = r.fewWorkers(ctx)
+	default:
+		err = fmt.Errorf("unknown scenario %q", spec.Scenario)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r.res, nil
+}
+
+type runner struct {
+	spec      Spec
+	drv       *sut.Driver
+	pool      *pgxpool.Pool
+	closePool func()
+	res       *Result
+	pad       string
+}
+
+func (r *runner) newSystem(ctx context.Context, workers int, onStart, onDone sut.Handler) (sut.System, error) {
+	r.pad = sut.Pad(r.spec.PayloadBytes)
+	sys, err := r.drv.New(ctx, sut.Options{
+		Pool: r.pool, Workers: workers, OnStart: onStart, OnDone: onDone,
+		Work: r.spec.Work, BatchAPI: r.spec.BatchAPI,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.res.Settings = sys.Settings()
+	if r.res.BatchAPI == "" {
+		r.res.BatchAPI = r.drv.BatchAPIs[0]
+	}
+	return sys, nil
+}
+
+// meter measures wall time, this process's CPU and the server's CPU over an interval.
+type meter struct {
+	t0    time.Time
+	cpu0  time.Duration
+	busy0 time.Duration
+	srv   *pgutil.ServerCPU
+}
+
+func (r *runner) startMeter(ctx context.Context) (*meter, error) {
+	srv, err := pgutil.StartServerCPU(ctx, r.spec.DBURL)
+	if err != nil {
+		return nil, fmt.Errorf("server cpu: %w", err)
+	}
+	srv.Reset()
+	busy, _ := procstat.MachineBusy()
+	return &meter{t0: time.Now(), cpu0: procstat.SelfCPU(), busy0: busy, srv: srv}, nil
+}
+
+// stop ends the interval; jobs is the CPU denominator. Call before closing the pool.
+func (r *runner) stopMeter(ctx context.Context, m *meter, jobs int64) time.Duration {
+	elapsed := time.Since(m.t0)
+	bench := procstat.SelfCPU() - m.cpu0
+	busy, _ := procstat.MachineBusy()
+	attributed, all, err := m.srv.Stop(ctx)
+	m.srv.Close(ctx)
+	r.res.Elapsed = elapsed.Seconds()
+	r.res.BenchCPU = bench.Seconds()
+	r.res.Jobs = jobs
+	if err != nil || !m.srv.OK() {
+		r.note("postgres CPU not measured: /proc not readable or server not local (%v)", err)
+	} else {
+		r.res.PGCPU, r.res.PGCPUAll, r.res.PGCPUValid = attributed.Seconds(), all.Seconds(), true
+	}
+	if m.busy0 > 0 && busy > 0 {
+		r.res.ForeignCPU = max(0, (busy - m.busy0 - bench - all).Seconds())
+		r.res.MachineCPU = elapsed.Seconds() * float64(runtime.NumCPU())
+	}
+	return elapsed
+}
+
+func (r *runner) note(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.res.Notes = append(r.res.Notes, msg)
+	logf("note: %s", msg)
+}
+
+// preinsert bulk-inserts n jobs (not measured), then optionally ANALYZEs.
+func (r *runner) preinsert(ctx context.Context, sys sut.System, n int) error {
+	batch := max(1, r.spec.Batch)
+	t0 := time.Now()
+	args := make([]sut.BenchArgs, 0, batch)
+	for i := 0; i < n; i += batch {
+		args = args[:0]
+		for j := i; j < min(n, i+batch); j++ {
+			args = append(args, sut.BenchArgs{Pad: r.pad, Seq: int64(j)})
+		}
+		if err := sys.InsertBatch(ctx, args); err != nil {
+			return fmt.Errorf("pre-insert: %w", err)
+		}
+	}
+	logf("pre-inserted %d jobs in %s", n, time.Since(t0).Round(time.Millisecond))
+	if r.spec.Analyze {
+		if _, err := r.pool.Exec(ctx, "ANALYZE"); err != nil {
+			return fmt.Errorf("analyze: %w", err)
+		}
+	}
+	return nil
+}
+
+func stopSystem(sys sut.System) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sys.Stop(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		logf("stop: %v", err)
+	}
+}
+
+// burnDown: pre-insert Jobs, start the workers, time until every job is finished in the
+// database.
+func (r *runner) burnDown(ctx context.Context) error {
+	var done atomic.Int64
+	sys, err := r.newSystem(ctx, r.spec.Workers, nil, func(*sut.BenchArgs) { done.Add(1) })
+	if err != nil {
+		return err
+	}
+	n := r.spec.Jobs
+	if err := r.preinsert(ctx, sys, n); err != nil {
+		return err
+	}
+	m, err := r.startMeter(ctx)
+	if err != nil {
+		return err
+	}
+	if err := sys.Start(ctx); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	defer stopSystem(sys)
+	// Wait for every handler to have run (cheap, in-process), then for the database to show
+	// every job finished (completions may be written asynchronously after the handler returns).
+	// A run that exceeds the time limit reports handled jobs / elapsed instead.
+	limit := time.Time{}
+	if r.spec.Duration > 0 {
+		limit = time.Now().Add(r.spec.Duration)
+	}
+	last, lastProgress := int64(-1), time.Now()
+	nextLog := time.Now().Add(5 * time.Second)
+	for done.Load() < int64(n) {
+		time.Sleep(2 * time.Millisecond)
+		if d := done.Load(); d != last {
+			last, lastProgress = d, time.Now()
+		} else if time.Since(lastProgress) > 60*time.Second {
+			return fmt.Errorf("burn-down stalled at %d/%d jobs", d, n)
+		}
+		if time.Now().After(nextLog) {
+			logf("%d/%d handled", done.Load(), n)
+			nextLog = time.Now().Add(5 * time.Second)
+		}
+		if !limit.IsZero() && time.Now().After(limit) {
+			handled := done.Load()
+			elapsed := r.stopMeter(ctx, m, handled)
+			r.res.Metrics[MJobsPerS] = float64(handled) / elapsed.Seconds()
+			r.note("did not finish %d jobs within the %s limit: throughput = %d handled / %.1fs",
+				n, r.spec.Duration, handled, elapsed.Seconds())
+			return nil
+		}
+	}
+	for {
+		left, err := sys.Unfinished(ctx)
+		if err != nil {
+			return fmt.Errorf("count unfinished: %w", err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Since(lastProgress) > 60*time.Second {
+			return fmt.Errorf("burn-down: %d jobs still unfinished 60s after the last handler ran", left)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := r.stopMeter(ctx, m, int64(n))
+	r.res.Metrics[MJobsPerS] = float64(n) / elapsed.Seconds()
+	return nil
+}
+
+// steady runs Producers goroutines inserting Batch-sized batches while the workers work, for
+// Duration, keeping at most BacklogCap jobs inserted but unfinished (so a slow consumer turns
+// into a lower insert rate, not unbounded memory). With HoldXmin a separate connection keeps a
+// transaction with an xid open for the whole run.
+func (r *runner) steady(ctx context.Context) error {
+	var done, inserted, seqGen atomic.Int64
+	tr := newPickupTracker(0)
+	sys, err := r.newSystem(ctx, r.spec.Workers,
+		func(a *sut.BenchArgs) { tr.started(a.Seq) },
+		func(*sut.BenchArgs) { done.Add(1) })
+	if err != nil {
+		return err
+	}
+	if r.spec.HoldXmin {
+		release, err := pgutil.HoldXmin(ctx, r.spec.DBURL)
+		if err != nil {
+			return fmt.Errorf("hold xmin: %w", err)
+		}
+		defer release()
+		logf("holding a transaction open (BEGIN; SELECT txid_current())")
+	}
+	if err := sys.Start(ctx); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			stopSystem(sys)
+		}
+	}()
+	m, err := r.startMeter(ctx)
+	if err != nil {
+		return err
+	}
+	tr.startClock(0)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var insertErrs atomic.Int64
+	batch, backlogCap := max(1, r.spec.Batch), int64(max(1, r.spec.BacklogCap))
+	for range max(1, r.spec.Producers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			args := make([]sut.BenchArgs, batch)
+			seqs := make([]int64, batch)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if inserted.Load()-done.Load() >= backlogCap {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				first := seqGen.Add(int64(batch)) - int64(batch)
+				for i := range args {
+					seqs[i] = first + int64(i)
+					args[i] = sut.BenchArgs{Pad: r.pad, Seq: seqs[i]}
+				}
+				if err := sys.InsertBatch(ctx, args); err != nil {
+					if insertErrs.Add(1) <= 3 {
+						logf("insert: %v", err)
+					}
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				tr.committed(seqs)
+				inserted.Add(int64(batch))
+			}
+		}()
+	}
+	progress := time.NewTicker(5 * time.Second)
+	deadline := time.NewTimer(r.spec.Duration)
+loop:
+	for {
+		select {
+		case <-deadline.C:
+			break loop
+		case <-progress.C:
+			logf("inserted %d, completed %d", inserted.Load(), done.Load())
+		}
+	}
+	progress.Stop()
+	close(stop)
+	wg.Wait()
+	ins, cmp := inserted.Load(), done.Load()
+	elapsed := r.stopMeter(ctx, m, cmp)
+	stopSystem(sys)
+	stopped = true
+	r.closePool()
+	h := tr.snapshot()
+	r.res.Metrics[MInsertedPerS] = float64(ins) / elapsed.Seconds()
+	r.res.Metrics[MCompletedPerS] = float64(cmp) / elapsed.Seconds()
+	r.res.Metrics[MP50] = h.Quantile(0.50) / 1000
+	r.res.Metrics[MP95] = h.Quantile(0.95) / 1000
+	r.res.Metrics[MP99] = h.Quantile(0.99) / 1000
+	r.res.Metrics[MMax] = float64(h.Max()) / 1000
+	r.res.Metrics[MLatencyN] = float64(h.Count())
+	if n := insertErrs.Load(); n > 0 {
+		r.note("%d insert batches failed", n)
+	}
+	dead, err := pgutil.DeadTuples(ctx, r.spec.DBURL, r.drv.QueueTable)
+	if err != nil {
+		return fmt.Errorf("dead tuples: %w", err)
+	}
+	r.res.Metrics[MDeadTuples] = float64(dead)
+	if cmp > 0 {
+		r.res.Metrics[MDeadPer1k] = float64(dead) / (float64(cmp) / 1000)
+	}
+	return nil
+}
+
+// latency offers Rate jobs/s, each inserted alone in its own transaction, on a fixed schedule
+// (open loop: a slow insert does not delay the next one's scheduled time), for Duration, and
+// records enqueue-commit → handler-start of every job committed after Warmup.
+func (r *runner) latency(ctx context.Context) error {
+	var done, inserted atomic.Int64
+	tr := newPickupTracker(0)
+	sys, err := r.newSystem(ctx, r.spec.Workers,
+		func(a *sut.BenchArgs) { tr.started(a.Seq) },
+		func(*sut.BenchArgs) { done.Add(1) })
+	if err != nil {
+		return err
+	}
+	if err := sys.Start(ctx); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	defer stopSystem(sys)
+	time.Sleep(500 * time.Millisecond) // let both queues finish starting up
+	m, err := r.startMeter(ctx)
+	if err != nil {
+		return err
+	}
+	tr.startClock(r.spec.Warmup)
+	rate := max(1, r.spec.Rate)
+	interval := time.Second / time.Duration(rate)
+	total := int(r.spec.Duration / interval)
+	seqCh := make(chan int64, rate)
+	var wg sync.WaitGroup
+	var insertErrs atomic.Int64
+	for range 8 { // enough concurrent inserters that one slow commit never delays the schedule
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seq := make([]int64, 1)
+			for s := range seqCh {
+				if err := sys.Insert(ctx, sut.BenchArgs{Pad: r.pad, Seq: s}); err != nil {
+					if insertErrs.Add(1) <= 3 {
+						logf("insert: %v", err)
+					}
+					continue
+				}
+				seq[0] = s
+				tr.committed(seq)
+				inserted.Add(1)
+			}
+		}()
+	}
+	start := time.Now()
+	var late int
+	for i := range total {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		} else if d < -10*time.Millisecond {
+			late++
+		}
+		seqCh <- int64(i)
+		if i > 0 && i%(rate*5) == 0 {
+			logf("offered %d, completed %d", i, done.Load())
+		}
+	}
+	close(seqCh)
+	wg.Wait()
+	// Let the last jobs start (bounded wait), then stop the clock.
+	deadline := time.Now().Add(5 * time.Second)
+	for done.Load() < inserted.Load() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cmp := done.Load()
+	elapsed := r.stopMeter(ctx, m, cmp)
+	h := tr.snapshot()
+	r.res.Metrics[MP50] = h.Quantile(0.50) / 1000
+	r.res.Metrics[MP95] = h.Quantile(0.95) / 1000
+	r.res.Metrics[MP99] = h.Quantile(0.99) / 1000
+	r.res.Metrics[MMax] = float64(h.Max()) / 1000
+	r.res.Metrics[MLatencyN] = float64(h.Count())
+	r.res.Metrics[MInsertedPerS] = float64(inserted.Load()) / elapsed.Seconds()
+	r.res.Metrics[MCompletedPerS] = float64(cmp) / elapsed.Seconds()
+	if late > 0 {
+		r.note("%d of %d inserts were dispatched more than 10ms late", late, total)
+	}
+	if n := insertErrs.Load(); n > 0 {
+		r.note("%d inserts failed", n)
+	}
+	if cmp < inserted.Load() {
+		r.note("%d jobs had not started 5s after the last insert", inserted.Load()-cmp)
+	}
+	return nil
+}
+
+// bulk inserts Jobs in batches of Batch from one goroutine, no workers running.
+func (r *runner) bulk(ctx context.Context) error {
+	sys, err := r.newSystem(ctx, 0, nil, nil)
+	if err != nil {
+		return err
+	}
+	n, batch := r.spec.Jobs, max(1, r.spec.Batch)
+	// Build every batch before the clock starts so only the inserts are timed.
+	batches := make([][]sut.BenchArgs, 0, (n+batch-1)/batch)
+	for i := 0; i < n; i += batch {
+		b := make([]sut.BenchArgs, 0, batch)
+		for j := i; j < min(n, i+batch); j++ {
+			b = append(b, sut.BenchArgs{Pad: r.pad, Seq: int64(j)})
+		}
+		batches = append(batches, b)
+	}
+	m, err := r.startMeter(ctx)
+	if err != nil {
+		return err
+	}
+	for _, b := range batches {
+		if err := sys.InsertBatch(ctx, b); err != nil {
+			return fmt.Errorf("insert batch: %w", err)
+		}
+	}
+	elapsed := r.stopMeter(ctx, m, int64(n))
+	var count int64
+	if err := r.pool.QueryRow(ctx, "SELECT count(*) FROM "+r.drv.QueueTable).Scan(&count); err != nil {
+		return fmt.Errorf("count: %w", err)
+	}
+	if count != int64(n) {
+		return fmt.Errorf("bulk-enqueue: %d rows in %s, want %d", count, r.drv.QueueTable, n)
+	}
+	r.res.Metrics[MJobsPerS] = float64(n) / elapsed.Seconds()
+	return nil
+}
+
+// fewWorkers: a deep pre-inserted backlog, Workers handlers that each sleep Work, for Duration.
+func (r *runner) fewWorkers(ctx context.Context) error {
+	var done atomic.Int64
+	sys, err := r.newSystem(ctx, r.spec.Workers, nil, func(*sut.BenchArgs) { done.Add(1) })
+	if err != nil {
+		return err
+	}
+	if err := r.preinsert(ctx, sys, r.spec.Jobs); err != nil {
+		return err
+	}
+	m, err := r.startMeter(ctx)
+	if err != nil {
+		return err
+	}
+	if err := sys.Start(ctx); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	defer stopSystem(sys)
+	time.Sleep(r.spec.Duration)
+	cmp := done.Load()
+	elapsed := r.stopMeter(ctx, m, cmp)
+	r.res.Metrics[MCompletedPerS] = float64(cmp) / elapsed.Seconds()
+	if cmp >= int64(r.spec.Jobs) {
+		r.note("backlog of %d ran out before the end of the run: throughput is a lower bound", r.spec.Jobs)
+	}
+	return nil
+}
