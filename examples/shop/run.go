@@ -243,7 +243,6 @@ func run(ctx context.Context, cfg config) (*summary, error) {
 	if stopErr != nil {
 		logf("worker stop: %v", stopErr)
 	}
-	sum.Placed = placed.Load()
 	if err := sum.collect(bg, pool, w, pay, s); err != nil {
 		return nil, err
 	}
@@ -425,10 +424,12 @@ func (s *summary) collect(ctx context.Context, pool *pgxpool.Pool, w *worker.Wor
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM tenure.effects WHERE name = 'charge'`).Scan(&s.LedgerRows); err != nil {
 		return err
 	}
+	// Placed counts committed orders (a commit racing an interrupt may succeed on the server
+	// while the client sees an error).
 	if err := pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE status = 'paid'), count(DISTINCT charge_id),
+		SELECT count(*), count(*) FILTER (WHERE status = 'paid'), count(DISTINCT charge_id),
 		       count(*) FILTER (WHERE receipt_sent_at IS NOT NULL), count(*) FILTER (WHERE cleaned_at IS NOT NULL)
-		FROM orders`).Scan(&s.OrdersPaid, &s.DistinctCharges, &s.ReceiptsSent, &s.Cleaned); err != nil {
+		FROM orders`).Scan(&s.Placed, &s.OrdersPaid, &s.DistinctCharges, &s.ReceiptsSent, &s.Cleaned); err != nil {
 		return err
 	}
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE kind = $1 AND payload_version = 1`,
