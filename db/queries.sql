@@ -7,15 +7,25 @@
 -- ---------------------------------------------------------------------------------------------
 
 -- name: InsertJob :one
-INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms)
-VALUES (@queue, @kind, @payload, @payload_version, @priority,
-        coalesce(sqlc.narg(run_at)::timestamptz, now() + sqlc.arg(delay_us)::bigint * interval '1 microsecond'),
-        @max_attempts, @lease_ms)
-RETURNING *;
+-- One job. When notify is true the statement also sends the new-job signal for its queue: a
+-- NOTIFY inside the inserting transaction, delivered only on commit, whose payload is the
+-- queue name. (The uncorrelated sub-select runs once, as an InitPlan.)
+WITH ins AS (
+    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms)
+    VALUES (@queue, @kind, @payload, @payload_version, @priority,
+            coalesce(sqlc.narg(run_at)::timestamptz, now() + sqlc.arg(delay_us)::bigint * interval '1 microsecond'),
+            @max_attempts, @lease_ms)
+    RETURNING *
+)
+SELECT * FROM ins
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', @queue::text) WHERE sqlc.arg(notify)::boolean) n) >= 0;
 
 -- name: InsertJobs :many
--- Many jobs in one round trip. run_at_us is an absolute time in microseconds since the Unix
+-- Many jobs in one round trip, plus the new-job signal for each queue in notify_queues
+-- (the queues given jobs that are due now; sent once, inside the inserting transaction).
+-- run_at_us is an absolute time in microseconds since the Unix
 -- epoch; 0 means "now + delay_us" on the database clock.
+WITH ins AS (
 INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms)
 SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
        CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
@@ -30,7 +40,11 @@ FROM (SELECT unnest(@queues::text[]) AS queue,
             unnest(@delay_us::bigint[]) AS delay_us,
             unnest(@max_attempts::integer[]) AS max_attempts,
             unnest(@lease_ms::integer[]) AS lease_ms) AS i
-RETURNING id;
+RETURNING id
+)
+SELECT id FROM ins
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', q) FROM unnest(@notify_queues::text[]) AS q) n) >= 0
+ORDER BY id;
 
 -- ---------------------------------------------------------------------------------------------
 -- Claim (SPEC section 1): one statement, one short transaction. The CTE picks with
@@ -349,3 +363,16 @@ ON CONFLICT (key) DO UPDATE
 SET result = excluded.result, generation = excluded.generation, updated_at = now()
 WHERE tenure.effects.generation < excluded.generation
 RETURNING *;
+
+-- ---------------------------------------------------------------------------------------------
+-- Engine bookkeeping
+-- ---------------------------------------------------------------------------------------------
+
+-- name: FinishStates :many
+-- After a finish write whose reply was lost, the engine reads back the rows the retry did not
+-- change, to tell "my earlier write landed" from "someone else owns the job now".
+SELECT id, state, claim_token, generation, errors FROM tenure.jobs WHERE id = ANY(@ids::bigint[]);
+
+-- name: TryPruneLock :one
+-- Elects one pruner at a time across worker processes, for the current transaction.
+SELECT pg_try_advisory_xact_lock(@lock_key::bigint)::boolean AS locked;

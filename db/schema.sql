@@ -71,23 +71,6 @@ CREATE INDEX jobs_finished_idx ON tenure.jobs (finished_at) WHERE state IN ('suc
 -- Operators search dead jobs by queue and kind.
 CREATE INDEX jobs_dead_idx ON tenure.jobs (queue, kind, id) WHERE state = 'dead';
 
--- New-job signal: every insert statement notifies the queues it made runnable, inside the
--- inserting transaction, so the NOTIFY fires only on commit. The payload is the queue name only.
--- Polling stays the authority; this only wakes idle workers early.
-CREATE FUNCTION tenure.notify_new_jobs() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('tenure_jobs', q.queue)
-    FROM (SELECT DISTINCT n.queue FROM new_jobs n WHERE n.run_at <= now()) q;
-    RETURN NULL;
-END;
-$$;
-
-CREATE TRIGGER jobs_notify_insert
-    AFTER INSERT ON tenure.jobs
-    REFERENCING NEW TABLE AS new_jobs
-    FOR EACH STATEMENT EXECUTE FUNCTION tenure.notify_new_jobs();
-
 -- The effect ledger (SPEC section 7): one row per (job, effect name), keyed by the stable
 -- idempotency key job:{id}:effect:{name}. generation records which attempt produced the result;
 -- a stale generation can never overwrite a newer one.

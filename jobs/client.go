@@ -114,6 +114,13 @@ type prepared struct {
 	leaseMs     int32
 }
 
+// dueNow reports whether the job is runnable at once, so its queue's workers should be woken.
+// (An absolute RunAt is compared on this machine's clock: at worst a worker wakes early or
+// finds it by polling.)
+func (p *prepared) dueNow() bool {
+	return p.delayUs == 0 && (p.runAt == nil || !p.runAt.After(time.Now()))
+}
+
 func (c *Client) prepare(args generics.Args, opts *InsertOpts) (prepared, error) {
 	var o InsertOpts
 	if opts != nil {
@@ -159,7 +166,7 @@ func (c *Client) prepare(args generics.Args, opts *InsertOpts) (prepared, error)
 		o.Lease = DefaultLease
 	}
 	switch {
-	case !ValidQueueName(o.Queue):
+	case o.Queue != DefaultQueue && !ValidQueueName(o.Queue):
 		return prepared{}, &OptionError{Field: "Queue", Msg: fmt.Sprintf("%q is not a valid queue name", o.Queue)}
 	case o.Priority < 1 || o.Priority > PriorityMax:
 		return prepared{}, &OptionError{Field: "Priority", Msg: fmt.Sprintf("%d is outside 1..%d", o.Priority, PriorityMax)}
@@ -209,12 +216,12 @@ func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args,
 	}
 	j, err := q.InsertJob(ctx, gen.InsertJobParams{
 		Queue: p.queue, Kind: p.kind, Payload: p.payload, PayloadVersion: p.version, Priority: p.priority,
-		RunAt: p.runAt, DelayUs: p.delayUs, MaxAttempts: p.maxAttempts, LeaseMs: p.leaseMs,
+		RunAt: p.runAt, DelayUs: p.delayUs, MaxAttempts: p.maxAttempts, LeaseMs: p.leaseMs, Notify: p.dueNow(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tenure: insert %s: %w", p.kind, err)
 	}
-	return rowFromGen(j), nil
+	return rowFromGen(gen.TenureJob(j)), nil
 }
 
 // InsertMany validates every job first (one bad job rejects the whole call, writing nothing)
@@ -262,7 +269,12 @@ func (c *Client) insertMany(ctx context.Context, q *gen.Queries, params []Insert
 			RunAtUs: make([]int64, len(chunk)), DelayUs: make([]int64, len(chunk)),
 			MaxAttempts: make([]int32, len(chunk)), LeaseMs: make([]int32, len(chunk)),
 		}
+		notify := map[string]bool{}
 		for i, p := range chunk {
+			if !notify[p.queue] && p.dueNow() {
+				notify[p.queue] = true
+				arg.NotifyQueues = append(arg.NotifyQueues, p.queue)
+			}
 			arg.Queues[i], arg.Kinds[i], arg.Payloads[i] = p.queue, p.kind, p.payload
 			arg.PayloadVersions[i], arg.Priorities[i] = p.version, p.priority
 			if p.runAt != nil {

@@ -74,6 +74,9 @@ func Effect[T any](ctx context.Context, job interface{ Meta() generics.JobMeta }
 	w := e.q.w
 	q := gen.New(w.pool)
 	key := generics.EffectKey(meta.ID, name)
+	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
+		return out, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + name}
+	}
 	if rec, err := q.GetEffect(ctx, key); err == nil {
 		if err := json.Unmarshal(rec.Result, &out.Value); err != nil {
 			return out, fmt.Errorf("tenure: effect %q: recorded result does not decode: %w", key, err)
@@ -82,9 +85,6 @@ func Effect[T any](ctx context.Context, job interface{ Meta() generics.JobMeta }
 		return out, nil
 	} else if !errors.Is(err, pgx.ErrNoRows) {
 		return out, err
-	}
-	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
-		return out, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + name}
 	}
 	v, err := fn(ctx, EffectCall{Key: key, Generation: meta.Generation, JobID: meta.ID, Attempt: meta.Attempt})
 	if err != nil {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -50,17 +51,48 @@ func (w *Worker) enqueueFinish(e *execution) {
 // settleTxCompleted handles a handler that called CompleteTx: if its transaction committed,
 // the job is already succeeded under this token; if it rolled back, the normal finish applies.
 func (w *Worker) settleTxCompleted(e *execution) {
-	var state gen.TenureJobState
-	var token *uuid.UUID
-	err := w.eng.QueryRow(w.bg, "SELECT state, claim_token FROM tenure.jobs WHERE id = $1", e.c.id).Scan(&state, &token)
-	if err == nil && state == gen.TenureJobStateSucceeded && token != nil && *token == e.c.token {
-		w.m.succeeded.Add(1)
-		w.m.lastSuccess.Store(time.Now().UnixNano())
-		w.forget(e)
-		w.report(e, nil)
+	rows, err := w.q.FinishStates(w.bg, []int64{e.c.id})
+	if err == nil && len(rows) == 1 && rows[0].State == gen.TenureJobStateSucceeded &&
+		rows[0].ClaimToken != nil && *rows[0].ClaimToken == e.c.token {
+		e.fin = finish{to: toSucceeded} // committed by the handler, whatever it returned after
+		w.settle(e, true)
 		return
 	}
 	w.finishCh <- e
+}
+
+// landedEarlier reports whether the row shows that e's own finish already happened: a write
+// that committed although its reply was lost, or a CompleteTx that committed.
+func landedEarlier(e *execution, r gen.FinishStatesRow) bool {
+	ours := r.ClaimToken != nil && *r.ClaimToken == e.c.token
+	switch e.fin.to {
+	case toSucceeded:
+		return r.State == gen.TenureJobStateSucceeded && ours
+	case toDead, toCancelled:
+		return (r.State == gen.TenureJobStateDead || r.State == gen.TenureJobStateCancelled) && ours
+	case toRetry:
+		// The retry clears the token; it left an error entry of this generation with our code
+		// (a reclaim of the same attempt would have written LEASE_EXPIRED instead). The write
+		// may also have turned into dead, which keeps the token.
+		if r.State == gen.TenureJobStateDead && ours {
+			return true
+		}
+		var hist []struct {
+			Generation int64  `json:"generation"`
+			Code       string `json:"code"`
+		}
+		_ = json.Unmarshal(r.Errors, &hist)
+		for _, h := range hist {
+			if h.Generation == e.c.generation && h.Code == string(e.fin.code) {
+				return true
+			}
+		}
+	case toRelease:
+		// A release puts the job back to ready with the generation unchanged and no error
+		// entry for this generation (a reclaim would have added LEASE_EXPIRED).
+		return r.Generation == e.c.generation && (r.State == gen.TenureJobStateReady || (r.State == gen.TenureJobStateCancelled && ours))
+	}
+	return false
 }
 
 func (w *Worker) finisher() {
@@ -150,13 +182,19 @@ func (w *Worker) failMany(ctx context.Context, q *gen.Queries, es []*execution) 
 }
 
 // write runs one fenced batch write, retrying the same write (same tokens) after database
-// errors until it lands or every job's lease has run out, then settles each execution.
+// errors until it lands or every job's lease has run out, then settles each execution. After
+// a retry, a row the write did not change may be one whose earlier attempt committed although
+// its reply was lost: those are read back and settled as landed, not as stale.
 func (w *Worker) write(es []*execution, run func(context.Context, []*execution) (map[int64]bool, error)) {
 	backoff := 50 * time.Millisecond
+	retried := false
 	for {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(w.bg, 30*time.Second)
 		got, err := run(ctx, es)
+		if err == nil && retried {
+			got, err = w.readBack(ctx, es, got)
+		}
 		cancel()
 		if err == nil {
 			w.m.finishLatency.Record(time.Since(start))
@@ -183,6 +221,7 @@ func (w *Worker) write(es []*execution, run func(context.Context, []*execution) 
 			return
 		}
 		es = live
+		retried = true
 		w.m.finishRetries.Add(1)
 		w.log.Warn("tenure: finish write failed, retrying with the same token", "jobs", len(es), "err", err)
 		select {
@@ -191,6 +230,32 @@ func (w *Worker) write(es []*execution, run func(context.Context, []*execution) 
 		}
 		backoff = min(backoff*2, w.cfg.FinishRetryMax)
 	}
+}
+
+// readBack marks as landed the rows of es missing from got whose state shows that this
+// attempt's own earlier write committed.
+func (w *Worker) readBack(ctx context.Context, es []*execution, got map[int64]bool) (map[int64]bool, error) {
+	byID := map[int64]*execution{}
+	var ids []int64
+	for _, e := range es {
+		if !got[e.c.id] {
+			byID[e.c.id] = e
+			ids = append(ids, e.c.id)
+		}
+	}
+	if len(ids) == 0 {
+		return got, nil
+	}
+	rows, err := w.q.FinishStates(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		if landedEarlier(byID[r.ID], r) {
+			got[r.ID] = true
+		}
+	}
+	return got, nil
 }
 
 // settle records the result of one fenced write.

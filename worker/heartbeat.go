@@ -32,7 +32,9 @@ func (w *Worker) heartbeatTick(now time.Time) {
 	var due []*execution
 	w.activeMu.Lock()
 	for _, e := range w.active {
-		if e.stuck.Load() || e.released.Load() || e.leaseLost.Load() {
+		// A job completed inside its handler's transaction needs no more lease, and that
+		// transaction holds the row lock until it ends: heartbeating it would only wait.
+		if e.stuck.Load() || e.released.Load() || e.leaseLost.Load() || e.txCompleted.Load() {
 			continue
 		}
 		if !e.handlerDone.Load() && e.h != nil && now.After(e.start.Add(e.h.opts.Timeout+w.cfg.StuckGrace)) {

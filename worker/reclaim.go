@@ -112,11 +112,10 @@ func (w *Worker) pruneLoop() {
 
 func (w *Worker) prune(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
-		var got bool
-		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", int64(pruneKey)).Scan(&got); err != nil || !got {
+		q := w.q.WithTx(tx)
+		if got, err := q.TryPruneLock(ctx, pruneKey); err != nil || !got {
 			return err
 		}
-		q := w.q.WithTx(tx)
 		var total int64
 		if w.cfg.FinishedRetention >= 0 {
 			n, err := q.PruneFinished(ctx, gen.PruneFinishedParams{Before: time.Now().Add(-w.cfg.FinishedRetention), MaxJobs: 10000})

@@ -453,6 +453,50 @@ func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]FailManyR
 	return items, nil
 }
 
+const finishStates = `-- name: FinishStates :many
+
+SELECT id, state, claim_token, generation, errors FROM tenure.jobs WHERE id = ANY($1::bigint[])
+`
+
+type FinishStatesRow struct {
+	ID         int64
+	State      TenureJobState
+	ClaimToken *uuid.UUID
+	Generation int64
+	Errors     []byte
+}
+
+// ---------------------------------------------------------------------------------------------
+// Engine bookkeeping
+// ---------------------------------------------------------------------------------------------
+// After a finish write whose reply was lost, the engine reads back the rows the retry did not
+// change, to tell "my earlier write landed" from "someone else owns the job now".
+func (q *Queries) FinishStates(ctx context.Context, ids []int64) ([]FinishStatesRow, error) {
+	rows, err := q.db.Query(ctx, finishStates, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FinishStatesRow{}
+	for rows.Next() {
+		var i FinishStatesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.State,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.Errors,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const getEffect = `-- name: GetEffect :one
 
 SELECT key, job_id, name, generation, result, created_at, updated_at FROM tenure.effects WHERE key = $1
@@ -594,15 +638,20 @@ func (q *Queries) InsertAudit(ctx context.Context, arg InsertAuditParams) (Tenur
 const insertJob = `-- name: InsertJob :one
 
 
-INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms)
-VALUES ($1, $2, $3, $4, $5,
-        coalesce($6::timestamptz, now() + $7::bigint * interval '1 microsecond'),
-        $8, $9)
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at
+WITH ins AS (
+    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms)
+    VALUES ($1, $3, $4, $5, $6,
+            coalesce($7::timestamptz, now() + $8::bigint * interval '1 microsecond'),
+            $9, $10)
+    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at
+)
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at FROM ins
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', $1::text) WHERE $2::boolean) n) >= 0
 `
 
 type InsertJobParams struct {
 	Queue          string
+	Notify         bool
 	Kind           string
 	Payload        []byte
 	PayloadVersion int32
@@ -613,15 +662,44 @@ type InsertJobParams struct {
 	LeaseMs        int32
 }
 
+type InsertJobRow struct {
+	ID                int64
+	Queue             string
+	Kind              string
+	Payload           []byte
+	PayloadVersion    int32
+	State             TenureJobState
+	Priority          int16
+	RunAt             time.Time
+	Attempts          int32
+	MaxAttempts       int32
+	LeaseMs           int32
+	LockedBy          *string
+	LockedUntil       *time.Time
+	ClaimToken        *uuid.UUID
+	Generation        int64
+	AttemptedAt       *time.Time
+	LastErrorCode     *string
+	Errors            []byte
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	FinishedAt        *time.Time
+	CancelRequestedAt *time.Time
+}
+
 // Every statement Tenure runs. sqlc generates db/gen from this file; `make check-generated`
 // fails when db/gen is stale. Fenced statements carry id + state='running' + claim_token in
 // their WHERE clause and return the rows they changed, so callers can count them.
 // ---------------------------------------------------------------------------------------------
 // Enqueue
 // ---------------------------------------------------------------------------------------------
-func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (TenureJob, error) {
+// One job. When notify is true the statement also sends the new-job signal for its queue: a
+// NOTIFY inside the inserting transaction, delivered only on commit, whose payload is the
+// queue name. (The uncorrelated sub-select runs once, as an InitPlan.)
+func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJobRow, error) {
 	row := q.db.QueryRow(ctx, insertJob,
 		arg.Queue,
+		arg.Notify,
 		arg.Kind,
 		arg.Payload,
 		arg.PayloadVersion,
@@ -631,7 +709,7 @@ func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (TenureJob
 		arg.MaxAttempts,
 		arg.LeaseMs,
 	)
-	var i TenureJob
+	var i InsertJobRow
 	err := row.Scan(
 		&i.ID,
 		&i.Queue,
@@ -660,24 +738,30 @@ func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (TenureJob
 }
 
 const insertJobs = `-- name: InsertJobs :many
+WITH ins AS (
 INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms)
 SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
        CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
             ELSE now() + i.delay_us * interval '1 microsecond' END,
        i.max_attempts, i.lease_ms
-FROM (SELECT unnest($1::text[]) AS queue,
-            unnest($2::text[]) AS kind,
-            unnest($3::jsonb[]) AS payload,
-            unnest($4::integer[]) AS payload_version,
-            unnest($5::smallint[]) AS priority,
-            unnest($6::bigint[]) AS run_at_us,
-            unnest($7::bigint[]) AS delay_us,
-            unnest($8::integer[]) AS max_attempts,
-            unnest($9::integer[]) AS lease_ms) AS i
+FROM (SELECT unnest($2::text[]) AS queue,
+            unnest($3::text[]) AS kind,
+            unnest($4::jsonb[]) AS payload,
+            unnest($5::integer[]) AS payload_version,
+            unnest($6::smallint[]) AS priority,
+            unnest($7::bigint[]) AS run_at_us,
+            unnest($8::bigint[]) AS delay_us,
+            unnest($9::integer[]) AS max_attempts,
+            unnest($10::integer[]) AS lease_ms) AS i
 RETURNING id
+)
+SELECT id FROM ins
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', q) FROM unnest($1::text[]) AS q) n) >= 0
+ORDER BY id
 `
 
 type InsertJobsParams struct {
+	NotifyQueues    []string
 	Queues          []string
 	Kinds           []string
 	Payloads        [][]byte
@@ -689,10 +773,13 @@ type InsertJobsParams struct {
 	LeaseMs         []int32
 }
 
-// Many jobs in one round trip. run_at_us is an absolute time in microseconds since the Unix
+// Many jobs in one round trip, plus the new-job signal for each queue in notify_queues
+// (the queues given jobs that are due now; sent once, inside the inserting transaction).
+// run_at_us is an absolute time in microseconds since the Unix
 // epoch; 0 means "now + delay_us" on the database clock.
 func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, insertJobs,
+		arg.NotifyQueues,
 		arg.Queues,
 		arg.Kinds,
 		arg.Payloads,
@@ -1225,6 +1312,18 @@ func (q *Queries) RequestCancel(ctx context.Context, id int64) (TenureJob, error
 		&i.CancelRequestedAt,
 	)
 	return i, err
+}
+
+const tryPruneLock = `-- name: TryPruneLock :one
+SELECT pg_try_advisory_xact_lock($1::bigint)::boolean AS locked
+`
+
+// Elects one pruner at a time across worker processes, for the current transaction.
+func (q *Queries) TryPruneLock(ctx context.Context, lockKey int64) (bool, error) {
+	row := q.db.QueryRow(ctx, tryPruneLock, lockKey)
+	var locked bool
+	err := row.Scan(&locked)
+	return locked, err
 }
 
 const waitStats = `-- name: WaitStats :many

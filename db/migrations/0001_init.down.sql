@@ -4,6 +4,5 @@
 
 DROP TABLE IF EXISTS tenure.audit;
 DROP TABLE IF EXISTS tenure.effects;
-DROP TABLE IF EXISTS tenure.jobs;          -- takes its indexes and the jobs_notify_insert trigger
-DROP FUNCTION IF EXISTS tenure.notify_new_jobs();
+DROP TABLE IF EXISTS tenure.jobs;          -- takes its indexes
 DROP TYPE IF EXISTS tenure.job_state;
