@@ -51,3 +51,9 @@ migrate:
 # ---------------------------------------------------------------------------------------
 # Demo and benchmark targets (demo, bench, bench-compare, bench-fairness) go below.
 # ---------------------------------------------------------------------------------------
+
+## bench-compare: Tenure vs River on the same PostgreSQL, fresh database per run (see bench/README.md).
+## BENCH_QUICK=1 for a shortened run (< 2 min); BENCH_SCENARIOS=a,b and BENCH_REPS=N select.
+.PHONY: bench-compare
+bench-compare:
+	cd bench && $(GO) run ./cmd/compare
