@@ -172,7 +172,7 @@ func (c config) plan(name string) (scenario.Spec, error) {
 	switch name {
 	case scenario.BurnDown:
 		s.Workers, s.Jobs = c.workers, pick(200_000, 20_000)
-		s.Duration = dur(10*time.Minute, 20*time.Second) // time limit
+		s.Duration = dur(10*time.Minute, 15*time.Second) // time limit
 	case scenario.Steady, scenario.HeldXmin:
 		s.Workers, s.Duration = c.workers, dur(30*time.Second, 5*time.Second)
 		s.Batch, s.Producers, s.BacklogCap = 100, 2, 20*c.workers
