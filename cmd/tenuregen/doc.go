@@ -10,7 +10,9 @@
 //
 //	//go:generate go run github.com/tenureq/tenure/cmd/tenuregen
 //
-// and run go generate. tenuregen reads the package's non-test Go files that match the build
+// and run go generate (outside this module, add it as a tool first, go get -tool
+// github.com/tenureq/tenure/cmd/tenuregen, and write //go:generate go tool tenuregen).
+// tenuregen reads the package's non-test Go files that match the build
 // context (except its own output and any other file starting with the generated header),
 // type-checks them with the export data of their imports (via go list -export), and writes
 // one file, tenure_gen.go, next to them. Commit it. Flags:
