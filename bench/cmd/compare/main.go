@@ -12,8 +12,10 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -131,13 +133,20 @@ func runChild(specJSON string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	res, err := scenario.Run(ctx, spec)
+	err := scenario.Run(ctx, spec, func(res *scenario.Result) {
+		out, _ := json.Marshal(res)
+		fmt.Println(string(out)) // stdout is unbuffered: the parent has it even if shutdown crashes
+		// Shutting the queue down must not hold the whole comparison hostage.
+		grace := cmp.Or(spec.StopTimeout, 30*time.Second) + 30*time.Second
+		time.AfterFunc(grace, func() {
+			fmt.Fprintf(os.Stderr, "child %s/%s: still shutting down %s after the measurement; exiting\n", spec.System, spec.Scenario, grace)
+			os.Exit(3)
+		})
+	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "child %s/%s: %v\n", spec.System, spec.Scenario, err)
 		return 1
 	}
-	out, _ := json.Marshal(res)
-	fmt.Println(string(out))
 	return 0
 }
 
@@ -189,6 +198,7 @@ func (c config) plan(name string) (scenario.Spec, error) {
 		return s, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(scenario.All, ", "))
 	}
 	s.MaxConns = int32(max(s.Workers, 1)/4 + 10)
+	s.StopTimeout = dur(30*time.Second, 5*time.Second)
 	return s, nil
 }
 
@@ -236,6 +246,8 @@ func runCompare(ctx context.Context, c config) error {
 	fmt.Fprintf(os.Stderr, "compare: %d scenario(s) × %d repetition(s), systems %s, quick=%v\n",
 		len(c.scenarios), c.reps, strings.Join(c.systems, ","), c.quick)
 
+	drops := &dropper{adminURL: c.adminURL}
+	defer drops.wait()
 	results := map[runKey][]*scenario.Result{}
 	settings := map[string]map[string]string{}
 	var failures []string
@@ -247,20 +259,22 @@ func runCompare(ctx context.Context, c config) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				res, err := runOne(ctx, c, exe, spec, u, rep)
+				res, err := runOne(ctx, c, exe, spec, u, rep, drops)
+				if res != nil {
+					results[runKey{name, u}] = append(results[runKey{name, u}], res)
+					if settings[u.System] == nil {
+						settings[u.System] = res.Settings
+					}
+				}
 				if err != nil {
 					msg := fmt.Sprintf("%s rep %d %s: %v", name, rep, u.label(), err)
 					fmt.Fprintln(os.Stderr, "compare: FAILED", msg)
 					failures = append(failures, msg)
-					continue
-				}
-				results[runKey{name, u}] = append(results[runKey{name, u}], res)
-				if settings[u.System] == nil {
-					settings[u.System] = res.Settings
 				}
 			}
 		}
 	}
+	drops.wait()
 	rep := buildReport(c, specs, server, results, settings, failures)
 	rep.DurationS = time.Since(started).Seconds()
 	if err := writeReport(c, rep); err != nil {
@@ -272,23 +286,50 @@ func runCompare(ctx context.Context, c config) error {
 	return nil
 }
 
-// runOne creates a fresh database, runs one child, and drops the database.
-func runOne(ctx context.Context, c config, exe string, spec scenario.Spec, u unit, rep int) (*scenario.Result, error) {
+var errAfterMeasurement = errors.New("shutdown failure")
+
+// dropper drops each run's database in the background, so that the drop's forced checkpoint
+// overlaps the creation of the next run's database instead of adding to it; the next child
+// only starts once the previous drop has finished, so the drop never overlaps a measurement.
+type dropper struct {
+	adminURL string
+	pending  chan struct{}
+}
+
+func (d *dropper) drop(name string) {
+	d.wait()
+	done := make(chan struct{})
+	d.pending = done
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := pgutil.DropDatabase(ctx, d.adminURL, name); err != nil {
+			fmt.Fprintf(os.Stderr, "compare: drop %s: %v\n", name, err)
+		}
+	}()
+}
+
+func (d *dropper) wait() {
+	if d.pending != nil {
+		<-d.pending
+		d.pending = nil
+	}
+}
+
+// runOne creates a fresh database, runs one child in it, and schedules the database's drop.
+func runOne(ctx context.Context, c config, exe string, spec scenario.Spec, u unit, rep int, drops *dropper) (*scenario.Result, error) {
 	dbName := fmt.Sprintf("tbench_%d_%s_%s_%d", os.Getpid(), u.System, strings.ReplaceAll(spec.Scenario, "-", "_"), rep)
 	if u.BatchAPI != "" {
 		dbName += "_" + strings.ToLower(u.BatchAPI)
 	}
-	if err := pgutil.CreateDatabase(ctx, c.adminURL, dbName); err != nil {
+	err := pgutil.CreateDatabase(ctx, c.adminURL, dbName)
+	drops.wait()
+	if err != nil {
 		return nil, err
 	}
 	if !c.keepDBs {
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := pgutil.DropDatabase(dctx, c.adminURL, dbName); err != nil {
-				fmt.Fprintf(os.Stderr, "compare: drop %s: %v\n", dbName, err)
-			}
-		}()
+		defer drops.drop(dbName)
 	}
 	dbURL, err := pgutil.WithDatabase(c.adminURL, dbName)
 	if err != nil {
@@ -304,13 +345,22 @@ func runOne(ctx context.Context, c config, exe string, spec scenario.Spec, u uni
 	cmd.WaitDelay = 30 * time.Second
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("child: %w", err)
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	runErr := cmd.Run()
 	var res scenario.Result
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
-		return nil, fmt.Errorf("child output: %w", err)
+	parsed := false
+	if out := strings.TrimSpace(stdout.String()); out != "" {
+		lines := strings.Split(out, "\n")
+		parsed = json.Unmarshal([]byte(lines[len(lines)-1]), &res) == nil
+	}
+	switch {
+	case runErr != nil && !parsed:
+		return nil, fmt.Errorf("child: %w", runErr)
+	case runErr != nil:
+		// The measurement finished and was published; the queue failed while shutting down.
+		fmt.Fprintf(os.Stderr, "    %s\n", summarize(&res))
+		return &res, fmt.Errorf("%w: the child failed after publishing its measurement (kept): %v", errAfterMeasurement, runErr)
+	case !parsed:
+		return nil, fmt.Errorf("child printed no result")
 	}
 	fmt.Fprintf(os.Stderr, "    %s\n", summarize(&res))
 	return &res, nil

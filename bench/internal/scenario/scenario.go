@@ -4,6 +4,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,7 +52,8 @@ type Spec struct {
 	Work         time.Duration `json:"work"`          // handler sleep
 	HoldXmin     bool          `json:"hold_xmin"`
 	BatchAPI     string        `json:"batch_api"`
-	Analyze      bool          `json:"analyze"` // ANALYZE after pre-inserting a backlog
+	Analyze      bool          `json:"analyze"`      // ANALYZE after pre-inserting a backlog
+	StopTimeout  time.Duration `json:"stop_timeout"` // graceful stop budget after the measurement
 }
 
 // Result is one run's raw measurements.
@@ -95,15 +97,17 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "    "+format+"\n", args...)
 }
 
-// Run executes spec. The database must exist and be empty; Run migrates it.
-func Run(ctx context.Context, spec Spec) (*Result, error) {
+// Run executes spec. The database must exist and be empty; Run migrates it. publish is called
+// with the result as soon as the measurement is complete, before the queue's workers are
+// stopped, so that a failure while shutting down cannot lose a finished measurement.
+func Run(ctx context.Context, spec Spec, publish func(*Result)) error {
 	drv, err := sut.Get(spec.System)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	pool, err := pgutil.NewPool(ctx, spec.DBURL, spec.MaxConns)
 	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
+		return fmt.Errorf("connect: %w", err)
 	}
 	poolClosed := false
 	closePool := func() {
@@ -114,9 +118,9 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 	}
 	defer closePool()
 	if err := drv.Migrate(ctx, pool); err != nil {
-		return nil, fmt.Errorf("%s migrate: %w", spec.System, err)
+		return fmt.Errorf("%s migrate: %w", spec.System, err)
 	}
-	r := &runner{spec: spec, drv: drv, pool: pool, closePool: closePool,
+	r := &runner{spec: spec, drv: drv, pool: pool, closePool: closePool, publishFn: publish,
 		res: &Result{Scenario: spec.Scenario, System: spec.System, BatchAPI: spec.BatchAPI, Metrics: map[string]float64{}}}
 	switch spec.Scenario {
 	case BurnDown:
@@ -133,9 +137,10 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 		err = fmt.Errorf("unknown scenario %q", spec.Scenario)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return r.res, nil
+	r.publish()
+	return nil
 }
 
 type runner struct {
@@ -145,6 +150,16 @@ type runner struct {
 	closePool func()
 	res       *Result
 	pad       string
+	publishFn func(*Result)
+	published bool
+}
+
+// publish hands the result over once; call it when the measurement is complete.
+func (r *runner) publish() {
+	if !r.published && r.publishFn != nil {
+		r.published = true
+		r.publishFn(r.res)
+	}
 }
 
 func (r *runner) newSystem(ctx context.Context, workers int, onStart, onDone sut.Handler) (sut.System, error) {
@@ -232,8 +247,8 @@ func (r *runner) preinsert(ctx context.Context, sys sut.System, n int) error {
 	return nil
 }
 
-func stopSystem(sys sut.System) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+func (r *runner) stopSystem(sys sut.System) {
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(r.spec.StopTimeout, 30*time.Second))
 	defer cancel()
 	if err := sys.Stop(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		logf("stop: %v", err)
@@ -259,7 +274,7 @@ func (r *runner) burnDown(ctx context.Context) error {
 	if err := sys.Start(ctx); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	defer stopSystem(sys)
+	defer r.stopSystem(sys)
 	// Wait for every handler to have run (cheap, in-process), then for the database to show
 	// every job finished (completions may be written asynchronously after the handler returns).
 	// A run that exceeds the time limit reports handled jobs / elapsed instead.
@@ -286,6 +301,7 @@ func (r *runner) burnDown(ctx context.Context) error {
 			r.res.Metrics[MJobsPerS] = float64(handled) / elapsed.Seconds()
 			r.note("did not finish %d jobs within the %s limit: throughput = %d handled / %.1fs",
 				n, r.spec.Duration, handled, elapsed.Seconds())
+			r.publish()
 			return nil
 		}
 	}
@@ -303,6 +319,7 @@ func (r *runner) burnDown(ctx context.Context) error {
 			r.res.Metrics[MJobsPerS] = float64(finished) / elapsed.Seconds()
 			r.note("every handler ran but %d of %d jobs were not finished in the database within the %s limit: throughput = %d finished / %.1fs",
 				left, n, r.spec.Duration, finished, elapsed.Seconds())
+			r.publish()
 			return nil
 		}
 		if time.Since(lastProgress) > 60*time.Second && limit.IsZero() {
@@ -312,6 +329,7 @@ func (r *runner) burnDown(ctx context.Context) error {
 	}
 	elapsed := r.stopMeter(ctx, m, int64(n))
 	r.res.Metrics[MJobsPerS] = float64(n) / elapsed.Seconds()
+	r.publish()
 	return nil
 }
 
@@ -342,7 +360,7 @@ func (r *runner) steady(ctx context.Context) error {
 	stopped := false
 	defer func() {
 		if !stopped {
-			stopSystem(sys)
+			r.stopSystem(sys)
 		}
 	}()
 	m, err := r.startMeter(ctx)
@@ -401,14 +419,14 @@ loop:
 	progress.Stop()
 	close(stop)
 	wg.Wait()
-	ins, cmp := inserted.Load(), done.Load()
-	elapsed := r.stopMeter(ctx, m, cmp)
-	stopSystem(sys)
+	ins, nDone := inserted.Load(), done.Load()
+	elapsed := r.stopMeter(ctx, m, nDone)
+	r.stopSystem(sys)
 	stopped = true
 	r.closePool()
 	h := tr.snapshot()
 	r.res.Metrics[MInsertedPerS] = float64(ins) / elapsed.Seconds()
-	r.res.Metrics[MCompletedPerS] = float64(cmp) / elapsed.Seconds()
+	r.res.Metrics[MCompletedPerS] = float64(nDone) / elapsed.Seconds()
 	r.res.Metrics[MP50] = h.Quantile(0.50) / 1000
 	r.res.Metrics[MP95] = h.Quantile(0.95) / 1000
 	r.res.Metrics[MP99] = h.Quantile(0.99) / 1000
@@ -422,8 +440,8 @@ loop:
 		return fmt.Errorf("dead tuples: %w", err)
 	}
 	r.res.Metrics[MDeadTuples] = float64(dead)
-	if cmp > 0 {
-		r.res.Metrics[MDeadPer1k] = float64(dead) / (float64(cmp) / 1000)
+	if nDone > 0 {
+		r.res.Metrics[MDeadPer1k] = float64(dead) / (float64(nDone) / 1000)
 	}
 	return nil
 }
@@ -443,7 +461,7 @@ func (r *runner) latency(ctx context.Context) error {
 	if err := sys.Start(ctx); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	defer stopSystem(sys)
+	defer r.stopSystem(sys)
 	time.Sleep(500 * time.Millisecond) // let both queues finish starting up
 	m, err := r.startMeter(ctx)
 	if err != nil {
@@ -495,8 +513,8 @@ func (r *runner) latency(ctx context.Context) error {
 	for done.Load() < inserted.Load() && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	cmp := done.Load()
-	elapsed := r.stopMeter(ctx, m, cmp)
+	nDone := done.Load()
+	elapsed := r.stopMeter(ctx, m, nDone)
 	h := tr.snapshot()
 	r.res.Metrics[MP50] = h.Quantile(0.50) / 1000
 	r.res.Metrics[MP95] = h.Quantile(0.95) / 1000
@@ -504,16 +522,17 @@ func (r *runner) latency(ctx context.Context) error {
 	r.res.Metrics[MMax] = float64(h.Max()) / 1000
 	r.res.Metrics[MLatencyN] = float64(h.Count())
 	r.res.Metrics[MInsertedPerS] = float64(inserted.Load()) / elapsed.Seconds()
-	r.res.Metrics[MCompletedPerS] = float64(cmp) / elapsed.Seconds()
+	r.res.Metrics[MCompletedPerS] = float64(nDone) / elapsed.Seconds()
 	if late > 0 {
 		r.note("%d of %d inserts were dispatched more than 10ms late", late, total)
 	}
 	if n := insertErrs.Load(); n > 0 {
 		r.note("%d inserts failed", n)
 	}
-	if cmp < inserted.Load() {
-		r.note("%d jobs had not started 5s after the last insert", inserted.Load()-cmp)
+	if nDone < inserted.Load() {
+		r.note("%d jobs had not started 5s after the last insert", inserted.Load()-nDone)
 	}
+	r.publish()
 	return nil
 }
 
@@ -571,13 +590,14 @@ func (r *runner) fewWorkers(ctx context.Context) error {
 	if err := sys.Start(ctx); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	defer stopSystem(sys)
+	defer r.stopSystem(sys)
 	time.Sleep(r.spec.Duration)
-	cmp := done.Load()
-	elapsed := r.stopMeter(ctx, m, cmp)
-	r.res.Metrics[MCompletedPerS] = float64(cmp) / elapsed.Seconds()
-	if cmp >= int64(r.spec.Jobs) {
+	nDone := done.Load()
+	elapsed := r.stopMeter(ctx, m, nDone)
+	r.res.Metrics[MCompletedPerS] = float64(nDone) / elapsed.Seconds()
+	if nDone >= int64(r.spec.Jobs) {
 		r.note("backlog of %d ran out before the end of the run: throughput is a lower bound", r.spec.Jobs)
 	}
+	r.publish()
 	return nil
 }
