@@ -14,7 +14,7 @@ TEST_TIMEOUT ?= 20m
 TEST_FLAGS   ?=
 PKGS         ?= ./...
 
-.PHONY: all generate check-generated vet fmt-check test test-short migrate
+.PHONY: all generate check-generated vet fmt-check test test-short migrate demo bench bench-fairness bench-compare
 
 all: test
 
@@ -26,6 +26,7 @@ generate:
 ## (that db/migrations reproduces db/schema.sql is checked by the db/migrations tests)
 check-generated:
 	@$(SQLC) diff || { echo "db/gen is stale: run 'make generate' and commit the result" >&2; exit 1; }
+	@$(GO) run ./cmd/tenuregen -check -dir examples/shop/shopjobs || { echo "examples/shop/shopjobs/tenure_gen.go is stale: run 'go generate ./examples/...'" >&2; exit 1; }
 
 ## vet: go vet every package
 vet:
@@ -57,3 +58,13 @@ migrate:
 .PHONY: bench-compare
 bench-compare:
 	cd bench && $(GO) run ./cmd/compare
+
+## demo: the main job: the example shop service (finds or starts PostgreSQL; ~25 s)
+demo:
+	$(GO) run ./examples/shop $(ARGS)
+
+## bench: engine and enqueue benchmarks (burn-down, pickup latency, claim latency with 1M
+## finished rows, bulk and single enqueue)
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./worker/
+	$(GO) test -run '^$$' -bench . -benchtime 20x -timeout 20m ./jobs/

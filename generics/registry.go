@@ -181,10 +181,8 @@ func Encode(args Args, maxBytes int) ([]byte, error) {
 	if version < 1 {
 		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrUnsupportedVersion, Err: errors.New("payload version must be >= 1")}
 	}
-	if v, ok := args.(Validator); ok {
-		if err := v.Validate(); err != nil {
-			return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err}
-		}
+	if err := validate(args); err != nil {
+		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err}
 	}
 	raw, err := json.Marshal(args)
 	if err != nil {
@@ -229,16 +227,27 @@ func Decode[A Args](r *Registry, raw []byte, version int) (A, error) {
 	if err := strictUnmarshal(raw, &out); err != nil {
 		return fail(ErrInvalidPayload, err)
 	}
-	if v, ok := any(out).(Validator); ok {
-		if err := v.Validate(); err != nil {
-			return fail(ErrInvalidPayload, err)
-		}
-	} else if v, ok := any(&out).(Validator); ok {
-		if err := v.Validate(); err != nil {
-			return fail(ErrInvalidPayload, err)
-		}
+	if err := validate(out); err != nil {
+		return fail(ErrInvalidPayload, err)
 	}
 	return out, nil
+}
+
+// validate runs Validate when args has it, on a value or a pointer receiver.
+func validate(args any) error {
+	if v, ok := args.(Validator); ok {
+		return v.Validate()
+	}
+	rv := reflect.ValueOf(args)
+	if rv.Kind() == reflect.Pointer {
+		return nil
+	}
+	ptr := reflect.New(rv.Type())
+	ptr.Elem().Set(rv)
+	if v, ok := ptr.Interface().(Validator); ok {
+		return v.Validate()
+	}
+	return nil
 }
 
 func (k *KindInfo) upgrade(raw []byte, from, to int) ([]byte, error) {

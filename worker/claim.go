@@ -89,7 +89,13 @@ func (q *queueRunner) loop() {
 			continue
 		}
 		n := min(free, w.cfg.MaxClaimBatch)
-		got, err := q.claim(ctx, n)
+		// A claim that commits must be dispatched even if Stop begins meanwhile: a claim cut
+		// off by cancellation may still have committed, stranding its jobs until their lease
+		// expired. So the statement runs to completion (bounded by a timeout), and whatever it
+		// returns goes to handlers; the soft stop then waits for them.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		got, err := q.claim(cctx, n)
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return

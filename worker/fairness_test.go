@@ -137,7 +137,7 @@ func TestDeadlinePromotionTakesOldestFirst(t *testing.T) {
 
 // claimSQL extracts a named query from db/queries.sql (the source of truth) and rewrites
 // sqlc's named parameters into positional ones, in order of first appearance.
-func claimSQL(t *testing.T, name string) (string, []string) {
+func claimSQL(t testing.TB, name string) (string, []string) {
 	t.Helper()
 	raw, err := os.ReadFile("../db/queries.sql")
 	require.NoError(t, err)

@@ -1,0 +1,46 @@
+package generics_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/generics"
+)
+
+type ptrValidated struct {
+	N int `json:"n"`
+}
+
+func (ptrValidated) Kind() string        { return "ptr_validated" }
+func (ptrValidated) PayloadVersion() int { return 1 }
+func (p *ptrValidated) Validate() error {
+	if p.N < 1 {
+		return &generics.FieldError{Field: "n", Rule: "min", Msg: "must be >= 1"}
+	}
+	return nil
+}
+
+func TestPointerReceiverValidateRunsOnEncodeAndDecode(t *testing.T) {
+	_, err := generics.Encode(ptrValidated{N: 0}, 0)
+	require.ErrorIs(t, err, generics.ErrInvalidPayload)
+	var fe *generics.FieldError
+	require.True(t, errors.As(err, &fe))
+	require.Equal(t, "n", fe.Field)
+	raw, err := generics.Encode(ptrValidated{N: 2}, 0)
+	require.NoError(t, err)
+	got, err := generics.Decode[ptrValidated](nil, raw, 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, got.N)
+	_, err = generics.Decode[ptrValidated](nil, []byte(`{"n":0}`), 1)
+	require.ErrorIs(t, err, generics.ErrInvalidPayload)
+}
+
+func TestEffectKeyIsStableAcrossGenerations(t *testing.T) {
+	require.Equal(t, "job:42:effect:charge", generics.EffectKey(42, "charge"))
+	j := &generics.Job[ptrValidated]{ID: 42, Generation: 1}
+	k1 := j.EffectKey("charge")
+	j.Generation, j.Attempt = 7, 3
+	require.Equal(t, k1, j.EffectKey("charge"), "the key never depends on the attempt or generation")
+}

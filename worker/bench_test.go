@@ -1,0 +1,154 @@
+package worker_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/hist"
+	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker"
+)
+
+func benchPool(b *testing.B) *pgxpool.Pool {
+	return pgtest.NewPoolWith(b, func(c *pgxpool.Config) { c.MaxConns = 40 })
+}
+
+func insertNoops(b *testing.B, c *jobs.Client, n int, opts *jobs.InsertOpts) {
+	b.Helper()
+	ctx := context.Background()
+	for done := 0; done < n; {
+		k := min(5000, n-done)
+		ps := make([]jobs.InsertManyParams, k)
+		for i := range ps {
+			ps[i] = jobs.InsertManyParams{Args: noopArgs{N: done + i}, Opts: opts}
+		}
+		_, err := c.InsertMany(ctx, ps)
+		require.NoError(b, err)
+		done += k
+	}
+}
+
+// BenchmarkBurnDown: 100,000 pre-inserted no-op jobs, default settings plus Concurrency,
+// time to finish them all. Reports jobs/s. Sub-benchmarks compare fairness policies in the
+// same run (the fairness issue's ≤10% overhead budget).
+func BenchmarkBurnDown(b *testing.B) {
+	const total = 100000
+	for _, tc := range []struct {
+		name string
+		f    worker.Fairness
+	}{
+		{"strict", worker.Fairness{}},
+		{"aging", worker.Fairness{Aging: &worker.Aging{Step: 5 * time.Minute}}},
+		{"quota", worker.Fairness{Quotas: map[int]int{jobs.PriorityHigh: 12, jobs.PriorityNormal: 6, jobs.PriorityLow: 2}}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var rate float64
+			for range b.N {
+				b.StopTimer()
+				pool := benchPool(b)
+				c := newClient(b, pool, nil)
+				insertNoops(b, c, total, nil)
+				_, err := pool.Exec(context.Background(), "VACUUM ANALYZE tenure.jobs")
+				require.NoError(b, err)
+				done := make(chan struct{})
+				var mu sync.Mutex
+				n := 0
+				w, err := worker.New(pool, &worker.Config{Logger: testLogger(),
+					Queues: map[string]worker.QueueConfig{"default": {Concurrency: 100, Fairness: tc.f}},
+					OnOutcome: func(o worker.Outcome) {
+						mu.Lock()
+						n++
+						if n == total {
+							close(done)
+						}
+						mu.Unlock()
+					}})
+				require.NoError(b, err)
+				worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
+				b.StartTimer()
+				start := time.Now()
+				require.NoError(b, w.Start(context.Background()))
+				<-done
+				elapsed := time.Since(start)
+				b.StopTimer()
+				require.NoError(b, stopWorker(b, w, 10*time.Second))
+				st := w.Stats()
+				require.Zero(b, st.StaleRejected)
+				rate = float64(total) / elapsed.Seconds()
+				b.Logf("%s: %d jobs in %v = %.0f jobs/s; claims %d, claim p50 %v p99 %v, finish p50 %v p99 %v",
+					tc.name, total, elapsed.Round(time.Millisecond), rate, st.Claims, st.ClaimP50, st.ClaimP99, st.FinishP50, st.FinishP99)
+			}
+			b.ReportMetric(rate, "jobs/s")
+		})
+	}
+}
+
+// BenchmarkPickupLatency: an idle queue, one job enqueued at a time; enqueue commit -> handler
+// start, woken by NOTIFY.
+func BenchmarkPickupLatency(b *testing.B) {
+	pool := benchPool(b)
+	w, err := worker.New(pool, &worker.Config{Logger: testLogger(), Queues: map[string]worker.QueueConfig{"default": {Concurrency: 32}}})
+	require.NoError(b, err)
+	startedAt := make(chan time.Time, 1)
+	worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error {
+		startedAt <- time.Now()
+		return nil
+	}, nil)
+	c := newClient(b, pool, w)
+	require.NoError(b, w.Start(context.Background()))
+	defer func() { _ = stopWorker(b, w, 5*time.Second) }()
+	time.Sleep(300 * time.Millisecond) // listener up, claim loop idle
+	var h hist.H
+	b.ResetTimer()
+	for i := range b.N {
+		_, err := c.Insert(context.Background(), noopArgs{N: i}, nil)
+		committed := time.Now()
+		require.NoError(b, err)
+		h.Record((<-startedAt).Sub(committed))
+		time.Sleep(5 * time.Millisecond) // idle between jobs: 200 jobs/s at most
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(h.Quantile(0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(h.Quantile(0.99).Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkClaimWithFinishedRows: claim statement latency (batch 10) with 1,000,000 finished
+// rows in the table.
+func BenchmarkClaimWithFinishedRows(b *testing.B) {
+	pool := benchPool(b)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, state, attempts, attempted_at, claim_token, generation, finished_at)
+		SELECT 'default', 'noop', '{"n":0}', 'succeeded', 1, now(), gen_random_uuid(), 1, now() FROM generate_series(1, 1000000)`)
+	require.NoError(b, err)
+	c := newClient(b, pool, nil)
+	insertNoops(b, c, 20000, nil)
+	_, err = pool.Exec(ctx, "VACUUM ANALYZE tenure.jobs")
+	require.NoError(b, err)
+	sql, _ := claimSQL(b, "ClaimStrict")
+	var h hist.H
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		rows, err := pool.Query(ctx, sql, "default", 10, "bench")
+		require.NoError(b, err)
+		rows.Close()
+		require.NoError(b, rows.Err())
+		h.Record(time.Since(t0))
+		if i%1500 == 1499 {
+			b.StopTimer()
+			_, err := pool.Exec(ctx, "UPDATE tenure.jobs SET state='ready', claim_token=NULL, locked_by=NULL, locked_until=NULL, attempts=0 WHERE state='running'")
+			require.NoError(b, err)
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(h.Quantile(0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(h.Quantile(0.99).Microseconds())/1000, "p99-ms")
+}
