@@ -50,6 +50,9 @@ ORDER BY id;
 -- Claim (SPEC section 1): one statement, one short transaction. The CTE picks with
 -- FOR UPDATE SKIP LOCKED through jobs_ready_idx; the UPDATE commits ownership (state, owner,
 -- lease from the database clock, a fresh claim token, generation+1, attempts+1).
+-- The UPDATE reaches the picked rows with id = ANY(ARRAY(...)), a primary-key lookup whatever
+-- the planner guesses for LIMIT: joining the CTE instead lets a generic plan (which assumes a
+-- large LIMIT) hash-join against a sequential scan of the whole table.
 -- ---------------------------------------------------------------------------------------------
 
 -- name: ClaimStrict :many
@@ -70,8 +73,7 @@ SET state        = 'running',
     attempts     = j.attempts + 1,
     attempted_at = now(),
     updated_at   = now()
-FROM picked
-WHERE j.id = picked.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
           j.attempted_at, j.created_at;
@@ -119,8 +121,7 @@ SET state        = 'running',
     attempts     = j.attempts + 1,
     attempted_at = now(),
     updated_at   = now()
-FROM picked
-WHERE j.id = picked.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
           j.attempted_at, j.created_at;

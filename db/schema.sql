@@ -62,8 +62,13 @@ CREATE TABLE tenure.jobs (
 -- (per queue, per priority band, oldest first). Finished rows never enter it.
 CREATE INDEX jobs_ready_idx ON tenure.jobs (queue, priority DESC, run_at, id) WHERE state = 'ready';
 
--- The lease-expiry sweep reads only running rows, soonest expiry first.
-CREATE INDEX jobs_running_idx ON tenure.jobs (locked_until) WHERE state = 'running';
+-- The lease-expiry sweep reads only leased rows (exactly the running ones, by the CHECKs
+-- above), soonest expiry first. The predicate is on locked_until, not on state, on purpose: the
+-- fenced batch writes (WHERE id = ... AND state = 'running' AND claim_token = ...) must reach
+-- their rows through the primary key, and a partial index on state = 'running' tempts the
+-- planner, whenever statistics were taken while nothing ran, into walking every running row
+-- for each batch.
+CREATE INDEX jobs_running_idx ON tenure.jobs (locked_until) WHERE locked_until IS NOT NULL;
 
 -- Retention pruning and finished-job stats read final rows by finish time.
 CREATE INDEX jobs_finished_idx ON tenure.jobs (finished_at) WHERE state IN ('succeeded', 'dead', 'cancelled');

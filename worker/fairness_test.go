@@ -208,9 +208,11 @@ func TestClaimPlansUseThePartialIndex(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	c := newClient(t, pool, nil)
-	insertAt(t, c, 2000, jobs.PriorityNormal, time.Now().Add(-time.Second))
-	insertAt(t, c, 2000, jobs.PriorityHigh, time.Now().Add(-time.Second))
+	// A ready set large enough that a bad plan (a sequential scan or a hash join against the
+	// whole table) is visibly worse than the index path.
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload, priority, run_at)
+		SELECT 'noop', '{"n":0}', 2 + (g % 2), now() - interval '1 second' FROM generate_series(1, 100000) g`)
+	require.NoError(t, err)
 
 	strictSQL, _ := claimSQL(t, "ClaimStrict")
 	segSQL, _ := claimSQL(t, "ClaimSegments")
@@ -240,18 +242,23 @@ func TestClaimPlansUseThePartialIndex(t *testing.T) {
 			args []any
 		}{{"strict", strictSQL, strictArgs}, {"segments", segSQL, segArgs}} {
 			plan := explain(t, pool, false, q.sql, q.args...)
-			usesReady := false
+			usesReady, usesPkey := false, false
 			walk(plan, func(n planNode) {
 				if n.IndexName == "jobs_ready_idx" {
 					usesReady = true
 				}
+				if n.IndexName == "jobs_pkey" {
+					usesPkey = true
+				}
+				require.NotEqual(t, "Hash Join", n.NodeType, "%s claim joins its picks against the whole table", q.name)
 				require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "%s claim scans the jobs table", q.name)
 				require.NotEqual(t, "Bitmap Heap Scan", n.NodeType, "%s claim should walk the index in order", q.name)
 			})
 			require.True(t, usesReady, "%s claim does not use jobs_ready_idx", q.name)
+			require.True(t, usesPkey, "%s claim does not reach the picked rows by primary key", q.name)
 		}
 	}
-	_, err := pool.Exec(ctx, "ANALYZE tenure.jobs")
+	_, err = pool.Exec(ctx, "ANALYZE tenure.jobs")
 	require.NoError(t, err)
 	checkPlan()
 	strictBefore, segBefore := buffers()

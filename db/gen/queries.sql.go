@@ -88,8 +88,7 @@ SET state        = 'running',
     attempts     = j.attempts + 1,
     attempted_at = now(),
     updated_at   = now()
-FROM picked
-WHERE j.id = picked.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
           j.attempted_at, j.created_at
@@ -194,8 +193,7 @@ SET state        = 'running',
     attempts     = j.attempts + 1,
     attempted_at = now(),
     updated_at   = now()
-FROM picked
-WHERE j.id = picked.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
           j.attempted_at, j.created_at
@@ -229,6 +227,9 @@ type ClaimStrictRow struct {
 // Claim (SPEC section 1): one statement, one short transaction. The CTE picks with
 // FOR UPDATE SKIP LOCKED through jobs_ready_idx; the UPDATE commits ownership (state, owner,
 // lease from the database clock, a fresh claim token, generation+1, attempts+1).
+// The UPDATE reaches the picked rows with id = ANY(ARRAY(...)), a primary-key lookup whatever
+// the planner guesses for LIMIT: joining the CTE instead lets a generic plan (which assumes a
+// large LIMIT) hash-join against a sequential scan of the whole table.
 // ---------------------------------------------------------------------------------------------
 // Strict priority: highest priority first, then oldest run_at. One index range scan.
 func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]ClaimStrictRow, error) {
