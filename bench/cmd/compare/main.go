@@ -187,7 +187,7 @@ func (c config) plan(name string) (scenario.Spec, error) {
 		s.Batch, s.Producers, s.BacklogCap = 100, 2, 20*c.workers
 		s.HoldXmin = name == scenario.HeldXmin
 	case scenario.Latency:
-		s.Workers, s.Rate = 32, 200
+		s.Workers, s.Rate, s.Batch = 32, 200, 0
 		s.Duration, s.Warmup = dur(60*time.Second, 5*time.Second), dur(2*time.Second, time.Second)
 	case scenario.BulkEnqueue:
 		s.Jobs = pick(100_000, 20_000)

@@ -188,10 +188,10 @@ func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerI
 			clean[k] = v
 		}
 		if sys == "river" {
-			clean["MaxWorkers"] = "= workers of the scenario"
+			clean["MaxWorkers"] = workersBySpec(specs)
 		}
 		if sys == "tenure" {
-			clean["Concurrency"] = "= workers of the scenario"
+			clean["Concurrency"] = workersBySpec(specs)
 		}
 		rep.Config.SystemConfig[sys] = clean
 	}
@@ -299,6 +299,27 @@ func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerI
 	}
 	slices.Sort(rep.Notes[3:])
 	return rep
+}
+
+// workersBySpec says which worker count each scenario used, e.g. "100 (burn-down, steady), 8 (few-workers)".
+func workersBySpec(specs map[string]scenario.Spec) string {
+	by := map[int][]string{}
+	var counts []int
+	for _, name := range scenario.All {
+		s, ok := specs[name]
+		if !ok || s.Workers == 0 {
+			continue
+		}
+		if by[s.Workers] == nil {
+			counts = append(counts, s.Workers)
+		}
+		by[s.Workers] = append(by[s.Workers], name)
+	}
+	var parts []string
+	for _, n := range counts {
+		parts = append(parts, fmt.Sprintf("%d (%s)", n, strings.Join(by[n], ", ")))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func orderString(c config) string {
@@ -425,8 +446,12 @@ func (rep *report) header() []string {
 	}
 	out = append(out, fmt.Sprintf("Mode: %s; %d repetition(s), medians; payload ≈ %d bytes; fresh database per run",
 		mode, rep.Config.Repetitions, rep.Config.PayloadBytes))
-	out = append(out, fmt.Sprintf("River settings (riverbench's throughput settings): FetchCooldown=%s, FetchPollInterval=%s, MaxWorkers = scenario worker count; bulk API InsertManyFast unless noted",
-		riversut.RiverFetchCooldown, riversut.RiverFetchPollInterval))
+	workers := "scenario worker count"
+	if w := rep.Config.SystemConfig["river"]["MaxWorkers"]; w != "" {
+		workers = w
+	}
+	out = append(out, fmt.Sprintf("River settings (riverbench's throughput settings): FetchCooldown=%s, FetchPollInterval=%s, MaxWorkers=%s; bulk API InsertManyFast unless noted",
+		riversut.RiverFetchCooldown, riversut.RiverFetchPollInterval, workers))
 	out = append(out, "Tenure settings: library defaults, Concurrency = scenario worker count; bulk API InsertMany; its worker also opens its default private engine pool (3 + 1 per queue = 4 connections) besides the shared pool")
 	for _, name := range scenario.All {
 		s, ok := rep.Config.Scenarios[name]
