@@ -286,6 +286,9 @@ func (r *runner) burnDown(ctx context.Context) error {
 	nextLog := time.Now().Add(5 * time.Second)
 	for done.Load() < int64(n) {
 		time.Sleep(2 * time.Millisecond)
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: %w", ctx.Err())
+		}
 		if d := done.Load(); d != last {
 			last, lastProgress = d, time.Now()
 		} else if time.Since(lastProgress) > 60*time.Second {
@@ -326,6 +329,9 @@ func (r *runner) burnDown(ctx context.Context) error {
 			return fmt.Errorf("burn-down: %d jobs still unfinished 60s after the last handler ran", left)
 		}
 		time.Sleep(5 * time.Millisecond)
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: %w", ctx.Err())
+		}
 	}
 	elapsed := r.stopMeter(ctx, m, int64(n))
 	r.res.Metrics[MJobsPerS] = float64(n) / elapsed.Seconds()
@@ -412,6 +418,10 @@ loop:
 		select {
 		case <-deadline.C:
 			break loop
+		case <-ctx.Done():
+			close(stop)
+			wg.Wait()
+			return fmt.Errorf("interrupted: %w", ctx.Err())
 		case <-progress.C:
 			logf("inserted %d, completed %d", inserted.Load(), done.Load())
 		}
@@ -496,6 +506,11 @@ func (r *runner) latency(ctx context.Context) error {
 	var late int
 	for i := range total {
 		due := start.Add(time.Duration(i) * interval)
+		if ctx.Err() != nil {
+			close(seqCh)
+			wg.Wait()
+			return fmt.Errorf("interrupted: %w", ctx.Err())
+		}
 		if d := time.Until(due); d > 0 {
 			time.Sleep(d)
 		} else if d < -10*time.Millisecond {
@@ -591,7 +606,11 @@ func (r *runner) fewWorkers(ctx context.Context) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	defer r.stopSystem(sys)
-	time.Sleep(r.spec.Duration)
+	select {
+	case <-time.After(r.spec.Duration):
+	case <-ctx.Done():
+		return fmt.Errorf("interrupted: %w", ctx.Err())
+	}
 	nDone := done.Load()
 	elapsed := r.stopMeter(ctx, m, nDone)
 	r.res.Metrics[MCompletedPerS] = float64(nDone) / elapsed.Seconds()
