@@ -420,3 +420,37 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// ExamplePool is NewPool for runnable Example functions, which have no testing.TB: it
+// returns a pool on a fresh migrated database and a cleanup that closes the pool and drops
+// the database. It panics when no database can be made.
+func ExamplePool() (*pgxpool.Pool, func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tpl, err := ensureTemplate()
+	if err != nil {
+		panic(err)
+	}
+	admin, err := adminPool(ctx)
+	if err != nil {
+		panic(err)
+	}
+	srv, err := getServer()
+	if err != nil {
+		panic(err)
+	}
+	name := fmt.Sprintf("tenure_t_%d_%s", os.Getpid(), randomHex(6))
+	if err := createDatabase(ctx, admin, name, tpl); err != nil {
+		panic(err)
+	}
+	pool, err := pgxpool.New(ctx, pgserver.DatabaseURL(srv.URL, name))
+	if err != nil {
+		panic(err)
+	}
+	return pool, func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = dropDatabase(ctx, admin, name)
+	}
+}
