@@ -61,10 +61,29 @@ func signal(ch chan struct{}) {
 
 func (q *queueRunner) wake() { signal(q.wakeCh) }
 
-func (q *queueRunner) free() int {
+// reserve takes up to max free slots for a claim about to run (0 when none are free).
+// Reserved slots count as in flight, so concurrent claims of one queue can never together
+// take more jobs than the queue has free handler slots.
+func (q *queueRunner) reserve(max int) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.cfg.Concurrency - q.inflight
+	n := min(q.cfg.Concurrency-q.inflight, max)
+	if n <= 0 {
+		return 0
+	}
+	q.inflight += n
+	return n
+}
+
+// unreserve gives back the reserved slots a claim did not fill.
+func (q *queueRunner) unreserve(n int) {
+	if n <= 0 {
+		return
+	}
+	q.mu.Lock()
+	q.inflight -= n
+	q.mu.Unlock()
+	signal(q.slotCh)
 }
 
 func (q *queueRunner) releaseSlot() {
@@ -74,21 +93,23 @@ func (q *queueRunner) releaseSlot() {
 	signal(q.slotCh)
 }
 
+// loop is one claimer of the queue; a queue runs Claimers of them, so a claim can be in
+// flight while the previous one's jobs start, which keeps short handlers fed without ever
+// claiming beyond the free slots.
 func (q *queueRunner) loop() {
 	w := q.w
 	defer w.claimWG.Done()
 	ctx := w.loops
 	idle := time.Duration(0) // current empty-claim backoff
 	for ctx.Err() == nil {
-		free := q.free()
-		if free <= 0 {
+		n := q.reserve(w.cfg.MaxClaimBatch)
+		if n == 0 {
 			select {
 			case <-q.slotCh:
 			case <-ctx.Done():
 			}
 			continue
 		}
-		n := min(free, w.cfg.MaxClaimBatch)
 		// A claim that commits must be dispatched even if Stop begins meanwhile: a claim cut
 		// off by cancellation may still have committed, stranding its jobs until their lease
 		// expired. So the statement runs to completion (bounded by a timeout), and whatever it
@@ -96,6 +117,7 @@ func (q *queueRunner) loop() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		got, err := q.claim(cctx, n)
 		cancel()
+		q.unreserve(n - len(got))
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -113,9 +135,9 @@ func (q *queueRunner) loop() {
 			continue
 		}
 		idle = 0
-		q.mu.Lock()
-		q.inflight += len(got)
-		q.mu.Unlock()
+		if len(got) == n {
+			q.wake() // there may be more: let an idle sibling claimer start too
+		}
 		for i := range got {
 			w.dispatch(q, &got[i])
 		}
@@ -150,7 +172,7 @@ func (q *queueRunner) sleep(ctx context.Context, d time.Duration, wakeable bool)
 func (q *queueRunner) claim(ctx context.Context, n int) ([]claimed, error) {
 	w := q.w
 	start := time.Now()
-	segs := q.pol.plan(n)
+	segs, quota := q.pol.plan(n)
 	var out []claimed
 	if segs == nil {
 		rows, err := w.q.ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n)})
@@ -180,14 +202,14 @@ func (q *queueRunner) claim(ctx context.Context, n int) ([]claimed, error) {
 			return nil, err
 		}
 		out = make([]claimed, len(rows))
-		var got [maxPriority + 1]int
+		var got bandCounts
 		for i, r := range rows {
 			out[i] = fromClaimRow(gen.ClaimStrictRow(r)) // both claims return the same columns
 			if p := int(r.Priority); p >= minPriority && p <= maxPriority {
 				got[p]++
 			}
 		}
-		q.pol.observe(n, &got)
+		q.pol.observe(n, quota, &got)
 	}
 	w.m.claims.Add(1)
 	w.m.claimed.Add(int64(len(out)))

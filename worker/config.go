@@ -76,6 +76,10 @@ type QueueConfig struct {
 	Concurrency int
 	// Fairness decides which ready jobs a claim takes. The zero value is strict priority.
 	Fairness Fairness
+	// Claimers is the number of claim statements the queue may have in flight at once (each
+	// for slots the others did not reserve). Two keep short handlers fed while a claim's
+	// round trip is in flight. Default 2 (1 when Concurrency is 1).
+	Claimers int
 }
 
 // HandlerOptions are per-kind options. A nil *HandlerOptions, or zero fields, mean defaults.
@@ -127,6 +131,12 @@ func (c *Config) withDefaults() (Config, error) {
 		if q.Concurrency == 0 {
 			q.Concurrency = defaultConcurrency
 		}
+		if q.Claimers < 0 || q.Claimers > 16 {
+			return out, fmt.Errorf("%w: queue %q: Claimers %d outside 0..16", ErrInvalidConfig, name, q.Claimers)
+		}
+		if q.Claimers == 0 {
+			q.Claimers = min(2, q.Concurrency)
+		}
 		if err := q.Fairness.validate(name); err != nil {
 			return out, err
 		}
@@ -143,7 +153,10 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, fmt.Errorf("%w: EngineConns must be >= 0", ErrInvalidConfig)
 	}
 	if out.EngineConns == 0 {
-		out.EngineConns = 3 + len(out.Queues)
+		out.EngineConns = 3
+		for _, q := range out.Queues {
+			out.EngineConns += q.Claimers
+		}
 	}
 	if out.EngineConns < 3 {
 		return out, fmt.Errorf("%w: EngineConns %d cannot hold LISTEN plus claims and finishes (need >= 3)", ErrInvalidConfig, out.EngineConns)

@@ -3,6 +3,7 @@ package worker
 import (
 	"fmt"
 	"math"
+	"sync"
 	"time"
 )
 
@@ -92,13 +93,17 @@ type segment struct {
 	quota          int
 }
 
-// policy is a queue's fairness state. Claims of one queue are sequential, so it needs no lock.
+// policy is a queue's fairness state, shared by the queue's claimers.
 type policy struct {
 	f      Fairness
-	credit [maxPriority + 1]float64 // quota deficit per band
-	quota  [maxPriority + 1]int     // the quotas of the claim in flight
 	weight float64
+
+	mu     sync.Mutex
+	credit [maxPriority + 1]float64 // quota deficit per band
 }
+
+// bandCounts holds one number per priority band (index = priority).
+type bandCounts [maxPriority + 1]int
 
 func newPolicy(f Fairness) *policy {
 	p := &policy{f: f}
@@ -113,12 +118,13 @@ func newPolicy(f Fairness) *policy {
 	return p
 }
 
-// plan returns the segments of a claim of n jobs (nil = strict). Ranks: deadline-promoted
-// segments are 0 (first, oldest first across bands); otherwise higher effective priority
-// first, and within one effective priority the lower base priority (the more promoted job).
-func (p *policy) plan(n int) []segment {
+// plan returns the segments of a claim of n jobs (nil = strict) and the band quotas it used
+// (pass them back to observe). Ranks: deadline-promoted segments are 0 (first, oldest first
+// across bands); otherwise higher effective priority first, and within one effective priority
+// the lower base priority (the more promoted job).
+func (p *policy) plan(n int) ([]segment, bandCounts) {
 	if p.f.Strict() {
-		return nil
+		return nil, bandCounts{}
 	}
 	quota := p.quotas(n)
 	ceiling, step := 0, time.Duration(0)
@@ -154,21 +160,23 @@ func (p *policy) plan(n int) []segment {
 				rank: rank(prio+k, prio), quota: quota[prio]})
 		}
 	}
-	return segs
+	return segs, quota
 }
 
 // quotas turns the configured shares into this batch's per-band quota: each band earns
 // n*share/total credit per batch, gets the whole units of its credit, and the units left over
 // go to the bands with the largest fractional credit (largest remainder), so the quotas add
 // up to n and small batches still follow the shares over time (deficit round robin).
-func (p *policy) quotas(n int) [maxPriority + 1]int {
-	var q [maxPriority + 1]int
+func (p *policy) quotas(n int) bandCounts {
+	var q bandCounts
 	if p.weight == 0 {
 		for i := range q {
 			q[i] = n // no quotas: every band may fill the batch; rank decides
 		}
 		return q
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	left := n
 	for prio, w := range p.f.Quotas {
 		if w == 0 {
@@ -195,22 +203,23 @@ func (p *policy) quotas(n int) [maxPriority + 1]int {
 		}
 		q[best]++
 	}
-	p.quota = q
 	return q
 }
 
 // observe charges each band for what the claim gave it, up to its quota: a band that ran dry
 // (got less than its quota) loses its credit (no banking while idle), and jobs a band took
 // beyond its quota (the share of a dry band flowing to it) are free.
-func (p *policy) observe(n int, got *[maxPriority + 1]int) {
+func (p *policy) observe(n int, quota bandCounts, got *bandCounts) {
 	if p.weight == 0 {
 		return
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for prio, w := range p.f.Quotas {
 		if w == 0 {
 			continue
 		}
-		q := p.quota[prio]
+		q := quota[prio]
 		c := p.credit[prio] - float64(min(got[prio], q))
 		if got[prio] < q {
 			c = 0

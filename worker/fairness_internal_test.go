@@ -8,12 +8,13 @@ import (
 )
 
 func TestStrictHasNoSegments(t *testing.T) {
-	require.Nil(t, newPolicy(Fairness{}).plan(10))
+	segs, _ := newPolicy(Fairness{}).plan(10)
+	require.Nil(t, segs)
 }
 
 func TestAgingSegmentsRankPromotedFirst(t *testing.T) {
 	p := newPolicy(Fairness{Aging: &Aging{Step: time.Minute, Ceiling: 3}})
-	segs := p.plan(5)
+	segs, _ := p.plan(5)
 	rankOf := func(prio int, age time.Duration) int {
 		for _, s := range segs {
 			if s.priority == prio && age >= s.minAge && (s.maxAge == 0 || age < s.maxAge) {
@@ -43,7 +44,8 @@ func TestAgingSegmentsRankPromotedFirst(t *testing.T) {
 
 func TestDeadlineSegmentsComeFirst(t *testing.T) {
 	p := newPolicy(Fairness{Deadline: time.Minute})
-	for _, s := range p.plan(3) {
+	segs, _ := p.plan(3)
+	for _, s := range segs {
 		if s.minAge >= time.Minute {
 			require.Zero(t, s.rank)
 			require.Zero(t, s.maxAge)
@@ -61,8 +63,8 @@ func TestQuotaDeficitHonoursSharesOverSmallBatches(t *testing.T) {
 	require.Equal(t, 12, q[3])
 	require.Equal(t, 6, q[2])
 	require.Equal(t, 2, q[1])
-	got := [maxPriority + 1]int{3: 12, 2: 6, 1: 2}
-	p.observe(20, &got)
+	got := bandCounts{3: 12, 2: 6, 1: 2}
+	p.observe(20, q, &got)
 
 	// Batches of one (a single slot freeing at a time): over 100 claims where every band
 	// always has work, the deficit accounting reproduces the 60/30/10 split.
@@ -70,7 +72,7 @@ func TestQuotaDeficitHonoursSharesOverSmallBatches(t *testing.T) {
 	served := map[int]int{}
 	for range 100 {
 		q := p.quotas(1)
-		var got [maxPriority + 1]int
+		var got bandCounts
 		// the claim statement serves in-quota bands first (by rank), then overflow by rank
 		pick := 0
 		for _, prio := range []int{3, 2, 1} {
@@ -84,7 +86,7 @@ func TestQuotaDeficitHonoursSharesOverSmallBatches(t *testing.T) {
 		}
 		got[pick] = 1
 		served[pick]++
-		p.observe(1, &got)
+		p.observe(1, q, &got)
 	}
 	require.InDelta(t, 60, served[3], 3)
 	require.InDelta(t, 30, served[2], 3)
@@ -95,10 +97,9 @@ func TestQuotaCreditResetsWhenBandRunsDry(t *testing.T) {
 	p := newPolicy(Fairness{Quotas: map[int]int{3: 1, 1: 1}})
 	for range 50 {
 		q := p.quotas(10)
-		var got [maxPriority + 1]int
+		var got bandCounts
 		got[3] = 10 // low has no work: high takes everything
-		_ = q
-		p.observe(10, &got)
+		p.observe(10, q, &got)
 	}
 	// low never banked credit while it had nothing to run
 	require.LessOrEqual(t, p.credit[1], 10.0)

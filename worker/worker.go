@@ -181,8 +181,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	go w.pruneLoop()
 	go w.listenLoop()
 	for _, q := range w.queues {
-		w.claimWG.Add(1)
-		go q.loop()
+		for range q.cfg.Claimers {
+			w.claimWG.Add(1)
+			go q.loop()
+		}
 	}
 	go func() {
 		select {
