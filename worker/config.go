@@ -28,7 +28,8 @@ type Config struct {
 	// pool configuration, so handlers holding every connection of their pool never starve
 	// heartbeats or completions.
 	EnginePool *pgxpool.Pool
-	// EngineConns sizes the private engine pool. Default 2 + one per queue + one for LISTEN.
+	// EngineConns sizes the private engine pool. Default 4 (LISTEN, finisher, heartbeat,
+	// reclaim and prune) plus one per claimer of every queue.
 	EngineConns int
 
 	// FetchPollMax is the longest wait between claims of an idle queue; empty claims back off
@@ -153,7 +154,7 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, fmt.Errorf("%w: EngineConns must be >= 0", ErrInvalidConfig)
 	}
 	if out.EngineConns == 0 {
-		out.EngineConns = 3
+		out.EngineConns = 4 // LISTEN, finisher, heartbeat, reclaim/prune
 		for _, q := range out.Queues {
 			out.EngineConns += q.Claimers
 		}
