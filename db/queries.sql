@@ -56,7 +56,8 @@ ORDER BY id;
 -- ---------------------------------------------------------------------------------------------
 
 -- name: ClaimStrict :many
--- Strict priority: highest priority first, then oldest run_at. One index range scan.
+-- The textbook claim (strict priority, one index range scan), kept as the reference for tests
+-- and tools; the engine runs ClaimOrdered, which is the same order with per-band watermarks.
 WITH picked AS (
     SELECT r.id FROM tenure.jobs r
     WHERE r.state = 'ready' AND r.queue = @queue AND r.run_at <= now()
@@ -78,14 +79,57 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
           j.attempted_at, j.created_at;
 
+-- name: ClaimOrdered :many
+-- The engine's claim for strict priority, aging and deadlines. The fairness policy
+-- (worker/fairness.go) lists segments in the order they should be served: a priority band, a
+-- lower bound on run_at (the band's watermark: everything older was claimed already, so the
+-- scan starts past the index entries those claims left behind, which only VACUUM removes) and an
+-- age window on the database clock. Each segment is read oldest-first through jobs_ready_idx;
+-- the nested loop runs the segments in the given order and stops as soon as the batch is full,
+-- so no row is locked that is not claimed.
+WITH seg AS (
+    SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
+            unnest(@seg_after_us::bigint[]) AS after_us,
+            unnest(@seg_min_age_us::bigint[]) AS min_age_us,
+            unnest(@seg_max_age_us::bigint[]) AS max_age_us) AS s
+), picked AS (
+    SELECT c.id
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+        ORDER BY j.run_at, j.id
+        LIMIT @batch
+        FOR UPDATE SKIP LOCKED
+    ) c
+    LIMIT @batch
+)
+UPDATE tenure.jobs j
+SET state        = 'running',
+    locked_by    = @worker_id::text,
+    locked_until = now() + j.lease_ms * interval '1 millisecond',
+    claim_token  = gen_random_uuid(),
+    generation   = j.generation + 1,
+    attempts     = j.attempts + 1,
+    attempted_at = now(),
+    updated_at   = now()
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+          j.attempted_at, j.created_at;
+
 -- name: ClaimSegments :many
--- Fair claim. The fairness policy (worker/fairness.go) describes the batch as segments: a
+-- Fair claim with quotas. The fairness policy (worker/fairness.go) describes the batch as segments: a
 -- priority band and an age window (on the database clock), each read oldest-first through
 -- jobs_ready_idx with its own LIMIT. Candidates are ordered by the policy's rank; a band's
 -- quota puts its first `quota` candidates ahead of every band's overflow, so unused share
 -- flows to the others. Only the first batch candidates are claimed.
 WITH seg AS (
     SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
+            unnest(@seg_after_us::bigint[]) AS after_us,
             unnest(@seg_min_age_us::bigint[]) AS min_age_us,
             unnest(@seg_max_age_us::bigint[]) AS max_age_us,
             unnest(@seg_limit::integer[]) AS lim,
@@ -97,6 +141,7 @@ WITH seg AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at FROM tenure.jobs j
         WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
         ORDER BY j.run_at, j.id

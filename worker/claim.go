@@ -43,6 +43,10 @@ type queueRunner struct {
 
 	mu       sync.Mutex
 	inflight int
+
+	wmMu    sync.Mutex
+	wm      bandTimes // see watermarks
+	wmSince time.Time
 	slotCh   chan struct{} // a handler slot freed
 	wakeCh   chan struct{} // NOTIFY: new jobs in this queue
 }
@@ -172,45 +176,53 @@ func (q *queueRunner) sleep(ctx context.Context, d time.Duration, wakeable bool)
 func (q *queueRunner) claim(ctx context.Context, n int) ([]claimed, error) {
 	w := q.w
 	start := time.Now()
-	segs, quota := q.pol.plan(n)
-	var out []claimed
-	if segs == nil {
-		rows, err := w.q.ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n)})
+	segs, quota, useQuota := q.pol.plan(n)
+	after := q.watermarks()
+	var rows []gen.ClaimStrictRow
+	if !useQuota {
+		arg := gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n)}
+		for _, s := range segs {
+			arg.SegPriority = append(arg.SegPriority, int16(s.priority))
+			arg.SegAfterUs = append(arg.SegAfterUs, after[s.priority])
+			arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
+			arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))
+		}
+		got, err := w.q.ClaimOrdered(ctx, arg)
 		if err != nil {
 			return nil, err
 		}
-		out = make([]claimed, len(rows))
-		for i, r := range rows {
-			out[i] = fromClaimRow(r)
+		for _, r := range got {
+			rows = append(rows, gen.ClaimStrictRow(r)) // every claim returns the same columns
 		}
 	} else {
 		arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n)}
 		for _, s := range segs {
-			maxAge := s.maxAge
-			if maxAge == 0 {
-				maxAge = 100 * 365 * 24 * time.Hour
-			}
 			arg.SegPriority = append(arg.SegPriority, int16(s.priority))
+			arg.SegAfterUs = append(arg.SegAfterUs, after[s.priority])
 			arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
-			arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAge.Microseconds())
+			arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))
 			arg.SegLimit = append(arg.SegLimit, int32(s.limit))
 			arg.SegRank = append(arg.SegRank, int32(s.rank))
 			arg.SegQuota = append(arg.SegQuota, int32(s.quota))
 		}
-		rows, err := w.q.ClaimSegments(ctx, arg)
+		got, err := w.q.ClaimSegments(ctx, arg)
 		if err != nil {
 			return nil, err
 		}
-		out = make([]claimed, len(rows))
-		var got bandCounts
-		for i, r := range rows {
-			out[i] = fromClaimRow(gen.ClaimStrictRow(r)) // both claims return the same columns
-			if p := int(r.Priority); p >= minPriority && p <= maxPriority {
-				got[p]++
-			}
+		for _, r := range got {
+			rows = append(rows, gen.ClaimStrictRow(r))
 		}
-		q.pol.observe(n, quota, &got)
 	}
+	out := make([]claimed, len(rows))
+	var perBand bandCounts
+	for i, r := range rows {
+		out[i] = fromClaimRow(r)
+		if p := out[i].priority; p >= minPriority && p <= maxPriority {
+			perBand[p]++
+		}
+	}
+	q.pol.observe(n, quota, &perBand)
+	q.advance(out)
 	w.m.claims.Add(1)
 	w.m.claimed.Add(int64(len(out)))
 	w.m.claimLatency.Record(time.Since(start))
@@ -218,6 +230,48 @@ func (q *queueRunner) claim(ctx context.Context, n int) ([]claimed, error) {
 		w.m.recordWait(out[i].queue, out[i].priority, out[i].attemptedAt.Sub(out[i].runAt))
 	}
 	return out, nil
+}
+
+// Watermarks. Claims take each band's jobs oldest first, so once a claim took a band's job
+// due at T, every ready job of that band due before T was claimed too (or was locked by
+// another claimer at that instant). The next claims then start the band's index range at T:
+// the index entries left behind by claimed rows (dead versions only VACUUM removes, and which
+// pile up at the front of the range, faster still while a long transaction holds back the
+// xmin horizon) are never walked again. A job that becomes ready behind the watermark anyway
+// (inserted by a transaction that started earlier and committed later, an explicit RunAt in
+// the past, or a row an operator had locked) is found by the periodic full scan: the
+// watermarks reset every watermarkReset.
+const watermarkReset = time.Second
+
+type bandTimes [maxPriority + 1]int64 // unix microseconds per band; 0 = from the start
+
+// watermarks returns the bands' lower bounds for the next claim.
+func (q *queueRunner) watermarks() bandTimes {
+	q.wmMu.Lock()
+	defer q.wmMu.Unlock()
+	if time.Since(q.wmSince) >= watermarkReset {
+		q.wm, q.wmSince = bandTimes{}, time.Now()
+	}
+	return q.wm
+}
+
+// advance moves each band's watermark to the newest due time it just claimed.
+func (q *queueRunner) advance(got []claimed) {
+	q.wmMu.Lock()
+	defer q.wmMu.Unlock()
+	for i := range got {
+		p, t := got[i].priority, got[i].runAt.UnixMicro()
+		if p >= minPriority && p <= maxPriority && t > q.wm[p] {
+			q.wm[p] = t
+		}
+	}
+}
+
+func maxAgeUs(d time.Duration) int64 {
+	if d == 0 {
+		return (100 * 365 * 24 * time.Hour).Microseconds()
+	}
+	return d.Microseconds()
 }
 
 func fromClaimRow(r gen.ClaimStrictRow) claimed {

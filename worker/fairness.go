@@ -3,19 +3,22 @@ package worker
 import (
 	"fmt"
 	"math"
+	"sort"
 	"sync"
 	"time"
 )
 
 // This file is the fairness hook: how a queue chooses which ready jobs one claim takes.
 //
-// The zero Fairness is strict priority (highest priority first, oldest first within a
-// priority): one index range scan, the cheapest claim. Any other setting turns the claim into
-// "segments": each segment is one priority band and one age window, read oldest-first through
-// the ready index with its own LIMIT; the database orders the candidates by the segment's rank
-// and the band quotas and takes the batch (db/queries.sql, ClaimSegments). Everything a policy
-// decides is computed here, in the application, from the configuration and what earlier claims
-// returned; the claim stays one statement and never sorts the whole ready set.
+// A claim is described as "segments": each segment is one priority band and one age window
+// (on the database clock), read oldest-first through the ready index with its own LIMIT.
+// Without quotas the segments are served in the policy's order and the statement stops as
+// soon as the batch is full (db/queries.sql, ClaimOrdered): the zero Fairness, strict
+// priority, is one segment per band, highest first. With quotas the database ranks the
+// candidates of every segment by rank and band quota and takes the batch (ClaimSegments).
+// Everything a policy decides is computed here, in the application, from the configuration and
+// what earlier claims returned; the claim stays one statement and never sorts the whole ready
+// set.
 
 // Aging raises a waiting job's effective priority by one for every Step it has waited since it
 // became due, up to Ceiling (default 4, PriorityCritical). Among jobs of equal effective
@@ -118,14 +121,14 @@ func newPolicy(f Fairness) *policy {
 	return p
 }
 
-// plan returns the segments of a claim of n jobs (nil = strict) and the band quotas it used
-// (pass them back to observe). Ranks: deadline-promoted segments are 0 (first, oldest first
-// across bands); otherwise higher effective priority first, and within one effective priority
-// the lower base priority (the more promoted job).
-func (p *policy) plan(n int) ([]segment, bandCounts) {
-	if p.f.Strict() {
-		return nil, bandCounts{}
-	}
+// plan returns the segments of a claim of n jobs in serving order, the band quotas it used
+// (pass them back to observe), and whether the quotas matter (then the claim must rank all
+// candidates: ClaimSegments; otherwise the segments are served in order: ClaimOrdered).
+//
+// Ranks: deadline-promoted segments are 0 (first, oldest first across bands); otherwise higher
+// effective priority first, and within one effective priority the lower base priority (the
+// more promoted job). Strict priority is one segment per band, highest first.
+func (p *policy) plan(n int) ([]segment, bandCounts, bool) {
 	quota := p.quotas(n)
 	ceiling, step := 0, time.Duration(0)
 	if p.f.Aging != nil {
@@ -160,7 +163,11 @@ func (p *policy) plan(n int) ([]segment, bandCounts) {
 				rank: rank(prio+k, prio), quota: quota[prio]})
 		}
 	}
-	return segs, quota
+	// Serving order. Within one rank the order is the band's, highest first (ranks of
+	// different bands differ except for deadline segments, which then go highest band first
+	// rather than strictly oldest first across bands: a documented approximation).
+	sort.SliceStable(segs, func(i, j int) bool { return segs[i].rank < segs[j].rank })
+	return segs, quota, p.weight > 0
 }
 
 // quotas turns the configured shares into this batch's per-band quota: each band earns

@@ -7,14 +7,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestStrictHasNoSegments(t *testing.T) {
-	segs, _ := newPolicy(Fairness{}).plan(10)
-	require.Nil(t, segs)
+func TestStrictServesBandsHighestFirst(t *testing.T) {
+	segs, _, quotas := newPolicy(Fairness{}).plan(10)
+	require.False(t, quotas)
+	require.Len(t, segs, maxPriority)
+	for i, s := range segs {
+		require.Equal(t, maxPriority-i, s.priority)
+		require.Zero(t, s.minAge)
+		require.Zero(t, s.maxAge)
+		require.Equal(t, 10, s.limit)
+	}
 }
 
 func TestAgingSegmentsRankPromotedFirst(t *testing.T) {
 	p := newPolicy(Fairness{Aging: &Aging{Step: time.Minute, Ceiling: 3}})
-	segs, _ := p.plan(5)
+	segs, _, _ := p.plan(5)
 	rankOf := func(prio int, age time.Duration) int {
 		for _, s := range segs {
 			if s.priority == prio && age >= s.minAge && (s.maxAge == 0 || age < s.maxAge) {
@@ -44,7 +51,7 @@ func TestAgingSegmentsRankPromotedFirst(t *testing.T) {
 
 func TestDeadlineSegmentsComeFirst(t *testing.T) {
 	p := newPolicy(Fairness{Deadline: time.Minute})
-	segs, _ := p.plan(3)
+	segs, _, _ := p.plan(3)
 	for _, s := range segs {
 		if s.minAge >= time.Minute {
 			require.Zero(t, s.rank)

@@ -50,20 +50,137 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 	return i, err
 }
 
+const claimOrdered = `-- name: ClaimOrdered :many
+WITH seg AS (
+    SELECT priority, after_us, min_age_us, max_age_us FROM (SELECT unnest($2::smallint[]) AS priority,
+            unnest($3::bigint[]) AS after_us,
+            unnest($4::bigint[]) AS min_age_us,
+            unnest($5::bigint[]) AS max_age_us) AS s
+), picked AS (
+    SELECT c.id
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = $6 AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+        ORDER BY j.run_at, j.id
+        LIMIT $7
+        FOR UPDATE SKIP LOCKED
+    ) c
+    LIMIT $7
+)
+UPDATE tenure.jobs j
+SET state        = 'running',
+    locked_by    = $1::text,
+    locked_until = now() + j.lease_ms * interval '1 millisecond',
+    claim_token  = gen_random_uuid(),
+    generation   = j.generation + 1,
+    attempts     = j.attempts + 1,
+    attempted_at = now(),
+    updated_at   = now()
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+          j.attempted_at, j.created_at
+`
+
+type ClaimOrderedParams struct {
+	WorkerID    string
+	SegPriority []int16
+	SegAfterUs  []int64
+	SegMinAgeUs []int64
+	SegMaxAgeUs []int64
+	Queue       string
+	Batch       int32
+}
+
+type ClaimOrderedRow struct {
+	ID             int64
+	Queue          string
+	Kind           string
+	Payload        []byte
+	PayloadVersion int32
+	Priority       int16
+	RunAt          time.Time
+	Attempts       int32
+	MaxAttempts    int32
+	LeaseMs        int32
+	LockedUntil    *time.Time
+	ClaimToken     *uuid.UUID
+	Generation     int64
+	AttemptedAt    *time.Time
+	CreatedAt      time.Time
+}
+
+// The engine's claim for strict priority, aging and deadlines. The fairness policy
+// (worker/fairness.go) lists segments in the order they should be served: a priority band, a
+// lower bound on run_at (the band's watermark: everything older was claimed already, so the
+// scan starts past the index entries those claims left behind, which only VACUUM removes) and an
+// age window on the database clock. Each segment is read oldest-first through jobs_ready_idx;
+// the nested loop runs the segments in the given order and stops as soon as the batch is full,
+// so no row is locked that is not claimed.
+func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]ClaimOrderedRow, error) {
+	rows, err := q.db.Query(ctx, claimOrdered,
+		arg.WorkerID,
+		arg.SegPriority,
+		arg.SegAfterUs,
+		arg.SegMinAgeUs,
+		arg.SegMaxAgeUs,
+		arg.Queue,
+		arg.Batch,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimOrderedRow{}
+	for rows.Next() {
+		var i ClaimOrderedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimSegments = `-- name: ClaimSegments :many
 WITH seg AS (
-    SELECT priority, min_age_us, max_age_us, lim, rank, quota FROM (SELECT unnest($2::smallint[]) AS priority,
-            unnest($3::bigint[]) AS min_age_us,
-            unnest($4::bigint[]) AS max_age_us,
-            unnest($5::integer[]) AS lim,
-            unnest($6::integer[]) AS rank,
-            unnest($7::integer[]) AS quota) AS s
+    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota FROM (SELECT unnest($2::smallint[]) AS priority,
+            unnest($3::bigint[]) AS after_us,
+            unnest($4::bigint[]) AS min_age_us,
+            unnest($5::bigint[]) AS max_age_us,
+            unnest($6::integer[]) AS lim,
+            unnest($7::integer[]) AS rank,
+            unnest($8::integer[]) AS quota) AS s
 ), cand AS (
     SELECT c.id, c.run_at, s.priority AS band, s.rank, s.quota
     FROM seg s
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = $8 AND j.priority = s.priority
+        WHERE j.state = 'ready' AND j.queue = $9 AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
         ORDER BY j.run_at, j.id
@@ -77,7 +194,7 @@ WITH seg AS (
 ), picked AS (
     SELECT id FROM ranked
     ORDER BY (rank > 0 AND band_rn > quota), rank, run_at, id
-    LIMIT $9
+    LIMIT $10
 )
 UPDATE tenure.jobs j
 SET state        = 'running',
@@ -97,6 +214,7 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 type ClaimSegmentsParams struct {
 	WorkerID    string
 	SegPriority []int16
+	SegAfterUs  []int64
 	SegMinAgeUs []int64
 	SegMaxAgeUs []int64
 	SegLimit    []int32
@@ -124,7 +242,7 @@ type ClaimSegmentsRow struct {
 	CreatedAt      time.Time
 }
 
-// Fair claim. The fairness policy (worker/fairness.go) describes the batch as segments: a
+// Fair claim with quotas. The fairness policy (worker/fairness.go) describes the batch as segments: a
 // priority band and an age window (on the database clock), each read oldest-first through
 // jobs_ready_idx with its own LIMIT. Candidates are ordered by the policy's rank; a band's
 // quota puts its first `quota` candidates ahead of every band's overflow, so unused share
@@ -133,6 +251,7 @@ func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([
 	rows, err := q.db.Query(ctx, claimSegments,
 		arg.WorkerID,
 		arg.SegPriority,
+		arg.SegAfterUs,
 		arg.SegMinAgeUs,
 		arg.SegMaxAgeUs,
 		arg.SegLimit,
@@ -231,7 +350,8 @@ type ClaimStrictRow struct {
 // the planner guesses for LIMIT: joining the CTE instead lets a generic plan (which assumes a
 // large LIMIT) hash-join against a sequential scan of the whole table.
 // ---------------------------------------------------------------------------------------------
-// Strict priority: highest priority first, then oldest run_at. One index range scan.
+// The textbook claim (strict priority, one index range scan), kept as the reference for tests
+// and tools; the engine runs ClaimOrdered, which is the same order with per-band watermarks.
 func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]ClaimStrictRow, error) {
 	rows, err := q.db.Query(ctx, claimStrict, arg.WorkerID, arg.Queue, arg.Batch)
 	if err != nil {
