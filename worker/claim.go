@@ -47,8 +47,8 @@ type queueRunner struct {
 	wmMu    sync.Mutex
 	wm      bandTimes // see watermarks
 	wmSince time.Time
-	slotCh   chan struct{} // a handler slot freed
-	wakeCh   chan struct{} // NOTIFY: new jobs in this queue
+	slotCh  chan struct{} // a handler slot freed
+	wakeCh  chan struct{} // NOTIFY: new jobs in this queue
 }
 
 func newQueueRunner(w *Worker, name string, cfg QueueConfig) *queueRunner {
