@@ -28,8 +28,8 @@ type Config struct {
 	// pool configuration, so handlers holding every connection of their pool never starve
 	// heartbeats or completions.
 	EnginePool *pgxpool.Pool
-	// EngineConns sizes the private engine pool. Default 4 (LISTEN, finisher, heartbeat,
-	// reclaim and prune) plus one per claimer of every queue.
+	// EngineConns sizes the private engine pool. Default 3 (LISTEN, heartbeat, reclaim and
+	// prune) plus one per finisher and one per claimer of every queue.
 	EngineConns int
 
 	// FetchPollMax is the longest wait between claims of an idle queue; empty claims back off
@@ -39,6 +39,9 @@ type Config struct {
 	MaxClaimBatch int
 	// MaxFinishBatch bounds one batched completion write. Default 500.
 	MaxFinishBatch int
+	// Finishers is the number of batched finish writes that may be in flight at once; each
+	// takes whatever finishes accumulated while the others wrote. Default 2.
+	Finishers int
 
 	// HeartbeatEvery is how often running jobs are heartbeated, as a fraction of their lease:
 	// each job every lease/HeartbeatDivisor. Default divisor 3.
@@ -150,11 +153,17 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
+	if out.Finishers == 0 {
+		out.Finishers = 2
+	}
+	if out.Finishers < 1 || out.Finishers > 16 {
+		return out, fmt.Errorf("%w: Finishers outside 1..16", ErrInvalidConfig)
+	}
 	if out.EngineConns < 0 {
 		return out, fmt.Errorf("%w: EngineConns must be >= 0", ErrInvalidConfig)
 	}
 	if out.EngineConns == 0 {
-		out.EngineConns = 4 // LISTEN, finisher, heartbeat, reclaim/prune
+		out.EngineConns = 3 + out.Finishers // LISTEN, heartbeat, reclaim/prune, finishers
 		for _, q := range out.Queues {
 			out.EngineConns += q.Claimers
 		}

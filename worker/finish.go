@@ -96,7 +96,7 @@ func landedEarlier(e *execution, r gen.FinishStatesRow) bool {
 }
 
 func (w *Worker) finisher() {
-	defer close(w.finisherDone)
+	defer w.finishersWG.Done()
 	max := w.cfg.MaxFinishBatch
 	batch := make([]*execution, 0, max)
 	for e := range w.finishCh {

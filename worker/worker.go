@@ -53,7 +53,7 @@ type Worker struct {
 	cancelLoops, cancelBg context.CancelFunc
 	claimWG, bgWG         sync.WaitGroup
 	handlersWG            sync.WaitGroup
-	finisherDone          chan struct{}
+	finishersWG           sync.WaitGroup
 	stopping              atomic.Bool
 }
 
@@ -169,12 +169,14 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.q = gen.New(w.eng)
 	w.state = 1
 	w.finishCh = make(chan *execution, 4096)
-	w.finisherDone = make(chan struct{})
 	w.handlerBase, w.cancelHandlerBase = context.WithCancelCause(context.WithoutCancel(ctx))
 	w.loops, w.cancelLoops = context.WithCancel(context.WithoutCancel(ctx))
 	w.bg, w.cancelBg = context.WithCancel(context.WithoutCancel(ctx))
 
-	go w.finisher()
+	for range w.cfg.Finishers {
+		w.finishersWG.Add(1)
+		go w.finisher()
+	}
 	w.bgWG.Add(4)
 	go w.heartbeatLoop()
 	go w.reclaimLoop()
@@ -245,7 +247,7 @@ func (w *Worker) stop(ctx context.Context) error {
 	}
 	// Flush every finish the returned handlers queued.
 	close(w.finishCh)
-	<-w.finisherDone
+	w.finishersWG.Wait()
 	// Whatever is still held belongs to handlers that ignore their context: give it back.
 	w.releaseHeld()
 	w.cancelBg()
