@@ -68,3 +68,9 @@ demo:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./worker/
 	$(GO) test -run '^$$' -bench . -benchtime 20x -timeout 20m ./jobs/
+
+## bench-fairness: the starvation benchmark (high 50/s + normal 20/s offered, 60/s capacity,
+## time-compressed x10) under strict, aging, quota and deadline policies; fails when a
+## promised bound on normal's oldest ready age breaks. ARGS='-duration 30s' to shorten.
+bench-fairness:
+	$(GO) run ./cmd/tenure-fairness -out bench/results/fairness.json $(ARGS)
