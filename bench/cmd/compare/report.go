@@ -452,7 +452,7 @@ func (rep *report) header() []string {
 	}
 	out = append(out, fmt.Sprintf("River settings (riverbench's throughput settings): FetchCooldown=%s, FetchPollInterval=%s, MaxWorkers=%s; bulk API InsertManyFast unless noted",
 		riversut.RiverFetchCooldown, riversut.RiverFetchPollInterval, workers))
-	out = append(out, "Tenure settings: library defaults, Concurrency = scenario worker count; bulk API InsertMany; its worker also opens its default private engine pool (3 + 1 per queue = 4 connections) besides the shared pool")
+	out = append(out, "Tenure settings: library defaults, Concurrency = scenario worker count; bulk API InsertMany; its worker also opens its default private engine pool (worker.Config.EngineConns default) besides the shared pool")
 	for _, name := range scenario.All {
 		s, ok := rep.Config.Scenarios[name]
 		if !ok {

@@ -130,7 +130,7 @@ func (s *tenureSystem) Depth(ctx context.Context) (int64, error) {
 func (s *tenureSystem) Settings() map[string]string {
 	return map[string]string{
 		"Concurrency":     strconv.Itoa(s.opts.Workers),
-		"other settings":  "library defaults (incl. the worker's private engine pool of 3 + one per queue connections)",
+		"other settings":  "library defaults (incl. the worker's private engine pool, default size)",
 		"bulk insert API": TenureBatchInsertMany,
 		"pool MaxConns":   strconv.Itoa(int(s.pool.Config().MaxConns)),
 	}
