@@ -41,8 +41,9 @@ type queueRunner struct {
 	cfg  QueueConfig
 	pol  *policy
 
-	mu       sync.Mutex
-	inflight int
+	mu        sync.Mutex
+	inflight  int // handler slots in use or reserved by a claim in flight
+	finishing int // jobs whose handler returned, finish not settled yet
 
 	wmMu    sync.Mutex
 	wm      bandTimes // see watermarks
@@ -67,16 +68,44 @@ func (q *queueRunner) wake() { signal(q.wakeCh) }
 
 // reserve takes up to max free slots for a claim about to run (0 when none are free).
 // Reserved slots count as in flight, so concurrent claims of one queue can never together
-// take more jobs than the queue has free handler slots.
+// take more jobs than the queue has free handler slots. Jobs whose handler returned but whose
+// finish has not landed yet still belong to this worker: at most Concurrency of those may
+// wait, so a slow database pushes back on claiming instead of piling up owned jobs whose
+// leases run while their finishes queue.
 func (q *queueRunner) reserve(max int) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n := min(q.cfg.Concurrency-q.inflight, max)
+	n := min(q.cfg.Concurrency-q.inflight, 2*q.cfg.Concurrency-q.inflight-q.finishing, max)
 	if n <= 0 {
 		return 0
 	}
 	q.inflight += n
 	return n
+}
+
+// handlerReturned moves a job from a handler slot to the finishing set.
+func (q *queueRunner) handlerReturned() {
+	q.mu.Lock()
+	q.inflight--
+	q.finishing++
+	q.mu.Unlock()
+	signal(q.slotCh)
+}
+
+// finishingStuck counts the late return of a handler declared stuck (its slot was already
+// given back) among the jobs waiting for their finish.
+func (q *queueRunner) finishingStuck() {
+	q.mu.Lock()
+	q.finishing++
+	q.mu.Unlock()
+}
+
+// finished drops a job from the finishing set once its finish was written or rejected.
+func (q *queueRunner) finished() {
+	q.mu.Lock()
+	q.finishing--
+	q.mu.Unlock()
+	signal(q.slotCh)
 }
 
 // unreserve gives back the reserved slots a claim did not fill.
@@ -139,12 +168,17 @@ func (q *queueRunner) loop() {
 			continue
 		}
 		idle = 0
-		if len(got) == n {
-			q.wake() // there may be more: let an idle sibling claimer start too
-		}
 		for i := range got {
 			w.dispatch(q, &got[i])
 		}
+		if len(got) == n {
+			q.wake() // there may be more: let an idle sibling claimer start too
+			continue
+		}
+		// Short claim: the queue has nothing more claimable right now. Wait for a NOTIFY
+		// or the first poll rather than asking again at once.
+		idle = w.cfg.FetchPollMin
+		q.sleep(ctx, idle, true)
 	}
 }
 
@@ -181,8 +215,18 @@ func (q *queueRunner) claim(ctx context.Context, n int) ([]claimed, error) {
 	var rows []gen.ClaimStrictRow
 	if !useQuota {
 		arg := gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n)}
-		for _, s := range segs {
-			arg.SegPriority = append(arg.SegPriority, int16(s.priority))
+		for i, s := range segs {
+			// Adjacent whole bands without a watermark are read in one index scan (highest
+			// first), so an idle queue costs one index probe, not one per band.
+			last := len(arg.SegPmin) - 1
+			if i > 0 && last >= 0 && s.minAge == 0 && s.maxAge == 0 && after[s.priority] == 0 &&
+				segs[i-1].minAge == 0 && segs[i-1].maxAge == 0 && arg.SegAfterUs[last] == 0 &&
+				int(arg.SegPmin[last]) == s.priority+1 {
+				arg.SegPmin[last] = int16(s.priority)
+				continue
+			}
+			arg.SegPmax = append(arg.SegPmax, int16(s.priority))
+			arg.SegPmin = append(arg.SegPmin, int16(s.priority))
 			arg.SegAfterUs = append(arg.SegAfterUs, after[s.priority])
 			arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
 			arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))

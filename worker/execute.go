@@ -83,8 +83,16 @@ func (w *Worker) execute(e *execution) {
 	f := w.runHandler(e)
 	e.handlerDone.Store(true)
 	e.stop(nil)
+	if e.released.Load() { // Stop gave the job back already; this result is moot
+		if e.slotFreed.CompareAndSwap(false, true) {
+			e.q.releaseSlot()
+		}
+		return
+	}
 	if e.slotFreed.CompareAndSwap(false, true) {
-		e.q.releaseSlot()
+		e.q.handlerReturned()
+	} else {
+		e.q.finishingStuck()
 	}
 	if e.stuck.Load() {
 		// The engine gave up on this attempt at timeout+grace; whatever the handler says now
@@ -93,10 +101,6 @@ func (w *Worker) execute(e *execution) {
 		f = w.failure(e, CodeTimeout, 0, fmt.Errorf("handler returned %v after it was declared stuck (result discarded)", time.Since(e.start).Round(time.Millisecond)))
 	}
 	e.fin = f
-	if e.released.Load() {
-		w.forget(e)
-		return
-	}
 	w.enqueueFinish(e)
 }
 
@@ -156,13 +160,17 @@ func (w *Worker) retryPolicy(kind string) RetryPolicy {
 	return FullJitter{}
 }
 
-// forget drops an execution from the active set.
+// forget drops an execution from the active set; its finish is settled (or moot).
 func (w *Worker) forget(e *execution) {
 	w.activeMu.Lock()
-	if w.active[e.c.id] == e {
+	mine := w.active[e.c.id] == e
+	if mine {
 		delete(w.active, e.c.id)
 	}
 	w.activeMu.Unlock()
+	if mine && e.handlerDone.Load() {
+		e.q.finished()
+	}
 }
 
 const maxErrorMessage = 2000

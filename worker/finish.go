@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,7 +46,29 @@ func (w *Worker) enqueueFinish(e *execution) {
 		w.settleTxCompleted(e)
 		return
 	}
+	w.sendFinish(e)
+}
+
+// sendFinish hands e to the finishers, unless Stop already closed them (a handler that
+// ignored its context and returned after the hard-stop grace): its job was released by
+// Stop, so the result is dropped, and fencing would reject it anyway.
+func (w *Worker) sendFinish(e *execution) {
+	w.finishMu.RLock()
+	defer w.finishMu.RUnlock()
+	if w.finishClosed {
+		w.log.Warn("tenure: handler returned after stop; its result is discarded", "job_id", e.c.id)
+		w.forget(e)
+		return
+	}
 	w.finishCh <- e
+}
+
+// closeFinish stops accepting finishes; the finishers drain what was sent and exit.
+func (w *Worker) closeFinish() {
+	w.finishMu.Lock()
+	w.finishClosed = true
+	close(w.finishCh)
+	w.finishMu.Unlock()
 }
 
 // settleTxCompleted handles a handler that called CompleteTx: if its transaction committed,
@@ -58,7 +81,7 @@ func (w *Worker) settleTxCompleted(e *execution) {
 		w.settle(e, true)
 		return
 	}
-	w.finishCh <- e
+	w.sendFinish(e)
 }
 
 // landedEarlier reports whether the row shows that e's own finish already happened: a write
@@ -186,6 +209,7 @@ func (w *Worker) failMany(ctx context.Context, q *gen.Queries, es []*execution) 
 // a retry, a row the write did not change may be one whose earlier attempt committed although
 // its reply was lost: those are read back and settled as landed, not as stale.
 func (w *Worker) write(es []*execution, run func(context.Context, []*execution) (map[int64]bool, error)) {
+	sortByID(es)
 	backoff := 50 * time.Millisecond
 	retried := false
 	for {
@@ -307,6 +331,7 @@ func (w *Worker) releaseHeld() {
 	if len(held) == 0 {
 		return
 	}
+	sortByID(held)
 	ctx, cancel := context.WithTimeout(w.bg, 10*time.Second)
 	defer cancel()
 	ids, tokens := idsTokens(held)
@@ -322,12 +347,19 @@ func (w *Worker) releaseHeld() {
 	}
 }
 
+// idsTokens returns the batch's ids and tokens. Callers sort batches by id first (sortByID):
+// every multi-row fenced write locks its rows in id order, so two of them (a heartbeat and a
+// finish batch) can never deadlock.
 func idsTokens(es []*execution) ([]int64, []uuid.UUID) {
 	ids, tokens := make([]int64, len(es)), make([]uuid.UUID, len(es))
 	for i, e := range es {
 		ids[i], tokens[i] = e.c.id, e.c.token
 	}
 	return ids, tokens
+}
+
+func sortByID(es []*execution) {
+	sort.Slice(es, func(i, j int) bool { return es[i].c.id < es[j].c.id })
 }
 
 func idSet(ids []int64) map[int64]bool {

@@ -29,6 +29,7 @@ func (w *Worker) heartbeatLoop() {
 }
 
 func (w *Worker) heartbeatTick(now time.Time) {
+	all := w.heartbeatAll.Swap(false)
 	var due []*execution
 	w.activeMu.Lock()
 	for _, e := range w.active {
@@ -41,7 +42,7 @@ func (w *Worker) heartbeatTick(now time.Time) {
 			w.declareStuck(e, now)
 			continue
 		}
-		if !now.Before(e.nextHB) {
+		if all || !now.Before(e.nextHB) {
 			due = append(due, e)
 		}
 	}
@@ -49,6 +50,7 @@ func (w *Worker) heartbeatTick(now time.Time) {
 	if len(due) == 0 {
 		return
 	}
+	sortByID(due)
 	ids, tokens := idsTokens(due)
 	ctx, cancel := context.WithTimeout(w.bg, 5*time.Second)
 	rows, err := w.q.Heartbeat(ctx, gen.HeartbeatParams{Ids: ids, Tokens: tokens})

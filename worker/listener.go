@@ -9,7 +9,8 @@ import (
 // listenLoop holds one engine connection in LISTEN on the new-job channel (payload: a queue
 // name, sent by the insert trigger on commit) and the cancel channel (payload: a job id). A
 // broken connection is replaced with backoff; after every (re)connect all queues are woken,
-// since notifications sent meanwhile are lost. Polling stays the authority either way.
+// and every running job is heartbeated at once (which also reports cancel requests), since
+// notifications sent meanwhile are lost. Polling stays the authority either way.
 func (w *Worker) listenLoop() {
 	defer w.bgWG.Done()
 	backoff := 100 * time.Millisecond
@@ -24,6 +25,9 @@ func (w *Worker) listenLoop() {
 			for _, q := range w.queues {
 				q.wake()
 			}
+			// Cancel requests sent before this connection listened were missed: the next
+			// heartbeat tick checks every running job at once instead of at its due time.
+			w.heartbeatAll.Store(true)
 		})
 		if w.bg.Err() != nil {
 			return

@@ -41,7 +41,9 @@ type Worker struct {
 	activeMu sync.Mutex
 	active   map[int64]*execution
 
-	finishCh chan *execution
+	finishCh     chan *execution
+	finishMu     sync.RWMutex // guards sending on finishCh against its close
+	finishClosed bool
 
 	// handlerBase is the parent of every handler context; cancelled (cause ErrWorkerStopping)
 	// on hard stop.
@@ -55,6 +57,7 @@ type Worker struct {
 	handlersWG            sync.WaitGroup
 	finishersWG           sync.WaitGroup
 	stopping              atomic.Bool
+	heartbeatAll          atomic.Bool // heartbeat every running job on the next tick
 }
 
 // New returns a worker that claims from pool's database. pool is the application's pool;
@@ -246,7 +249,7 @@ func (w *Worker) stop(ctx context.Context) error {
 		}
 	}
 	// Flush every finish the returned handlers queued.
-	close(w.finishCh)
+	w.closeFinish()
 	w.finishersWG.Wait()
 	// Whatever is still held belongs to handlers that ignore their context: give it back.
 	w.releaseHeld()
