@@ -56,8 +56,9 @@ ORDER BY id;
 -- ---------------------------------------------------------------------------------------------
 
 -- name: ClaimStrict :many
--- The textbook claim (strict priority, one index range scan), kept as the reference for tests
--- and tools; the engine runs ClaimOrdered, which is the same order with per-band watermarks.
+-- Strict priority in one index range scan: the engine's claim for a strict queue while no band
+-- has a watermark (an idle or lightly loaded queue: one index probe instead of one per band).
+-- Under load it switches to ClaimOrdered, the same order with per-band watermarks.
 WITH picked AS (
     SELECT r.id FROM tenure.jobs r
     WHERE r.state = 'ready' AND r.queue = @queue AND r.run_at <= now()
@@ -81,16 +82,14 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 
 -- name: ClaimOrdered :many
 -- The engine's claim for strict priority, aging and deadlines. The fairness policy
--- (worker/fairness.go) lists segments in the order they should be served: a range of priority
--- bands (one band, or adjacent bands read highest first in one index scan), a lower bound on
--- run_at (the band's watermark: everything older was claimed already, so the
+-- (worker/fairness.go) lists segments in the order they should be served: a priority band
+-- (an equality, so the run_at bounds position the index scan), a lower bound on run_at (the band's watermark: everything older was claimed already, so the
 -- scan starts past the index entries those claims left behind, which only VACUUM removes) and an
 -- age window on the database clock. Each segment is read oldest-first through jobs_ready_idx;
 -- the nested loop runs the segments in the given order and stops as soon as the batch is full,
 -- so no row is locked that is not claimed.
 WITH seg AS (
-    SELECT * FROM (SELECT unnest(@seg_pmax::smallint[]) AS pmax,
-            unnest(@seg_pmin::smallint[]) AS pmin,
+    SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
             unnest(@seg_after_us::bigint[]) AS after_us,
             unnest(@seg_min_age_us::bigint[]) AS min_age_us,
             unnest(@seg_max_age_us::bigint[]) AS max_age_us) AS s
@@ -99,11 +98,11 @@ WITH seg AS (
     FROM seg s
     CROSS JOIN LATERAL (
         SELECT j.id FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority BETWEEN s.pmin AND s.pmax
+        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-        ORDER BY j.priority DESC, j.run_at, j.id
+        ORDER BY j.run_at, j.id
         LIMIT @batch
         FOR UPDATE SKIP LOCKED
     ) c

@@ -134,7 +134,12 @@ func errText(err error) string {
 }
 
 // childMain runs a child process and returns its exit code.
+// childTerm receives SIGTERM from the very start of a child, so a graceful stop asked
+// right after spawning is not lost to the default action (which kills the process).
+var childTerm = make(chan os.Signal, 1)
+
 func childMain(mode string) int {
+	signal.Notify(childTerm, syscall.SIGTERM)
 	out := &childOut{}
 	var err error
 	switch mode {
@@ -331,8 +336,7 @@ func childWorker(out *childOut) error {
 	out.printf("ready %d", os.Getpid())
 
 	cmds := stdinCommands()
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM)
+	term := childTerm
 	var tick <-chan time.Time
 	if ms := envInt(envChildStats, 0); ms > 0 {
 		tk := time.NewTicker(time.Duration(ms) * time.Millisecond)

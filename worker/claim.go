@@ -213,20 +213,19 @@ func (q *queueRunner) claim(ctx context.Context, n int) ([]claimed, error) {
 	segs, quota, useQuota := q.pol.plan(n)
 	after := q.watermarks()
 	var rows []gen.ClaimStrictRow
-	if !useQuota {
+	switch {
+	case q.cfg.Fairness.Strict() && after == (bandTimes{}):
+		// No watermark yet (idle queue, or just after the periodic reset): strict order in
+		// one index scan.
+		got, err := w.q.ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n)})
+		if err != nil {
+			return nil, err
+		}
+		rows = got
+	case !useQuota:
 		arg := gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n)}
-		for i, s := range segs {
-			// Adjacent whole bands without a watermark are read in one index scan (highest
-			// first), so an idle queue costs one index probe, not one per band.
-			last := len(arg.SegPmin) - 1
-			if i > 0 && last >= 0 && s.minAge == 0 && s.maxAge == 0 && after[s.priority] == 0 &&
-				segs[i-1].minAge == 0 && segs[i-1].maxAge == 0 && arg.SegAfterUs[last] == 0 &&
-				int(arg.SegPmin[last]) == s.priority+1 {
-				arg.SegPmin[last] = int16(s.priority)
-				continue
-			}
-			arg.SegPmax = append(arg.SegPmax, int16(s.priority))
-			arg.SegPmin = append(arg.SegPmin, int16(s.priority))
+		for _, s := range segs {
+			arg.SegPriority = append(arg.SegPriority, int16(s.priority))
 			arg.SegAfterUs = append(arg.SegAfterUs, after[s.priority])
 			arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
 			arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))
@@ -238,7 +237,7 @@ func (q *queueRunner) claim(ctx context.Context, n int) ([]claimed, error) {
 		for _, r := range got {
 			rows = append(rows, gen.ClaimStrictRow(r)) // every claim returns the same columns
 		}
-	} else {
+	default:
 		arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n)}
 		for _, s := range segs {
 			arg.SegPriority = append(arg.SegPriority, int16(s.priority))

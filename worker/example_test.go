@@ -134,10 +134,11 @@ func ExampleWorker_cancel() {
 	ctx := context.Background()
 	w, _ := worker.New(pool, nil)
 	started := make(chan struct{})
+	stopped := make(chan error, 1)
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[SendReceipt]) error {
 		close(started)
 		<-ctx.Done()
-		fmt.Println("handler stopped:", context.Cause(ctx))
+		stopped <- context.Cause(ctx)
 		return ctx.Err()
 	}, nil)
 	client, _ := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry()})
@@ -146,6 +147,7 @@ func ExampleWorker_cancel() {
 	<-started
 	outcome, err := client.Cancel(ctx, row.ID, jobs.Action{Actor: "ops@example.com", Reason: "order refunded"})
 	fmt.Println(outcome, err)
+	fmt.Println("handler stopped:", <-stopped)
 	for {
 		got, _ := client.Get(ctx, row.ID)
 		if got.State.Final() {

@@ -226,13 +226,10 @@ func TestClaimPlansUseThePartialIndex(t *testing.T) {
 		want []string
 	}{
 		{"ClaimStrict", []any{"default", 10, "explain-worker"}, []string{"queue", "batch", "worker_id"}},
-		{"ClaimOrdered", []any{ // one segment per band, as with watermarks
-			[]int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, make([]int64, 9), make([]int64, 9),
+		{"ClaimOrdered", []any{
+			[]int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, make([]int64, 9), make([]int64, 9),
 			[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}, "default", 10, "explain-worker",
-		}, []string{"seg_pmax", "seg_pmin", "seg_after_us", "seg_min_age_us", "seg_max_age_us", "queue", "batch", "worker_id"}},
-		{"ClaimOrdered", []any{ // all bands in one range, as on an idle queue
-			[]int16{9}, []int16{1}, []int64{0}, []int64{0}, []int64{3e15}, "default", 10, "explain-worker",
-		}, []string{"seg_pmax", "seg_pmin", "seg_after_us", "seg_min_age_us", "seg_max_age_us", "queue", "batch", "worker_id"}},
+		}, []string{"seg_priority", "seg_after_us", "seg_min_age_us", "seg_max_age_us", "queue", "batch", "worker_id"}},
 		{"ClaimSegments", []any{
 			[]int16{3, 2, 2, 1}, []int64{0, 0, 0, 0}, []int64{0, 0, 300e6, 0}, []int64{3e15, 300e6, 3e15, 3e15},
 			[]int32{10, 10, 10, 10}, []int32{1, 2, 1, 3}, []int32{6, 4, 4, 0}, "default", 10, "explain-worker",
@@ -315,9 +312,10 @@ func TestWatermarkSkipsDeadIndexEntries(t *testing.T) {
 
 	sql, _ := claimSQL(t, "ClaimOrdered")
 	claimFrom := func(afterUs int64) int64 {
-		// bands 9..3 in one range, the normal band with its watermark, then band 1
-		plan := explain(t, pool, true, sql, []int16{9, 2, 1}, []int16{3, 2, 1}, []int64{0, afterUs, 0}, make([]int64, 3),
-			[]int64{3e15, 3e15, 3e15}, "default", 10, "w")
+		after := make([]int64, 9)
+		after[9-jobs.PriorityNormal] = afterUs // bands are listed 9..1
+		plan := explain(t, pool, true, sql, []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, after, make([]int64, 9),
+			[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}, "default", 10, "w")
 		return plan.SharedHit + plan.SharedRd
 	}
 	full, fromMark := claimFrom(0), claimFrom(mark.UnixMicro())

@@ -52,25 +52,24 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 
 const claimOrdered = `-- name: ClaimOrdered :many
 WITH seg AS (
-    SELECT pmax, pmin, after_us, min_age_us, max_age_us FROM (SELECT unnest($2::smallint[]) AS pmax,
-            unnest($3::smallint[]) AS pmin,
-            unnest($4::bigint[]) AS after_us,
-            unnest($5::bigint[]) AS min_age_us,
-            unnest($6::bigint[]) AS max_age_us) AS s
+    SELECT priority, after_us, min_age_us, max_age_us FROM (SELECT unnest($2::smallint[]) AS priority,
+            unnest($3::bigint[]) AS after_us,
+            unnest($4::bigint[]) AS min_age_us,
+            unnest($5::bigint[]) AS max_age_us) AS s
 ), picked AS (
     SELECT c.id
     FROM seg s
     CROSS JOIN LATERAL (
         SELECT j.id FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = $7 AND j.priority BETWEEN s.pmin AND s.pmax
+        WHERE j.state = 'ready' AND j.queue = $6 AND j.priority = s.priority
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-        ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT $8
+        ORDER BY j.run_at, j.id
+        LIMIT $7
         FOR UPDATE SKIP LOCKED
     ) c
-    LIMIT $8
+    LIMIT $7
 )
 UPDATE tenure.jobs j
 SET state        = 'running',
@@ -89,8 +88,7 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 
 type ClaimOrderedParams struct {
 	WorkerID    string
-	SegPmax     []int16
-	SegPmin     []int16
+	SegPriority []int16
 	SegAfterUs  []int64
 	SegMinAgeUs []int64
 	SegMaxAgeUs []int64
@@ -117,9 +115,8 @@ type ClaimOrderedRow struct {
 }
 
 // The engine's claim for strict priority, aging and deadlines. The fairness policy
-// (worker/fairness.go) lists segments in the order they should be served: a range of priority
-// bands (one band, or adjacent bands read highest first in one index scan), a lower bound on
-// run_at (the band's watermark: everything older was claimed already, so the
+// (worker/fairness.go) lists segments in the order they should be served: a priority band
+// (an equality, so the run_at bounds position the index scan), a lower bound on run_at (the band's watermark: everything older was claimed already, so the
 // scan starts past the index entries those claims left behind, which only VACUUM removes) and an
 // age window on the database clock. Each segment is read oldest-first through jobs_ready_idx;
 // the nested loop runs the segments in the given order and stops as soon as the batch is full,
@@ -127,8 +124,7 @@ type ClaimOrderedRow struct {
 func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]ClaimOrderedRow, error) {
 	rows, err := q.db.Query(ctx, claimOrdered,
 		arg.WorkerID,
-		arg.SegPmax,
-		arg.SegPmin,
+		arg.SegPriority,
 		arg.SegAfterUs,
 		arg.SegMinAgeUs,
 		arg.SegMaxAgeUs,
@@ -354,8 +350,9 @@ type ClaimStrictRow struct {
 // the planner guesses for LIMIT: joining the CTE instead lets a generic plan (which assumes a
 // large LIMIT) hash-join against a sequential scan of the whole table.
 // ---------------------------------------------------------------------------------------------
-// The textbook claim (strict priority, one index range scan), kept as the reference for tests
-// and tools; the engine runs ClaimOrdered, which is the same order with per-band watermarks.
+// Strict priority in one index range scan: the engine's claim for a strict queue while no band
+// has a watermark (an idle or lightly loaded queue: one index probe instead of one per band).
+// Under load it switches to ClaimOrdered, the same order with per-band watermarks.
 func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]ClaimStrictRow, error) {
 	rows, err := q.db.Query(ctx, claimStrict, arg.WorkerID, arg.Queue, arg.Batch)
 	if err != nil {
