@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +19,12 @@ import (
 )
 
 func benchPool(b *testing.B) *pgxpool.Pool {
-	return pgtest.NewPoolWith(b, func(c *pgxpool.Config) { c.MaxConns = 40 })
+	return pgtest.NewPoolWith(b, func(c *pgxpool.Config) {
+		c.MaxConns = 40
+		if os.Getenv("TENURE_BENCH_ASYNC") != "" {
+			c.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+		}
+	})
 }
 
 func insertNoops(b *testing.B, c *jobs.Client, n int, opts *jobs.InsertOpts) {
@@ -61,7 +68,7 @@ func BenchmarkBurnDown(b *testing.B) {
 				var mu sync.Mutex
 				n := 0
 				w, err := worker.New(pool, &worker.Config{Logger: testLogger(),
-					Queues: map[string]worker.QueueConfig{"default": {Concurrency: 100, Fairness: tc.f}},
+					Queues: map[string]worker.QueueConfig{"default": {Concurrency: 100, Fairness: tc.f, Claimers: benchClaimers}},
 					OnOutcome: func(o worker.Outcome) {
 						mu.Lock()
 						n++
@@ -82,8 +89,8 @@ func BenchmarkBurnDown(b *testing.B) {
 				st := w.Stats()
 				require.Zero(b, st.StaleRejected)
 				rate = float64(total) / elapsed.Seconds()
-				b.Logf("%s: %d jobs in %v = %.0f jobs/s; claims %d, claim p50 %v p99 %v, finish p50 %v p99 %v",
-					tc.name, total, elapsed.Round(time.Millisecond), rate, st.Claims, st.ClaimP50, st.ClaimP99, st.FinishP50, st.FinishP99)
+				b.Logf("%s: %d jobs in %v = %.0f jobs/s; claims %d (asked %d, got %d), claim p50 %v p99 %v, finish p50 %v p99 %v",
+					tc.name, total, elapsed.Round(time.Millisecond), rate, st.Claims, st.ClaimAsked, st.Claimed, st.ClaimP50, st.ClaimP99, st.FinishP50, st.FinishP99)
 			}
 			b.ReportMetric(rate, "jobs/s")
 		})
@@ -152,3 +159,8 @@ func BenchmarkClaimWithFinishedRows(b *testing.B) {
 	b.ReportMetric(float64(h.Quantile(0.5).Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(h.Quantile(0.99).Microseconds())/1000, "p99-ms")
 }
+
+var benchClaimers = func() int {
+	n, _ := strconv.Atoi(os.Getenv("TENURE_BENCH_CLAIMERS"))
+	return n
+}()

@@ -75,7 +75,7 @@ func (q *queueRunner) wake() { signal(q.wakeCh) }
 func (q *queueRunner) reserve(max int) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n := min(q.cfg.Concurrency-q.inflight, 2*q.cfg.Concurrency-q.inflight-q.finishing, max)
+	n := min(q.cfg.Concurrency-q.inflight, 4*q.cfg.Concurrency-q.inflight-q.finishing, max)
 	if n <= 0 {
 		return 0
 	}
@@ -267,6 +267,7 @@ func (q *queueRunner) claim(ctx context.Context, n int) ([]claimed, error) {
 	q.pol.observe(n, quota, &perBand)
 	q.advance(out)
 	w.m.claims.Add(1)
+	w.m.claimAsked.Add(int64(n))
 	w.m.claimed.Add(int64(len(out)))
 	w.m.claimLatency.Record(time.Since(start))
 	for i := range out {

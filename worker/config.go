@@ -28,6 +28,15 @@ type Config struct {
 	// pool configuration, so handlers holding every connection of their pool never starve
 	// heartbeats or completions.
 	EnginePool *pgxpool.Pool
+	// SynchronousCommit makes the engine's own transactions (claims, heartbeats, finishes,
+	// reclaims) wait for their WAL flush. By default they commit with synchronous_commit=off:
+	// a database crash can then lose the last fraction of a second of those state changes
+	// (wal_writer_delay, 200 ms by default, times three at most), and the affected jobs run
+	// again — the at-least-once execution every handler must tolerate anyway — while fencing
+	// still lets only the current claim token finish a job. Enqueues, effect-ledger records and
+	// CompleteTx use the application's pool and transactions and are never affected. Only
+	// applies to the private engine pool (not to Config.EnginePool).
+	SynchronousCommit bool
 	// EngineConns sizes the private engine pool. Default 3 (LISTEN, heartbeat, reclaim and
 	// prune) plus one per finisher and one per claimer of every queue.
 	EngineConns int

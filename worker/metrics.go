@@ -10,7 +10,7 @@ import (
 
 // metrics are the engine's in-process counters and histograms (bounded memory).
 type metrics struct {
-	claims, emptyClaims, claimErrors, claimed              atomic.Int64
+	claims, emptyClaims, claimErrors, claimed, claimAsked  atomic.Int64
 	succeeded, retried, dead, cancelled, released          atomic.Int64
 	staleRejected, finishRetries, finishAbandoned          atomic.Int64
 	heartbeats, heartbeatRows, heartbeatErrors, leasesLost atomic.Int64
@@ -56,6 +56,9 @@ type Stats struct {
 	// Claims: statements run, those that returned no row ("nothing claimable right now", not
 	// "queue empty"), failed ones, and jobs claimed.
 	Claims, EmptyClaims, ClaimErrors, Claimed int64
+	// ClaimAsked is the sum of the batch sizes claims asked for (free slots at the time);
+	// Claimed/ClaimAsked is the fill ratio.
+	ClaimAsked int64
 	// Outcomes confirmed by a fenced write.
 	Succeeded, Retried, Dead, Cancelled, Released int64
 	// StaleRejected counts fenced finishes that changed 0 rows: the worker had lost the job.

@@ -163,6 +163,12 @@ func (w *Worker) Start(ctx context.Context) error {
 		pc := w.pool.Config().Copy()
 		pc.MaxConns = int32(w.cfg.EngineConns)
 		pc.MinConns = 0
+		if !w.cfg.SynchronousCommit {
+			if pc.ConnConfig.RuntimeParams == nil {
+				pc.ConnConfig.RuntimeParams = map[string]string{}
+			}
+			pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+		}
 		eng, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
 			return fmt.Errorf("tenure: engine pool: %w", err)
@@ -277,7 +283,7 @@ func (w *Worker) Stats() Stats {
 	m := w.m
 	s := Stats{
 		WorkerID: w.cfg.ID,
-		Claims:   m.claims.Load(), EmptyClaims: m.emptyClaims.Load(), ClaimErrors: m.claimErrors.Load(), Claimed: m.claimed.Load(),
+		Claims:   m.claims.Load(), EmptyClaims: m.emptyClaims.Load(), ClaimErrors: m.claimErrors.Load(), Claimed: m.claimed.Load(), ClaimAsked: m.claimAsked.Load(),
 		Succeeded: m.succeeded.Load(), Retried: m.retried.Load(), Dead: m.dead.Load(), Cancelled: m.cancelled.Load(), Released: m.released.Load(),
 		StaleRejected: m.staleRejected.Load(), FinishRetries: m.finishRetries.Load(), FinishAbandoned: m.finishAbandoned.Load(),
 		Heartbeats: m.heartbeats.Load(), HeartbeatRows: m.heartbeatRows.Load(), HeartbeatErrors: m.heartbeatErrors.Load(), LeasesLost: m.leasesLost.Load(),
