@@ -62,6 +62,10 @@ func BenchmarkBurnDown(b *testing.B) {
 				pool := benchPool(b)
 				c := newClient(b, pool, nil)
 				insertNoops(b, c, total, nil)
+				if x := os.Getenv("TENURE_BENCH_SQL"); x != "" { // experiments: e.g. DROP INDEX ...
+					_, err := pool.Exec(context.Background(), x)
+					require.NoError(b, err)
+				}
 				_, err := pool.Exec(context.Background(), "VACUUM ANALYZE tenure.jobs")
 				require.NoError(b, err)
 				done := make(chan struct{})
