@@ -122,8 +122,9 @@ func newPolicy(f Fairness) *policy {
 }
 
 // plan returns the segments of a claim of n jobs in serving order, the band quotas it used
-// (pass them back to observe), and whether the quotas matter (then the claim must rank all
-// candidates: ClaimSegments; otherwise the segments are served in order: ClaimOrdered).
+// (pass them back to observe), and whether the claim must rank all candidates together
+// (quotas or deadlines: ClaimSegments; otherwise the segments are served in order:
+// ClaimOrdered).
 //
 // Ranks: deadline-promoted segments are 0 (first, oldest first across bands); otherwise higher
 // effective priority first, and within one effective priority the lower base priority (the
@@ -163,11 +164,12 @@ func (p *policy) plan(n int) ([]segment, bandCounts, bool) {
 				rank: rank(prio+k, prio), quota: quota[prio]})
 		}
 	}
-	// Serving order. Within one rank the order is the band's, highest first (ranks of
-	// different bands differ except for deadline segments, which then go highest band first
-	// rather than strictly oldest first across bands: a documented approximation).
+	// Serving order (ranks of different bands always differ, except deadline segments, which
+	// ClaimSegments orders oldest first across bands).
 	sort.SliceStable(segs, func(i, j int) bool { return segs[i].rank < segs[j].rank })
-	return segs, quota, p.weight > 0
+	// Quotas, and deadlines (oldest first across bands), need the database to rank the
+	// candidates of all segments together.
+	return segs, quota, p.weight > 0 || p.f.Deadline > 0
 }
 
 // quotas turns the configured shares into this batch's per-band quota: each band earns
