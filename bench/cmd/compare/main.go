@@ -1,9 +1,10 @@
 // Command compare benchmarks Tenure against River on the same PostgreSQL server.
 //
 // Every run gets its own freshly created database (migrated with the queue's own migrator)
-// and its own child process; runs alternate Tenure/River within each repetition; the report
-// gives the median of each metric and the Tenure/River ratio, oriented so that > 1 means
-// Tenure is better. See bench/README.md.
+// and its own child process; runs alternate between the systems within each repetition
+// (tenure, tenure-sync, river, river-default by default); the report gives the median of each
+// metric and the Tenure/River ratio, oriented so that > 1 means Tenure is better, for every
+// pair of a Tenure and a River variant. See bench/README.md.
 //
 //	go run ./cmd/compare                       # everything, 3 repetitions
 //	BENCH_QUICK=1 go run ./cmd/compare         # shortened, 1 repetition (< 2 minutes)
@@ -22,6 +23,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,7 +33,7 @@ import (
 	"github.com/tenureq/tenure/bench/internal/scenario"
 	"github.com/tenureq/tenure/bench/internal/sut"
 	"github.com/tenureq/tenure/bench/internal/sut/riversut"
-	_ "github.com/tenureq/tenure/bench/internal/sut/tenuresut"
+	"github.com/tenureq/tenure/bench/internal/sut/tenuresut"
 )
 
 func main() {
@@ -54,12 +56,25 @@ type config struct {
 	reps      int
 	scenarios []string
 	systems   []string
-	workers   int
-	payload   int
-	adminURL  string
-	outDir    string
-	analyze   bool
-	keepDBs   bool
+	// systemsDefault is set when -systems was not given: systems then run only in the
+	// scenarios defaultOnlyIn allows.
+	systemsDefault bool
+	workers        int
+	payload        int
+	adminURL       string
+	outDir         string
+	analyze        bool
+	keepDBs        bool
+}
+
+// defaultSystems run when -systems is not given, in this order within each repetition.
+var defaultSystems = []string{tenuresut.Name, tenuresut.NameSync, riversut.Name, riversut.NameDefault}
+
+// defaultOnlyIn limits a default system to some scenarios: River with its default fetch
+// settings is compared where its fetch delays are the question (pickup latency, a few workers
+// on a deep backlog). Named explicitly with -systems, it runs in every scenario with workers.
+var defaultOnlyIn = map[string][]string{
+	riversut.NameDefault: {scenario.Latency, scenario.FewWorkers},
 }
 
 func envOr(key, def string) string {
@@ -93,7 +108,9 @@ func parseFlags() config {
 	flag.BoolVar(&c.quick, "quick", envBool("BENCH_QUICK"), "shortened run: 1 repetition, 20k jobs, 5 s timed runs (env BENCH_QUICK=1)")
 	flag.IntVar(&c.reps, "reps", envInt("BENCH_REPS", 0), "repetitions per scenario (env BENCH_REPS; default 3, or 1 with -quick)")
 	flag.StringVar(&scen, "scenarios", envOr("BENCH_SCENARIOS", "all"), "comma-separated scenarios or 'all' (env BENCH_SCENARIOS): "+strings.Join(scenario.All, ", "))
-	flag.StringVar(&systems, "systems", envOr("BENCH_SYSTEMS", "tenure,river"), "comma-separated systems to run (env BENCH_SYSTEMS)")
+	flag.StringVar(&systems, "systems", envOr("BENCH_SYSTEMS", ""), "comma-separated systems to run (env BENCH_SYSTEMS): "+
+		strings.Join(sut.Names(), ", ")+"; default "+strings.Join(defaultSystems, ",")+
+		" with "+riversut.NameDefault+" only in "+strings.Join(defaultOnlyIn[riversut.NameDefault], " and "))
 	flag.IntVar(&c.workers, "workers", envInt("BENCH_WORKERS", 100), "worker count for burn-down, steady and held-xmin (env BENCH_WORKERS)")
 	flag.IntVar(&c.payload, "payload", envInt("BENCH_PAYLOAD_BYTES", 256), "approximate encoded job args size in bytes (env BENCH_PAYLOAD_BYTES)")
 	flag.StringVar(&c.adminURL, "admin-url", envOr("BENCH_ADMIN_URL", pgutil.DefaultAdminURL), "URL of a database on the server, used to create and drop the per-run databases (env BENCH_ADMIN_URL)")
@@ -117,9 +134,12 @@ func parseFlags() config {
 		}
 	}
 	for _, s := range strings.Split(systems, ",") {
-		if s = strings.TrimSpace(s); s != "" {
+		if s = strings.TrimSpace(s); s != "" && !slices.Contains(c.systems, s) {
 			c.systems = append(c.systems, s)
 		}
+	}
+	if len(c.systems) == 0 {
+		c.systems, c.systemsDefault = defaultSystems, true
 	}
 	return c
 }
@@ -203,17 +223,47 @@ func (c config) plan(name string) (scenario.Spec, error) {
 }
 
 // units returns the sides of a scenario in A/B order. bulk-enqueue runs River twice, once per
-// bulk API, so Tenure's InsertMany is compared with both.
+// bulk API, so Tenure's InsertMany is compared with both. A worker variant (tenure-sync,
+// river-default) is skipped where no worker runs if the system it varies is run: its inserts
+// are the same. With the default -systems, defaultOnlyIn also applies.
 func (c config) units(name string) []unit {
 	var out []unit
 	for _, sys := range c.systems {
-		if name == scenario.BulkEnqueue && sys == "river" {
-			out = append(out, unit{"river", riversut.RiverBatchFast}, unit{"river", riversut.RiverBatchReturning})
+		if d, err := sut.Get(sys); err == nil && d.WorkerVariantOf != "" && !scenario.RunsWorkers(name) &&
+			slices.Contains(c.systems, d.WorkerVariantOf) {
+			continue
+		}
+		if only, ok := defaultOnlyIn[sys]; ok && c.systemsDefault && !slices.Contains(only, name) {
+			continue
+		}
+		if name == scenario.BulkEnqueue && sys == riversut.Name {
+			out = append(out, unit{sys, riversut.RiverBatchFast}, unit{sys, riversut.RiverBatchReturning})
 			continue
 		}
 		out = append(out, unit{System: sys})
 	}
 	return out
+}
+
+// systemsString lists the systems and, with the default selection, where the limited ones run.
+func (c config) systemsString() string {
+	s := strings.Join(c.systems, ",")
+	if c.systemsDefault {
+		for _, sys := range c.systems {
+			if only, ok := defaultOnlyIn[sys]; ok {
+				s += fmt.Sprintf(" (%s only in %s)", sys, strings.Join(only, ", "))
+			}
+		}
+	}
+	return s
+}
+
+// family returns the queue a system runs ("tenure" or "river"), "" if it is unknown.
+func family(sys string) string {
+	if d, err := sut.Get(sys); err == nil {
+		return d.Family
+	}
+	return ""
 }
 
 type runKey struct {
@@ -244,7 +294,7 @@ func runCompare(ctx context.Context, c config) error {
 		specs[name] = s
 	}
 	fmt.Fprintf(os.Stderr, "compare: %d scenario(s) × %d repetition(s), systems %s, quick=%v\n",
-		len(c.scenarios), c.reps, strings.Join(c.systems, ","), c.quick)
+		len(c.scenarios), c.reps, c.systemsString(), c.quick)
 
 	drops := &dropper{adminURL: c.adminURL}
 	defer drops.wait()
@@ -319,7 +369,8 @@ func (d *dropper) wait() {
 
 // runOne creates a fresh database, runs one child in it, and schedules the database's drop.
 func runOne(ctx context.Context, c config, exe string, spec scenario.Spec, u unit, rep int, drops *dropper) (*scenario.Result, error) {
-	dbName := fmt.Sprintf("tbench_%d_%s_%s_%d", os.Getpid(), u.System, strings.ReplaceAll(spec.Scenario, "-", "_"), rep)
+	dbName := fmt.Sprintf("tbench_%d_%s_%s_%d", os.Getpid(), strings.ReplaceAll(u.System, "-", "_"),
+		strings.ReplaceAll(spec.Scenario, "-", "_"), rep)
 	if u.BatchAPI != "" {
 		dbName += "_" + strings.ToLower(u.BatchAPI)
 	}

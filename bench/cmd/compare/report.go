@@ -11,7 +11,9 @@ import (
 
 	"github.com/tenureq/tenure/bench/internal/pgutil"
 	"github.com/tenureq/tenure/bench/internal/scenario"
+	"github.com/tenureq/tenure/bench/internal/sut"
 	"github.com/tenureq/tenure/bench/internal/sut/riversut"
+	"github.com/tenureq/tenure/bench/internal/sut/tenuresut"
 )
 
 // metricDef says how to extract, label and orient one reported metric.
@@ -84,7 +86,10 @@ func metricValue(r *scenario.Result, key string) (float64, bool) {
 	return v, ok
 }
 
-// row is one line of the results table.
+// row is one comparison of one metric: one Tenure variant against one River variant. The
+// metric name says which variants unless they are the primary ones: "completed [tenure-sync]"
+// is tenure-sync against river, "completed (vs river-default)" is tenure against
+// river-default; tenure_system and river_system name them too.
 type row struct {
 	Scenario     string    `json:"scenario"`
 	Metric       string    `json:"metric"`
@@ -93,9 +98,31 @@ type row struct {
 	River        *float64  `json:"river"`
 	Ratio        *float64  `json:"ratio"`
 	RatioNote    string    `json:"ratio_note,omitempty"`
+	TenureSystem string    `json:"tenure_system"`
+	RiverSystem  string    `json:"river_system"`
 	HigherBetter bool      `json:"higher_is_better"`
 	TenureRuns   []float64 `json:"tenure_runs"`
 	RiverRuns    []float64 `json:"river_runs"`
+	// line is the row's line in the text and markdown tables, where the Tenure variants are
+	// columns: Metric without the Tenure variant's marker.
+	line string
+}
+
+// newRow starts the row comparing metric label of Tenure unit tu with River unit ru.
+func newRow(scen, label, unitName string, higherBetter bool, tu, ru unit) row {
+	suffix := ""
+	if ru.BatchAPI != "" {
+		suffix += " (River " + ru.BatchAPI + ")"
+	}
+	if ru.System != riversut.Name {
+		suffix += " (vs " + ru.System + ")"
+	}
+	marker := ""
+	if tu.System != tenuresut.Name {
+		marker = " [" + tu.System + "]"
+	}
+	return row{Scenario: scen, Metric: label + marker + suffix, Unit: unitName, HigherBetter: higherBetter,
+		TenureSystem: tu.System, RiverSystem: ru.System, line: label + suffix}
 }
 
 type machineInfo struct {
@@ -116,9 +143,11 @@ type report struct {
 	// Interference is, per scenario and side, the median share of the machine's CPU used by
 	// processes other than the bench and PostgreSQL during the measured intervals.
 	Interference []string `json:"interference,omitempty"`
-	Notes        []string `json:"notes,omitempty"`
-	DurationS    float64  `json:"duration_s"`
-	specs        map[string]scenario.Spec
+	// Targets evaluates the issue's goals on this run's medians.
+	Targets   []string `json:"targets,omitempty"`
+	Notes     []string `json:"notes,omitempty"`
+	DurationS float64  `json:"duration_s"`
+	specs     map[string]scenario.Spec
 }
 
 type reportConfig struct {
@@ -131,6 +160,11 @@ type reportConfig struct {
 	Latency      string                       `json:"latency_definition"`
 	SystemConfig map[string]map[string]string `json:"system_settings"`
 	Scenarios    map[string]scenarioConfig    `json:"scenarios"`
+	// SystemScenarios lists the scenarios each system ran in (the default selection runs
+	// river-default only in latency and few-workers; worker variants skip bulk-enqueue).
+	SystemScenarios map[string][]string `json:"system_scenarios"`
+	// SystemDescriptions says how each system (variant) is configured.
+	SystemDescriptions map[string]string `json:"system_descriptions"`
 }
 
 type scenarioConfig struct {
@@ -177,7 +211,22 @@ func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerI
 			Latency:      latencyDefinition,
 			SystemConfig: map[string]map[string]string{},
 			Scenarios:    map[string]scenarioConfig{},
+
+			SystemScenarios:    map[string][]string{},
+			SystemDescriptions: map[string]string{},
 		},
+	}
+	for _, name := range c.scenarios {
+		for _, u := range c.units(name) {
+			if !slices.Contains(rep.Config.SystemScenarios[u.System], name) {
+				rep.Config.SystemScenarios[u.System] = append(rep.Config.SystemScenarios[u.System], name)
+			}
+		}
+	}
+	for _, sys := range c.systems {
+		if d, err := sut.Get(sys); err == nil {
+			rep.Config.SystemDescriptions[sys] = d.Description
+		}
 	}
 	for sys, s := range settings {
 		clean := map[string]string{}
@@ -187,11 +236,15 @@ func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerI
 			}
 			clean[k] = v
 		}
-		if sys == "river" {
-			clean["MaxWorkers"] = workersBySpec(specs)
+		ran := map[string]scenario.Spec{}
+		for _, name := range rep.Config.SystemScenarios[sys] {
+			ran[name] = specs[name]
 		}
-		if sys == "tenure" {
-			clean["Concurrency"] = workersBySpec(specs)
+		switch family(sys) {
+		case "river":
+			clean["MaxWorkers"] = workersBySpec(ran)
+		case "tenure":
+			clean["Concurrency"] = workersBySpec(ran)
 		}
 		rep.Config.SystemConfig[sys] = clean
 	}
@@ -217,35 +270,37 @@ func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerI
 		}
 		return out
 	}
-	for _, name := range c.scenarios {
-		units := c.units(name)
-		var tenureU *unit
-		var riverUs []unit
-		for i := range units {
-			switch units[i].System {
+	// Every Tenure variant against every River variant of the scenario: the River side's rows
+	// in blocks (bulk API, then variant), the Tenure variants next to each other.
+	sides := func(name string) (tenureUs, riverUs []unit) {
+		for _, u := range c.units(name) {
+			switch family(u.System) {
 			case "tenure":
-				tenureU = &units[i]
+				tenureUs = append(tenureUs, u)
 			case "river":
-				riverUs = append(riverUs, units[i])
+				riverUs = append(riverUs, u)
 			}
 		}
-		if len(riverUs) == 0 {
-			riverUs = []unit{{System: "river"}} // keep Tenure's rows even with -systems tenure
+		if len(tenureUs) == 0 {
+			tenureUs = []unit{{System: tenuresut.Name}} // keep River's rows even with -systems river
 		}
+		if len(riverUs) == 0 {
+			riverUs = []unit{{System: riversut.Name}} // keep Tenure's rows even with -systems tenure
+		}
+		return tenureUs, riverUs
+	}
+	for _, name := range c.scenarios {
+		tenureUs, riverUs := sides(name)
 		defs := append(slices.Clone(scenarioDefs[name]), cpuDefs...)
 		for _, ru := range riverUs {
 			for _, d := range defs {
-				label := d.Label
-				if ru.BatchAPI != "" {
-					label += " (River " + ru.BatchAPI + ")"
+				for _, tu := range tenureUs {
+					rw := newRow(name, d.Label, d.Unit, d.HigherBetter, tu, ru)
+					rw.TenureRuns = collect(name, tu, d.Key)
+					rw.RiverRuns = collect(name, ru, d.Key)
+					fillRow(&rw)
+					rep.Results = append(rep.Results, rw)
 				}
-				rw := row{Scenario: name, Metric: label, Unit: d.Unit, HigherBetter: d.HigherBetter}
-				if tenureU != nil {
-					rw.TenureRuns = collect(name, *tenureU, d.Key)
-				}
-				rw.RiverRuns = collect(name, ru, d.Key)
-				fillRow(&rw)
-				rep.Results = append(rep.Results, rw)
 			}
 		}
 	}
@@ -259,13 +314,22 @@ func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerI
 			}
 			return []float64{100 * median(h) / median(s)}
 		}
-		rw := row{Scenario: scenario.HeldXmin, Metric: "completed jobs/s kept vs steady", Unit: "%",
-			HigherBetter: true, TenureRuns: kept("tenure"), RiverRuns: kept("river")}
-		fillRow(&rw)
-		rep.Results = append(rep.Results, rw)
+		tenureUs, riverUs := sides(scenario.HeldXmin)
+		for _, ru := range riverUs {
+			for _, tu := range tenureUs {
+				rw := newRow(scenario.HeldXmin, "completed jobs/s kept vs steady", "%", true, tu, ru)
+				rw.TenureRuns, rw.RiverRuns = kept(tu.System), kept(ru.System)
+				fillRow(&rw)
+				rep.Results = append(rep.Results, rw)
+			}
+		}
+	}
+	if slices.Contains(c.scenarios, scenario.FewWorkers) {
+		rep.Targets = fewWorkersTargets(rep.Results)
 	}
 	rep.Notes = append(rep.Notes,
-		"ratio = tenure/river for higher-is-better metrics and river/tenure for lower-is-better ones: > 1 always means Tenure is better",
+		"ratio = tenure/river for higher-is-better metrics and river/tenure for lower-is-better ones: > 1 always means Tenure is better; "+
+			"each result compares the Tenure variant tenure_system with the River variant river_system (a metric name marked [tenure-sync] or (vs river-default) says so)",
 		"values are medians over the repetitions; *_runs hold every repetition",
 		"postgres CPU counts the postmaster, the cluster-wide auxiliary processes and every backend of the run's own database (utime+stime from /proc)",
 	)
@@ -301,6 +365,42 @@ func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerI
 	return rep
 }
 
+// The issue's target for few-workers: at least this many jobs/s, and at least this many times
+// River with its default fetch settings.
+const (
+	fewWorkersTargetJobsPerS = 2500
+	fewWorkersTargetVsDef    = 10
+)
+
+// fewWorkersTargets evaluates the few-workers target for every Tenure variant.
+func fewWorkersTargets(rows []row) []string {
+	var out []string
+	for _, rw := range rows {
+		if rw.Scenario != scenario.FewWorkers || rw.line != "completed (vs "+riversut.NameDefault+")" || rw.Tenure == nil {
+			continue
+		}
+		verdict := "not met"
+		switch {
+		case rw.Ratio == nil:
+			verdict = "not evaluated (no ratio)"
+		case *rw.Tenure >= fewWorkersTargetJobsPerS && *rw.Ratio >= fewWorkersTargetVsDef:
+			verdict = "met"
+		}
+		ratio := "—"
+		if rw.Ratio != nil {
+			ratio = fmt.Sprintf("%.1f×", *rw.Ratio)
+		}
+		out = append(out, fmt.Sprintf("few-workers (>= %d jobs/s and >= %d× %s): %s %s jobs/s, %s %s (%s jobs/s): %s",
+			fewWorkersTargetJobsPerS, fewWorkersTargetVsDef, riversut.NameDefault, rw.TenureSystem, fmtNum(*rw.Tenure),
+			ratio, riversut.NameDefault, fmtPtr(rw.River), verdict))
+	}
+	if len(out) == 0 {
+		out = append(out, fmt.Sprintf("few-workers (>= %d jobs/s and >= %d× %s): not evaluated (%s did not run or a side failed)",
+			fewWorkersTargetJobsPerS, fewWorkersTargetVsDef, riversut.NameDefault, riversut.NameDefault))
+	}
+	return out
+}
+
 // workersBySpec says which worker count each scenario used, e.g. "100 (burn-down, steady), 8 (few-workers)".
 func workersBySpec(specs map[string]scenario.Spec) string {
 	by := map[int][]string{}
@@ -323,9 +423,7 @@ func workersBySpec(specs map[string]scenario.Spec) string {
 }
 
 func orderString(c config) string {
-	parts := make([]string, len(c.systems))
-	copy(parts, c.systems)
-	return strings.Join(parts, " → ") + " (A/B/A/B across repetitions)"
+	return strings.Join(c.systems, " → ") + " (in turn within each repetition; a system a scenario does not run is skipped)"
 }
 
 func fillRow(rw *row) {
@@ -447,12 +545,18 @@ func (rep *report) header() []string {
 	out = append(out, fmt.Sprintf("Mode: %s; %d repetition(s), medians; payload ≈ %d bytes; fresh database per run",
 		mode, rep.Config.Repetitions, rep.Config.PayloadBytes))
 	workers := "scenario worker count"
-	if w := rep.Config.SystemConfig["river"]["MaxWorkers"]; w != "" {
+	if w := rep.Config.SystemConfig[riversut.Name]["MaxWorkers"]; w != "" {
 		workers = w
 	}
-	out = append(out, fmt.Sprintf("River settings (riverbench's throughput settings): FetchCooldown=%s, FetchPollInterval=%s, MaxWorkers=%s; bulk API InsertManyFast unless noted",
-		riversut.RiverFetchCooldown, riversut.RiverFetchPollInterval, workers))
-	out = append(out, "Tenure settings: library defaults, Concurrency = scenario worker count; bulk API InsertMany; its worker also opens its default private engine pool (worker.Config.EngineConns default) besides the shared pool")
+	syncCommit := rep.Postgres.Settings["synchronous_commit"]
+	if syncCommit == "" {
+		syncCommit = "?"
+	}
+	out = append(out, fmt.Sprintf("River settings: MaxWorkers=%s, everything else River's default; bulk API InsertManyFast unless noted; every River transaction commits with the server's synchronous_commit (%s). Variants:",
+		workers, syncCommit))
+	out = append(out, rep.variantLines("river")...)
+	out = append(out, "Tenure settings: library defaults, Concurrency = scenario worker count; bulk API InsertMany; its worker also opens its default private engine pool (worker.Config.EngineConns default) besides the shared pool. Variants:")
+	out = append(out, rep.variantLines("tenure")...)
 	for _, name := range scenario.All {
 		s, ok := rep.Config.Scenarios[name]
 		if !ok {
@@ -462,7 +566,122 @@ func (rep *report) header() []string {
 	}
 	out = append(out, "Latency: "+rep.Config.Latency)
 	out = append(out, "Ratio: > 1 means Tenure is better (tenure/river for throughput, river/tenure for latency, CPU and dead tuples)")
+	if cols := rep.tenureColumns(); len(cols) > 1 {
+		out = append(out, fmt.Sprintf("  columns %s: the same comparison for the Tenure variant %s", strings.Join(cols[1:], ", "), strings.Join(cols[1:], ", ")))
+	}
+	for _, sys := range rep.Config.Systems {
+		if family(sys) == "river" && sys != riversut.Name {
+			out = append(out, fmt.Sprintf("  rows '(vs %s)': the River side is %s instead of %s", sys, sys, riversut.Name))
+		}
+	}
 	return out
+}
+
+// variantLines describes the systems of a family that ran, and where they ran if not everywhere.
+func (rep *report) variantLines(fam string) []string {
+	var out []string
+	for _, sys := range rep.Config.Systems {
+		if family(sys) != fam {
+			continue
+		}
+		line := "  " + sys + ": " + rep.Config.SystemDescriptions[sys]
+		if ran := rep.Config.SystemScenarios[sys]; len(ran) < len(rep.Config.Scenarios) {
+			line += " — runs in " + strings.Join(ran, ", ")
+			if len(ran) == 0 {
+				line += " no scenario"
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// tenureColumns returns the Tenure variants the tables show as columns, in run order.
+func (rep *report) tenureColumns() []string {
+	var cols []string
+	for _, sys := range rep.Config.Systems {
+		if family(sys) != "tenure" {
+			continue
+		}
+		for _, rw := range rep.Results {
+			if rw.TenureSystem == sys {
+				cols = append(cols, sys)
+				break
+			}
+		}
+	}
+	if len(cols) == 0 {
+		cols = []string{tenuresut.Name}
+	}
+	return cols
+}
+
+// tableLine is one line of the text and markdown tables: one River side (named by the metric)
+// against every Tenure variant (columns).
+type tableLine struct {
+	scenario, metric, unit string
+	river                  *float64
+	tenure                 map[string]row
+}
+
+// tableLines pivots the results: rows that differ only by their Tenure variant share a line.
+func (rep *report) tableLines() []tableLine {
+	var lines []tableLine
+	index := map[[2]string]int{}
+	for _, rw := range rep.Results {
+		key := [2]string{rw.Scenario, rw.line}
+		i, ok := index[key]
+		if !ok {
+			i = len(lines)
+			index[key] = i
+			lines = append(lines, tableLine{scenario: rw.Scenario, metric: rw.line, unit: rw.Unit, tenure: map[string]row{}})
+		}
+		if lines[i].river == nil {
+			lines[i].river = rw.River
+		}
+		lines[i].tenure[rw.TenureSystem] = rw
+	}
+	return lines
+}
+
+// tableCells returns the header and the cells of every table line: tenure, river, ratio, then
+// a value and a ratio per further Tenure variant.
+func (rep *report) tableCells(markdown bool) (header []string, cells [][]string) {
+	cols := rep.tenureColumns()
+	first := cols[0]
+	ratioHead := "ratio"
+	if markdown {
+		ratioHead = "Ratio (> 1 = Tenure better)"
+	}
+	if first == tenuresut.Name && markdown {
+		first = "Tenure"
+	}
+	river := "river"
+	scen, metric, unitHead := "scenario", "metric", "unit"
+	if markdown {
+		river, scen, metric, unitHead = "River", "Scenario", "Metric", "Unit"
+	}
+	header = []string{scen, metric, unitHead, first, river, ratioHead}
+	for _, sys := range cols[1:] {
+		header = append(header, sys, "ratio "+sys)
+	}
+	for _, l := range rep.tableLines() {
+		r := []string{l.scenario, l.metric, l.unit}
+		for i, sys := range cols {
+			rw, ok := l.tenure[sys]
+			val, ratio := "—", "—"
+			if ok {
+				val, ratio = fmtPtr(rw.Tenure), fmtRatio(rw)
+			}
+			if i == 0 {
+				r = append(r, val, fmtPtr(l.river), ratio)
+			} else {
+				r = append(r, val, ratio)
+			}
+		}
+		cells = append(cells, r)
+	}
+	return header, cells
 }
 
 func describeScenario(s scenarioConfig) string {
@@ -509,11 +728,8 @@ func (rep *report) text() string {
 		b.WriteString(l + "\n")
 	}
 	b.WriteString("\n")
-	cols := []string{"scenario", "metric", "unit", "tenure", "river", "ratio"}
-	cells := [][]string{cols}
-	for _, rw := range rep.Results {
-		cells = append(cells, []string{rw.Scenario, rw.Metric, rw.Unit, fmtPtr(rw.Tenure), fmtPtr(rw.River), fmtRatio(rw)})
-	}
+	cols, lines := rep.tableCells(false)
+	cells := append([][]string{cols}, lines...)
 	width := make([]int, len(cols))
 	for _, r := range cells {
 		for i, c := range r {
@@ -539,6 +755,12 @@ func (rep *report) text() string {
 				total += w + 2
 			}
 			b.WriteString(strings.Repeat("-", total-2) + "\n")
+		}
+	}
+	if len(rep.Targets) > 0 {
+		b.WriteString("\nTargets:\n")
+		for _, t := range rep.Targets {
+			b.WriteString("  " + t + "\n")
 		}
 	}
 	if len(rep.Failures) > 0 {
@@ -568,11 +790,16 @@ func (rep *report) markdown() string {
 	for _, l := range rep.header() {
 		b.WriteString("- " + strings.TrimSpace(l) + "\n")
 	}
-	b.WriteString("\n| Scenario | Metric | Unit | Tenure | River | Ratio (> 1 = Tenure better) |\n")
-	b.WriteString("|---|---|---|---:|---:|---:|\n")
-	for _, rw := range rep.Results {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n",
-			rw.Scenario, rw.Metric, rw.Unit, fmtPtr(rw.Tenure), fmtPtr(rw.River), fmtRatio(rw))
+	header, lines := rep.tableCells(true)
+	b.WriteString("\n| " + strings.Join(header, " | ") + " |\n|---|---|---|" + strings.Repeat("---:|", len(header)-3) + "\n")
+	for _, l := range lines {
+		b.WriteString("| " + strings.Join(l, " | ") + " |\n")
+	}
+	if len(rep.Targets) > 0 {
+		b.WriteString("\nTargets:\n\n")
+		for _, t := range rep.Targets {
+			b.WriteString("- " + t + "\n")
+		}
 	}
 	if len(rep.Failures) > 0 {
 		b.WriteString("\n**Failed runs:**\n\n")

@@ -84,3 +84,106 @@ func TestBuildReportRows(t *testing.T) {
 		t.Fatalf("markdown:\n%s", md)
 	}
 }
+
+func TestUnitsPerScenario(t *testing.T) {
+	def := config{systems: defaultSystems, systemsDefault: true}
+	labels := func(c config, scen string) string {
+		var out []string
+		for _, u := range c.units(scen) {
+			out = append(out, u.label())
+		}
+		return strings.Join(out, ",")
+	}
+	for scen, want := range map[string]string{
+		scenario.BurnDown:    "tenure,tenure-sync,river",
+		scenario.Latency:     "tenure,tenure-sync,river,river-default",
+		scenario.FewWorkers:  "tenure,tenure-sync,river,river-default",
+		scenario.BulkEnqueue: "tenure,river/InsertManyFast,river/InsertMany",
+	} {
+		if got := labels(def, scen); got != want {
+			t.Errorf("default systems, %s: units %s, want %s", scen, got, want)
+		}
+	}
+	explicit := config{systems: []string{"tenure", "river", "river-default"}}
+	if got := labels(explicit, scenario.BurnDown); got != "tenure,river,river-default" {
+		t.Errorf("explicit river-default in burn-down: %s", got)
+	}
+	// A worker variant runs bulk-enqueue when the system it varies is not selected.
+	alone := config{systems: []string{"tenure-sync", "river-default"}}
+	if got := labels(alone, scenario.BulkEnqueue); got != "tenure-sync,river-default" {
+		t.Errorf("variants alone in bulk-enqueue: %s", got)
+	}
+}
+
+func TestBuildReportVariants(t *testing.T) {
+	c := config{reps: 1, scenarios: []string{scenario.FewWorkers, scenario.BulkEnqueue},
+		systems: defaultSystems, systemsDefault: true, payload: 256}
+	specs := map[string]scenario.Spec{}
+	for _, s := range c.scenarios {
+		sp, err := c.plan(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs[s] = sp
+	}
+	res := func(key string, v float64) *scenario.Result {
+		return &scenario.Result{Metrics: map[string]float64{key: v}, Jobs: 1000, BenchCPU: 1, PGCPU: 1, PGCPUValid: true}
+	}
+	results := map[runKey][]*scenario.Result{
+		{scenario.FewWorkers, unit{System: "tenure"}}:           {res(scenario.MCompletedPerS, 3000)},
+		{scenario.FewWorkers, unit{System: "tenure-sync"}}:      {res(scenario.MCompletedPerS, 2000)},
+		{scenario.FewWorkers, unit{System: "river"}}:            {res(scenario.MCompletedPerS, 1000)},
+		{scenario.FewWorkers, unit{System: "river-default"}}:    {res(scenario.MCompletedPerS, 100)},
+		{scenario.BulkEnqueue, unit{System: "tenure"}}:          {res(scenario.MJobsPerS, 10)},
+		{scenario.BulkEnqueue, unit{"river", "InsertManyFast"}}: {res(scenario.MJobsPerS, 20)},
+		{scenario.BulkEnqueue, unit{"river", "InsertMany"}}:     {res(scenario.MJobsPerS, 5)},
+	}
+	rep := buildReport(c, specs, pgutil.ServerInfo{Settings: map[string]string{}}, results, nil, nil)
+	find := func(scen, metric string) row {
+		for _, r := range rep.Results {
+			if r.Scenario == scen && r.Metric == metric {
+				return r
+			}
+		}
+		t.Fatalf("no row %s/%s", scen, metric)
+		return row{}
+	}
+	for metric, want := range map[string]struct {
+		tenure, river, ratio float64
+		ts, rs               string
+	}{
+		"completed":                                  {3000, 1000, 3, "tenure", "river"},
+		"completed [tenure-sync]":                    {2000, 1000, 2, "tenure-sync", "river"},
+		"completed (vs river-default)":               {3000, 100, 30, "tenure", "river-default"},
+		"completed [tenure-sync] (vs river-default)": {2000, 100, 20, "tenure-sync", "river-default"},
+	} {
+		r := find(scenario.FewWorkers, metric)
+		if *r.Tenure != want.tenure || *r.River != want.river || *r.Ratio != want.ratio ||
+			r.TenureSystem != want.ts || r.RiverSystem != want.rs {
+			t.Errorf("row %q = %+v, want %+v", metric, r, want)
+		}
+	}
+	for _, r := range rep.Results {
+		if r.Scenario == scenario.BulkEnqueue && (r.TenureSystem != "tenure" || r.RiverSystem != "river") {
+			t.Errorf("bulk-enqueue row of a worker variant: %+v", r)
+		}
+	}
+	md := rep.markdown()
+	for _, want := range []string{
+		"| Scenario | Metric | Unit | Tenure | River | Ratio (> 1 = Tenure better) | tenure-sync | ratio tenure-sync |",
+		"| few-workers | completed | jobs/s | 3000 | 1000 | 3.00 | 2000 | 2.00 |",
+		"| few-workers | completed (vs river-default) | jobs/s | 3000 | 100.0 | 30.00 | 2000 | 20.00 |",
+		"| bulk-enqueue | throughput (River InsertMany) | jobs/s | 10.00 | 5.000 | 2.00 | — | — |",
+		"river-default: River's client defaults",
+		"(100ms and 1s) — runs in few-workers",
+		"tenure-sync: tenure with worker.Config{SynchronousCommit: true}",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if len(rep.Targets) != 2 || !strings.Contains(rep.Targets[0], "tenure 3000 jobs/s, 30.0× river-default (100.0 jobs/s): met") ||
+		!strings.Contains(rep.Targets[1], "tenure-sync 2000 jobs/s, 20.0× river-default (100.0 jobs/s): not met") {
+		t.Errorf("targets %q", rep.Targets)
+	}
+}

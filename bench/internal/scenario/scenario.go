@@ -34,6 +34,9 @@ const (
 // All lists the scenarios in report order.
 var All = []string{BurnDown, Steady, Latency, BulkEnqueue, HeldXmin, FewWorkers}
 
+// RunsWorkers says whether a scenario starts the queue's workers (bulk-enqueue only inserts).
+func RunsWorkers(name string) bool { return name != BulkEnqueue }
+
 // Spec is everything a child needs to run one scenario once.
 type Spec struct {
 	Scenario     string        `json:"scenario"`

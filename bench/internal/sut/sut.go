@@ -71,10 +71,18 @@ type System interface {
 	Settings() map[string]string
 }
 
-// Driver describes one queue implementation.
+// Driver describes one queue implementation, or one configuration (variant) of it.
 type Driver struct {
-	Name       string
-	QueueTable string // schema-qualified job table, for dead-tuple stats
+	Name string
+	// Family is the queue the driver runs ("tenure" or "river"). A family can register several
+	// drivers that differ only in settings (e.g. "tenure" and "tenure-sync").
+	Family string
+	// WorkerVariantOf names the driver this one differs from only in its worker settings: the
+	// inserts are the same, so a run without workers (bulk-enqueue) would measure nothing new.
+	WorkerVariantOf string
+	// Description says in one line how this driver is configured, for the report.
+	Description string
+	QueueTable  string // schema-qualified job table, for dead-tuple stats
 	// BatchAPIs lists the bulk insert APIs BatchAPI may select; the first is the default.
 	BatchAPIs []string
 	Migrate   func(ctx context.Context, pool *pgxpool.Pool) error

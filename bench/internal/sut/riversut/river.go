@@ -32,36 +32,58 @@ const (
 	RiverBatchReturning = "InsertMany"     // INSERT ... RETURNING, returns the job rows
 )
 
+// Driver names: "river" runs with the throughput settings above; "river-default" leaves
+// FetchCooldown and FetchPollInterval unset, i.e. River's client defaults
+// (river.FetchCooldownDefault, river.FetchPollIntervalDefault).
+const (
+	Name        = "river"
+	NameDefault = "river-default"
+)
+
 func init() {
-	sut.Register(&sut.Driver{
-		Name:       "river",
-		QueueTable: "public.river_job",
-		BatchAPIs:  []string{RiverBatchFast, RiverBatchReturning},
-		Migrate: func(ctx context.Context, pool *pgxpool.Pool) error {
-			m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
-			if err != nil {
+	register := func(name, variantOf, desc string, cooldown, poll time.Duration) {
+		sut.Register(&sut.Driver{
+			Name:            name,
+			Family:          "river",
+			WorkerVariantOf: variantOf,
+			Description:     desc,
+			QueueTable:      "public.river_job",
+			BatchAPIs:       []string{RiverBatchFast, RiverBatchReturning},
+			Migrate: func(ctx context.Context, pool *pgxpool.Pool) error {
+				m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+				if err != nil {
+					return err
+				}
+				_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
 				return err
-			}
-			_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
-			return err
-		},
-		New: newRiver,
-		SchemaVersion: func(ctx context.Context, pool *pgxpool.Pool) (string, error) {
-			var v int
-			err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM river_migration`).Scan(&v)
-			return strconv.Itoa(v), err
-		},
-	})
+			},
+			New: func(ctx context.Context, opts sut.Options) (sut.System, error) {
+				return newRiver(ctx, name, cooldown, poll, opts)
+			},
+			SchemaVersion: func(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+				var v int
+				err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM river_migration`).Scan(&v)
+				return strconv.Itoa(v), err
+			},
+		})
+	}
+	register(Name, "", fmt.Sprintf("riverbench's throughput settings: FetchCooldown=%s, FetchPollInterval=%s",
+		RiverFetchCooldown, RiverFetchPollInterval), RiverFetchCooldown, RiverFetchPollInterval)
+	register(NameDefault, Name, fmt.Sprintf("River's client defaults: FetchCooldown and FetchPollInterval left unset (%s and %s)",
+		river.FetchCooldownDefault, river.FetchPollIntervalDefault), 0, 0)
 }
 
 type riverSystem struct {
+	name     string
 	pool     *pgxpool.Pool
 	client   *river.Client[pgx.Tx]
 	opts     sut.Options
 	batchAPI string
+	// cooldown and poll are the configured fetch settings; 0 = unset (River's default).
+	cooldown, poll time.Duration
 }
 
-func newRiver(_ context.Context, opts sut.Options) (sut.System, error) {
+func newRiver(_ context.Context, name string, cooldown, poll time.Duration, opts sut.Options) (sut.System, error) {
 	workers := river.NewWorkers()
 	onStart, onDone, work := opts.OnStart, opts.OnDone, opts.Work
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[sut.BenchArgs]) error {
@@ -78,11 +100,11 @@ func newRiver(_ context.Context, opts sut.Options) (sut.System, error) {
 	}))
 	logger := opts.Logger
 	if logger == nil {
-		logger = sut.StderrLogger("river")
+		logger = sut.StderrLogger(name)
 	}
 	cfg := &river.Config{
-		FetchCooldown:     RiverFetchCooldown,
-		FetchPollInterval: RiverFetchPollInterval,
+		FetchCooldown:     cooldown,
+		FetchPollInterval: poll,
 		Logger:            logger,
 		Workers:           workers,
 	}
@@ -91,16 +113,17 @@ func newRiver(_ context.Context, opts sut.Options) (sut.System, error) {
 	}
 	client, err := river.NewClient(riverpgxv5.New(opts.Pool), cfg)
 	if err != nil {
-		return nil, fmt.Errorf("river: new client: %w", err)
+		return nil, fmt.Errorf("%s: new client: %w", name, err)
 	}
 	api := opts.BatchAPI
 	if api == "" {
 		api = RiverBatchFast
 	}
 	if api != RiverBatchFast && api != RiverBatchReturning {
-		return nil, fmt.Errorf("river: unknown batch API %q", api)
+		return nil, fmt.Errorf("%s: unknown batch API %q", name, api)
 	}
-	return &riverSystem{pool: opts.Pool, client: client, opts: opts, batchAPI: api}, nil
+	return &riverSystem{name: name, pool: opts.Pool, client: client, opts: opts, batchAPI: api,
+		cooldown: cooldown, poll: poll}, nil
 }
 
 func (s *riverSystem) Insert(ctx context.Context, args sut.BenchArgs) error {
@@ -141,9 +164,16 @@ func (s *riverSystem) Depth(ctx context.Context) (int64, error) {
 func (s *riverSystem) Settings() map[string]string {
 	return map[string]string{
 		"MaxWorkers":        strconv.Itoa(s.opts.Workers),
-		"FetchCooldown":     RiverFetchCooldown.String(),
-		"FetchPollInterval": RiverFetchPollInterval.String(),
+		"FetchCooldown":     fetchSetting(s.cooldown, river.FetchCooldownDefault),
+		"FetchPollInterval": fetchSetting(s.poll, river.FetchPollIntervalDefault),
 		"bulk insert API":   s.batchAPI,
 		"pool MaxConns":     strconv.Itoa(int(s.pool.Config().MaxConns)),
 	}
+}
+
+func fetchSetting(set, def time.Duration) string {
+	if set == 0 {
+		return def.String() + " (River default, unset)"
+	}
+	return set.String()
 }

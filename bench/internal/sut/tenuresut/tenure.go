@@ -20,50 +20,75 @@ import (
 // TenureBatchInsertMany is Tenure's one bulk insert API.
 const TenureBatchInsertMany = "InsertMany"
 
+// Driver names: "tenure" runs the library defaults; "tenure-sync" is the same with
+// worker.Config.SynchronousCommit = true, so the worker's own transactions (claims,
+// heartbeats, finishes, reclaims) wait for their WAL flush instead of committing with
+// synchronous_commit=off.
+const (
+	Name     = "tenure"
+	NameSync = "tenure-sync"
+)
+
 func init() {
-	sut.Register(&sut.Driver{
-		Name:       "tenure",
-		QueueTable: "tenure.jobs",
-		BatchAPIs:  []string{TenureBatchInsertMany},
-		Migrate: func(ctx context.Context, pool *pgxpool.Pool) error {
-			_, err := migrations.Up(ctx, pool)
-			return err
-		},
-		New: newTenure,
-		SchemaVersion: func(context.Context, *pgxpool.Pool) (string, error) {
-			return strconv.Itoa(migrations.Latest()), nil
-		},
-	})
+	register := func(name, variantOf, desc string, syncCommit bool) {
+		sut.Register(&sut.Driver{
+			Name:            name,
+			Family:          "tenure",
+			WorkerVariantOf: variantOf,
+			Description:     desc,
+			QueueTable:      "tenure.jobs",
+			BatchAPIs:       []string{TenureBatchInsertMany},
+			Migrate: func(ctx context.Context, pool *pgxpool.Pool) error {
+				_, err := migrations.Up(ctx, pool)
+				return err
+			},
+			New: func(ctx context.Context, opts sut.Options) (sut.System, error) {
+				return newTenure(ctx, name, syncCommit, opts)
+			},
+			SchemaVersion: func(context.Context, *pgxpool.Pool) (string, error) {
+				return strconv.Itoa(migrations.Latest()), nil
+			},
+		})
+	}
+	register(Name, "", "library defaults: worker.Config.SynchronousCommit=false, so the worker's own "+
+		"transactions (claims, heartbeats, finishes, reclaims) commit with synchronous_commit=off; "+
+		"inserts commit with the server's setting", false)
+	register(NameSync, Name, "tenure with worker.Config{SynchronousCommit: true}: the worker's own "+
+		"transactions wait for their WAL flush (the server's synchronous_commit), like River's", true)
 }
 
 type tenureSystem struct {
-	pool   *pgxpool.Pool
-	client *jobs.Client
-	w      *worker.Worker
-	opts   sut.Options
-	insert *jobs.InsertOpts
+	name       string
+	syncCommit bool
+	pool       *pgxpool.Pool
+	client     *jobs.Client
+	w          *worker.Worker
+	opts       sut.Options
+	insert     *jobs.InsertOpts
 }
 
-func newTenure(_ context.Context, opts sut.Options) (sut.System, error) {
+func newTenure(_ context.Context, name string, syncCommit bool, opts sut.Options) (sut.System, error) {
 	client, err := jobs.NewClient(opts.Pool, &jobs.Config{})
 	if err != nil {
-		return nil, fmt.Errorf("tenure: new client: %w", err)
+		return nil, fmt.Errorf("%s: new client: %w", name, err)
 	}
-	s := &tenureSystem{pool: opts.Pool, client: client, opts: opts, insert: &jobs.InsertOpts{Queue: "default"}}
+	s := &tenureSystem{name: name, syncCommit: syncCommit, pool: opts.Pool, client: client, opts: opts,
+		insert: &jobs.InsertOpts{Queue: "default"}}
 	if opts.BatchAPI != "" && opts.BatchAPI != TenureBatchInsertMany {
-		return nil, fmt.Errorf("tenure: unknown batch API %q", opts.BatchAPI)
+		return nil, fmt.Errorf("%s: unknown batch API %q", name, opts.BatchAPI)
 	}
 	if opts.Workers > 0 {
 		logger := opts.Logger
 		if logger == nil {
-			logger = sut.StderrLogger("tenure")
+			logger = sut.StderrLogger(name)
 		}
 		w, err := worker.New(opts.Pool, &worker.Config{
-			Queues: map[string]worker.QueueConfig{"default": {Concurrency: opts.Workers}},
-			Logger: logger,
+			Queues:            map[string]worker.QueueConfig{"default": {Concurrency: opts.Workers}},
+			Logger:            logger,
+			SynchronousCommit: syncCommit,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("tenure: new worker: %w", err)
+			return nil, fmt.Errorf("%s: new worker: %w", name, err)
 		}
 		onStart, onDone, work := opts.OnStart, opts.OnDone, opts.Work
 		err = worker.Register(w, func(ctx context.Context, job *generics.Job[sut.BenchArgs]) error {
@@ -79,7 +104,7 @@ func newTenure(_ context.Context, opts sut.Options) (sut.System, error) {
 			return nil
 		}, nil)
 		if err != nil {
-			return nil, fmt.Errorf("tenure: register: %w", err)
+			return nil, fmt.Errorf("%s: register: %w", name, err)
 		}
 		s.w = w
 	}
@@ -102,7 +127,7 @@ func (s *tenureSystem) InsertBatch(ctx context.Context, args []sut.BenchArgs) er
 
 func (s *tenureSystem) Start(ctx context.Context) error {
 	if s.w == nil {
-		return fmt.Errorf("tenure: no workers configured")
+		return fmt.Errorf("%s: no workers configured", s.name)
 	}
 	return s.w.Start(ctx)
 }
@@ -129,9 +154,15 @@ func (s *tenureSystem) Depth(ctx context.Context) (int64, error) {
 
 func (s *tenureSystem) Settings() map[string]string {
 	return map[string]string{
-		"Concurrency":     strconv.Itoa(s.opts.Workers),
-		"other settings":  "library defaults (incl. the worker's private engine pool, default size)",
-		"bulk insert API": TenureBatchInsertMany,
-		"pool MaxConns":   strconv.Itoa(int(s.pool.Config().MaxConns)),
+		"Concurrency":       strconv.Itoa(s.opts.Workers),
+		"SynchronousCommit": strconv.FormatBool(s.syncCommit) + syncNote[s.syncCommit],
+		"other settings":    "library defaults (incl. the worker's private engine pool, default size)",
+		"bulk insert API":   TenureBatchInsertMany,
+		"pool MaxConns":     strconv.Itoa(int(s.pool.Config().MaxConns)),
 	}
+}
+
+var syncNote = map[bool]string{
+	false: " (library default: the worker's own transactions commit with synchronous_commit=off)",
+	true:  " (the worker's own transactions wait for their WAL flush)",
 }
