@@ -168,3 +168,46 @@ var benchClaimers = func() int {
 	n, _ := strconv.Atoi(os.Getenv("TENURE_BENCH_CLAIMERS"))
 	return n
 }()
+
+// BenchmarkFewWorkers: 8 handlers that sleep 1 ms over a deep backlog; jobs/s. A claim loop on
+// a fixed cooldown would be capped near workers/cooldown; Tenure's is demand-driven.
+func BenchmarkFewWorkers(b *testing.B) {
+	const total = 20000
+	var rate float64
+	for range b.N {
+		b.StopTimer()
+		pool := benchPool(b)
+		c := newClient(b, pool, nil)
+		insertNoops(b, c, total, nil)
+		_, err := pool.Exec(context.Background(), "VACUUM ANALYZE tenure.jobs")
+		require.NoError(b, err)
+		var mu sync.Mutex
+		n := 0
+		done := make(chan struct{})
+		w, err := worker.New(pool, &worker.Config{Logger: testLogger(),
+			Queues: map[string]worker.QueueConfig{"default": {Concurrency: 8, Claimers: benchClaimers}},
+			OnOutcome: func(worker.Outcome) {
+				mu.Lock()
+				if n++; n == total/2 {
+					close(done)
+				}
+				mu.Unlock()
+			}})
+		require.NoError(b, err)
+		worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error {
+			time.Sleep(time.Millisecond)
+			return nil
+		}, nil)
+		b.StartTimer()
+		start := time.Now()
+		require.NoError(b, w.Start(context.Background()))
+		<-done
+		elapsed := time.Since(start)
+		b.StopTimer()
+		require.NoError(b, stopWorker(b, w, 10*time.Second))
+		st := w.Stats()
+		rate = float64(total/2) / elapsed.Seconds()
+		b.Logf("few workers: %.0f jobs/s; claims %d (asked %d), claim p50 %v p99 %v", rate, st.Claims, st.ClaimAsked, st.ClaimP50, st.ClaimP99)
+	}
+	b.ReportMetric(rate, "jobs/s")
+}

@@ -83,6 +83,11 @@ func (w *Worker) heartbeatTick(now time.Time) {
 	w.m.heartbeatRows.Add(int64(len(rows)))
 	for _, e := range due {
 		if !extended[e.c.id] {
+			if e.handlerDone.Load() {
+				// The handler returned and its finish raced this heartbeat (the finish
+				// committed first): the finish path settles the job, stale or not.
+				continue
+			}
 			w.loseLease(e, "heartbeat changed 0 rows")
 			continue
 		}
