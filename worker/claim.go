@@ -265,7 +265,12 @@ func (q *queueRunner) claim(ctx context.Context, n int) ([]claimed, error) {
 		}
 	}
 	q.pol.observe(n, quota, &perBand)
-	q.advance(out)
+	if !useQuota {
+		// Only a claim that locks exactly what it takes may move the watermarks:
+		// ClaimSegments locks more candidates than it claims, and a concurrent claimer that
+		// skipped those (locked, but then left ready) must not be allowed to jump past them.
+		q.advance(out)
+	}
 	w.m.claims.Add(1)
 	w.m.claimAsked.Add(int64(n))
 	w.m.claimed.Add(int64(len(out)))
