@@ -3,10 +3,11 @@
 //
 // Where things are:
 //
-//   - claim.go: the claim path. One demand-driven loop per queue claims up to its free handler
-//     slots with one statement (CTE + FOR UPDATE SKIP LOCKED + UPDATE ... RETURNING) that
-//     commits ownership (state, lease on the database clock, claim token, generation+1,
-//     attempts+1) before any handler starts.
+//   - claim.go: the claim path. Demand-driven claim loops per queue claim up to the free
+//     handler slots with one statement (CTE + FOR UPDATE SKIP LOCKED + UPDATE ... RETURNING)
+//     that commits ownership (state, lease on the database clock, claim token, generation+1,
+//     attempts+1) before any handler starts; per-band watermarks keep claims off the dead
+//     index entries earlier claims left behind.
 //   - fairness.go: the fairness hook: strict priority, aging, quotas, deadline promotion.
 //   - execute.go: running a handler, panics, timeouts, and classifying its result.
 //   - finish.go: the completion path: batched fenced finishes checked by affected rows,
