@@ -69,9 +69,9 @@ func (q *queueRunner) wake() { signal(q.wakeCh) }
 // reserve takes up to max free slots for a claim about to run (0 when none are free).
 // Reserved slots count as in flight, so concurrent claims of one queue can never together
 // take more jobs than the queue has free handler slots. Jobs whose handler returned but whose
-// finish has not landed yet still belong to this worker: at most Concurrency of those may
-// wait, so a slow database pushes back on claiming instead of piling up owned jobs whose
-// leases run while their finishes queue.
+// finish has not landed yet still belong to this worker: handlers plus those stay under
+// 4 × Concurrency, so a slow database pushes back on claiming instead of piling up owned jobs
+// whose leases run while their finishes queue.
 func (q *queueRunner) reserve(max int) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
