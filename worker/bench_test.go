@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,4 +211,82 @@ func BenchmarkFewWorkers(b *testing.B) {
 		b.Logf("few workers: %.0f jobs/s; claims %d (asked %d), claim p50 %v p99 %v", rate, st.Claims, st.ClaimAsked, st.ClaimP50, st.ClaimP99)
 	}
 	b.ReportMetric(rate, "jobs/s")
+}
+
+// BenchmarkSteadyHeldXmin: producers insert batches of 100 while 100 handlers work, for
+// TENURE_BENCH_SECONDS (default 30) seconds, with and without a transaction holding back the
+// xmin horizon for the whole run. Reports completed jobs/s and the claim statement's p99.
+func BenchmarkSteadyHeldXmin(b *testing.B) {
+	secs, _ := strconv.Atoi(os.Getenv("TENURE_BENCH_SECONDS"))
+	if secs == 0 {
+		secs = 30
+	}
+	for _, held := range []bool{false, true} {
+		name := "clean"
+		if held {
+			name = "held-xmin"
+		}
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				pool := benchPool(b)
+				ctx := context.Background()
+				if held {
+					tx, err := pool.Begin(ctx)
+					require.NoError(b, err)
+					_, err = tx.Exec(ctx, "SELECT txid_current()")
+					require.NoError(b, err)
+					defer tx.Rollback(ctx) //nolint:errcheck
+				}
+				c := newClient(b, pool, nil)
+				var done atomic.Int64
+				w, err := worker.New(pool, &worker.Config{Logger: testLogger(),
+					Queues:    map[string]worker.QueueConfig{"default": {Concurrency: 100}},
+					OnOutcome: func(worker.Outcome) { done.Add(1) }})
+				require.NoError(b, err)
+				worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
+				require.NoError(b, w.Start(ctx))
+				runCtx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second)
+				var wg sync.WaitGroup
+				for range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						ps := make([]jobs.InsertManyParams, 100)
+						for i := range ps {
+							ps[i] = jobs.InsertManyParams{Args: noopArgs{N: i}}
+						}
+						for runCtx.Err() == nil {
+							if _, err := c.InsertMany(ctx, ps); err != nil {
+								return
+							}
+							// keep a bounded backlog: wait while 2,000 jobs are pending
+							for runCtx.Err() == nil && w.Stats().Claimed+2000 < insertedSoFar(pool) {
+								time.Sleep(2 * time.Millisecond)
+							}
+						}
+					}()
+				}
+				start := time.Now()
+				<-runCtx.Done()
+				cancel()
+				wg.Wait()
+				elapsed := time.Since(start)
+				n := done.Load()
+				require.NoError(b, stopWorker(b, w, 10*time.Second))
+				st := w.Stats()
+				var dead int64
+				_ = pool.QueryRow(ctx, "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'jobs'").Scan(&dead)
+				b.Logf("%s: %.0f jobs/s completed over %v; claim statement p50 %v p99 %v; finish p99 %v; dead tuples %d",
+					name, float64(n)/elapsed.Seconds(), elapsed.Round(time.Second), st.ClaimP50, st.ClaimP99, st.FinishP99, dead)
+				b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
+				b.ReportMetric(float64(st.ClaimP99.Microseconds())/1000, "claim-p99-ms")
+			}
+		})
+	}
+}
+
+func insertedSoFar(pool *pgxpool.Pool) int64 {
+	var n int64
+	_ = pool.QueryRow(context.Background(), "SELECT coalesce(max(id), 0) FROM tenure.jobs").Scan(&n)
+	return n
 }
