@@ -97,6 +97,28 @@ type InsertOpts struct {
 	Lease       time.Duration // 1s..24h: how long a claim owns the job without a heartbeat
 }
 
+// Or returns a copy of o (nil counts as all zero) whose zero Queue, Priority, MaxAttempts and
+// Lease are taken from d: how per-kind defaults are layered under per-insert options.
+func (o *InsertOpts) Or(d InsertOpts) *InsertOpts {
+	var out InsertOpts
+	if o != nil {
+		out = *o
+	}
+	if out.Queue == "" {
+		out.Queue = d.Queue
+	}
+	if out.Priority == 0 {
+		out.Priority = d.Priority
+	}
+	if out.MaxAttempts == 0 {
+		out.MaxAttempts = d.MaxAttempts
+	}
+	if out.Lease == 0 {
+		out.Lease = d.Lease
+	}
+	return &out
+}
+
 // InsertManyParams is one job of an InsertMany call.
 type InsertManyParams struct {
 	Args generics.Args
@@ -122,10 +144,6 @@ func (p *prepared) dueNow() bool {
 }
 
 func (c *Client) prepare(args generics.Args, opts *InsertOpts) (prepared, error) {
-	var o InsertOpts
-	if opts != nil {
-		o = *opts
-	}
 	if args == nil {
 		return prepared{}, &OptionError{Field: "args", Msg: "must not be nil"}
 	}
@@ -140,31 +158,9 @@ func (c *Client) prepare(args generics.Args, opts *InsertOpts) (prepared, error)
 				Err: fmt.Errorf("registered version is %d", info.Version)}
 		}
 		d := info.Defaults
-		if o.Queue == "" {
-			o.Queue = d.Queue
-		}
-		if o.Priority == 0 {
-			o.Priority = d.Priority
-		}
-		if o.MaxAttempts == 0 {
-			o.MaxAttempts = d.MaxAttempts
-		}
-		if o.Lease == 0 {
-			o.Lease = d.Lease
-		}
+		opts = opts.Or(InsertOpts{Queue: d.Queue, Priority: d.Priority, MaxAttempts: d.MaxAttempts, Lease: d.Lease})
 	}
-	if o.Queue == "" {
-		o.Queue = DefaultQueue
-	}
-	if o.Priority == 0 {
-		o.Priority = DefaultPriority
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = DefaultMaxAttempts
-	}
-	if o.Lease == 0 {
-		o.Lease = DefaultLease
-	}
+	o := *opts.Or(InsertOpts{Queue: DefaultQueue, Priority: DefaultPriority, MaxAttempts: DefaultMaxAttempts, Lease: DefaultLease})
 	switch {
 	case o.Queue != DefaultQueue && !ValidQueueName(o.Queue):
 		return prepared{}, &OptionError{Field: "Queue", Msg: fmt.Sprintf("%q is not a valid queue name", o.Queue)}

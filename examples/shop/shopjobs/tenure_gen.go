@@ -55,26 +55,26 @@ func (a BuildReport) Validate() error {
 // EnqueueBuildReport validates args and enqueues one "shop.build_report" job in its own transaction.
 // Zero fields of opts (which may be nil) take the directive's defaults: queue "reports", priority 2, max attempts 3, lease 2s.
 func EnqueueBuildReport(ctx context.Context, c *jobs.Client, args BuildReport, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.Insert(ctx, args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second}))
+	return c.Insert(ctx, args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second}))
 }
 
 // EnqueueBuildReportTx validates args and enqueues one "shop.build_report" job inside tx: the job exists, and
 // workers are woken, only if tx commits.
 // Zero fields of opts (which may be nil) take the directive's defaults: queue "reports", priority 2, max attempts 3, lease 2s.
 func EnqueueBuildReportTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args BuildReport, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.InsertTx(ctx, tx, args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second}))
+	return c.InsertTx(ctx, tx, args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second}))
 }
 
 // EnqueueManyBuildReport validates every args value (one invalid value writes nothing) and enqueues
 // one "shop.build_report" job per value in one transaction, returning their ids in order.
 // Zero fields of opts (which may be nil) take the directive's defaults: queue "reports", priority 2, max attempts 3, lease 2s.
 func EnqueueManyBuildReport(ctx context.Context, c *jobs.Client, args []BuildReport, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertMany(ctx, tenureManyParams(args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second})))
+	return c.InsertMany(ctx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second})))
 }
 
 // EnqueueManyBuildReportTx is EnqueueManyBuildReport inside tx.
 func EnqueueManyBuildReportTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []BuildReport, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertManyTx(ctx, tx, tenureManyParams(args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second})))
+	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second})))
 }
 
 // RegisterBuildReport registers fn as the handler of kind "shop.build_report" on w, with the options of its
@@ -132,26 +132,26 @@ func (a ChargeCard) Validate() error {
 // EnqueueChargeCard validates args and enqueues one "shop.charge_card" job in its own transaction.
 // Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 3, max attempts 10, lease 30s.
 func EnqueueChargeCard(ctx context.Context, c *jobs.Client, args ChargeCard, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.Insert(ctx, args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second}))
+	return c.Insert(ctx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second}))
 }
 
 // EnqueueChargeCardTx validates args and enqueues one "shop.charge_card" job inside tx: the job exists, and
 // workers are woken, only if tx commits.
 // Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 3, max attempts 10, lease 30s.
 func EnqueueChargeCardTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args ChargeCard, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.InsertTx(ctx, tx, args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second}))
+	return c.InsertTx(ctx, tx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second}))
 }
 
 // EnqueueManyChargeCard validates every args value (one invalid value writes nothing) and enqueues
 // one "shop.charge_card" job per value in one transaction, returning their ids in order.
 // Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 3, max attempts 10, lease 30s.
 func EnqueueManyChargeCard(ctx context.Context, c *jobs.Client, args []ChargeCard, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertMany(ctx, tenureManyParams(args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second})))
+	return c.InsertMany(ctx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second})))
 }
 
 // EnqueueManyChargeCardTx is EnqueueManyChargeCard inside tx.
 func EnqueueManyChargeCardTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []ChargeCard, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertManyTx(ctx, tx, tenureManyParams(args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second})))
+	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second})))
 }
 
 // RegisterChargeCard registers fn as the handler of kind "shop.charge_card" on w, with the options of its
@@ -197,26 +197,26 @@ func (a CleanupCart) Validate() error {
 // EnqueueCleanupCart validates args and enqueues one "shop.cleanup_cart" job in its own transaction.
 // Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 1, max attempts 5, lease 30s.
 func EnqueueCleanupCart(ctx context.Context, c *jobs.Client, args CleanupCart, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.Insert(ctx, args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second}))
+	return c.Insert(ctx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second}))
 }
 
 // EnqueueCleanupCartTx validates args and enqueues one "shop.cleanup_cart" job inside tx: the job exists, and
 // workers are woken, only if tx commits.
 // Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 1, max attempts 5, lease 30s.
 func EnqueueCleanupCartTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args CleanupCart, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.InsertTx(ctx, tx, args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second}))
+	return c.InsertTx(ctx, tx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second}))
 }
 
 // EnqueueManyCleanupCart validates every args value (one invalid value writes nothing) and enqueues
 // one "shop.cleanup_cart" job per value in one transaction, returning their ids in order.
 // Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 1, max attempts 5, lease 30s.
 func EnqueueManyCleanupCart(ctx context.Context, c *jobs.Client, args []CleanupCart, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertMany(ctx, tenureManyParams(args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})))
+	return c.InsertMany(ctx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})))
 }
 
 // EnqueueManyCleanupCartTx is EnqueueManyCleanupCart inside tx.
 func EnqueueManyCleanupCartTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []CleanupCart, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertManyTx(ctx, tx, tenureManyParams(args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})))
+	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})))
 }
 
 // RegisterCleanupCart registers fn as the handler of kind "shop.cleanup_cart" on w, with the options of its
@@ -274,26 +274,26 @@ func (a SendReceipt) Validate() error {
 // EnqueueSendReceipt validates args and enqueues one "shop.send_receipt" job in its own transaction.
 // Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 2, max attempts 10, lease 30s.
 func EnqueueSendReceipt(ctx context.Context, c *jobs.Client, args SendReceipt, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.Insert(ctx, args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second}))
+	return c.Insert(ctx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second}))
 }
 
 // EnqueueSendReceiptTx validates args and enqueues one "shop.send_receipt" job inside tx: the job exists, and
 // workers are woken, only if tx commits.
 // Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 2, max attempts 10, lease 30s.
 func EnqueueSendReceiptTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args SendReceipt, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.InsertTx(ctx, tx, args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second}))
+	return c.InsertTx(ctx, tx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second}))
 }
 
 // EnqueueManySendReceipt validates every args value (one invalid value writes nothing) and enqueues
 // one "shop.send_receipt" job per value in one transaction, returning their ids in order.
 // Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 2, max attempts 10, lease 30s.
 func EnqueueManySendReceipt(ctx context.Context, c *jobs.Client, args []SendReceipt, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertMany(ctx, tenureManyParams(args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second})))
+	return c.InsertMany(ctx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second})))
 }
 
 // EnqueueManySendReceiptTx is EnqueueManySendReceipt inside tx.
 func EnqueueManySendReceiptTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []SendReceipt, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertManyTx(ctx, tx, tenureManyParams(args, tenureInsertOpts(opts, jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second})))
+	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second})))
 }
 
 // RegisterSendReceipt registers fn as the handler of kind "shop.send_receipt" on w, with the options of its
@@ -389,26 +389,4 @@ func tenureManyParams[A generics.Args](args []A, opts *jobs.InsertOpts) []jobs.I
 		params[i] = jobs.InsertManyParams{Args: args[i], Opts: opts}
 	}
 	return params
-}
-
-// tenureInsertOpts returns a copy of opts whose zero fields are set from d, a kind's
-// directive defaults, so they hold whether or not the client has a registry.
-func tenureInsertOpts(opts *jobs.InsertOpts, d jobs.InsertOpts) *jobs.InsertOpts {
-	var o jobs.InsertOpts
-	if opts != nil {
-		o = *opts
-	}
-	if o.Queue == "" {
-		o.Queue = d.Queue
-	}
-	if o.Priority == 0 {
-		o.Priority = d.Priority
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = d.MaxAttempts
-	}
-	if o.Lease == 0 {
-		o.Lease = d.Lease
-	}
-	return &o
 }

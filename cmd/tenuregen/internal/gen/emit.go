@@ -27,21 +27,9 @@ func (m *model) imports() []importSpec {
 	)
 }
 
-func (m *model) anyDefaults() bool {
-	for _, k := range m.kinds {
-		if k.hasDefaults() {
-			return true
-		}
-	}
-	return false
-}
-
 // helperNames are the package-level names generated once per package.
 func (m *model) helperNames() []string {
 	out := []string{"Handlers", "RegisterHandlers", "RegisterKinds", "tenureManyParams"}
-	if m.anyDefaults() {
-		out = append(out, "tenureInsertOpts")
-	}
 	if m.usesIsZero {
 		out = append(out, "tenureIsZero")
 	}
@@ -172,7 +160,7 @@ func (m *model) renderKind(w *writer, k *kindSpec) {
 
 	opts, optsDoc := "opts", ""
 	if k.hasDefaults() {
-		opts = fmt.Sprintf("tenureInsertOpts(opts, jobs.InsertOpts{%s})", insertDefaults(k))
+		opts = fmt.Sprintf("opts.Or(jobs.InsertOpts{%s})", insertDefaults(k))
 		optsDoc = fmt.Sprintf("\n// Zero fields of opts (which may be nil) take the directive's defaults: %s.", defaultsDoc(k))
 	} else {
 		optsDoc = "\n// opts may be nil."
@@ -390,23 +378,6 @@ func (m *model) renderHelpers(w *writer) {
 	w.p("\t}")
 	w.p("\treturn params")
 	w.p("}")
-	if m.anyDefaults() {
-		w.p("")
-		w.p("// tenureInsertOpts returns a copy of opts whose zero fields are set from d, a kind's")
-		w.p("// directive defaults, so they hold whether or not the client has a registry.")
-		w.p("func tenureInsertOpts(opts *jobs.InsertOpts, d jobs.InsertOpts) *jobs.InsertOpts {")
-		w.p("\tvar o jobs.InsertOpts")
-		w.p("\tif opts != nil {")
-		w.p("\t\to = *opts")
-		w.p("\t}")
-		for _, f := range []struct{ name, zero string }{{"Queue", `""`}, {"Priority", "0"}, {"MaxAttempts", "0"}, {"Lease", "0"}} {
-			w.p("\tif o.%s == %s {", f.name, f.zero)
-			w.p("\t\to.%s = d.%s", f.name, f.name)
-			w.p("\t}")
-		}
-		w.p("\treturn &o")
-		w.p("}")
-	}
 	if m.usesIsZero {
 		w.p("")
 		w.p("// tenureIsZero reports whether v is its type's zero value.")
