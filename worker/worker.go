@@ -163,10 +163,15 @@ func (w *Worker) Start(ctx context.Context) error {
 		pc := w.pool.Config().Copy()
 		pc.MaxConns = int32(w.cfg.EngineConns)
 		pc.MinConns = 0
+		if pc.ConnConfig.RuntimeParams == nil {
+			pc.ConnConfig.RuntimeParams = map[string]string{}
+		}
+		// The engine's statements are written to plan well generically (primary-key lookups,
+		// partial-index range scans; TestClaimPlansUseThePartialIndex checks it), and they run
+		// thousands of times a second: re-planning each execution would cost more PostgreSQL
+		// CPU than running it, at low load where claims take one job at a time.
+		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 		if !w.cfg.SynchronousCommit {
-			if pc.ConnConfig.RuntimeParams == nil {
-				pc.ConnConfig.RuntimeParams = map[string]string{}
-			}
 			pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 		}
 		eng, err := pgxpool.NewWithConfig(ctx, pc)
