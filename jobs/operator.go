@@ -171,16 +171,25 @@ func (c *Client) Purge(ctx context.Context, act Action, p PurgeParams) (int64, e
 // finishedBefore, dead jobs finished before deadBefore (zero times skip that class), at most
 // limit of each. It returns the number of jobs deleted.
 func (c *Client) Prune(ctx context.Context, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
+	return pruneBoth(ctx, c.q, finishedBefore, deadBefore, limit)
+}
+
+// PruneTx is Prune inside the caller's transaction (the worker runs it under an advisory lock
+// that elects one pruner at a time).
+func (c *Client) PruneTx(ctx context.Context, tx pgx.Tx, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
+	return pruneBoth(ctx, c.q.WithTx(tx), finishedBefore, deadBefore, limit)
+}
+
+func pruneBoth(ctx context.Context, q *gen.Queries, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
 	var total int64
-	if !finishedBefore.IsZero() {
-		n, err := prune(ctx, c.q, StateSucceeded, finishedBefore, limit)
-		if err != nil {
-			return total, err
+	for _, p := range []struct {
+		state  State
+		before time.Time
+	}{{StateSucceeded, finishedBefore}, {StateDead, deadBefore}} {
+		if p.before.IsZero() {
+			continue
 		}
-		total += n
-	}
-	if !deadBefore.IsZero() {
-		n, err := prune(ctx, c.q, StateDead, deadBefore, limit)
+		n, err := prune(ctx, q, p.state, p.before, limit)
 		if err != nil {
 			return total, err
 		}

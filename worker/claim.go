@@ -210,63 +210,25 @@ func (q *queueRunner) sleep(ctx context.Context, d time.Duration, wakeable bool)
 func (q *queueRunner) claim(ctx context.Context, n int) ([]claimed, error) {
 	w := q.w
 	start := time.Now()
-	segs, quota, useQuota := q.pol.plan(n)
 	after := q.watermarks()
 	var rows []gen.ClaimStrictRow
-	switch {
-	case q.cfg.Fairness.Strict() && after == (bandTimes{}):
+	exact := true // the statement locked only what it claimed, so it may move the watermarks
+	var err error
+	if q.cfg.Fairness.Strict() && after == (bandTimes{}) {
 		// No watermark yet (idle queue, or just after the periodic reset): strict order in
-		// one index scan.
-		got, err := w.q.ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n)})
-		if err != nil {
-			return nil, err
-		}
-		rows = got
-	case !useQuota:
-		arg := gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n)}
-		for _, s := range segs {
-			arg.SegPriority = append(arg.SegPriority, int16(s.priority))
-			arg.SegAfterUs = append(arg.SegAfterUs, after[s.priority])
-			arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
-			arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))
-		}
-		got, err := w.q.ClaimOrdered(ctx, arg)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range got {
-			rows = append(rows, gen.ClaimStrictRow(r)) // every claim returns the same columns
-		}
-	default:
-		arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n)}
-		for _, s := range segs {
-			arg.SegPriority = append(arg.SegPriority, int16(s.priority))
-			arg.SegAfterUs = append(arg.SegAfterUs, after[s.priority])
-			arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
-			arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))
-			arg.SegLimit = append(arg.SegLimit, int32(s.limit))
-			arg.SegRank = append(arg.SegRank, int32(s.rank))
-			arg.SegQuota = append(arg.SegQuota, int32(s.quota))
-		}
-		got, err := w.q.ClaimSegments(ctx, arg)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range got {
-			rows = append(rows, gen.ClaimStrictRow(r))
-		}
+		// one index scan, no segments to plan.
+		rows, err = w.q.ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n)})
+	} else {
+		rows, exact, err = q.claimSegments(ctx, n, after)
+	}
+	if err != nil {
+		return nil, err
 	}
 	out := make([]claimed, len(rows))
-	var perBand bandCounts
 	for i, r := range rows {
 		out[i] = fromClaimRow(r)
-		if p := out[i].priority; p >= minPriority && p <= maxPriority {
-			perBand[p]++
-		}
 	}
-	q.pol.observe(n, quota, &perBand)
-	if !useQuota {
-		// Only a claim that locks exactly what it takes may move the watermarks:
+	if exact {
 		// ClaimSegments locks more candidates than it claims, and a concurrent claimer that
 		// skipped those (locked, but then left ready) must not be allowed to jump past them.
 		q.advance(out)
@@ -279,6 +241,56 @@ func (q *queueRunner) claim(ctx context.Context, n int) ([]claimed, error) {
 		w.m.recordWait(out[i].queue, out[i].priority, out[i].attemptedAt.Sub(out[i].runAt))
 	}
 	return out, nil
+}
+
+// claimSegments claims through the fairness policy's segments: ClaimOrdered when they can be
+// served in order (exact: it locks only what it claims), ClaimSegments when the database must
+// rank them together (quotas, deadlines). It reports the claim back to the policy.
+func (q *queueRunner) claimSegments(ctx context.Context, n int, after bandTimes) ([]gen.ClaimStrictRow, bool, error) {
+	w := q.w
+	segs, quota, ranked := q.pol.plan(n)
+	var prio []int16
+	var afterUs, minAgeUs, maxAge []int64
+	for _, s := range segs {
+		prio = append(prio, int16(s.priority))
+		afterUs = append(afterUs, after[s.priority])
+		minAgeUs = append(minAgeUs, s.minAge.Microseconds())
+		maxAge = append(maxAge, maxAgeUs(s.maxAge))
+	}
+	var rows []gen.ClaimStrictRow // every claim statement returns the same columns
+	if !ranked {
+		got, err := w.q.ClaimOrdered(ctx, gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n),
+			SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge})
+		if err != nil {
+			return nil, false, err
+		}
+		for _, r := range got {
+			rows = append(rows, gen.ClaimStrictRow(r))
+		}
+	} else {
+		arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(n),
+			SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge}
+		for _, s := range segs {
+			arg.SegLimit = append(arg.SegLimit, int32(s.limit))
+			arg.SegRank = append(arg.SegRank, int32(s.rank))
+			arg.SegQuota = append(arg.SegQuota, int32(s.quota))
+		}
+		got, err := w.q.ClaimSegments(ctx, arg)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, r := range got {
+			rows = append(rows, gen.ClaimStrictRow(r))
+		}
+	}
+	var perBand bandCounts
+	for _, r := range rows {
+		if p := int(r.Priority); p >= minPriority && p <= maxPriority {
+			perBand[p]++
+		}
+	}
+	q.pol.observe(n, quota, &perBand)
+	return rows, !ranked, nil
 }
 
 // Watermarks. Claims take each band's jobs oldest first, so once a claim took a band's job

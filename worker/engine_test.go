@@ -425,3 +425,30 @@ func engineGoroutines() int {
 	}
 	return count
 }
+
+// Final jobs past their retention are deleted by the worker's pruner (elected by an advisory
+// lock), together with their effect-ledger rows; live jobs are never touched.
+func TestRetentionPruning(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	cfg := fastConfig(nil)
+	cfg.FinishedRetention, cfg.DeadRetention, cfg.PruneEvery = time.Nanosecond, time.Hour, 50*time.Millisecond
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error { return nil }, nil)
+	c := newClient(t, pool, w)
+	done, err := c.Insert(ctx, noopArgs{N: 1}, nil)
+	require.NoError(t, err)
+	later, err := c.Insert(ctx, noopArgs{N: 2}, &jobs.InsertOpts{Delay: time.Hour})
+	require.NoError(t, err)
+	startWorker(t, w)
+	waitFor(t, 10*time.Second, "succeeded job pruned", func() bool {
+		_, err := c.Get(ctx, done.ID)
+		return errors.Is(err, jobs.ErrNotFound)
+	})
+	require.EqualValues(t, 1, w.Stats().Pruned)
+	got, err := c.Get(ctx, later.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateReady, got.State)
+}

@@ -111,32 +111,19 @@ func (w *Worker) pruneLoop() {
 }
 
 func (w *Worker) prune(ctx context.Context) error {
+	var finishedBefore, deadBefore time.Time
+	if w.cfg.FinishedRetention >= 0 {
+		finishedBefore = time.Now().Add(-w.cfg.FinishedRetention)
+	}
+	if w.cfg.DeadRetention >= 0 {
+		deadBefore = time.Now().Add(-w.cfg.DeadRetention)
+	}
 	return pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
-		q := w.q.WithTx(tx)
-		if got, err := q.TryPruneLock(ctx, pruneKey); err != nil || !got {
+		if got, err := w.q.WithTx(tx).TryPruneLock(ctx, pruneKey); err != nil || !got {
 			return err
 		}
-		var total int64
-		if w.cfg.FinishedRetention >= 0 {
-			n, err := q.PruneFinished(ctx, gen.PruneFinishedParams{Before: time.Now().Add(-w.cfg.FinishedRetention), MaxJobs: 10000})
-			if err != nil {
-				return err
-			}
-			total += n
-		}
-		if w.cfg.DeadRetention >= 0 {
-			n, err := q.PruneDead(ctx, gen.PruneDeadParams{Before: time.Now().Add(-w.cfg.DeadRetention), MaxJobs: 10000})
-			if err != nil {
-				return err
-			}
-			total += n
-		}
-		if total > 0 {
-			if _, err := q.DeleteEffectsOfMissingJobs(ctx, 10000); err != nil {
-				return err
-			}
-			w.m.pruned.Add(total)
-		}
-		return nil
+		n, err := w.client.PruneTx(ctx, tx, finishedBefore, deadBefore, 10000)
+		w.m.pruned.Add(n)
+		return err
 	})
 }

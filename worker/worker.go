@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/jobs"
 )
 
 // Worker runs handlers for the jobs of its queues. Create it with New, register handlers with
@@ -24,9 +25,12 @@ type Worker struct {
 	pool *pgxpool.Pool // the application's pool, used by handler-side helpers (Effect)
 	eng  *pgxpool.Pool // the engine's own pool
 	q    *gen.Queries  // on eng
-	log  *slog.Logger
-	reg  *generics.Registry
-	m    *metrics
+	// client is the jobs client on eng, for the housekeeping the jobs package already owns
+	// (retention pruning).
+	client *jobs.Client
+	log    *slog.Logger
+	reg    *generics.Registry
+	m      *metrics
 
 	mu       sync.Mutex
 	handlers map[string]*handler
@@ -181,6 +185,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.eng, w.ownEng = eng, true
 	}
 	w.q = gen.New(w.eng)
+	w.client, _ = jobs.NewClient(w.eng, &jobs.Config{Registry: w.reg, Logger: w.log}) // fails only on a nil pool
 	w.state = 1
 	w.finishCh = make(chan *execution, 4096)
 	w.handlerBase, w.cancelHandlerBase = context.WithCancelCause(context.WithoutCancel(ctx))
