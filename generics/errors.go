@@ -17,6 +17,17 @@ var ErrInvalidPayload = errors.New("tenure: invalid payload")
 // below 1, or older with no registered upgrader path to the current version.
 var ErrUnsupportedVersion = errors.New("tenure: unsupported payload version")
 
+// ErrNULCharacter means a string in the args (a value or a map key) contains the NUL character
+// U+0000, which a PostgreSQL jsonb value cannot hold (SQLSTATE 22P05). Encode rejects it, wrapped
+// in a *PayloadError whose Reason is ErrInvalidPayload and whose Path names the field.
+var ErrNULCharacter = errors.New("tenure: string contains a NUL character (U+0000)")
+
+// ErrInvalidUTF8 means a string in the args (a value or a map key) is not valid UTF-8.
+// encoding/json would silently replace the bad bytes with U+FFFD, so the stored payload would
+// differ from the args; Encode rejects it instead, wrapped in a *PayloadError whose Reason is
+// ErrInvalidPayload and whose Path names the field.
+var ErrInvalidUTF8 = errors.New("tenure: string is not valid UTF-8")
+
 // ErrUnknownKind means the kind is not registered with the registry in use.
 var ErrUnknownKind = errors.New("tenure: unknown job kind")
 
@@ -30,10 +41,16 @@ type PayloadError struct {
 	Version int   // the payload's version (stored or declared)
 	Reason  error // one of the sentinels
 	Err     error // the cause, may be nil
+	// Path locates the offending value in the encoded JSON object when it is known, e.g.
+	// `items[2].name` or `tags["k"]` (JSON names, not Go field names); "" otherwise.
+	Path string
 }
 
 func (e *PayloadError) Error() string {
 	msg := fmt.Sprintf("%v: kind %q version %d", e.Reason, e.Kind, e.Version)
+	if e.Path != "" {
+		msg += ": field " + e.Path
+	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}

@@ -169,7 +169,10 @@ func (r *Registry) Kinds() []string {
 }
 
 // Encode validates args (when it implements Validator) and encodes it as a JSON object of at
-// most maxBytes bytes (<= 0 means DefaultMaxPayloadBytes).
+// most maxBytes bytes (<= 0 means DefaultMaxPayloadBytes). Text a jsonb payload cannot store
+// as given — a NUL character or a string that is not valid UTF-8, in a value or a map key —
+// is refused with a *PayloadError (Reason ErrInvalidPayload, cause ErrNULCharacter or
+// ErrInvalidUTF8, Path naming the field) instead of failing in the database or being changed.
 func Encode(args Args, maxBytes int) ([]byte, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxPayloadBytes
@@ -190,6 +193,9 @@ func Encode(args Args, maxBytes int) ([]byte, error) {
 	}
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: errors.New("args must encode as a JSON object")}
+	}
+	if path, err := checkText(raw, args); err != nil {
+		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err, Path: path}
 	}
 	if len(raw) > maxBytes {
 		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrPayloadTooLarge,
