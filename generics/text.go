@@ -67,7 +67,7 @@ func (s *textScanner) value(path string) {
 			}
 			var key string
 			_ = json.Unmarshal(s.raw[start:s.i], &key) // valid JSON string: cannot fail
-			s.i++                                       // ':'
+			s.i++                                      // ':'
 			s.value(joinKey(path, key))
 			if s.i < len(s.raw) && s.raw[s.i] == ',' {
 				s.i++
