@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // DefaultMaxPayloadBytes is the default limit on an encoded payload: 64 KiB.
@@ -181,8 +184,12 @@ func Encode(args Args, maxBytes int) ([]byte, error) {
 		return nil, &PayloadError{Reason: ErrInvalidPayload, Err: errors.New("nil args")}
 	}
 	kind, version := args.Kind(), args.PayloadVersion()
-	if version < 1 {
-		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrUnsupportedVersion, Err: errors.New("payload version must be >= 1")}
+	if version < 1 || version > math.MaxInt32 {
+		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrUnsupportedVersion,
+			Err: fmt.Errorf("payload version must be within 1..%d", math.MaxInt32)}
+	}
+	if err := checkKind(kind); err != nil {
+		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err}
 	}
 	if err := validate(args); err != nil {
 		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err}
@@ -202,6 +209,20 @@ func Encode(args Args, maxBytes int) ([]byte, error) {
 			Err: fmt.Errorf("%d bytes encoded, limit %d", len(raw), maxBytes)}
 	}
 	return raw, nil
+}
+
+// checkKind refuses a kind the jobs table cannot hold: 1..128 characters of valid UTF-8
+// without NUL (the schema's jobs_kind_len CHECK counts characters, not bytes).
+func checkKind(kind string) error {
+	switch n := utf8.RuneCountInString(kind); {
+	case n < 1 || n > 128:
+		return fmt.Errorf("kind %q must be 1..128 characters, is %d", kind, n)
+	case !utf8.ValidString(kind):
+		return fmt.Errorf("kind %q: %w", kind, ErrInvalidUTF8)
+	case strings.IndexByte(kind, 0) >= 0:
+		return fmt.Errorf("kind %q: %w", kind, ErrNULCharacter)
+	}
+	return nil
 }
 
 // Decode turns a stored payload of the given version into A: it rejects versions newer than

@@ -36,6 +36,12 @@ const (
 	insertChunk = 5000
 )
 
+// The window InsertOpts.RunAt must fall in: [minRunAt, maxRunAt).
+var (
+	minRunAt = time.Unix(0, 0).UTC()
+	maxRunAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
 var queueNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 
 // ValidQueueName reports whether name is a valid queue name: 1..128 characters of letters,
@@ -89,9 +95,14 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 type InsertOpts struct {
 	Queue    string
 	Priority int // 1..9; 0 means default
-	// RunAt schedules the job at an absolute time. Mutually exclusive with Delay.
+	// RunAt schedules the job at an absolute time. Mutually exclusive with Delay. It must lie
+	// within 1970-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999Z (inclusive): a time before the
+	// Unix epoch or past year 9999 is certainly a bug (PostgreSQL would store year 1 and
+	// refuse year 294277 with "timestamp out of range"), so it is refused with an *OptionError
+	// (Field "RunAt"). A time in the past within the window means "due now".
 	RunAt time.Time
-	// Delay schedules the job Delay after the insert, on the database clock.
+	// Delay schedules the job Delay after the insert, on the database clock. Any non-negative
+	// Duration is accepted (the largest is about 292 years).
 	Delay       time.Duration
 	MaxAttempts int           // 1..1000
 	Lease       time.Duration // 1s..24h: how long a claim owns the job without a heartbeat
@@ -174,6 +185,9 @@ func (c *Client) prepare(args generics.Args, opts *InsertOpts) (prepared, error)
 		return prepared{}, &OptionError{Field: "Delay", Msg: "must be >= 0"}
 	case o.Delay > 0 && !o.RunAt.IsZero():
 		return prepared{}, &OptionError{Field: "RunAt", Msg: "RunAt and Delay are mutually exclusive"}
+	case !o.RunAt.IsZero() && (o.RunAt.Before(minRunAt) || !o.RunAt.Before(maxRunAt)):
+		return prepared{}, &OptionError{Field: "RunAt", Msg: fmt.Sprintf("%s is outside %s..%s",
+			o.RunAt.UTC().Format(time.RFC3339Nano), minRunAt.Format(time.RFC3339), maxRunAt.Add(-time.Microsecond).Format(time.RFC3339Nano))}
 	}
 	payload, err := generics.Encode(args, c.max)
 	if err != nil {
