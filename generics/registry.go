@@ -201,12 +201,12 @@ func Encode(args Args, maxBytes int) ([]byte, error) {
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: errors.New("args must encode as a JSON object")}
 	}
-	if path, err := checkText(raw, args); err != nil {
-		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err, Path: path}
-	}
 	if len(raw) > maxBytes {
 		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrPayloadTooLarge,
 			Err: fmt.Errorf("%d bytes encoded, limit %d", len(raw), maxBytes)}
+	}
+	if path, err := checkText(raw, args); err != nil {
+		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err, Path: path}
 	}
 	return raw, nil
 }
