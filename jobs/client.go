@@ -231,7 +231,7 @@ func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args,
 	if err != nil {
 		return nil, fmt.Errorf("tenure: insert %s: %w", p.kind, err)
 	}
-	return rowFromGen(gen.TenureJob(j)), nil
+	return rowFromGen(gen.TenureJob(j))
 }
 
 // InsertMany validates every job first (one bad job rejects the whole call, writing nothing)
@@ -307,7 +307,8 @@ func (c *Client) insertMany(ctx context.Context, q *gen.Queries, params []Insert
 	return ids, nil
 }
 
-// Get returns the job with the given id, or ErrNotFound.
+// Get returns the job with the given id, ErrNotFound, or ErrCorruptRow when the stored row
+// cannot be decoded.
 func (c *Client) Get(ctx context.Context, id int64) (*Row, error) {
 	j, err := c.q.GetJob(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -316,7 +317,7 @@ func (c *Client) Get(ctx context.Context, id int64) (*Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rowFromGen(j), nil
+	return rowFromGen(j)
 }
 
 // ListParams filters and pages List. Zero fields match everything.
@@ -338,7 +339,8 @@ type Page struct {
 	NextAfterID int64
 }
 
-// List returns jobs matching p in id order, one page at a time.
+// List returns jobs matching p in id order, one page at a time. A row that cannot be decoded
+// fails the page with ErrCorruptRow naming its id (page past it with AfterID).
 func (c *Client) List(ctx context.Context, p ListParams) (*Page, error) {
 	if p.Limit == 0 {
 		p.Limit = 100
@@ -360,7 +362,9 @@ func (c *Client) List(ctx context.Context, p ListParams) (*Page, error) {
 	}
 	page := &Page{Jobs: make([]*Row, len(rows))}
 	for i, r := range rows {
-		page.Jobs[i] = rowFromGen(r)
+		if page.Jobs[i], err = rowFromGen(r); err != nil {
+			return nil, err
+		}
 	}
 	if len(rows) == p.Limit {
 		page.NextAfterID = rows[len(rows)-1].ID

@@ -115,7 +115,9 @@ func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *Reinj
 		if err := q.NotifyQueue(ctx, nj.Queue); err != nil {
 			return err
 		}
-		row = rowFromGen(nj)
+		if row, err = rowFromGen(nj); err != nil {
+			return err
+		}
 		return audit(ctx, q, act, "reinject", &id, map[string]any{
 			"attempts": j.Attempts, "last_error_code": j.LastErrorCode, "generation": j.Generation,
 			"max_attempts": nj.MaxAttempts,

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,7 +70,9 @@ type Row struct {
 	CancelRequestedAt *time.Time
 }
 
-func rowFromGen(j gen.TenureJob) *Row {
+// rowFromGen converts a stored job. A column it cannot decode is an ErrCorruptRow error, never
+// a silently emptied field.
+func rowFromGen(j gen.TenureJob) (*Row, error) {
 	r := &Row{
 		ID: j.ID, Queue: j.Queue, Kind: j.Kind, Payload: json.RawMessage(j.Payload),
 		PayloadVersion: int(j.PayloadVersion), State: State(j.State), Priority: int(j.Priority),
@@ -86,7 +89,9 @@ func rowFromGen(j gen.TenureJob) *Row {
 		r.LastErrorCode = *j.LastErrorCode
 	}
 	if len(j.Errors) > 0 {
-		_ = json.Unmarshal(j.Errors, &r.Errors) // written by FailMany only; shape is ours
+		if err := json.Unmarshal(j.Errors, &r.Errors); err != nil {
+			return nil, fmt.Errorf("%w: job %d: column errors: %w", ErrCorruptRow, j.ID, err)
+		}
 	}
-	return r
+	return r, nil
 }
