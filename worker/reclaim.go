@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/internal/locks"
 )
 
 // reclaimLoop returns jobs whose lease expired to ready (code LEASE_EXPIRED, with the kind's
@@ -89,7 +90,7 @@ func (w *Worker) ReclaimExpired(ctx context.Context) (int, error) {
 }
 
 // pruneKey is the advisory lock that elects one pruner at a time across worker processes.
-const pruneKey = 0x74656e7572650001
+const pruneKey = int64(locks.Prune)
 
 // pruneLoop deletes final jobs past their retention.
 func (w *Worker) pruneLoop() {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenureq/tenure/internal/locks"
 )
 
 //go:embed *.sql
@@ -26,8 +28,9 @@ var files embed.FS
 // LockKey is the key of the session-level PostgreSQL advisory lock (pg_advisory_lock) that
 // the runner holds for the whole of an Up or Down run, so that concurrent runners (several
 // application instances starting at once) apply each migration exactly once. Its value is
-// the ASCII bytes "tenure" followed by 0x0001. Other tools must not use this key.
-const LockKey int64 = 0x74656e7572650001
+// the ASCII bytes "tenure" followed by 0x0001 (locks.Migrate; internal/locks lists every
+// advisory lock key Tenure uses). Other tools must not use this key.
+const LockKey int64 = int64(locks.Migrate)
 
 // VersionTable is the fully qualified name of the table in which the runner records the
 // applied migrations: tenure.schema_migrations (version integer primary key, name text not

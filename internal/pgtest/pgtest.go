@@ -38,15 +38,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/db/migrations"
+	"github.com/tenureq/tenure/internal/locks"
 	"github.com/tenureq/tenure/internal/pgserver"
 )
 
 // DefaultMaxConns is the MaxConns of the pools NewPool returns.
 const DefaultMaxConns = 20
 
-// templateLockKey is the advisory lock (on the admin database) serializing template builds:
-// ASCII "tenure" followed by 0x0002.
-const templateLockKey int64 = 0x74656e7572650002
+// templateLockKey is the advisory lock (on the admin database) serializing template builds.
+const templateLockKey = int64(locks.Template)
 
 var (
 	mu        sync.Mutex

@@ -1,0 +1,41 @@
+// Package locks is the one place that lists every PostgreSQL advisory lock key Tenure uses.
+// Advisory locks share one key space per database (and pg_advisory_lock and
+// pg_advisory_xact_lock share it too), so two purposes on one key silently exclude each other:
+// before this package the pruner and the migration runner both used 0x74656e7572650001, so a
+// prune was skipped while migrations ran and a migration waited behind a prune.
+//
+// Every key is the ASCII bytes "tenure" (0x74656e757265) followed by a 16-bit number:
+//
+//	key                  constant   scope                   held by
+//	0x74656e7572650001   Migrate    session (one conn)      db/migrations runner, whole Up/Down run
+//	0x74656e7572650002   Template   session, admin database internal/pgtest, building the test template
+//	0x74656e7572650003   Prune      session (one conn)      jobs.Client.PruneExpired, one pruner at a time
+//
+// Migrate keeps its historical value (a running older binary must still exclude a newer one
+// that migrates the same database); the pruner moved to a key of its own. A new lock gets the
+// next number, a row in the table above and an entry in All; TestKeysAreDistinct fails
+// otherwise. Applications must not use keys starting with 0x74656e757265.
+package locks
+
+// Key is a PostgreSQL advisory lock key (the bigint form of pg_advisory_lock and friends).
+type Key int64
+
+const (
+	// Migrate serializes migration runs (db/migrations.LockKey).
+	Migrate Key = 0x74656e7572650001
+	// Template serializes test-template builds on the admin database (internal/pgtest).
+	Template Key = 0x74656e7572650002
+	// Prune elects one pruner of final jobs at a time across processes.
+	Prune Key = 0x74656e7572650003
+)
+
+// Named is a key with the name of its constant.
+type Named struct {
+	Name string
+	Key  Key
+}
+
+// All returns every key Tenure uses, in the order of the table in the package comment.
+func All() []Named {
+	return []Named{{"Migrate", Migrate}, {"Template", Template}, {"Prune", Prune}}
+}
