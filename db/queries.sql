@@ -310,26 +310,66 @@ WHERE (sqlc.narg(job_id)::bigint IS NULL OR job_id = sqlc.narg(job_id))
 ORDER BY id
 LIMIT @max_rows;
 
--- name: PruneFinished :execrows
--- Deletes succeeded and cancelled jobs finished before the given time, at most max_jobs per call.
-DELETE FROM tenure.jobs
-WHERE id IN (SELECT p.id FROM tenure.jobs p
-             WHERE p.state IN ('succeeded', 'cancelled') AND p.finished_at < @before::timestamptz
-             ORDER BY p.finished_at
-             LIMIT @max_jobs);
+-- name: PruneFinishedBatch :one
+-- One batch of retention pruning: succeeded and cancelled jobs finished before @before, oldest
+-- first, at most @max_jobs, skipping rows another transaction holds. @after is the previous
+-- batch's last finish time (a lower bound that lets the index scan start past the entries the
+-- earlier batches' deleted rows leave behind until VACUUM). The same statement deletes the
+-- effect-ledger rows of exactly the jobs it deleted (effects_job_name's index leads with
+-- job_id). The DELETE repeats the state and time conditions so a row that changed after it was
+-- picked (a concurrent re-inject) is kept. Returns the counts and the latest finish time
+-- deleted (@after when nothing was).
+WITH picked AS (
+    SELECT p.id FROM tenure.jobs p
+    WHERE p.state IN ('succeeded', 'cancelled') AND p.finished_at < @before::timestamptz
+      AND p.finished_at >= @after::timestamptz
+    ORDER BY p.finished_at
+    LIMIT @max_jobs
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM tenure.jobs j
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+      AND j.state IN ('succeeded', 'cancelled') AND j.finished_at < @before::timestamptz
+    RETURNING j.id, j.finished_at
+), effects AS (
+    DELETE FROM tenure.effects e
+    WHERE e.job_id = ANY(ARRAY(SELECT id FROM gone))
+    RETURNING e.job_id
+)
+SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
+       (SELECT count(*) FROM effects)::bigint AS effects,
+       coalesce((SELECT max(finished_at) FROM gone), @after::timestamptz)::timestamptz AS last_finished_at;
 
--- name: PruneDead :execrows
-DELETE FROM tenure.jobs
-WHERE id IN (SELECT p.id FROM tenure.jobs p
-             WHERE p.state = 'dead' AND p.finished_at < @before::timestamptz
-             ORDER BY p.finished_at
-             LIMIT @max_jobs);
+-- name: PruneDeadBatch :one
+-- PruneFinishedBatch for dead jobs.
+WITH picked AS (
+    SELECT p.id FROM tenure.jobs p
+    WHERE p.state = 'dead' AND p.finished_at < @before::timestamptz
+      AND p.finished_at >= @after::timestamptz
+    ORDER BY p.finished_at
+    LIMIT @max_jobs
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM tenure.jobs j
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+      AND j.state = 'dead' AND j.finished_at < @before::timestamptz
+    RETURNING j.id, j.finished_at
+), effects AS (
+    DELETE FROM tenure.effects e
+    WHERE e.job_id = ANY(ARRAY(SELECT id FROM gone))
+    RETURNING e.job_id
+)
+SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
+       (SELECT count(*) FROM effects)::bigint AS effects,
+       coalesce((SELECT max(finished_at) FROM gone), @after::timestamptz)::timestamptz AS last_finished_at;
 
--- name: DeleteEffectsOfMissingJobs :execrows
-DELETE FROM tenure.effects e
-WHERE e.key IN (SELECT x.key FROM tenure.effects x
-                WHERE NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.id = x.job_id)
-                LIMIT @max_rows);
+-- name: TryLockSession :one
+-- Takes a session-level advisory lock without waiting (held until UnlockSession or the end of
+-- the session). The pruner holds locks.Prune this way across its many short transactions.
+SELECT pg_try_advisory_lock(@lock_key::bigint)::boolean AS locked;
+
+-- name: UnlockSession :one
+SELECT pg_advisory_unlock(@lock_key::bigint)::boolean AS released;
 
 -- ---------------------------------------------------------------------------------------------
 -- Read side

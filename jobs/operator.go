@@ -171,18 +171,21 @@ func (c *Client) Purge(ctx context.Context, act Action, p PurgeParams) (int64, e
 // Prune deletes final jobs past their retention, without an audit row (it is the worker's
 // routine housekeeping, not an operator action): succeeded and cancelled jobs finished before
 // finishedBefore, dead jobs finished before deadBefore (zero times skip that class), at most
-// limit of each. It returns the number of jobs deleted.
+// limit of each, with their effect-ledger rows. It returns the number of jobs deleted.
+// It runs one batch per class; PruneExpired keeps going until everything due is gone.
 func (c *Client) Prune(ctx context.Context, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
 	return pruneBoth(ctx, c.q, finishedBefore, deadBefore, limit)
 }
 
-// PruneTx is Prune inside the caller's transaction (the worker runs it under an advisory lock
-// that elects one pruner at a time).
+// PruneTx is Prune inside the caller's transaction.
 func (c *Client) PruneTx(ctx context.Context, tx pgx.Tx, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
 	return pruneBoth(ctx, c.q.WithTx(tx), finishedBefore, deadBefore, limit)
 }
 
 func pruneBoth(ctx context.Context, q *gen.Queries, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
+	if limit < 1 || limit > maxPruneBatch {
+		return 0, &OptionError{Field: "limit", Msg: fmt.Sprintf("%d is outside 1..%d", limit, maxPruneBatch)}
+	}
 	var total int64
 	for _, p := range []struct {
 		state  State
@@ -201,25 +204,8 @@ func pruneBoth(ctx context.Context, q *gen.Queries, finishedBefore, deadBefore t
 }
 
 func prune(ctx context.Context, q *gen.Queries, state State, before time.Time, limit int) (int64, error) {
-	var n int64
-	var err error
-	switch state {
-	case StateSucceeded, StateCancelled:
-		n, err = q.PruneFinished(ctx, gen.PruneFinishedParams{Before: before, MaxJobs: int32(limit)})
-	case StateDead:
-		n, err = q.PruneDead(ctx, gen.PruneDeadParams{Before: before, MaxJobs: int32(limit)})
-	default:
-		return 0, &OptionError{Field: "State", Msg: fmt.Sprintf("cannot purge %q jobs", state)}
-	}
-	if err != nil {
-		return 0, err
-	}
-	if n > 0 {
-		if _, err := q.DeleteEffectsOfMissingJobs(ctx, int32(limit)); err != nil {
-			return n, err
-		}
-	}
-	return n, nil
+	b, err := pruneBatch(ctx, q, state, before, pruneFloor, limit)
+	return b.Jobs, err
 }
 
 // AuditEntry is one audited operator action.

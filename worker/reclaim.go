@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/internal/locks"
+	"github.com/tenureq/tenure/jobs"
 )
 
 // reclaimLoop returns jobs whose lease expired to ready (code LEASE_EXPIRED, with the kind's
@@ -112,19 +113,14 @@ func (w *Worker) pruneLoop() {
 }
 
 func (w *Worker) prune(ctx context.Context) error {
-	var finishedBefore, deadBefore time.Time
+	p := jobs.PruneParams{Budget: w.cfg.PruneEvery / 2}
 	if w.cfg.FinishedRetention >= 0 {
-		finishedBefore = time.Now().Add(-w.cfg.FinishedRetention)
+		p.FinishedBefore = time.Now().Add(-w.cfg.FinishedRetention)
 	}
 	if w.cfg.DeadRetention >= 0 {
-		deadBefore = time.Now().Add(-w.cfg.DeadRetention)
+		p.DeadBefore = time.Now().Add(-w.cfg.DeadRetention)
 	}
-	return pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
-		if got, err := w.q.WithTx(tx).TryPruneLock(ctx, pruneKey); err != nil || !got {
-			return err
-		}
-		n, err := w.client.PruneTx(ctx, tx, finishedBefore, deadBefore, 10000)
-		w.m.pruned.Add(n)
-		return err
-	})
+	res, err := w.client.PruneExpired(ctx, p)
+	w.m.pruned.Add(res.Finished + res.Dead)
+	return err
 }

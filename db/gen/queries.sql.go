@@ -491,21 +491,6 @@ func (q *Queries) DeadErrorCodes(ctx context.Context, maxRows int32) ([]DeadErro
 	return items, nil
 }
 
-const deleteEffectsOfMissingJobs = `-- name: DeleteEffectsOfMissingJobs :execrows
-DELETE FROM tenure.effects e
-WHERE e.key IN (SELECT x.key FROM tenure.effects x
-                WHERE NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.id = x.job_id)
-                LIMIT $1)
-`
-
-func (q *Queries) DeleteEffectsOfMissingJobs(ctx context.Context, maxRows int32) (int64, error) {
-	result, err := q.db.Exec(ctx, deleteEffectsOfMissingJobs, maxRows)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const failMany = `-- name: FailMany :many
 UPDATE tenure.jobs j
 SET state = CASE WHEN f.state = 'ready' AND (j.attempts >= j.max_attempts) THEN 'dead'::tenure.job_state
@@ -1216,47 +1201,97 @@ func (q *Queries) NotifyQueue(ctx context.Context, queue string) error {
 	return err
 }
 
-const pruneDead = `-- name: PruneDead :execrows
-DELETE FROM tenure.jobs
-WHERE id IN (SELECT p.id FROM tenure.jobs p
-             WHERE p.state = 'dead' AND p.finished_at < $1::timestamptz
-             ORDER BY p.finished_at
-             LIMIT $2)
+const pruneDeadBatch = `-- name: PruneDeadBatch :one
+WITH picked AS (
+    SELECT p.id FROM tenure.jobs p
+    WHERE p.state = 'dead' AND p.finished_at < $2::timestamptz
+      AND p.finished_at >= $1::timestamptz
+    ORDER BY p.finished_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM tenure.jobs j
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+      AND j.state = 'dead' AND j.finished_at < $2::timestamptz
+    RETURNING j.id, j.finished_at
+), effects AS (
+    DELETE FROM tenure.effects e
+    WHERE e.job_id = ANY(ARRAY(SELECT id FROM gone))
+    RETURNING e.job_id
+)
+SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
+       (SELECT count(*) FROM effects)::bigint AS effects,
+       coalesce((SELECT max(finished_at) FROM gone), $1::timestamptz)::timestamptz AS last_finished_at
 `
 
-type PruneDeadParams struct {
+type PruneDeadBatchParams struct {
+	After   time.Time
 	Before  time.Time
 	MaxJobs int32
 }
 
-func (q *Queries) PruneDead(ctx context.Context, arg PruneDeadParams) (int64, error) {
-	result, err := q.db.Exec(ctx, pruneDead, arg.Before, arg.MaxJobs)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+type PruneDeadBatchRow struct {
+	Jobs           int64
+	Effects        int64
+	LastFinishedAt time.Time
 }
 
-const pruneFinished = `-- name: PruneFinished :execrows
-DELETE FROM tenure.jobs
-WHERE id IN (SELECT p.id FROM tenure.jobs p
-             WHERE p.state IN ('succeeded', 'cancelled') AND p.finished_at < $1::timestamptz
-             ORDER BY p.finished_at
-             LIMIT $2)
+// PruneFinishedBatch for dead jobs.
+func (q *Queries) PruneDeadBatch(ctx context.Context, arg PruneDeadBatchParams) (PruneDeadBatchRow, error) {
+	row := q.db.QueryRow(ctx, pruneDeadBatch, arg.After, arg.Before, arg.MaxJobs)
+	var i PruneDeadBatchRow
+	err := row.Scan(&i.Jobs, &i.Effects, &i.LastFinishedAt)
+	return i, err
+}
+
+const pruneFinishedBatch = `-- name: PruneFinishedBatch :one
+WITH picked AS (
+    SELECT p.id FROM tenure.jobs p
+    WHERE p.state IN ('succeeded', 'cancelled') AND p.finished_at < $2::timestamptz
+      AND p.finished_at >= $1::timestamptz
+    ORDER BY p.finished_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM tenure.jobs j
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+      AND j.state IN ('succeeded', 'cancelled') AND j.finished_at < $2::timestamptz
+    RETURNING j.id, j.finished_at
+), effects AS (
+    DELETE FROM tenure.effects e
+    WHERE e.job_id = ANY(ARRAY(SELECT id FROM gone))
+    RETURNING e.job_id
+)
+SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
+       (SELECT count(*) FROM effects)::bigint AS effects,
+       coalesce((SELECT max(finished_at) FROM gone), $1::timestamptz)::timestamptz AS last_finished_at
 `
 
-type PruneFinishedParams struct {
+type PruneFinishedBatchParams struct {
+	After   time.Time
 	Before  time.Time
 	MaxJobs int32
 }
 
-// Deletes succeeded and cancelled jobs finished before the given time, at most max_jobs per call.
-func (q *Queries) PruneFinished(ctx context.Context, arg PruneFinishedParams) (int64, error) {
-	result, err := q.db.Exec(ctx, pruneFinished, arg.Before, arg.MaxJobs)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+type PruneFinishedBatchRow struct {
+	Jobs           int64
+	Effects        int64
+	LastFinishedAt time.Time
+}
+
+// One batch of retention pruning: succeeded and cancelled jobs finished before @before, oldest
+// first, at most @max_jobs, skipping rows another transaction holds. @after is the previous
+// batch's last finish time (a lower bound that lets the index scan start past the entries the
+// earlier batches' deleted rows leave behind until VACUUM). The same statement deletes the
+// effect-ledger rows of exactly the jobs it deleted (effects_job_name's index leads with
+// job_id). The DELETE repeats the state and time conditions so a row that changed after it was
+// picked (a concurrent re-inject) is kept. Returns the counts and the latest finish time
+// deleted (@after when nothing was).
+func (q *Queries) PruneFinishedBatch(ctx context.Context, arg PruneFinishedBatchParams) (PruneFinishedBatchRow, error) {
+	row := q.db.QueryRow(ctx, pruneFinishedBatch, arg.After, arg.Before, arg.MaxJobs)
+	var i PruneFinishedBatchRow
+	err := row.Scan(&i.Jobs, &i.Effects, &i.LastFinishedAt)
+	return i, err
 }
 
 const recordEffect = `-- name: RecordEffect :one
@@ -1436,6 +1471,19 @@ func (q *Queries) RequestCancel(ctx context.Context, id int64) (TenureJob, error
 	return i, err
 }
 
+const tryLockSession = `-- name: TryLockSession :one
+SELECT pg_try_advisory_lock($1::bigint)::boolean AS locked
+`
+
+// Takes a session-level advisory lock without waiting (held until UnlockSession or the end of
+// the session). The pruner holds locks.Prune this way across its many short transactions.
+func (q *Queries) TryLockSession(ctx context.Context, lockKey int64) (bool, error) {
+	row := q.db.QueryRow(ctx, tryLockSession, lockKey)
+	var locked bool
+	err := row.Scan(&locked)
+	return locked, err
+}
+
 const tryPruneLock = `-- name: TryPruneLock :one
 SELECT pg_try_advisory_xact_lock($1::bigint)::boolean AS locked
 `
@@ -1446,6 +1494,17 @@ func (q *Queries) TryPruneLock(ctx context.Context, lockKey int64) (bool, error)
 	var locked bool
 	err := row.Scan(&locked)
 	return locked, err
+}
+
+const unlockSession = `-- name: UnlockSession :one
+SELECT pg_advisory_unlock($1::bigint)::boolean AS released
+`
+
+func (q *Queries) UnlockSession(ctx context.Context, lockKey int64) (bool, error) {
+	row := q.db.QueryRow(ctx, unlockSession, lockKey)
+	var released bool
+	err := row.Scan(&released)
+	return released, err
 }
 
 const waitStats = `-- name: WaitStats :many
