@@ -53,6 +53,11 @@ ORDER BY id;
 -- The UPDATE reaches the picked rows with id = ANY(ARRAY(...)), a primary-key lookup whatever
 -- the planner guesses for LIMIT: joining the CTE instead lets a generic plan (which assumes a
 -- large LIMIT) hash-join against a sequential scan of the whole table.
+-- A worker claims only what it can run: kinds/kind_versions list its registered kinds and the
+-- newest payload version each knows, so a job of an unknown kind (array_position is NULL) or of
+-- a newer version (a rolling deploy) is skipped, never claimed and failed. kind_lease_ms is the
+-- lease the worker declares per kind (0 = the job's stored lease_ms); it is written to the row so
+-- heartbeats and the reclaim sweep use the lease of the worker that runs the attempt.
 -- ---------------------------------------------------------------------------------------------
 
 -- name: ClaimStrict :many
@@ -62,6 +67,7 @@ ORDER BY id;
 WITH picked AS (
     SELECT r.id FROM tenure.jobs r
     WHERE r.state = 'ready' AND r.queue = @queue AND r.run_at <= now()
+      AND r.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], r.kind)]
     ORDER BY r.priority DESC, r.run_at, r.id
     LIMIT @batch
     FOR UPDATE SKIP LOCKED
@@ -69,7 +75,9 @@ WITH picked AS (
 UPDATE tenure.jobs j
 SET state        = 'running',
     locked_by    = @worker_id::text,
-    locked_until = now() + j.lease_ms * interval '1 millisecond',
+    lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
     claim_token  = gen_random_uuid(),
     generation   = j.generation + 1,
     attempts     = j.attempts + 1,
@@ -102,6 +110,7 @@ WITH seg AS (
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
         ORDER BY j.run_at, j.id
         LIMIT @batch
         FOR UPDATE SKIP LOCKED
@@ -111,7 +120,9 @@ WITH seg AS (
 UPDATE tenure.jobs j
 SET state        = 'running',
     locked_by    = @worker_id::text,
-    locked_until = now() + j.lease_ms * interval '1 millisecond',
+    lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
     claim_token  = gen_random_uuid(),
     generation   = j.generation + 1,
     attempts     = j.attempts + 1,
@@ -145,6 +156,7 @@ WITH seg AS (
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
         ORDER BY j.run_at, j.id
         LIMIT s.lim
         FOR UPDATE SKIP LOCKED
@@ -161,7 +173,9 @@ WITH seg AS (
 UPDATE tenure.jobs j
 SET state        = 'running',
     locked_by    = @worker_id::text,
-    locked_until = now() + j.lease_ms * interval '1 millisecond',
+    lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
     claim_token  = gen_random_uuid(),
     generation   = j.generation + 1,
     attempts     = j.attempts + 1,
@@ -220,11 +234,13 @@ WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
 RETURNING j.id, j.state;
 
 -- name: ReleaseMany :many
--- Graceful stop: give running jobs back without charging the interrupted attempt.
+-- Give running jobs back without charging the interrupted attempt, due again after delay_us:
+-- a graceful stop (delay 0), or a job this worker cannot decode yet (a newer payload version
+-- during a rolling deploy). The generation is not reused: the next claim takes generation+1.
 -- A job with a pending cancel request ends cancelled instead.
 UPDATE tenure.jobs j
 SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
-    run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() ELSE j.run_at END,
+    run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
     attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
     claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
     finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
@@ -232,7 +248,8 @@ SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_sta
     locked_until = NULL,
     updated_at = now()
 FROM (SELECT unnest(@ids::bigint[]) AS id,
-            unnest(@tokens::uuid[]) AS token) AS f
+            unnest(@tokens::uuid[]) AS token,
+            unnest(@delay_us::bigint[]) AS delay_us) AS f
 WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
 RETURNING j.id, j.state;
 

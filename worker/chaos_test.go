@@ -8,7 +8,6 @@ package worker_test
 import (
 	"bytes"
 	"context"
-	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -51,7 +50,7 @@ func txClaimCount(t testing.TB, pool *pgxpool.Pool) int {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	rows, err := gen.New(tx).ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: "probe", Queue: "default", Batch: 100})
+	rows, err := gen.New(tx).ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: "probe", Queue: "default", Batch: 100, Kinds: []string{"chaos", "effect", "noop"}, KindVersions: []int32{1, 1, 1}, KindLeaseMs: []int32{0, 0, 0}})
 	require.NoError(t, err)
 	return len(rows)
 }
@@ -246,7 +245,7 @@ func TestChaosCrashBeforeClaimCommit(t *testing.T) {
 				tx, err := conn.Begin(ctx)
 				require.NoError(t, err)
 				require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
-				rows, err := gen.New(tx).ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: "doomed-claimer", Queue: "default", Batch: 1})
+				rows, err := gen.New(tx).ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: "doomed-claimer", Queue: "default", Batch: 1, Kinds: []string{"chaos", "effect", "noop"}, KindVersions: []int32{1, 1, 1}, KindLeaseMs: []int32{0, 0, 0}})
 				require.NoError(t, err)
 				require.Len(t, rows, 1)
 				require.EqualValues(t, 1, rows[0].Generation)
@@ -617,6 +616,7 @@ type tcpProxy struct {
 	mu      sync.Mutex
 	down    bool // cut: close every connection, accept-and-close new ones
 	swallow bool // drop the reply to the next one-row UPDATE (and the rest of its connection)
+	hole    bool // half-open network: every byte in either direction is dropped, no RST
 	conns   map[net.Conn]struct{}
 }
 
@@ -664,6 +664,37 @@ func (p *tcpProxy) swallowing() bool {
 	return p.swallow
 }
 
+func (p *tcpProxy) holed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hole
+}
+
+// blackhole makes the network half-open: connections stay established, but nothing gets
+// through in either direction (no RST, no FIN), as when a link or a NAT silently drops
+// packets. New connections are accepted and then hang the same way. restore heals it.
+func (p *tcpProxy) blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hole = true
+}
+
+// copyUnlessHoled copies src to dst, dropping everything while the proxy is blackholed.
+func (p *tcpProxy) copyUnlessHoled(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.holed() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 func (p *tcpProxy) serve(cl net.Conn) {
 	defer cl.Close()
 	srv, err := net.DialTimeout("tcp", p.target, 5*time.Second)
@@ -672,7 +703,7 @@ func (p *tcpProxy) serve(cl net.Conn) {
 	}
 	defer srv.Close()
 	go func() {
-		_, _ = io.Copy(srv, cl)
+		p.copyUnlessHoled(srv, cl)
 		_ = srv.Close()
 		_ = cl.Close()
 	}()
@@ -685,7 +716,7 @@ func (p *tcpProxy) serve(cl net.Conn) {
 			// everything after it on this connection.
 			blackholed = true
 		}
-		if n > 0 && !blackholed {
+		if n > 0 && !blackholed && !p.holed() {
 			if _, werr := cl.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -700,7 +731,7 @@ func (p *tcpProxy) serve(cl net.Conn) {
 func (p *tcpProxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.down, p.swallow = true, false
+	p.down, p.swallow, p.hole = true, false, false
 	for c := range p.conns {
 		_ = c.Close()
 	}
@@ -710,7 +741,7 @@ func (p *tcpProxy) cut() {
 func (p *tcpProxy) restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.down, p.swallow = false, false
+	p.down, p.swallow, p.hole = false, false, false
 }
 
 // dropReplies makes every connection drop the reply of its next statement that changed one
@@ -720,6 +751,31 @@ func (p *tcpProxy) dropReplies() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.swallow = true
+}
+
+// proxiedEngineWorker returns a worker (not started, no handler) whose engine pool reaches
+// PostgreSQL through a tcpProxy.
+func proxiedEngineWorker(t *testing.T, pool *pgxpool.Pool, rec *recorder) (*worker.Worker, *tcpProxy) {
+	t.Helper()
+	pc := pool.Config().ConnConfig
+	proxy := newTCPProxy(t, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))))
+	ecfg, err := pgxpool.ParseConfig(pool.Config().ConnString())
+	require.NoError(t, err)
+	ecfg.ConnConfig.Host, ecfg.ConnConfig.Port = "127.0.0.1", proxy.port()
+	ecfg.ConnConfig.Fallbacks, ecfg.ConnConfig.TLSConfig = nil, nil
+	ecfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	ecfg.MaxConns, ecfg.MinConns = 5, 0
+	eng, err := pgxpool.NewWithConfig(context.Background(), ecfg)
+	require.NoError(t, err)
+	t.Cleanup(eng.Close)
+	cfg := fastConfig(nil)
+	cfg.EnginePool = eng
+	cfg.OnOutcome = rec.outcome
+	cfg.FinishRetryMax = 200 * time.Millisecond
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	t.Cleanup(proxy.restore)
+	return w, proxy
 }
 
 // proxiedWorker starts a worker whose engine pool reaches PostgreSQL through a tcpProxy.

@@ -193,7 +193,7 @@ func childClaimUncommitted(out *childOut) error {
 	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		return err
 	}
-	rows, err := gen.New(tx).ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: "doomed-claimer", Queue: "default", Batch: 1})
+	rows, err := gen.New(tx).ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: "doomed-claimer", Queue: "default", Batch: 1, Kinds: []string{"chaos", "effect", "noop"}, KindVersions: []int32{1, 1, 1}, KindLeaseMs: []int32{0, 0, 0}})
 	if err != nil {
 		return err
 	}

@@ -28,15 +28,21 @@ type Config struct {
 	// pool configuration, so handlers holding every connection of their pool never starve
 	// heartbeats or completions.
 	EnginePool *pgxpool.Pool
-	// SynchronousCommit makes the engine's own transactions (claims, heartbeats, finishes,
-	// reclaims) wait for their WAL flush. By default they commit with synchronous_commit=off:
-	// a database crash can then lose the last fraction of a second of those state changes
-	// (wal_writer_delay, 200 ms by default, times three at most), and the affected jobs run
-	// again — the at-least-once execution every handler must tolerate anyway — while fencing
-	// still lets only the current claim token finish a job. Enqueues, effect-ledger records and
-	// CompleteTx use the application's pool and transactions and are never affected. Only
-	// applies to the private engine pool (not to Config.EnginePool).
-	SynchronousCommit bool
+	// AsynchronousCommit lets the engine's own transactions (claims, heartbeats, finishes,
+	// reclaims) commit with synchronous_commit=off: faster (no wait for the WAL flush), at a
+	// price a crash of the database server makes you pay. By default (false) they commit with
+	// the server's setting, durably. With it on, a crash can lose the last fraction of a
+	// second of those changes (up to three times wal_writer_delay, 200 ms by default):
+	//   - a claim can be lost after its handler started, so the job runs again with the same
+	//     generation (another claim token): Generation is then not unique per attempt, and a
+	//     remote fencing on it must also compare EffectCall.ClaimToken;
+	//   - a finish can be lost after OnOutcome reported it (Err == nil): the job runs again
+	//     once its lease expires, so counting OnOutcome successes can double-count.
+	// Fencing still lets only the current claim token finish a job, and nothing is lost.
+	// Enqueues, effect-ledger records and CompleteTx use the application's pool and
+	// transactions and are never affected. Only applies to the private engine pool (set
+	// synchronous_commit yourself on Config.EnginePool).
+	AsynchronousCommit bool
 	// EngineConns sizes the private engine pool. Default 3 (LISTEN, heartbeat, reclaim and
 	// prune) plus one per finisher and one per claimer of every queue.
 	EngineConns int
@@ -52,7 +58,7 @@ type Config struct {
 	// takes whatever finishes accumulated while the others wrote. Default 2.
 	Finishers int
 
-	// HeartbeatEvery is how often running jobs are heartbeated, as a fraction of their lease:
+	// HeartbeatDivisor sets how often running jobs are heartbeated, as a fraction of their lease:
 	// each job every lease/HeartbeatDivisor. Default divisor 3.
 	HeartbeatDivisor int
 	// StuckGrace is how long past its timeout a handler that ignores its context may keep its
@@ -70,16 +76,19 @@ type Config struct {
 	// PruneEvery is the pruning period. Default 1 minute.
 	PruneEvery time.Duration
 
-	// HardStopGrace is how long Stop waits, after cancelling handlers' contexts, for them to
-	// return. Default 5s.
+	// HardStopGrace is the part of Stop's time kept for the hard stop: handler contexts are
+	// cancelled HardStopGrace before Stop's deadline (at most half the time Stop was given),
+	// and the jobs of handlers that still have not returned are released halfway through it.
+	// Cancelling Start's context gives the whole hard stop this long. Default 5s.
 	HardStopGrace time.Duration
 	// OnOutcome, when set, is called after every attempt's fenced finish was written or
-	// rejected (Outcome.Err is a *StaleWriteError then). It runs on the engine's finisher
-	// goroutine: keep it fast and never block in it.
+	// rejected (Outcome.Err is a *StaleWriteError then) or abandoned (ErrFinishAbandoned). It
+	// runs on the queue's loop goroutine: keep it fast and never block in it.
 	OnOutcome func(Outcome)
-	// FinishRetryMax bounds the backoff between retries of a finish the database did not
-	// accept (network or server error). The same fenced write is retried until it lands or the
-	// job's lease is gone. Default 2s.
+	// FinishRetryMax bounds the backoff between retries of a finish that failed with a
+	// retryable error (connection lost, server restarting or read-only, serialization
+	// failure). The same fenced write is retried at most 10 times, and not past the job's
+	// lease. Default 2s.
 	FinishRetryMax time.Duration
 }
 

@@ -78,6 +78,12 @@ var ErrInvalidConfig = errors.New("tenure: invalid worker config")
 // finishes are rejected.
 var ErrHandlersStillRunning = errors.New("tenure: handlers still running after stop")
 
+// ErrFinishAbandoned means the engine gave up writing an attempt's finish: Stop's deadline
+// came first, the database stayed unreachable until the job's lease ran out, or it refused the
+// write for a reason a retry cannot fix. The job stays running until its lease expires; the
+// reclaim sweep then retries it (LEASE_EXPIRED). Reported through Outcome.Err and Stop.
+var ErrFinishAbandoned = errors.New("tenure: finish abandoned")
+
 // ErrAlreadyStarted / ErrNotStarted guard the worker's lifecycle.
 var (
 	ErrAlreadyStarted = errors.New("tenure: worker already started")

@@ -4,33 +4,41 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/tenureq/tenure/generics"
 )
 
-// execution is the engine's state of one claimed attempt, from dispatch until its fenced
-// finish is confirmed (or rejected).
+// execution is one claimed attempt, from dispatch until its fenced finish is settled.
+//
+// Ownership: the queue loop that claimed it owns every plain field below; the handler
+// goroutine only reads c, h and ctx and reports its result over the loop's channel; finishers
+// read fin after the loop handed them the execution. The three atomics are the only state
+// other goroutines touch, each written by one side.
 type execution struct {
-	c     claimed
-	q     *queueRunner
-	h     *handler // nil when no handler is registered for the kind
-	ctx   context.Context
-	stop  context.CancelCauseFunc
-	start time.Time
+	c      claimed
+	q      *queue
+	h      *handler // nil when no handler is registered for the kind
+	ctx    context.Context
+	cancel context.CancelCauseFunc // ends ctx with a cause (lease lost, cancel, stop, timeout)
+	start  time.Time
 
-	leaseUntil atomic.Int64 // unix nanos, local estimate of the lease end (claim/heartbeat + lease)
-	nextHB     time.Time    // heartbeat goroutine only
-	hbFails    int          // heartbeat goroutine only
+	leaseUntil  atomic.Int64 // unix nanos, local estimate of the lease end; loop writes, finishers read
+	txCompleted atomic.Bool  // CompleteTx changed the row inside the handler's transaction
+	finishFails atomic.Int32 // failed finish writes so far; finishers write, the loop reads
 
-	slotFreed   atomic.Bool // the queue slot was given back (handler returned, or declared stuck)
-	handlerDone atomic.Bool
-	stuck       atomic.Bool
-	leaseLost   atomic.Bool
-	txCompleted atomic.Bool // CompleteTx changed the row inside the handler's transaction
-	released    atomic.Bool // Stop gave the job back; any later finish is moot
-
-	fin finish // set once, by the handler goroutine, before the execution goes to the finisher
+	// Owned by the queue loop.
+	nextHB    time.Time
+	hbFails   int
+	returned  bool // the handler returned; its finish is pending or with the finishers
+	stuck     bool // past timeout + StuckGrace: slot given back, no more heartbeats
+	leaseLost bool
+	released  bool   // given back by Stop before its handler returned; a late return is dropped
+	fin       finish // the write to make; set by the loop before the finishers get it
 }
 
 // transition is the fenced write a finish makes.
@@ -58,7 +66,13 @@ type finish struct {
 
 type execKey struct{}
 
-func (w *Worker) dispatch(q *queueRunner, c *claimed) {
+// versionDeferDelay is how long a job whose payload version is newer than this worker knows
+// waits before it is due again (a rolling deploy: a newer worker will take it meanwhile).
+const versionDeferDelay = 30 * time.Second
+
+// newExecution prepares the attempt the claim returned; the queue loop starts it with go run.
+func (q *queue) newExecution(c *claimed) *execution {
+	w := q.w
 	e := &execution{c: *c, q: q, h: w.handlers[c.kind], start: time.Now()}
 	e.leaseUntil.Store(e.start.Add(c.lease).UnixNano())
 	e.nextHB = e.start.Add(c.lease / time.Duration(w.cfg.HeartbeatDivisor))
@@ -66,42 +80,24 @@ func (w *Worker) dispatch(q *queueRunner, c *claimed) {
 	if e.h != nil {
 		timeout = e.h.opts.Timeout
 	}
-	base, cancel := context.WithCancelCause(w.handlerBase)
+	base, cancel := context.WithCancelCause(w.base)
 	ctx, cancelTimeout := context.WithTimeoutCause(base, timeout, ErrHandlerTimeout)
 	e.ctx = context.WithValue(ctx, execKey{}, e)
-	e.stop = func(cause error) { cancel(cause); cancelTimeout() }
-
-	w.activeMu.Lock()
-	w.active[c.id] = e
-	w.activeMu.Unlock()
-	w.handlersWG.Add(1)
-	go w.execute(e)
+	e.cancel = func(cause error) { cancel(cause); cancelTimeout() }
+	return e
 }
 
-func (w *Worker) execute(e *execution) {
-	defer w.handlersWG.Done()
-	f := w.runHandler(e)
-	e.handlerDone.Store(true)
-	e.stop(nil)
-	if e.released.Load() { // Stop gave the job back already; this result is moot
-		if e.slotFreed.CompareAndSwap(false, true) {
-			e.q.releaseSlot()
-		}
-		return
+// run is the handler goroutine: it runs the handler and reports the finish to the queue loop.
+// It touches no engine state. If the loop is gone (Stop's deadline passed) the result is
+// dropped: the job was released by Stop, or its lease will expire.
+func (q *queue) run(e *execution) {
+	f := q.w.runHandler(e)
+	e.cancel(nil)
+	q.w.m.handlersRunning.Add(-1)
+	select {
+	case q.returnedCh <- handlerResult{e: e, fin: f}:
+	case <-q.done:
 	}
-	if e.slotFreed.CompareAndSwap(false, true) {
-		e.q.handlerReturned()
-	} else {
-		e.q.finishingStuck()
-	}
-	if e.stuck.Load() {
-		// The engine gave up on this attempt at timeout+grace; whatever the handler says now
-		// is fenced out as a timeout.
-		w.m.lateFinishes.Add(1)
-		f = w.failure(e, CodeTimeout, 0, fmt.Errorf("handler returned %v after it was declared stuck (result discarded)", time.Since(e.start).Round(time.Millisecond)))
-	}
-	e.fin = f
-	w.enqueueFinish(e)
 }
 
 // runHandler runs the handler, recovering a panic, and decides the job's next state.
@@ -114,15 +110,19 @@ func (w *Worker) runHandler(e *execution) (f finish) {
 		}
 	}()
 	if e.h == nil {
-		return w.failure(e, CodeUnknownKind, 0, fmt.Errorf("no handler registered for kind %q on worker %s", e.c.kind, w.cfg.ID))
+		// The claim only takes registered kinds; this is a kind registered on another worker
+		// sharing this one's ID, or a bug. Give it back rather than fail it.
+		return w.deferJob(e, fmt.Errorf("no handler registered for kind %q on worker %s", e.c.kind, w.cfg.ID))
 	}
 	err := e.h.run(e.ctx, e)
 	cause := context.Cause(e.ctx)
 	switch {
 	case err == nil:
 		return finish{to: toSucceeded}
+	case errors.Is(err, generics.ErrUnsupportedVersion):
+		return w.deferJob(e, err)
 	case errors.Is(cause, ErrJobCancelled):
-		return finish{to: toCancelled, code: CodeCancelled, msg: truncate(err.Error()), err: err}
+		return finish{to: toCancelled, code: CodeCancelled, msg: cleanMessage(err.Error()), err: err}
 	case errors.Is(cause, ErrWorkerStopping):
 		return finish{to: toRelease, err: err}
 	}
@@ -130,10 +130,22 @@ func (w *Worker) runHandler(e *execution) (f finish) {
 	return w.failure(e, code, delay, err)
 }
 
+// deferJob gives a job this worker cannot run yet back to ready without charging the
+// attempt, due again after versionDeferDelay (with jitter), logged once per kind.
+func (w *Worker) deferJob(e *execution, err error) finish {
+	w.m.deferred.Add(1)
+	if _, seen := w.deferLogged.LoadOrStore(e.c.kind, true); !seen {
+		w.log.Warn("tenure: job deferred: this worker cannot run its payload yet (logged once per kind)",
+			"job_id", e.c.id, "kind", e.c.kind, "version", e.c.version, "err", err)
+	}
+	d := versionDeferDelay/2 + time.Duration(rand.Int64N(int64(versionDeferDelay)))
+	return finish{to: toRelease, delay: d, err: err}
+}
+
 // failure turns a classified error into retry or dead.
 func (w *Worker) failure(e *execution, code ErrorCode, delay time.Duration, err error) finish {
 	w.m.recordCode(code)
-	f := finish{code: code, msg: truncate(err.Error()), err: err}
+	f := finish{code: code, msg: cleanMessage(err.Error()), err: err}
 	switch {
 	case code == CodeCancelled:
 		f.to = toCancelled
@@ -148,7 +160,7 @@ func (w *Worker) failure(e *execution, code ErrorCode, delay time.Duration, err 
 	}
 	if f.to != toCancelled {
 		w.log.Warn("tenure: job attempt failed", "job_id", e.c.id, "kind", e.c.kind, "attempt", e.c.attempt,
-			"code", code, "next", f.to.String(), "delay", f.delay, "err", err)
+			"code", code, "next", f.to.String(), "delay", f.delay, "err", f.msg)
 	}
 	return f
 }
@@ -160,22 +172,17 @@ func (w *Worker) retryPolicy(kind string) RetryPolicy {
 	return FullJitter{}
 }
 
-// forget drops an execution from the active set; its finish is settled (or moot).
-func (w *Worker) forget(e *execution) {
-	w.activeMu.Lock()
-	mine := w.active[e.c.id] == e
-	if mine {
-		delete(w.active, e.c.id)
-	}
-	w.activeMu.Unlock()
-	if mine && e.handlerDone.Load() {
-		e.q.finished()
-	}
-}
-
+// maxErrorMessage bounds the message stored in a job's error history (bytes).
 const maxErrorMessage = 2000
 
-func truncate(s string) string {
+// cleanMessage makes an error message storable, whatever the handler put in it: valid UTF-8,
+// no NUL (PostgreSQL text cannot hold it), at most maxErrorMessage bytes, never split inside
+// a character. Every message goes through it before any write.
+func cleanMessage(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
 	if len(s) <= maxErrorMessage {
 		return s
 	}

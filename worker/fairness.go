@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"sync"
 	"time"
 )
 
@@ -96,12 +95,12 @@ type segment struct {
 	quota          int
 }
 
-// policy is a queue's fairness state, shared by the queue's claimers.
+// policy is a queue's fairness state, owned by the queue loop (plan when a claim starts,
+// observe when it returns).
 type policy struct {
 	f      Fairness
 	weight float64
 
-	mu     sync.Mutex
 	credit [maxPriority + 1]float64 // quota deficit per band
 }
 
@@ -184,8 +183,6 @@ func (p *policy) quotas(n int) bandCounts {
 		}
 		return q
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	left := n
 	for prio, w := range p.f.Quotas {
 		if w == 0 {
@@ -222,8 +219,6 @@ func (p *policy) observe(n int, quota bandCounts, got *bandCounts) {
 	if p.weight == 0 {
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	for prio, w := range p.f.Quotas {
 		if w == 0 {
 			continue

@@ -225,15 +225,16 @@ func TestClaimPlansUseThePartialIndex(t *testing.T) {
 		args []any
 		want []string
 	}{
-		{"ClaimStrict", []any{"default", 10, "explain-worker"}, []string{"queue", "batch", "worker_id"}},
+		{"ClaimStrict", []any{"default", []int32{1}, []string{"noop"}, 10, "explain-worker", []int32{0}},
+			[]string{"queue", "kind_versions", "kinds", "batch", "worker_id", "kind_lease_ms"}},
 		{"ClaimOrdered", []any{
 			[]int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, make([]int64, 9), make([]int64, 9),
-			[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}, "default", 10, "explain-worker",
-		}, []string{"seg_priority", "seg_after_us", "seg_min_age_us", "seg_max_age_us", "queue", "batch", "worker_id"}},
+			[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}, "default", []int32{1}, []string{"noop"}, 10, "explain-worker", []int32{0},
+		}, []string{"seg_priority", "seg_after_us", "seg_min_age_us", "seg_max_age_us", "queue", "kind_versions", "kinds", "batch", "worker_id", "kind_lease_ms"}},
 		{"ClaimSegments", []any{
 			[]int16{3, 2, 2, 1}, []int64{0, 0, 0, 0}, []int64{0, 0, 300e6, 0}, []int64{3e15, 300e6, 3e15, 3e15},
-			[]int32{10, 10, 10, 10}, []int32{1, 2, 1, 3}, []int32{6, 4, 4, 0}, "default", 10, "explain-worker",
-		}, []string{"seg_priority", "seg_after_us", "seg_min_age_us", "seg_max_age_us", "seg_limit", "seg_rank", "seg_quota", "queue", "batch", "worker_id"}},
+			[]int32{10, 10, 10, 10}, []int32{1, 2, 1, 3}, []int32{6, 4, 4, 0}, "default", []int32{1}, []string{"noop"}, 10, "explain-worker", []int32{0},
+		}, []string{"seg_priority", "seg_after_us", "seg_min_age_us", "seg_max_age_us", "seg_limit", "seg_rank", "seg_quota", "queue", "kind_versions", "kinds", "batch", "worker_id", "kind_lease_ms"}},
 	} {
 		sql, order := claimSQL(t, q.name)
 		require.Equal(t, q.want, order, q.name)
@@ -315,7 +316,7 @@ func TestWatermarkSkipsDeadIndexEntries(t *testing.T) {
 		after := make([]int64, 9)
 		after[9-jobs.PriorityNormal] = afterUs // bands are listed 9..1
 		plan := explain(t, pool, true, sql, []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, after, make([]int64, 9),
-			[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}, "default", 10, "w")
+			[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}, "default", []int32{1}, []string{"noop"}, 10, "w", []int32{0})
 		return plan.SharedHit + plan.SharedRd
 	}
 	full, fromMark := claimFrom(0), claimFrom(mark.UnixMicro())

@@ -41,53 +41,16 @@ type Outcome struct {
 	Err error
 }
 
-func (w *Worker) enqueueFinish(e *execution) {
-	if e.txCompleted.Load() {
-		w.settleTxCompleted(e)
-		return
-	}
-	w.sendFinish(e)
-}
-
-// sendFinish hands e to the finishers, unless Stop already closed them (a handler that
-// ignored its context and returned after the hard-stop grace): its job was released by
-// Stop, so the result is dropped, and fencing would reject it anyway.
-func (w *Worker) sendFinish(e *execution) {
-	w.finishMu.RLock()
-	defer w.finishMu.RUnlock()
-	if w.finishClosed {
-		w.log.Warn("tenure: handler returned after stop; its result is discarded", "job_id", e.c.id)
-		w.forget(e)
-		return
-	}
-	w.finishCh <- e
-}
-
-// closeFinish stops accepting finishes; the finishers drain what was sent and exit.
-func (w *Worker) closeFinish() {
-	w.finishMu.Lock()
-	w.finishClosed = true
-	close(w.finishCh)
-	w.finishMu.Unlock()
-}
-
-// settleTxCompleted handles a handler that called CompleteTx: if its transaction committed,
-// the job is already succeeded under this token; if it rolled back, the normal finish applies.
-func (w *Worker) settleTxCompleted(e *execution) {
-	rows, err := w.q.FinishStates(w.bg, []int64{e.c.id})
-	if err == nil && len(rows) == 1 && rows[0].State == gen.TenureJobStateSucceeded &&
-		rows[0].ClaimToken != nil && *rows[0].ClaimToken == e.c.token {
-		e.fin = finish{to: toSucceeded} // committed by the handler, whatever it returned after
-		w.settle(e, true)
-		return
-	}
-	w.sendFinish(e)
-}
-
 // landedEarlier reports whether the row shows that e's own finish already happened: a write
 // that committed although its reply was lost, or a CompleteTx that committed.
 func landedEarlier(e *execution, r gen.FinishStatesRow) bool {
 	ours := r.ClaimToken != nil && *r.ClaimToken == e.c.token
+	if e.txCompleted.Load() && r.State == gen.TenureJobStateSucceeded && ours {
+		// CompleteTx committed inside the handler's transaction, whatever the handler
+		// returned after it: that is this attempt's success.
+		e.fin = finish{to: toSucceeded}
+		return true
+	}
 	switch e.fin.to {
 	case toSucceeded:
 		return r.State == gen.TenureJobStateSucceeded && ours
@@ -118,31 +81,45 @@ func landedEarlier(e *execution, r gen.FinishStatesRow) bool {
 	return false
 }
 
-func (w *Worker) finisher() {
-	defer w.finishersWG.Done()
+// finisher is one of Config.Finishers goroutines shared by all queues: it takes whatever
+// finishes the queue loops handed over while its previous write was in flight, writes them in
+// batches, and reports each result to the execution's queue loop. It runs until the engine
+// context ends (after every loop has returned, or at Stop's deadline).
+func (w *Worker) finisher(ctx context.Context) {
 	max := w.cfg.MaxFinishBatch
 	batch := make([]*execution, 0, max)
-	for e := range w.finishCh {
-		batch = append(batch[:0], e)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-w.finishCh:
+			batch = append(batch[:0], e)
+		}
 	drain:
 		for len(batch) < max {
 			select {
-			case e, ok := <-w.finishCh:
-				if !ok {
-					break drain
-				}
+			case e := <-w.finishCh:
 				batch = append(batch, e)
 			default:
 				break drain
 			}
 		}
-		w.flush(batch)
+		w.flush(ctx, batch)
+	}
+}
+
+// settleTo reports one execution's result to its queue loop.
+func (w *Worker) settleTo(ctx context.Context, s settled) {
+	select {
+	case s.e.q.settledCh <- s:
+	case <-s.e.q.done:
+	case <-ctx.Done():
 	}
 }
 
 // flush writes one batch: successes in one CompleteMany, failures in one FailMany, releases in
 // one ReleaseMany.
-func (w *Worker) flush(batch []*execution) {
+func (w *Worker) flush(ctx context.Context, batch []*execution) {
 	var ok, fail, rel []*execution
 	for _, e := range batch {
 		switch e.fin.to {
@@ -155,21 +132,25 @@ func (w *Worker) flush(batch []*execution) {
 		}
 	}
 	if len(ok) > 0 {
-		w.write(ok, func(ctx context.Context, es []*execution) (map[int64]bool, error) {
+		w.write(ctx, ok, func(ctx context.Context, es []*execution) (map[int64]bool, error) {
 			ids, tokens := idsTokens(es)
 			got, err := w.q.CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens})
 			return idSet(got), err
 		})
 	}
 	if len(fail) > 0 {
-		w.write(fail, func(ctx context.Context, es []*execution) (map[int64]bool, error) {
+		w.write(ctx, fail, func(ctx context.Context, es []*execution) (map[int64]bool, error) {
 			return w.failMany(ctx, w.q, es)
 		})
 	}
 	if len(rel) > 0 {
-		w.write(rel, func(ctx context.Context, es []*execution) (map[int64]bool, error) {
+		w.write(ctx, rel, func(ctx context.Context, es []*execution) (map[int64]bool, error) {
 			ids, tokens := idsTokens(es)
-			rows, err := w.q.ReleaseMany(ctx, gen.ReleaseManyParams{Ids: ids, Tokens: tokens})
+			delays := make([]int64, len(es))
+			for i, e := range es {
+				delays[i] = e.fin.delay.Microseconds()
+			}
+			rows, err := w.q.ReleaseMany(ctx, gen.ReleaseManyParams{Ids: ids, Tokens: tokens, DelayUs: delays})
 			set := make(map[int64]bool, len(rows))
 			for _, r := range rows {
 				set[r.ID] = true
@@ -204,55 +185,104 @@ func (w *Worker) failMany(ctx context.Context, q *gen.Queries, es []*execution) 
 	return set, err
 }
 
-// write runs one fenced batch write, retrying the same write (same tokens) after database
-// errors until it lands or every job's lease has run out, then settles each execution. After
-// a retry, a row the write did not change may be one whose earlier attempt committed although
-// its reply was lost: those are read back and settled as landed, not as stale.
-func (w *Worker) write(es []*execution, run func(context.Context, []*execution) (map[int64]bool, error)) {
+// fencedWrite runs one fenced batch statement and returns the ids it changed.
+type fencedWrite func(context.Context, []*execution) (map[int64]bool, error)
+
+// maxFinishAttempts bounds how often one finish batch is tried (retryable errors only).
+const maxFinishAttempts = 10
+
+// write runs one fenced batch write and settles each execution.
+//
+// What happens on error depends on its class (classifyWriteError):
+//   - retryable (the connection broke, the server restarted or is read-only for a moment,
+//     a serialization failure): the same write, with the same tokens, is retried with backoff
+//     while some job's lease may still hold, at most maxFinishAttempts times; after a retry,
+//     rows the write did not change are read back, since an earlier try may have committed
+//     although its reply was lost;
+//   - data or constraint errors (SQLSTATE classes 22, 23): nothing was written; the batch is
+//     split in halves so that one row cannot block the others, down to the row at fault;
+//   - anything else, or a retry budget used up: abandoned. The job stays running until its
+//     lease expires and the sweep retries it (LEASE_EXPIRED); the outcome reports the error.
+func (w *Worker) write(ctx context.Context, es []*execution, run fencedWrite) {
 	sortByID(es)
+	w.writeSorted(ctx, es, run)
+}
+
+func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWrite) {
 	backoff := 50 * time.Millisecond
-	retried := false
-	for {
+	readBack := false
+	for _, e := range es {
+		readBack = readBack || e.txCompleted.Load()
+	}
+	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(w.bg, 30*time.Second)
-		got, err := run(ctx, es)
-		if err == nil && retried {
-			got, err = w.readBack(ctx, es, got)
+		wctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		got, err := run(wctx, es)
+		if err == nil && readBack {
+			got, err = w.readBack(wctx, es, got)
 		}
 		cancel()
 		if err == nil {
 			w.m.finishLatency.Record(time.Since(start))
 			for _, e := range es {
-				w.settle(e, got[e.c.id])
+				w.settleTo(ctx, settled{e: e, landed: got[e.c.id]})
 			}
 			return
 		}
-		// Keep only the jobs whose lease may still hold; the others will be reclaimed.
-		now := time.Now().UnixNano()
-		live := es[:0]
-		for _, e := range es {
-			if e.leaseUntil.Load() > now && w.bg.Err() == nil {
-				live = append(live, e)
-				continue
+		if ctx.Err() != nil {
+			w.abandon(ctx, es, err)
+			return
+		}
+		switch classifyWriteError(err) {
+		case writeData:
+			if len(es) == 1 {
+				w.abandon(ctx, es, fmt.Errorf("the database refused the row: %w", err))
+				return
 			}
-			w.m.finishAbandoned.Add(1)
-			w.log.Error("tenure: finish abandoned: database unreachable until the lease ran out",
-				"job_id", e.c.id, "transition", e.fin.to.String(), "err", err)
-			w.forget(e)
-			w.report(e, fmt.Errorf("tenure: finish abandoned after lease expiry: %w", err))
+			w.m.finishSplits.Add(1)
+			h := len(es) / 2
+			w.writeSorted(ctx, es[:h], run)
+			w.writeSorted(ctx, es[h:], run)
+			return
+		case writeFatal:
+			w.abandon(ctx, es, err)
+			return
+		}
+		// Retryable: keep only the jobs whose lease may still hold; the others will be
+		// reclaimed by the sweep.
+		now := time.Now().UnixNano()
+		live := es[:0:0]
+		var gone []*execution
+		for _, e := range es {
+			e.finishFails.Add(1)
+			if e.leaseUntil.Load() > now && attempt < maxFinishAttempts {
+				live = append(live, e)
+			} else {
+				gone = append(gone, e)
+			}
+		}
+		if len(gone) > 0 {
+			w.abandon(ctx, gone, fmt.Errorf("database unreachable for %d tries or until the lease ran out: %w", attempt, err))
 		}
 		if len(live) == 0 {
 			return
 		}
 		es = live
-		retried = true
+		readBack = true
 		w.m.finishRetries.Add(1)
-		w.log.Warn("tenure: finish write failed, retrying with the same token", "jobs", len(es), "err", err)
+		w.log.Warn("tenure: finish write failed, retrying with the same token", "jobs", len(es), "attempt", attempt, "err", err)
 		select {
 		case <-time.After(backoff):
-		case <-w.bg.Done():
+		case <-ctx.Done():
 		}
 		backoff = min(backoff*2, w.cfg.FinishRetryMax)
+	}
+}
+
+// abandon reports executions whose finish will not be written.
+func (w *Worker) abandon(ctx context.Context, es []*execution, err error) {
+	for _, e := range es {
+		w.settleTo(ctx, settled{e: e, err: fmt.Errorf("%w: %w", ErrFinishAbandoned, err)})
 	}
 }
 
@@ -282,33 +312,6 @@ func (w *Worker) readBack(ctx context.Context, es []*execution, got map[int64]bo
 	return got, nil
 }
 
-// settle records the result of one fenced write.
-func (w *Worker) settle(e *execution, landed bool) {
-	w.forget(e)
-	if !landed {
-		w.m.staleRejected.Add(1)
-		err := &StaleWriteError{JobID: e.c.id, Generation: e.c.generation, Transition: e.fin.to.String()}
-		w.log.Warn("tenure: stale finish rejected: the job is no longer ours", "job_id", e.c.id,
-			"generation", e.c.generation, "transition", e.fin.to.String())
-		w.report(e, err)
-		return
-	}
-	switch e.fin.to {
-	case toSucceeded:
-		w.m.succeeded.Add(1)
-		w.m.lastSuccess.Store(time.Now().UnixNano())
-	case toRetry:
-		w.m.retried.Add(1)
-	case toDead:
-		w.m.dead.Add(1)
-	case toCancelled:
-		w.m.cancelled.Add(1)
-	case toRelease:
-		w.m.released.Add(1)
-	}
-	w.report(e, nil)
-}
-
 func (w *Worker) report(e *execution, err error) {
 	if w.cfg.OnOutcome == nil {
 		return
@@ -316,35 +319,6 @@ func (w *Worker) report(e *execution, err error) {
 	w.cfg.OnOutcome(Outcome{JobID: e.c.id, Kind: e.c.kind, Queue: e.c.queue, Attempt: e.c.attempt,
 		Generation: e.c.generation, Transition: e.fin.to.String(), Code: e.fin.code, Delay: e.fin.delay,
 		HandlerErr: e.fin.err, Err: err})
-}
-
-// releaseHeld gives back, with one fenced write, every job still owned at the end of Stop
-// (handlers that ignored cancellation). Their late finishes are then rejected by fencing.
-func (w *Worker) releaseHeld() {
-	w.activeMu.Lock()
-	var held []*execution
-	for _, e := range w.active {
-		e.released.Store(true)
-		held = append(held, e)
-	}
-	w.activeMu.Unlock()
-	if len(held) == 0 {
-		return
-	}
-	sortByID(held)
-	ctx, cancel := context.WithTimeout(w.bg, 10*time.Second)
-	defer cancel()
-	ids, tokens := idsTokens(held)
-	rows, err := w.q.ReleaseMany(ctx, gen.ReleaseManyParams{Ids: ids, Tokens: tokens})
-	if err != nil {
-		w.log.Error("tenure: releasing held jobs failed; their leases will expire", "jobs", len(held), "err", err)
-		return
-	}
-	w.m.released.Add(int64(len(rows)))
-	w.log.Warn("tenure: released jobs of handlers that did not return", "jobs", len(rows))
-	for _, e := range held {
-		w.forget(e)
-	}
 }
 
 // idsTokens returns the batch's ids and tokens. Callers sort batches by id first (sortByID):

@@ -7,131 +7,132 @@ import (
 	"github.com/tenureq/tenure/db/gen"
 )
 
-// heartbeatLoop extends the leases of running jobs: every tick it batches the jobs whose
-// heartbeat is due (each every lease/HeartbeatDivisor) into one fenced statement. A job the
-// statement does not return has lost its lease: its handler's context is cancelled with cause
-// ErrLeaseLost. Two failed statements in a row do the same, since the engine can no longer
-// vouch for the lease. The loop also declares handlers stuck once they run past their
-// timeout plus StuckGrace: their jobs are no longer heartbeated, so the lease expires and the
-// job is reclaimed; a heartbeat never keeps a hung handler's job running.
-func (w *Worker) heartbeatLoop() {
-	defer w.bgWG.Done()
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.bg.Done():
-			return
-		case <-t.C:
-		}
-		w.heartbeatTick(time.Now())
-	}
-}
+// This file is the heartbeat, run by each queue loop for its own jobs. Every heartbeatTick the
+// loop batches the jobs whose heartbeat is due (each every lease/HeartbeatDivisor) into one
+// fenced statement, at most one in flight. A job the statement does not return has lost its
+// lease: its handler's context is cancelled with cause ErrLeaseLost. Two failed statements in
+// a row do the same, since the engine can no longer vouch for the lease. The loop also
+// declares handlers stuck once they run past their timeout plus StuckGrace: their jobs are no
+// longer heartbeated, so the lease expires and the job is reclaimed; a heartbeat never keeps a
+// hung handler's job running. Nor does it keep alive a returned handler's job whose finish has
+// failed maxHeartbeatedFinishFails times: its lease then runs out and the sweep retries it.
 
-func (w *Worker) heartbeatTick(now time.Time) {
-	all := w.heartbeatAll.Swap(false)
+// maxHeartbeatedFinishFails is how many failed finish writes a returned job keeps its lease.
+const maxHeartbeatedFinishFails = 3
+
+// heartbeat runs on the loop: it declares stuck handlers and starts the due heartbeats.
+func (q *queue) heartbeat(ctx context.Context, now time.Time) {
+	w := q.w
+	all := q.hbAll
 	var due []*execution
-	w.activeMu.Lock()
-	for _, e := range w.active {
-		// A job completed inside its handler's transaction needs no more lease, and that
-		// transaction holds the row lock until it ends: heartbeating it would only wait.
-		if e.stuck.Load() || e.released.Load() || e.leaseLost.Load() || e.txCompleted.Load() {
+	for e := range q.active {
+		if e.released || e.leaseLost || e.stuck {
 			continue
 		}
-		if !e.handlerDone.Load() && e.h != nil && now.After(e.start.Add(e.h.opts.Timeout+w.cfg.StuckGrace)) {
-			w.declareStuck(e, now)
+		if !e.returned && e.h != nil && now.After(e.start.Add(e.h.opts.Timeout+w.cfg.StuckGrace)) {
+			q.declareStuck(e, now)
+			continue
+		}
+		// A job completed inside its handler's transaction needs no more lease, and that
+		// transaction holds the row lock until it ends: heartbeating it would only wait.
+		if e.txCompleted.Load() || e.finishFails.Load() >= maxHeartbeatedFinishFails {
 			continue
 		}
 		if all || !now.Before(e.nextHB) {
 			due = append(due, e)
 		}
 	}
-	w.activeMu.Unlock()
-	if len(due) == 0 {
+	if len(due) == 0 || q.hbInFlight {
 		return
 	}
+	q.hbAll = false
+	q.hbInFlight = true
 	sortByID(due)
 	ids, tokens := idsTokens(due)
-	ctx, cancel := context.WithTimeout(w.bg, 5*time.Second)
-	rows, err := w.q.Heartbeat(ctx, gen.HeartbeatParams{Ids: ids, Tokens: tokens})
-	cancel()
+	go func() {
+		hctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
+		rows, err := w.q.Heartbeat(hctx, gen.HeartbeatParams{Ids: ids, Tokens: tokens})
+		cancel()
+		select {
+		case q.hbCh <- hbResult{due: due, at: now, rows: rows, err: err}:
+		case <-q.done:
+		}
+	}()
+}
+
+// heartbeatDone applies a heartbeat's result on the loop.
+func (q *queue) heartbeatDone(r hbResult) {
+	w := q.w
+	q.hbInFlight = false
 	w.m.heartbeats.Add(1)
-	if err != nil {
-		if w.bg.Err() != nil {
+	if r.err != nil {
+		if w.engCtx.Err() != nil {
 			return
 		}
 		w.m.heartbeatErrors.Add(1)
-		w.log.Warn("tenure: heartbeat failed", "jobs", len(due), "err", err)
-		for _, e := range due {
+		w.log.Warn("tenure: heartbeat failed", "queue", q.name, "jobs", len(r.due), "err", r.err)
+		for _, e := range r.due {
+			if _, ok := q.active[e]; !ok {
+				continue
+			}
 			e.hbFails++
 			if e.hbFails >= 2 {
-				w.loseLease(e, "two consecutive heartbeats failed")
+				q.loseLease(e, "two consecutive heartbeats failed")
 				continue
 			}
 			// retry soon, well before the lease ends
-			e.nextHB = now.Add(e.c.lease / time.Duration(2*w.cfg.HeartbeatDivisor))
+			e.nextHB = r.at.Add(e.c.lease / time.Duration(2*w.cfg.HeartbeatDivisor))
 		}
 		return
 	}
-	extended := make(map[int64]bool, len(rows))
-	for _, r := range rows {
-		extended[r.ID] = true
-		if r.CancelRequested {
-			w.requestCancel(r.ID)
+	extended := make(map[int64]bool, len(r.rows))
+	cancelled := map[int64]bool{}
+	for _, row := range r.rows {
+		extended[row.ID] = true
+		if row.CancelRequested {
+			cancelled[row.ID] = true
 		}
 	}
-	w.m.heartbeatRows.Add(int64(len(rows)))
-	for _, e := range due {
+	w.m.heartbeatRows.Add(int64(len(r.rows)))
+	for _, e := range r.due {
+		if _, ok := q.active[e]; !ok {
+			continue // settled meanwhile
+		}
+		if cancelled[e.c.id] {
+			q.requestCancel(e)
+		}
 		if !extended[e.c.id] {
-			if e.handlerDone.Load() {
+			if e.returned {
 				// The handler returned and its finish raced this heartbeat (the finish
 				// committed first): the finish path settles the job, stale or not.
 				continue
 			}
-			w.loseLease(e, "heartbeat changed 0 rows")
+			q.loseLease(e, "heartbeat changed 0 rows")
 			continue
 		}
 		e.hbFails = 0
-		e.leaseUntil.Store(now.Add(e.c.lease).UnixNano())
-		e.nextHB = now.Add(e.c.lease / time.Duration(w.cfg.HeartbeatDivisor))
+		e.leaseUntil.Store(r.at.Add(e.c.lease).UnixNano())
+		e.nextHB = r.at.Add(e.c.lease / time.Duration(w.cfg.HeartbeatDivisor))
 	}
 }
 
-func (w *Worker) loseLease(e *execution, why string) {
-	if !e.leaseLost.CompareAndSwap(false, true) {
+func (q *queue) loseLease(e *execution, why string) {
+	if e.leaseLost {
 		return
 	}
-	w.m.leasesLost.Add(1)
-	w.log.Warn("tenure: lease lost, cancelling handler", "job_id", e.c.id, "generation", e.c.generation, "why", why)
+	e.leaseLost = true
+	q.w.m.leasesLost.Add(1)
+	q.w.log.Warn("tenure: lease lost, cancelling handler", "job_id", e.c.id, "generation", e.c.generation, "why", why)
 	e.leaseUntil.Store(0)
-	e.stop(ErrLeaseLost)
+	e.cancel(ErrLeaseLost)
 }
 
-// declareStuck is called with activeMu held.
-func (w *Worker) declareStuck(e *execution, now time.Time) {
-	if !e.stuck.CompareAndSwap(false, true) {
-		return
-	}
-	w.m.stuck.Add(1)
-	w.log.Error("tenure: handler stuck past timeout+grace; no more heartbeats, its job will be reclaimed when the lease expires",
+// declareStuck gives a hung handler's slot back and stops heartbeating its job.
+func (q *queue) declareStuck(e *execution, now time.Time) {
+	e.stuck = true
+	q.running--
+	q.w.m.stuck.Add(1)
+	q.w.log.Error("tenure: handler stuck past timeout+grace; no more heartbeats, its job will be reclaimed when the lease expires",
 		"job_id", e.c.id, "kind", e.c.kind, "running_for", now.Sub(e.start).Round(time.Millisecond))
-	e.stop(ErrHandlerTimeout)
-	if e.slotFreed.CompareAndSwap(false, true) {
-		e.q.releaseSlot()
-	}
-}
-
-// requestCancel cancels the handler of a job an operator asked to cancel.
-func (w *Worker) requestCancel(id int64) {
-	w.activeMu.Lock()
-	e := w.active[id]
-	w.activeMu.Unlock()
-	if e == nil || e.handlerDone.Load() {
-		return
-	}
-	if context.Cause(e.ctx) == nil {
-		w.m.cancelSignals.Add(1)
-		w.log.Info("tenure: cancel requested, cancelling handler", "job_id", id)
-	}
-	e.stop(ErrJobCancelled)
+	e.cancel(ErrHandlerTimeout)
 }

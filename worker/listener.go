@@ -2,39 +2,44 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
-// listenLoop holds one engine connection in LISTEN on the new-job channel (payload: a queue
-// name, sent by the insert trigger on commit) and the cancel channel (payload: a job id). A
-// broken connection is replaced with backoff; after every (re)connect all queues are woken,
-// and every running job is heartbeated at once (which also reports cancel requests), since
-// notifications sent meanwhile are lost. Polling stays the authority either way.
-func (w *Worker) listenLoop() {
-	defer w.bgWG.Done()
+// listenService holds one connection in LISTEN on the new-job channel (payload: a queue name,
+// sent by the insert statements inside the inserting transaction) and the cancel channel
+// (payload: a job id). The connection is taken out of the engine pool (Hijack) and closed by
+// this service alone. It proves it is alive: after listenIdle without a notification it pings
+// with a deadline, so a half-open connection (a network that drops packets without a reset)
+// is found within listenIdle + listenPingTimeout and replaced. A broken connection is replaced
+// with backoff; after every (re)connect all queues are woken, and every running job is
+// heartbeated at once (which also reports cancel requests), since notifications sent meanwhile
+// are lost. Polling stays the authority either way.
+func (w *Worker) listenService(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	first := true
-	for w.bg.Err() == nil {
-		err := w.listenOnce(w.bg, func() {
+	for ctx.Err() == nil {
+		err := w.listenOnce(ctx, func() {
 			backoff = 100 * time.Millisecond
 			if !first {
 				w.m.listenerReconnects.Add(1)
+				w.log.Info("tenure: listener reconnected")
 			}
 			first = false
 			for _, q := range w.queues {
 				q.wake()
+				signal(q.resyncCh)
 			}
-			// Cancel requests sent before this connection listened were missed: the next
-			// heartbeat tick checks every running job at once instead of at its due time.
-			w.heartbeatAll.Store(true)
 		})
-		if w.bg.Err() != nil {
+		if ctx.Err() != nil {
 			return
 		}
 		w.log.Warn("tenure: listener connection lost; polling continues", "err", err, "retry_in", backoff)
 		select {
-		case <-w.bg.Done():
+		case <-ctx.Done():
 			return
 		case <-time.After(backoff):
 		}
@@ -42,21 +47,45 @@ func (w *Worker) listenLoop() {
 	}
 }
 
+// Listener liveness: wait this long for a notification before pinging, and give the ping
+// (and the connect + LISTEN) this long to answer.
+const (
+	listenIdle        = 5 * time.Second
+	listenPingTimeout = 3 * time.Second
+)
+
 func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
-	conn, err := w.eng.Acquire(ctx)
+	cctx, cancel := context.WithTimeout(ctx, listenPingTimeout+2*time.Second)
+	defer cancel()
+	pc, err := w.eng.Acquire(cctx)
 	if err != nil {
 		return err
 	}
-	// A LISTENing session must not go back to the pool.
-	defer func() { _ = conn.Conn().Close(context.Background()); conn.Release() }()
-	if _, err := conn.Exec(ctx, "LISTEN tenure_jobs; LISTEN tenure_cancel"); err != nil {
+	conn := pc.Hijack() // a LISTENing session must never go back to the pool
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	if _, err := conn.Exec(cctx, "LISTEN tenure_jobs; LISTEN tenure_cancel"); err != nil {
 		return err
 	}
 	connected()
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
+		wctx, cancel := context.WithTimeout(ctx, listenIdle)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
 		if err != nil {
-			return err
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !errors.Is(err, context.DeadlineExceeded) || conn.IsClosed() {
+				return err
+			}
+			if err := ping(ctx, conn); err != nil {
+				return err
+			}
+			continue
 		}
 		switch n.Channel {
 		case "tenure_jobs":
@@ -65,8 +94,19 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 			}
 		case "tenure_cancel":
 			if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
-				w.requestCancel(id)
+				for _, q := range w.queues {
+					select {
+					case q.cancelCh <- id:
+					default: // the loop is busy: the next heartbeat reports the request anyway
+					}
+				}
 			}
 		}
 	}
+}
+
+func ping(ctx context.Context, conn *pgx.Conn) error {
+	pctx, cancel := context.WithTimeout(ctx, listenPingTimeout)
+	defer cancel()
+	return conn.Ping(pctx)
 }

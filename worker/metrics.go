@@ -16,6 +16,8 @@ type metrics struct {
 	heartbeats, heartbeatRows, heartbeatErrors, leasesLost atomic.Int64
 	cancelSignals, stuck, lateFinishes, panics             atomic.Int64
 	reclaimed, reclaimedDead, pruned, listenerReconnects   atomic.Int64
+	deferred, finishSplits, stillRunning                   atomic.Int64
+	owned, handlersRunning                                 atomic.Int64 // gauges
 	claimLatency, finishLatency                            hist.H
 	mu                                                     sync.Mutex
 	wait                                                   map[waitKey]*hist.H
@@ -77,7 +79,15 @@ type Stats struct {
 	// that had no attempts left.
 	Reclaimed, ReclaimedDead, Pruned int64
 	ListenerReconnects               int64
-	// Running is the number of jobs this worker owns now.
+	// Deferred: jobs given back without charging the attempt because this worker cannot run
+	// their payload yet (a newer payload version during a rolling deploy).
+	Deferred int64
+	// FinishSplits: finish batches split because the database refused one of their rows.
+	FinishSplits int64
+	// StillRunning: jobs Stop released while their handlers ignored cancellation.
+	StillRunning int64
+	// Running is the number of jobs this worker owns now (handlers running, and jobs whose
+	// handler returned but whose finish has not been written yet).
 	Running int
 	// ClaimP50/P99: claim statement latency. FinishP50/P99: batched finish write latency.
 	ClaimP50, ClaimP99, FinishP50, FinishP99 time.Duration

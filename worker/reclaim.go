@@ -8,28 +8,29 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenureq/tenure/db/gen"
-	"github.com/tenureq/tenure/internal/locks"
 	"github.com/tenureq/tenure/jobs"
 )
 
-// reclaimLoop returns jobs whose lease expired to ready (code LEASE_EXPIRED, with the kind's
-// backoff, consuming the attempt) or to dead when no attempts remain, or to cancelled when an
-// operator had asked. Every worker runs it; FOR UPDATE SKIP LOCKED lets concurrent sweeps split
-// the work, and the fenced FailMany (same token as the expired claim) makes a sweep that lost a
-// race change nothing. Each pass handles at most ReclaimBatch jobs and repeats while full.
-func (w *Worker) reclaimLoop() {
-	defer w.bgWG.Done()
+// reclaimService returns jobs whose lease expired to ready (code LEASE_EXPIRED, with the
+// kind's backoff, consuming the attempt) or to dead when no attempts remain, or to cancelled
+// when an operator had asked. Every worker runs it; FOR UPDATE SKIP LOCKED lets concurrent
+// sweeps split the work, and the fenced FailMany (same token as the expired claim) makes a
+// sweep that lost a race change nothing. Each pass handles at most ReclaimBatch jobs and
+// repeats while full.
+func (w *Worker) reclaimService(ctx context.Context) {
 	for {
 		d := w.cfg.ReclaimEvery/2 + time.Duration(rand.Int64N(int64(w.cfg.ReclaimEvery)))
 		select {
-		case <-w.bg.Done():
+		case <-ctx.Done():
 			return
 		case <-time.After(d):
 		}
 		for {
-			n, err := w.ReclaimExpired(w.bg)
+			sctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+			n, err := w.ReclaimExpired(sctx)
+			cancel()
 			if err != nil {
-				if w.bg.Err() == nil {
+				if ctx.Err() == nil {
 					w.log.Warn("tenure: reclaim sweep failed", "err", err)
 				}
 				break
@@ -90,23 +91,21 @@ func (w *Worker) ReclaimExpired(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// pruneKey is the advisory lock that elects one pruner at a time across worker processes.
-const pruneKey = int64(locks.Prune)
-
-// pruneLoop deletes final jobs past their retention.
-func (w *Worker) pruneLoop() {
-	defer w.bgWG.Done()
+// pruneService deletes final jobs past their retention, every PruneEvery (with jitter): each
+// pass loops over short batches while they come back full, within half a period
+// (jobs.Client.PruneExpired; one pruner at a time across processes, by advisory lock).
+func (w *Worker) pruneService(ctx context.Context) {
 	if w.cfg.FinishedRetention < 0 && w.cfg.DeadRetention < 0 {
 		return
 	}
 	for {
 		d := w.cfg.PruneEvery/2 + time.Duration(rand.Int64N(int64(w.cfg.PruneEvery)))
 		select {
-		case <-w.bg.Done():
+		case <-ctx.Done():
 			return
 		case <-time.After(d):
 		}
-		if err := w.prune(w.bg); err != nil && w.bg.Err() == nil {
+		if err := w.prune(ctx); err != nil && ctx.Err() == nil {
 			w.log.Warn("tenure: prune failed", "err", err)
 		}
 	}

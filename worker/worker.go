@@ -2,13 +2,13 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,6 +20,17 @@ import (
 
 // Worker runs handlers for the jobs of its queues. Create it with New, register handlers with
 // Register, then Start it; Stop it gracefully before the process exits.
+//
+// Goroutines and what each owns (docs/design.md draws them):
+//   - one loop per queue (queue.go) owns that queue's slots, active executions, claim backoff,
+//     watermarks, fairness state and heartbeat schedule;
+//   - claim and heartbeat statements run on short-lived goroutines that report to their loop;
+//   - one goroutine per running handler (execute.go) reports its result to its loop;
+//   - Finishers goroutines (finish.go) write finishes in batches and report back to the loops;
+//   - three services (reclaim, prune, listen) run until Stop begins.
+//
+// The Worker itself holds only what is fixed at Start (configuration, pools, handlers) and
+// the lifecycle below.
 type Worker struct {
 	cfg  Config
 	pool *pgxpool.Pool // the application's pool, used by handler-side helpers (Effect)
@@ -32,37 +43,43 @@ type Worker struct {
 	reg    *generics.Registry
 	m      *metrics
 
+	handlers map[string]*handler // fixed at Start
+	kinds    claimKinds          // what the claim may take, fixed at Start
+	queues   map[string]*queue
+	finishCh chan *execution
+
+	// base is the parent of handler contexts (Start's context without its cancellation);
+	// engCtx bounds every engine statement and goroutine (cancelled at the end of Stop, or at
+	// its deadline); svcCtx the services (cancelled when Stop begins).
+	base, engCtx, svcCtx context.Context
+	cancelEng, cancelSvc context.CancelFunc
+	engWG                sync.WaitGroup // loops, finishers, services, statement goroutines
+
+	deferLogged sync.Map // kinds whose deferral was logged
+
 	mu       sync.Mutex
-	handlers map[string]*handler
 	state    int // 0 new, 1 started, 2 stopping/stopped
 	ownEng   bool
 	stopOnce sync.Once
 	stopDone chan struct{}
 	stopErr  error
-
-	queues map[string]*queueRunner
-
-	activeMu sync.Mutex
-	active   map[int64]*execution
-
-	finishCh     chan *execution
-	finishMu     sync.RWMutex // guards sending on finishCh against its close
-	finishClosed bool
-
-	// handlerBase is the parent of every handler context; cancelled (cause ErrWorkerStopping)
-	// on hard stop.
-	handlerBase       context.Context
-	cancelHandlerBase context.CancelCauseFunc
-	// loops is the context of claim loops (cancelled first, at soft stop); bg of heartbeat,
-	// reclaim, prune and listener loops (cancelled last).
-	loops, bg             context.Context
-	cancelLoops, cancelBg context.CancelFunc
-	claimWG, bgWG         sync.WaitGroup
-	handlersWG            sync.WaitGroup
-	finishersWG           sync.WaitGroup
-	stopping              atomic.Bool
-	heartbeatAll          atomic.Bool // heartbeat every running job on the next tick
 }
+
+// claimKinds lists the kinds this worker runs, with the newest payload version it knows of
+// each and the lease it declares for it (0: the job's own), as claim statement arguments.
+type claimKinds struct {
+	names    []string
+	versions []int32
+	leaseMs  []int32
+}
+
+// Engine statement deadlines: a dead connection costs seconds, not a TCP timeout.
+const (
+	claimTimeout     = 10 * time.Second
+	finishTimeout    = 10 * time.Second
+	heartbeatTimeout = 5 * time.Second
+	sweepTimeout     = 10 * time.Second
+)
 
 // New returns a worker that claims from pool's database. pool is the application's pool;
 // the engine runs its own statements on Config.EnginePool or a private pool made from pool's
@@ -77,11 +94,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg: c, pool: pool, log: c.Logger.With("worker", c.ID), reg: c.Registry, m: newMetrics(),
-		handlers: map[string]*handler{}, queues: map[string]*queueRunner{}, active: map[int64]*execution{},
-		stopDone: make(chan struct{}),
+		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
 	}
 	for name, qc := range c.Queues {
-		w.queues[name] = newQueueRunner(w, name, qc)
+		w.queues[name] = newQueue(w, name, qc)
 	}
 	return w, nil
 }
@@ -95,8 +111,9 @@ func (w *Worker) Registry() *generics.Registry { return w.reg }
 
 // handler is one registered kind.
 type handler struct {
-	kind string
-	opts HandlerOptions
+	kind    string
+	version int // the newest payload version the args type knows
+	opts    HandlerOptions
 	run  func(ctx context.Context, e *execution) error
 }
 
@@ -129,7 +146,7 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 	if _, err := generics.Register[A](w.reg, kopts...); err != nil {
 		return err
 	}
-	w.handlers[kind] = &handler{kind: kind, opts: o, run: func(ctx context.Context, e *execution) error {
+	w.handlers[kind] = &handler{kind: kind, version: zero.PayloadVersion(), opts: o, run: func(ctx context.Context, e *execution) error {
 		args, err := generics.Decode[A](w.reg, e.c.payload, e.c.version)
 		if err != nil {
 			return WithCode(CodeInvalidPayload, err)
@@ -152,9 +169,10 @@ func MustRegister[A generics.Args](w *Worker, fn func(ctx context.Context, job *
 	}
 }
 
-// Start starts the claim loops, the heartbeat, the lease-expiry sweep, pruning and the
-// LISTEN connection, and returns. Cancelling ctx hard-stops the worker (like Stop with an
-// expired context); call Stop to wait for that.
+// Start starts the queue loops, the finishers, the lease-expiry sweep, pruning and the
+// LISTEN connection, and returns. Cancelling ctx hard-stops the worker: handlers are cancelled
+// at once and what they still hold is released, within HardStopGrace; call Stop to wait for
+// that (or, better, call Stop with a deadline instead of cancelling ctx).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -175,7 +193,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		// thousands of times a second: re-planning each execution would cost more PostgreSQL
 		// CPU than running it, at low load where claims take one job at a time.
 		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-		if !w.cfg.SynchronousCommit {
+		if w.cfg.AsynchronousCommit {
 			pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 		}
 		eng, err := pgxpool.NewWithConfig(ctx, pc)
@@ -185,34 +203,45 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.eng, w.ownEng = eng, true
 	}
 	w.q = gen.New(w.eng)
-	w.client, _ = jobs.NewClient(w.eng, &jobs.Config{Registry: w.reg, Logger: w.log}) // fails only on a nil pool
+	client, err := jobs.NewClient(w.eng, &jobs.Config{Registry: w.reg, Logger: w.log})
+	if err != nil {
+		return fmt.Errorf("tenure: engine client: %w", err)
+	}
+	w.client = client
+	w.kinds = claimKinds{}
+	names := make([]string, 0, len(w.handlers))
+	for k := range w.handlers {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		h := w.handlers[k]
+		w.kinds.names = append(w.kinds.names, k)
+		w.kinds.versions = append(w.kinds.versions, int32(h.version))
+		w.kinds.leaseMs = append(w.kinds.leaseMs, int32(h.opts.Lease.Milliseconds()))
+	}
 	w.state = 1
-	w.finishCh = make(chan *execution, 4096)
-	w.handlerBase, w.cancelHandlerBase = context.WithCancelCause(context.WithoutCancel(ctx))
-	w.loops, w.cancelLoops = context.WithCancel(context.WithoutCancel(ctx))
-	w.bg, w.cancelBg = context.WithCancel(context.WithoutCancel(ctx))
+	w.finishCh = make(chan *execution)
+	w.base = context.WithoutCancel(ctx)
+	w.engCtx, w.cancelEng = context.WithCancel(w.base)
+	w.svcCtx, w.cancelSvc = context.WithCancel(w.engCtx)
 
 	for range w.cfg.Finishers {
-		w.finishersWG.Add(1)
-		go w.finisher()
+		w.spawn(func() { w.finisher(w.engCtx) })
 	}
-	w.bgWG.Add(4)
-	go w.heartbeatLoop()
-	go w.reclaimLoop()
-	go w.pruneLoop()
-	go w.listenLoop()
+	for _, svc := range []func(context.Context){w.reclaimService, w.pruneService, w.listenService} {
+		w.spawn(func() { svc(w.svcCtx) })
+	}
 	for _, q := range w.queues {
-		for range q.cfg.Claimers {
-			w.claimWG.Add(1)
-			go q.loop()
-		}
+		w.spawn(func() { q.loop(w.engCtx) })
 	}
 	go func() {
 		select {
 		case <-ctx.Done():
-			expired, cancel := context.WithCancel(context.Background())
-			cancel()
-			_ = w.Stop(expired)
+			sctx, cancel := context.WithTimeout(context.Background(), w.cfg.HardStopGrace)
+			defer cancel()
+			now := time.Now()
+			_ = w.stopWith(sctx, stopPlan{hardAt: now, releaseAt: now.Add(w.cfg.HardStopGrace / 2)})
 		case <-w.stopDone:
 		}
 	}()
@@ -220,14 +249,46 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops the worker. Soft stop first: nothing new is claimed and running handlers may
-// finish until ctx ends. Then hard stop: handler contexts are cancelled (cause
-// ErrWorkerStopping) and get HardStopGrace to return; pending finishes are flushed; jobs still
-// held (handlers that ignored cancellation) are released with a fenced write, so no job stays
-// running after a clean stop. Every engine goroutine has returned when Stop returns; if some
-// handler goroutines ignore their context, Stop returns ErrHandlersStillRunning. Stop may be
-// called more than once; later calls wait for the first.
+// spawn runs fn on an engine goroutine that Stop waits for.
+func (w *Worker) spawn(fn func()) {
+	w.engWG.Add(1)
+	go func() {
+		defer w.engWG.Done()
+		fn()
+	}()
+}
+
+// Stop stops the worker and returns by ctx's deadline, always.
+//
+// Soft stop first: nothing new is claimed and running handlers may finish. HardStopGrace
+// before the deadline (at most half of the time left), handler contexts are cancelled (cause
+// ErrWorkerStopping); a handler that returns then has its job released without charging the
+// attempt. Halfway through that reserve, the jobs of handlers that still have not returned
+// (they ignore their context) are released with a fenced write, so their late results are
+// rejected. At the deadline, whatever is still unwritten is abandoned: reported through
+// OnOutcome with ErrFinishAbandoned and left to its lease (the sweep retries it). Without a
+// deadline, Stop waits for handlers until ctx is cancelled, then abandons.
+//
+// Stop returns nil when every job was finished or released; an error that matches
+// ErrHandlersStillRunning when handler goroutines ignored cancellation (their jobs were
+// released), and one that matches ErrFinishAbandoned when the deadline cut the stop short.
+// Every engine goroutine has returned when Stop returns. Stop may be called more than once;
+// later calls wait for the first, or for their own ctx.
 func (w *Worker) Stop(ctx context.Context) error {
+	return w.stopWith(ctx, w.planFor(ctx))
+}
+
+// planFor derives the stop plan from ctx's deadline.
+func (w *Worker) planFor(ctx context.Context) stopPlan {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return stopPlan{}
+	}
+	reserve := max(min(w.cfg.HardStopGrace, time.Until(dl)/2), 0)
+	return stopPlan{hardAt: dl.Add(-reserve), releaseAt: dl.Add(-reserve / 2)}
+}
+
+func (w *Worker) stopWith(ctx context.Context, plan stopPlan) error {
 	w.mu.Lock()
 	if w.state == 0 {
 		w.mu.Unlock()
@@ -237,55 +298,56 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 	w.stopOnce.Do(func() {
 		go func() {
-			w.stopErr = w.stop(ctx)
+			w.stopErr = w.stop(ctx, plan)
 			close(w.stopDone)
 		}()
 	})
-	<-w.stopDone
-	return w.stopErr
+	select {
+	case <-w.stopDone:
+		return w.stopErr
+	case <-ctx.Done():
+		select {
+		case <-w.stopDone: // the first Stop is ending at the same moment
+			return w.stopErr
+		case <-time.After(50 * time.Millisecond):
+		}
+		return fmt.Errorf("tenure: stop still in progress: %w", ctx.Err())
+	}
 }
 
-func (w *Worker) stop(ctx context.Context) error {
-	w.stopping.Store(true)
-	w.cancelLoops()
-	w.claimWG.Wait()
-
-	handlersDone := make(chan struct{})
-	go func() { w.handlersWG.Wait(); close(handlersDone) }()
-	var stillRunning bool
-	select {
-	case <-handlersDone:
-	case <-ctx.Done():
-		w.log.Warn("tenure: stop deadline reached, cancelling handlers", "running", w.running())
-		w.cancelHandlerBase(ErrWorkerStopping)
+func (w *Worker) stop(ctx context.Context, plan stopPlan) error {
+	abandonedBefore := w.m.finishAbandoned.Load()
+	w.cancelSvc() // reclaim, prune, listen: not needed while stopping
+	// At the deadline every engine statement is cancelled and the loops abandon what is left.
+	release := context.AfterFunc(ctx, w.cancelEng)
+	defer release()
+	for _, q := range w.queues {
+		q.stopCh <- plan
+	}
+	for _, q := range w.queues {
+		<-q.done
+	}
+	w.cancelEng()
+	w.engWG.Wait()
+	if w.ownEng {
+		closed := make(chan struct{})
+		go func() { w.eng.Close(); close(closed) }()
 		select {
-		case <-handlersDone:
-		case <-time.After(w.cfg.HardStopGrace):
-			stillRunning = true
+		case <-closed:
+		case <-ctx.Done():
 		}
 	}
-	// Flush every finish the returned handlers queued.
-	w.closeFinish()
-	w.finishersWG.Wait()
-	// Whatever is still held belongs to handlers that ignore their context: give it back.
-	w.releaseHeld()
-	w.cancelBg()
-	w.bgWG.Wait()
-	w.cancelHandlerBase(ErrWorkerStopping)
-	if w.ownEng {
-		w.eng.Close()
+	st := w.Stats()
+	w.log.Info("tenure: worker stopped", "succeeded", st.Succeeded, "released", st.Released,
+		"stale_rejected", st.StaleRejected, "abandoned", st.FinishAbandoned-abandonedBefore)
+	var errs []error
+	if n := w.m.handlersRunning.Load(); n > 0 {
+		errs = append(errs, fmt.Errorf("%w: %d handlers", ErrHandlersStillRunning, n))
 	}
-	w.log.Info("tenure: worker stopped", "succeeded", w.m.succeeded.Load(), "stale_rejected", w.m.staleRejected.Load())
-	if stillRunning {
-		return ErrHandlersStillRunning
+	if n := w.m.finishAbandoned.Load() - abandonedBefore; n > 0 && ctx.Err() != nil {
+		errs = append(errs, fmt.Errorf("%w: %d jobs left to their leases at the stop deadline", ErrFinishAbandoned, n))
 	}
-	return nil
-}
-
-func (w *Worker) running() int {
-	w.activeMu.Lock()
-	defer w.activeMu.Unlock()
-	return len(w.active)
+	return errors.Join(errs...)
 }
 
 // Stats returns a snapshot of the engine's counters.
@@ -299,7 +361,8 @@ func (w *Worker) Stats() Stats {
 		Heartbeats: m.heartbeats.Load(), HeartbeatRows: m.heartbeatRows.Load(), HeartbeatErrors: m.heartbeatErrors.Load(), LeasesLost: m.leasesLost.Load(),
 		CancelSignals: m.cancelSignals.Load(), Stuck: m.stuck.Load(), LateFinishes: m.lateFinishes.Load(), Panics: m.panics.Load(),
 		Reclaimed: m.reclaimed.Load(), ReclaimedDead: m.reclaimedDead.Load(), Pruned: m.pruned.Load(),
-		ListenerReconnects: m.listenerReconnects.Load(), Running: w.running(),
+		ListenerReconnects: m.listenerReconnects.Load(), Running: int(m.owned.Load()),
+		Deferred: m.deferred.Load(), FinishSplits: m.finishSplits.Load(), StillRunning: m.stillRunning.Load(),
 		ClaimP50: m.claimLatency.Quantile(0.5), ClaimP99: m.claimLatency.Quantile(0.99),
 		FinishP50: m.finishLatency.Quantile(0.5), FinishP99: m.finishLatency.Quantile(0.99),
 		ErrorCodes: map[ErrorCode]int64{},

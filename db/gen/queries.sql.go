@@ -52,29 +52,32 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 
 const claimOrdered = `-- name: ClaimOrdered :many
 WITH seg AS (
-    SELECT priority, after_us, min_age_us, max_age_us FROM (SELECT unnest($2::smallint[]) AS priority,
-            unnest($3::bigint[]) AS after_us,
-            unnest($4::bigint[]) AS min_age_us,
-            unnest($5::bigint[]) AS max_age_us) AS s
+    SELECT priority, after_us, min_age_us, max_age_us FROM (SELECT unnest($4::smallint[]) AS priority,
+            unnest($5::bigint[]) AS after_us,
+            unnest($6::bigint[]) AS min_age_us,
+            unnest($7::bigint[]) AS max_age_us) AS s
 ), picked AS (
     SELECT c.id
     FROM seg s
     CROSS JOIN LATERAL (
         SELECT j.id FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = $6 AND j.priority = s.priority
+        WHERE j.state = 'ready' AND j.queue = $8 AND j.priority = s.priority
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= ($9::integer[])[array_position($3::text[], j.kind)]
         ORDER BY j.run_at, j.id
-        LIMIT $7
+        LIMIT $10
         FOR UPDATE SKIP LOCKED
     ) c
-    LIMIT $7
+    LIMIT $10
 )
 UPDATE tenure.jobs j
 SET state        = 'running',
     locked_by    = $1::text,
-    locked_until = now() + j.lease_ms * interval '1 millisecond',
+    lease_ms     = coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
     claim_token  = gen_random_uuid(),
     generation   = j.generation + 1,
     attempts     = j.attempts + 1,
@@ -87,13 +90,16 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 `
 
 type ClaimOrderedParams struct {
-	WorkerID    string
-	SegPriority []int16
-	SegAfterUs  []int64
-	SegMinAgeUs []int64
-	SegMaxAgeUs []int64
-	Queue       string
-	Batch       int32
+	WorkerID     string
+	KindLeaseMs  []int32
+	Kinds        []string
+	SegPriority  []int16
+	SegAfterUs   []int64
+	SegMinAgeUs  []int64
+	SegMaxAgeUs  []int64
+	Queue        string
+	KindVersions []int32
+	Batch        int32
 }
 
 type ClaimOrderedRow struct {
@@ -124,11 +130,14 @@ type ClaimOrderedRow struct {
 func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]ClaimOrderedRow, error) {
 	rows, err := q.db.Query(ctx, claimOrdered,
 		arg.WorkerID,
+		arg.KindLeaseMs,
+		arg.Kinds,
 		arg.SegPriority,
 		arg.SegAfterUs,
 		arg.SegMinAgeUs,
 		arg.SegMaxAgeUs,
 		arg.Queue,
+		arg.KindVersions,
 		arg.Batch,
 	)
 	if err != nil {
@@ -167,22 +176,23 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 
 const claimSegments = `-- name: ClaimSegments :many
 WITH seg AS (
-    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota FROM (SELECT unnest($2::smallint[]) AS priority,
-            unnest($3::bigint[]) AS after_us,
-            unnest($4::bigint[]) AS min_age_us,
-            unnest($5::bigint[]) AS max_age_us,
-            unnest($6::integer[]) AS lim,
-            unnest($7::integer[]) AS rank,
-            unnest($8::integer[]) AS quota) AS s
+    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota FROM (SELECT unnest($4::smallint[]) AS priority,
+            unnest($5::bigint[]) AS after_us,
+            unnest($6::bigint[]) AS min_age_us,
+            unnest($7::bigint[]) AS max_age_us,
+            unnest($8::integer[]) AS lim,
+            unnest($9::integer[]) AS rank,
+            unnest($10::integer[]) AS quota) AS s
 ), cand AS (
     SELECT c.id, c.run_at, s.priority AS band, s.rank, s.quota
     FROM seg s
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = $9 AND j.priority = s.priority
+        WHERE j.state = 'ready' AND j.queue = $11 AND j.priority = s.priority
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= ($12::integer[])[array_position($3::text[], j.kind)]
         ORDER BY j.run_at, j.id
         LIMIT s.lim
         FOR UPDATE SKIP LOCKED
@@ -194,12 +204,14 @@ WITH seg AS (
 ), picked AS (
     SELECT id FROM ranked
     ORDER BY (rank > 0 AND band_rn > quota), rank, run_at, id
-    LIMIT $10
+    LIMIT $13
 )
 UPDATE tenure.jobs j
 SET state        = 'running',
     locked_by    = $1::text,
-    locked_until = now() + j.lease_ms * interval '1 millisecond',
+    lease_ms     = coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
     claim_token  = gen_random_uuid(),
     generation   = j.generation + 1,
     attempts     = j.attempts + 1,
@@ -212,16 +224,19 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 `
 
 type ClaimSegmentsParams struct {
-	WorkerID    string
-	SegPriority []int16
-	SegAfterUs  []int64
-	SegMinAgeUs []int64
-	SegMaxAgeUs []int64
-	SegLimit    []int32
-	SegRank     []int32
-	SegQuota    []int32
-	Queue       string
-	Batch       int32
+	WorkerID     string
+	KindLeaseMs  []int32
+	Kinds        []string
+	SegPriority  []int16
+	SegAfterUs   []int64
+	SegMinAgeUs  []int64
+	SegMaxAgeUs  []int64
+	SegLimit     []int32
+	SegRank      []int32
+	SegQuota     []int32
+	Queue        string
+	KindVersions []int32
+	Batch        int32
 }
 
 type ClaimSegmentsRow struct {
@@ -250,6 +265,8 @@ type ClaimSegmentsRow struct {
 func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([]ClaimSegmentsRow, error) {
 	rows, err := q.db.Query(ctx, claimSegments,
 		arg.WorkerID,
+		arg.KindLeaseMs,
+		arg.Kinds,
 		arg.SegPriority,
 		arg.SegAfterUs,
 		arg.SegMinAgeUs,
@@ -258,6 +275,7 @@ func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([
 		arg.SegRank,
 		arg.SegQuota,
 		arg.Queue,
+		arg.KindVersions,
 		arg.Batch,
 	)
 	if err != nil {
@@ -298,15 +316,18 @@ const claimStrict = `-- name: ClaimStrict :many
 
 WITH picked AS (
     SELECT r.id FROM tenure.jobs r
-    WHERE r.state = 'ready' AND r.queue = $2 AND r.run_at <= now()
+    WHERE r.state = 'ready' AND r.queue = $4 AND r.run_at <= now()
+      AND r.payload_version <= ($5::integer[])[array_position($3::text[], r.kind)]
     ORDER BY r.priority DESC, r.run_at, r.id
-    LIMIT $3
+    LIMIT $6
     FOR UPDATE SKIP LOCKED
 )
 UPDATE tenure.jobs j
 SET state        = 'running',
     locked_by    = $1::text,
-    locked_until = now() + j.lease_ms * interval '1 millisecond',
+    lease_ms     = coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
     claim_token  = gen_random_uuid(),
     generation   = j.generation + 1,
     attempts     = j.attempts + 1,
@@ -319,9 +340,12 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 `
 
 type ClaimStrictParams struct {
-	WorkerID string
-	Queue    string
-	Batch    int32
+	WorkerID     string
+	KindLeaseMs  []int32
+	Kinds        []string
+	Queue        string
+	KindVersions []int32
+	Batch        int32
 }
 
 type ClaimStrictRow struct {
@@ -349,12 +373,24 @@ type ClaimStrictRow struct {
 // The UPDATE reaches the picked rows with id = ANY(ARRAY(...)), a primary-key lookup whatever
 // the planner guesses for LIMIT: joining the CTE instead lets a generic plan (which assumes a
 // large LIMIT) hash-join against a sequential scan of the whole table.
+// A worker claims only what it can run: kinds/kind_versions list its registered kinds and the
+// newest payload version each knows, so a job of an unknown kind (array_position is NULL) or of
+// a newer version (a rolling deploy) is skipped, never claimed and failed. kind_lease_ms is the
+// lease the worker declares per kind (0 = the job's stored lease_ms); it is written to the row so
+// heartbeats and the reclaim sweep use the lease of the worker that runs the attempt.
 // ---------------------------------------------------------------------------------------------
 // Strict priority in one index range scan: the engine's claim for a strict queue while no band
 // has a watermark (an idle or lightly loaded queue: one index probe instead of one per band).
 // Under load it switches to ClaimOrdered, the same order with per-band watermarks.
 func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]ClaimStrictRow, error) {
-	rows, err := q.db.Query(ctx, claimStrict, arg.WorkerID, arg.Queue, arg.Batch)
+	rows, err := q.db.Query(ctx, claimStrict,
+		arg.WorkerID,
+		arg.KindLeaseMs,
+		arg.Kinds,
+		arg.Queue,
+		arg.KindVersions,
+		arg.Batch,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -1388,7 +1424,7 @@ func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (TenureJob, 
 const releaseMany = `-- name: ReleaseMany :many
 UPDATE tenure.jobs j
 SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
-    run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() ELSE j.run_at END,
+    run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
     attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
     claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
     finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
@@ -1396,14 +1432,16 @@ SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_sta
     locked_until = NULL,
     updated_at = now()
 FROM (SELECT unnest($1::bigint[]) AS id,
-            unnest($2::uuid[]) AS token) AS f
+            unnest($2::uuid[]) AS token,
+            unnest($3::bigint[]) AS delay_us) AS f
 WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
 RETURNING j.id, j.state
 `
 
 type ReleaseManyParams struct {
-	Ids    []int64
-	Tokens []uuid.UUID
+	Ids     []int64
+	Tokens  []uuid.UUID
+	DelayUs []int64
 }
 
 type ReleaseManyRow struct {
@@ -1411,10 +1449,12 @@ type ReleaseManyRow struct {
 	State TenureJobState
 }
 
-// Graceful stop: give running jobs back without charging the interrupted attempt.
+// Give running jobs back without charging the interrupted attempt, due again after delay_us:
+// a graceful stop (delay 0), or a job this worker cannot decode yet (a newer payload version
+// during a rolling deploy). The generation is not reused: the next claim takes generation+1.
 // A job with a pending cancel request ends cancelled instead.
 func (q *Queries) ReleaseMany(ctx context.Context, arg ReleaseManyParams) ([]ReleaseManyRow, error) {
-	rows, err := q.db.Query(ctx, releaseMany, arg.Ids, arg.Tokens)
+	rows, err := q.db.Query(ctx, releaseMany, arg.Ids, arg.Tokens, arg.DelayUs)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,7 @@
 //
 // Every run gets its own freshly created database (migrated with the queue's own migrator)
 // and its own child process; runs alternate between the systems within each repetition
-// (tenure, tenure-sync, river, river-default by default); the report gives the median of each
+// (tenure, tenure-async, river, river-default by default); the report gives the median of each
 // metric and the Tenure/River ratio, oriented so that > 1 means Tenure is better, for every
 // pair of a Tenure and a River variant. See bench/README.md.
 //
@@ -68,7 +68,7 @@ type config struct {
 }
 
 // defaultSystems run when -systems is not given, in this order within each repetition.
-var defaultSystems = []string{tenuresut.Name, tenuresut.NameSync, riversut.Name, riversut.NameDefault}
+var defaultSystems = []string{tenuresut.Name, tenuresut.NameAsync, riversut.Name, riversut.NameDefault}
 
 // defaultOnlyIn limits a default system to some scenarios: River with its default fetch
 // settings is compared where its fetch delays are the question (pickup latency, a few workers
@@ -223,7 +223,7 @@ func (c config) plan(name string) (scenario.Spec, error) {
 }
 
 // units returns the sides of a scenario in A/B order. bulk-enqueue runs River twice, once per
-// bulk API, so Tenure's InsertMany is compared with both. A worker variant (tenure-sync,
+// bulk API, so Tenure's InsertMany is compared with both. A worker variant (tenure-async,
 // river-default) is skipped where no worker runs if the system it varies is run: its inserts
 // are the same. With the default -systems, defaultOnlyIn also applies.
 func (c config) units(name string) []unit {

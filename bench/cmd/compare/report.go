@@ -87,8 +87,8 @@ func metricValue(r *scenario.Result, key string) (float64, bool) {
 }
 
 // row is one comparison of one metric: one Tenure variant against one River variant. The
-// metric name says which variants unless they are the primary ones: "completed [tenure-sync]"
-// is tenure-sync against river, "completed (vs river-default)" is tenure against
+// metric name says which variants unless they are the primary ones: "completed [tenure-async]"
+// is tenure-async against river, "completed (vs river-default)" is tenure against
 // river-default; tenure_system and river_system name them too.
 type row struct {
 	Scenario     string    `json:"scenario"`
@@ -329,7 +329,7 @@ func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerI
 	}
 	rep.Notes = append(rep.Notes,
 		"ratio = tenure/river for higher-is-better metrics and river/tenure for lower-is-better ones: > 1 always means Tenure is better; "+
-			"each result compares the Tenure variant tenure_system with the River variant river_system (a metric name marked [tenure-sync] or (vs river-default) says so)",
+			"each result compares the Tenure variant tenure_system with the River variant river_system (a metric name marked [tenure-async] or (vs river-default) says so)",
 		"values are medians over the repetitions; *_runs hold every repetition",
 		"postgres CPU counts the postmaster, the cluster-wide auxiliary processes and every backend of the run's own database (utime+stime from /proc)",
 	)

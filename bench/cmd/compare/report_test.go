@@ -95,9 +95,9 @@ func TestUnitsPerScenario(t *testing.T) {
 		return strings.Join(out, ",")
 	}
 	for scen, want := range map[string]string{
-		scenario.BurnDown:    "tenure,tenure-sync,river",
-		scenario.Latency:     "tenure,tenure-sync,river,river-default",
-		scenario.FewWorkers:  "tenure,tenure-sync,river,river-default",
+		scenario.BurnDown:    "tenure,tenure-async,river",
+		scenario.Latency:     "tenure,tenure-async,river,river-default",
+		scenario.FewWorkers:  "tenure,tenure-async,river,river-default",
 		scenario.BulkEnqueue: "tenure,river/InsertManyFast,river/InsertMany",
 	} {
 		if got := labels(def, scen); got != want {
@@ -109,8 +109,8 @@ func TestUnitsPerScenario(t *testing.T) {
 		t.Errorf("explicit river-default in burn-down: %s", got)
 	}
 	// A worker variant runs bulk-enqueue when the system it varies is not selected.
-	alone := config{systems: []string{"tenure-sync", "river-default"}}
-	if got := labels(alone, scenario.BulkEnqueue); got != "tenure-sync,river-default" {
+	alone := config{systems: []string{"tenure-async", "river-default"}}
+	if got := labels(alone, scenario.BulkEnqueue); got != "tenure-async,river-default" {
 		t.Errorf("variants alone in bulk-enqueue: %s", got)
 	}
 }
@@ -131,7 +131,7 @@ func TestBuildReportVariants(t *testing.T) {
 	}
 	results := map[runKey][]*scenario.Result{
 		{scenario.FewWorkers, unit{System: "tenure"}}:           {res(scenario.MCompletedPerS, 3000)},
-		{scenario.FewWorkers, unit{System: "tenure-sync"}}:      {res(scenario.MCompletedPerS, 2000)},
+		{scenario.FewWorkers, unit{System: "tenure-async"}}:     {res(scenario.MCompletedPerS, 2000)},
 		{scenario.FewWorkers, unit{System: "river"}}:            {res(scenario.MCompletedPerS, 1000)},
 		{scenario.FewWorkers, unit{System: "river-default"}}:    {res(scenario.MCompletedPerS, 100)},
 		{scenario.BulkEnqueue, unit{System: "tenure"}}:          {res(scenario.MJobsPerS, 10)},
@@ -152,10 +152,10 @@ func TestBuildReportVariants(t *testing.T) {
 		tenure, river, ratio float64
 		ts, rs               string
 	}{
-		"completed":                                  {3000, 1000, 3, "tenure", "river"},
-		"completed [tenure-sync]":                    {2000, 1000, 2, "tenure-sync", "river"},
-		"completed (vs river-default)":               {3000, 100, 30, "tenure", "river-default"},
-		"completed [tenure-sync] (vs river-default)": {2000, 100, 20, "tenure-sync", "river-default"},
+		"completed":                                   {3000, 1000, 3, "tenure", "river"},
+		"completed [tenure-async]":                    {2000, 1000, 2, "tenure-async", "river"},
+		"completed (vs river-default)":                {3000, 100, 30, "tenure", "river-default"},
+		"completed [tenure-async] (vs river-default)": {2000, 100, 20, "tenure-async", "river-default"},
 	} {
 		r := find(scenario.FewWorkers, metric)
 		if *r.Tenure != want.tenure || *r.River != want.river || *r.Ratio != want.ratio ||
@@ -170,20 +170,20 @@ func TestBuildReportVariants(t *testing.T) {
 	}
 	md := rep.markdown()
 	for _, want := range []string{
-		"| Scenario | Metric | Unit | Tenure | River | Ratio (> 1 = Tenure better) | tenure-sync | ratio tenure-sync |",
+		"| Scenario | Metric | Unit | Tenure | River | Ratio (> 1 = Tenure better) | tenure-async | ratio tenure-async |",
 		"| few-workers | completed | jobs/s | 3000 | 1000 | 3.00 | 2000 | 2.00 |",
 		"| few-workers | completed (vs river-default) | jobs/s | 3000 | 100.0 | 30.00 | 2000 | 20.00 |",
 		"| bulk-enqueue | throughput (River InsertMany) | jobs/s | 10.00 | 5.000 | 2.00 | — | — |",
 		"river-default: River's client defaults",
 		"(100ms and 1s) — runs in few-workers",
-		"tenure-sync: tenure with worker.Config{SynchronousCommit: true}",
+		"tenure-async: tenure with worker.Config{AsynchronousCommit: true}",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
 	}
 	if len(rep.Targets) != 2 || !strings.Contains(rep.Targets[0], "tenure 3000 jobs/s, 30.0× river-default (100.0 jobs/s): met") ||
-		!strings.Contains(rep.Targets[1], "tenure-sync 2000 jobs/s, 20.0× river-default (100.0 jobs/s): not met") {
+		!strings.Contains(rep.Targets[1], "tenure-async 2000 jobs/s, 20.0× river-default (100.0 jobs/s): not met") {
 		t.Errorf("targets %q", rep.Targets)
 	}
 }

@@ -75,7 +75,7 @@ type System interface {
 type Driver struct {
 	Name string
 	// Family is the queue the driver runs ("tenure" or "river"). A family can register several
-	// drivers that differ only in settings (e.g. "tenure" and "tenure-sync").
+	// drivers that differ only in settings (e.g. "tenure" and "tenure-async").
 	Family string
 	// WorkerVariantOf names the driver this one differs from only in its worker settings: the
 	// inserts are the same, so a run without workers (bulk-enqueue) would measure nothing new.

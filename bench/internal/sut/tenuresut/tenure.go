@@ -20,17 +20,17 @@ import (
 // TenureBatchInsertMany is Tenure's one bulk insert API.
 const TenureBatchInsertMany = "InsertMany"
 
-// Driver names: "tenure" runs the library defaults; "tenure-sync" is the same with
-// worker.Config.SynchronousCommit = true, so the worker's own transactions (claims,
-// heartbeats, finishes, reclaims) wait for their WAL flush instead of committing with
-// synchronous_commit=off.
+// Driver names: "tenure" runs the library defaults (the worker's own transactions commit
+// durably, with the server's synchronous_commit); "tenure-async" is the same with
+// worker.Config.AsynchronousCommit = true, so claims, heartbeats, finishes and reclaims commit
+// with synchronous_commit=off (faster; a server crash can lose their last fraction of a second).
 const (
-	Name     = "tenure"
-	NameSync = "tenure-sync"
+	Name      = "tenure"
+	NameAsync = "tenure-async"
 )
 
 func init() {
-	register := func(name, variantOf, desc string, syncCommit bool) {
+	register := func(name, variantOf, desc string, async bool) {
 		sut.Register(&sut.Driver{
 			Name:            name,
 			Family:          "tenure",
@@ -43,36 +43,35 @@ func init() {
 				return err
 			},
 			New: func(ctx context.Context, opts sut.Options) (sut.System, error) {
-				return newTenure(ctx, name, syncCommit, opts)
+				return newTenure(ctx, name, async, opts)
 			},
 			SchemaVersion: func(context.Context, *pgxpool.Pool) (string, error) {
 				return strconv.Itoa(migrations.Latest()), nil
 			},
 		})
 	}
-	register(Name, "", "library defaults: worker.Config.SynchronousCommit=false, so the worker's own "+
-		"transactions (claims, heartbeats, finishes, reclaims) commit with synchronous_commit=off; "+
-		"inserts commit with the server's setting", false)
-	register(NameSync, Name, "tenure with worker.Config{SynchronousCommit: true}: the worker's own "+
-		"transactions wait for their WAL flush (the server's synchronous_commit), like River's", true)
+	register(Name, "", "library defaults: the worker's own transactions (claims, heartbeats, finishes, "+
+		"reclaims) and inserts commit with the server's synchronous_commit, durably, like River's", false)
+	register(NameAsync, Name, "tenure with worker.Config{AsynchronousCommit: true}: the worker's own "+
+		"transactions commit with synchronous_commit=off (inserts keep the server's setting)", true)
 }
 
 type tenureSystem struct {
-	name       string
-	syncCommit bool
-	pool       *pgxpool.Pool
-	client     *jobs.Client
-	w          *worker.Worker
-	opts       sut.Options
-	insert     *jobs.InsertOpts
+	name   string
+	async  bool
+	pool   *pgxpool.Pool
+	client *jobs.Client
+	w      *worker.Worker
+	opts   sut.Options
+	insert *jobs.InsertOpts
 }
 
-func newTenure(_ context.Context, name string, syncCommit bool, opts sut.Options) (sut.System, error) {
+func newTenure(_ context.Context, name string, async bool, opts sut.Options) (sut.System, error) {
 	client, err := jobs.NewClient(opts.Pool, &jobs.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("%s: new client: %w", name, err)
 	}
-	s := &tenureSystem{name: name, syncCommit: syncCommit, pool: opts.Pool, client: client, opts: opts,
+	s := &tenureSystem{name: name, async: async, pool: opts.Pool, client: client, opts: opts,
 		insert: &jobs.InsertOpts{Queue: "default"}}
 	if opts.BatchAPI != "" && opts.BatchAPI != TenureBatchInsertMany {
 		return nil, fmt.Errorf("%s: unknown batch API %q", name, opts.BatchAPI)
@@ -83,9 +82,9 @@ func newTenure(_ context.Context, name string, syncCommit bool, opts sut.Options
 			logger = sut.StderrLogger(name)
 		}
 		w, err := worker.New(opts.Pool, &worker.Config{
-			Queues:            map[string]worker.QueueConfig{"default": {Concurrency: opts.Workers}},
-			Logger:            logger,
-			SynchronousCommit: syncCommit,
+			Queues:             map[string]worker.QueueConfig{"default": {Concurrency: opts.Workers}},
+			Logger:             logger,
+			AsynchronousCommit: async,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: new worker: %w", name, err)
@@ -154,15 +153,15 @@ func (s *tenureSystem) Depth(ctx context.Context) (int64, error) {
 
 func (s *tenureSystem) Settings() map[string]string {
 	return map[string]string{
-		"Concurrency":       strconv.Itoa(s.opts.Workers),
-		"SynchronousCommit": strconv.FormatBool(s.syncCommit) + syncNote[s.syncCommit],
-		"other settings":    "library defaults (incl. the worker's private engine pool, default size)",
-		"bulk insert API":   TenureBatchInsertMany,
-		"pool MaxConns":     strconv.Itoa(int(s.pool.Config().MaxConns)),
+		"Concurrency":        strconv.Itoa(s.opts.Workers),
+		"AsynchronousCommit": strconv.FormatBool(s.async) + asyncNote[s.async],
+		"other settings":     "library defaults (incl. the worker's private engine pool, default size)",
+		"bulk insert API":    TenureBatchInsertMany,
+		"pool MaxConns":      strconv.Itoa(int(s.pool.Config().MaxConns)),
 	}
 }
 
-var syncNote = map[bool]string{
-	false: " (library default: the worker's own transactions commit with synchronous_commit=off)",
-	true:  " (the worker's own transactions wait for their WAL flush)",
+var asyncNote = map[bool]string{
+	false: " (library default: the worker's own transactions wait for their WAL flush)",
+	true:  " (the worker's own transactions commit with synchronous_commit=off)",
 }

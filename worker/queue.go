@@ -1,0 +1,433 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/tenureq/tenure/db/gen"
+)
+
+// This file is the owner of a queue's state. One goroutine per queue, the queue loop, owns
+// the handler slots, the set of the queue's active executions and every per-execution flag,
+// the claimers' backoff, the watermarks and the fairness policy. Everything else reports to it
+// over channels and never touches that state:
+//
+//	claim goroutine   --claimResult-->   loop   (one per claim in flight, at most Claimers)
+//	handler goroutine --handlerResult--> loop   (one per running job)
+//	heartbeat stmt    --hbResult------>  loop   (at most one in flight)
+//	finishers         --settled------->  loop   (shared by all queues)
+//	listener          --wake/cancel/resync--> loop
+//	loop              --*execution-->    finishers (finishCh; never blocks the loop)
+//
+// Stop sends the loop a stopPlan; the loop stops claiming, lets handlers finish, cancels them
+// at hardAt, releases what they still hold at releaseAt, and returns once it owns nothing (or
+// at once when the engine context ends at Stop's deadline, reporting what it abandons).
+
+type queue struct {
+	w    *Worker
+	name string
+	cfg  QueueConfig
+	pol  *policy
+
+	claimedCh  chan claimResult
+	returnedCh chan handlerResult
+	settledCh  chan settled
+	hbCh       chan hbResult
+	cancelCh   chan int64
+	wakeCh     chan struct{} // NOTIFY: new jobs in this queue (1-buffered)
+	resyncCh   chan struct{} // the listener reconnected: heartbeat every job now (1-buffered)
+	stopCh     chan stopPlan // 1-buffered
+	done       chan struct{} // closed when the loop returns
+
+	// Owned by the loop goroutine.
+	active     map[*execution]struct{} // a job can appear twice: a stuck attempt and its successor
+	running    int // handler slots in use (handlers running and not declared stuck)
+	reserved   int // slots reserved by claims in flight
+	claimers   []claimer
+	inFlight   int // claims in flight
+	pending    []*execution
+	hbInFlight bool
+	hbAll      bool
+	wm         bandTimes // see watermarks in claim.go
+	wmSince    time.Time
+	stopping   bool
+}
+
+// claimer is one claim slot's backoff state: a queue may have Claimers claims in flight.
+type claimer struct {
+	busy       bool
+	sleepUntil time.Time     // zero: ready
+	wakeable   bool          // a NOTIFY ends the sleep (not after an error)
+	idle       time.Duration // current empty-claim backoff
+}
+
+type claimResult struct {
+	idx  int // claimer
+	n    int // slots reserved
+	plan claimPlan
+	got  []claimed
+	err  error
+	took time.Duration
+}
+
+type handlerResult struct {
+	e   *execution
+	fin finish
+}
+
+type settled struct {
+	e      *execution
+	landed bool
+	err    error // non-nil: abandoned (not written); landed is false
+}
+
+type hbResult struct {
+	due  []*execution
+	at   time.Time
+	rows []gen.HeartbeatRow
+	err  error
+}
+
+// stopPlan tells a queue loop when to cancel handlers and when to release what they hold.
+// Zero times mean "never": the loop waits for handlers until the engine context ends.
+type stopPlan struct {
+	hardAt, releaseAt time.Time
+}
+
+func newQueue(w *Worker, name string, cfg QueueConfig) *queue {
+	return &queue{w: w, name: name, cfg: cfg, pol: newPolicy(cfg.Fairness),
+		claimedCh: make(chan claimResult), returnedCh: make(chan handlerResult), settledCh: make(chan settled),
+		hbCh: make(chan hbResult), cancelCh: make(chan int64, 16), wakeCh: make(chan struct{}, 1),
+		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), done: make(chan struct{}),
+		active: map[*execution]struct{}{}, claimers: make([]claimer, cfg.Claimers)}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (q *queue) wake() { signal(q.wakeCh) }
+
+// heartbeatTick is how often the loop looks for due heartbeats and stuck handlers.
+const heartbeatTick = 50 * time.Millisecond
+
+// loop is the queue's owner goroutine. ctx is the engine context: it ends at Stop's deadline.
+func (q *queue) loop(ctx context.Context) {
+	defer close(q.done)
+	w := q.w
+	tick := time.NewTicker(heartbeatTick)
+	defer tick.Stop()
+	claimTimer := time.NewTimer(time.Hour)
+	defer claimTimer.Stop()
+	var hardC, releaseC <-chan time.Time
+	for {
+		if !q.stopping {
+			q.claimMore(ctx)
+		} else if len(q.active) == 0 && q.inFlight == 0 {
+			return
+		}
+		if d, ok := q.nextClaimWake(); ok {
+			claimTimer.Reset(d)
+		}
+		var out chan *execution
+		var next *execution
+		if len(q.pending) > 0 {
+			out, next = w.finishCh, q.pending[0]
+		}
+		select {
+		case <-ctx.Done():
+			q.abandonAll()
+			return
+		case plan := <-q.stopCh:
+			q.stopping = true
+			hardC, releaseC = after(plan.hardAt), after(plan.releaseAt)
+		case <-hardC:
+			hardC = nil
+			q.cancelHandlers()
+		case <-releaseC:
+			releaseC = nil
+			q.releaseHeld()
+		case r := <-q.claimedCh:
+			q.claimed(r)
+		case r := <-q.returnedCh:
+			q.handlerReturned(r)
+		case s := <-q.settledCh:
+			q.settle(s)
+		case r := <-q.hbCh:
+			q.heartbeatDone(r)
+		case id := <-q.cancelCh:
+			for e := range q.active {
+				if e.c.id == id {
+					q.requestCancel(e)
+				}
+			}
+		case <-q.resyncCh:
+			q.hbAll = true
+		case <-q.wakeCh:
+			q.wakeOne()
+		case <-claimTimer.C:
+		case now := <-tick.C:
+			q.heartbeat(ctx, now)
+		case out <- next:
+			q.pending = q.pending[1:]
+		}
+	}
+}
+
+// after returns a channel that fires at t, or nil (never) for a zero t.
+func after(t time.Time) <-chan time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return time.After(time.Until(t))
+}
+
+// free is the number of jobs a new claim may take: free handler slots, bounded by the owned
+// cap (jobs whose handler returned but whose finish has not landed still belong to this worker:
+// with a slow database they push back on claiming instead of piling up leases) and the batch.
+func (q *queue) free() int {
+	c := q.cfg.Concurrency
+	return min(c-q.running-q.reserved, 4*c-len(q.active)-q.reserved, q.w.cfg.MaxClaimBatch)
+}
+
+// claimMore starts claims for ready claimers while slots are free.
+func (q *queue) claimMore(ctx context.Context) {
+	now := time.Now()
+	for i := range q.claimers {
+		c := &q.claimers[i]
+		if c.busy || (!c.sleepUntil.IsZero() && now.Before(c.sleepUntil)) {
+			continue
+		}
+		n := q.free()
+		if n <= 0 {
+			return
+		}
+		c.busy, c.sleepUntil = true, time.Time{}
+		q.reserved += n
+		q.inFlight++
+		q.startClaim(ctx, i, n)
+	}
+}
+
+// nextClaimWake returns how long until the first sleeping claimer wakes.
+func (q *queue) nextClaimWake() (time.Duration, bool) {
+	var first time.Time
+	for i := range q.claimers {
+		c := &q.claimers[i]
+		if !c.busy && !c.sleepUntil.IsZero() && (first.IsZero() || c.sleepUntil.Before(first)) {
+			first = c.sleepUntil
+		}
+	}
+	if first.IsZero() {
+		return 0, false
+	}
+	return max(time.Until(first), 0), true
+}
+
+// wakeOne ends the sleep of one wakeable claimer (a NOTIFY, or a sibling's full claim).
+func (q *queue) wakeOne() {
+	for i := range q.claimers {
+		c := &q.claimers[i]
+		if !c.busy && !c.sleepUntil.IsZero() && c.wakeable {
+			c.sleepUntil = time.Time{}
+			return
+		}
+	}
+}
+
+// sleep puts claimer c to sleep for d with ±50% jitter.
+func (c *claimer) sleep(d time.Duration, wakeable bool) {
+	d = d/2 + time.Duration(rand.Int64N(int64(d)+1))
+	c.sleepUntil, c.wakeable = time.Now().Add(d), wakeable
+}
+
+// backoff doubles the idle wait from FetchPollMin to FetchPollMax.
+func (q *queue) backoff(cur time.Duration) time.Duration {
+	if cur == 0 {
+		return q.w.cfg.FetchPollMin
+	}
+	return min(cur*2, q.w.cfg.FetchPollMax)
+}
+
+// claimed takes a claim's result: dispatch the jobs (or, once stopping, give them straight
+// back), and decide the claimer's next wait.
+func (q *queue) claimed(r claimResult) {
+	w := q.w
+	c := &q.claimers[r.idx]
+	c.busy = false
+	q.inFlight--
+	q.reserved -= r.n
+	if r.err == nil {
+		q.recordClaim(r)
+	}
+	for i := range r.got {
+		e := q.newExecution(&r.got[i])
+		q.active[e] = struct{}{}
+		w.m.owned.Add(1)
+		if q.stopping {
+			// Claimed while Stop began: the claim committed, so the jobs are ours; give them
+			// back at once instead of starting handlers the stop would only interrupt.
+			e.returned, e.released = true, true
+			e.fin = finish{to: toRelease}
+			q.pending = append(q.pending, e)
+			continue
+		}
+		q.running++
+		w.m.handlersRunning.Add(1)
+		go q.run(e)
+	}
+	switch {
+	case r.err != nil:
+		if q.stopping {
+			return
+		}
+		w.m.claimErrors.Add(1)
+		w.log.Warn("tenure: claim failed", "queue", q.name, "err", r.err)
+		c.idle = q.backoff(c.idle)
+		c.sleep(c.idle, false)
+	case len(r.got) == 0:
+		w.m.emptyClaims.Add(1)
+		c.idle = q.backoff(c.idle)
+		c.sleep(c.idle, true)
+	case len(r.got) == r.n:
+		c.idle = 0
+		q.wakeOne() // there may be more: let an idle sibling claim too
+	default:
+		// Short claim: nothing more is claimable right now. Wait for a NOTIFY or the first
+		// poll rather than asking again at once.
+		c.idle = w.cfg.FetchPollMin
+		c.sleep(c.idle, true)
+	}
+}
+
+// handlerReturned takes a handler's result and queues its finish.
+func (q *queue) handlerReturned(r handlerResult) {
+	e := r.e
+	if _, ok := q.active[e]; !ok || e.released {
+		// Stop released the job before the handler returned; fencing would reject it anyway.
+		q.w.log.Warn("tenure: handler returned after its job was released by Stop; result discarded", "job_id", e.c.id)
+		return
+	}
+	e.returned = true
+	f := r.fin
+	if e.stuck {
+		// The engine gave up on this attempt at timeout+grace (its slot was freed then);
+		// whatever the handler says now is fenced out as a timeout.
+		q.w.m.lateFinishes.Add(1)
+		f = q.w.failure(e, CodeTimeout, 0, fmt.Errorf("handler returned %v after it was declared stuck (result discarded)", time.Since(e.start).Round(time.Millisecond)))
+	} else {
+		q.running--
+	}
+	e.fin = f
+	q.pending = append(q.pending, e)
+}
+
+// settle records a finish the finishers wrote (landed), saw rejected (stale) or abandoned.
+func (q *queue) settle(s settled) {
+	e := s.e
+	if _, ok := q.active[e]; !ok {
+		return
+	}
+	delete(q.active, e)
+	w := q.w
+	w.m.owned.Add(-1)
+	switch {
+	case s.err != nil:
+		w.m.finishAbandoned.Add(1)
+		w.log.Error("tenure: finish abandoned; the job's lease will expire and the sweep retries it",
+			"job_id", e.c.id, "transition", e.fin.to.String(), "err", s.err)
+		w.report(e, s.err)
+	case !s.landed:
+		w.m.staleRejected.Add(1)
+		w.log.Warn("tenure: stale finish rejected: the job is no longer ours", "job_id", e.c.id,
+			"generation", e.c.generation, "transition", e.fin.to.String())
+		w.report(e, &StaleWriteError{JobID: e.c.id, Generation: e.c.generation, Transition: e.fin.to.String()})
+	default:
+		switch e.fin.to {
+		case toSucceeded:
+			w.m.succeeded.Add(1)
+			w.m.lastSuccess.Store(time.Now().UnixNano())
+		case toRetry:
+			w.m.retried.Add(1)
+		case toDead:
+			w.m.dead.Add(1)
+		case toCancelled:
+			w.m.cancelled.Add(1)
+		case toRelease:
+			w.m.released.Add(1)
+		}
+		w.report(e, nil)
+	}
+}
+
+// requestCancel cancels the handler of a job an operator asked to cancel.
+func (q *queue) requestCancel(e *execution) {
+	if e.returned || e.released {
+		return
+	}
+	if context.Cause(e.ctx) == nil {
+		q.w.m.cancelSignals.Add(1)
+		q.w.log.Info("tenure: cancel requested, cancelling handler", "job_id", e.c.id)
+	}
+	e.cancel(ErrJobCancelled)
+}
+
+// cancelHandlers is the hard stop: every running handler's context ends (ErrWorkerStopping);
+// a handler that returns then has its job released without charging the attempt.
+func (q *queue) cancelHandlers() {
+	n := 0
+	for e := range q.active {
+		if !e.returned && !e.released {
+			e.cancel(ErrWorkerStopping)
+			n++
+		}
+	}
+	if n > 0 {
+		q.w.log.Warn("tenure: stop: cancelling handlers that have not returned", "queue", q.name, "handlers", n)
+	}
+}
+
+// releaseHeld gives back, with a fenced release, every job whose handler still has not
+// returned (it ignores its context). Its late result is dropped, and fencing would reject it.
+func (q *queue) releaseHeld() {
+	n := 0
+	for e := range q.active {
+		if e.returned || e.released {
+			continue
+		}
+		e.released, e.returned = true, true
+		e.cancel(ErrWorkerStopping)
+		if !e.stuck {
+			q.running--
+		}
+		e.fin = finish{to: toRelease}
+		q.pending = append(q.pending, e)
+		n++
+	}
+	if n > 0 {
+		q.w.m.stillRunning.Add(int64(n))
+		q.w.log.Warn("tenure: stop: releasing jobs of handlers that ignore cancellation", "queue", q.name, "jobs", n)
+	}
+}
+
+// abandonAll is the end of Stop's budget: whatever the loop still owns is left to its lease.
+func (q *queue) abandonAll() {
+	if len(q.active) == 0 {
+		return
+	}
+	w := q.w
+	for e := range q.active {
+		e.cancel(ErrWorkerStopping)
+		w.m.owned.Add(-1)
+		w.m.finishAbandoned.Add(1)
+		w.report(e, fmt.Errorf("%w: stop deadline reached before its finish was written", ErrFinishAbandoned))
+	}
+	w.log.Error("tenure: stop deadline reached; jobs left to their leases (the sweep will retry them)",
+		"queue", q.name, "jobs", len(q.active))
+	clear(q.active)
+}
