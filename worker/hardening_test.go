@@ -303,4 +303,3 @@ func TestWorkerDecidesLeaseAtClaim(t *testing.T) {
 	startWorker(t, w)
 	require.Equal(t, 7*time.Minute, <-leases)
 }
-

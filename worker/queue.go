@@ -43,8 +43,8 @@ type queue struct {
 
 	// Owned by the loop goroutine.
 	active     map[*execution]struct{} // a job can appear twice: a stuck attempt and its successor
-	running    int // handler slots in use (handlers running and not declared stuck)
-	reserved   int // slots reserved by claims in flight
+	running    int                     // handler slots in use (handlers running and not declared stuck)
+	reserved   int                     // slots reserved by claims in flight
 	claimers   []claimer
 	inFlight   int // claims in flight
 	pending    []*execution

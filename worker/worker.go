@@ -2,9 +2,9 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -114,7 +114,7 @@ type handler struct {
 	kind    string
 	version int // the newest payload version the args type knows
 	opts    HandlerOptions
-	run  func(ctx context.Context, e *execution) error
+	run     func(ctx context.Context, e *execution) error
 }
 
 // Register adds the handler of args type A. It must be called before Start. The kind's
