@@ -45,6 +45,13 @@ test: check-generated vet
 test-short:
 	$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
+## chaos: the fault-injection matrix (internal/faults: PostgreSQL restarts and crashes, killed
+## backends and workers, network cuts, pool exhaustion, retry storm, row locks, read-only, roles;
+## ~4 min; see docs/reliability.md). Not part of `make test`'s -short runs: the tests skip under -short.
+.PHONY: chaos
+chaos:
+	$(GO) test -count=1 -timeout 20m ./internal/faults/
+
 ## migrate: apply pending migrations to $$DATABASE_URL (or pass ARGS='-database-url URL')
 migrate:
 	$(GO) run ./cmd/tenure migrate up $(ARGS)

@@ -69,6 +69,7 @@ type Server struct {
 	Started bool
 
 	root, dataDir string
+	opts, logFile string // pg_ctl -o options and server log of a started cluster
 	bin           *binaries
 	cred          *syscall.Credential
 	watchdog      *exec.Cmd
@@ -139,7 +140,27 @@ func probe(ctx context.Context, u string) error {
 
 // Start starts a throwaway cluster (step 3 of Ensure) regardless of any other server.
 func Start(ctx context.Context, logf func(format string, args ...any)) (*Server, error) {
+	return StartWith(ctx, logf, Options{})
+}
+
+// Options adjust a cluster started by StartWith.
+type Options struct {
+	// Settings are extra server settings, "name=value" each, applied after the defaults (so
+	// they override them): e.g. "synchronous_commit=on" for a cluster whose crashes must not
+	// lose committed transactions (fsync stays off: a crash of the server processes loses
+	// nothing written to the operating system, only a crash of the machine would).
+	Settings []string
+}
+
+// StartWith is Start with options. Fault-injection tests use it for a private cluster they
+// may crash and restart (Restart, Halt, Resume).
+func StartWith(ctx context.Context, logf func(format string, args ...any), o Options) (*Server, error) {
 	logf = orNop(logf)
+	for _, kv := range o.Settings {
+		if k, _, ok := strings.Cut(kv, "="); !ok || strings.TrimSpace(k) == "" || strings.ContainsAny(kv, "'\"\n") {
+			return nil, fmt.Errorf("pgserver: setting %q: want name=value without quotes", kv)
+		}
+	}
 	bin, err := findBinaries()
 	if err != nil {
 		return nil, err
@@ -152,7 +173,7 @@ func Start(ctx context.Context, logf func(format string, args ...any)) (*Server,
 
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		s, err := startOnce(ctx, bin, cred, logf)
+		s, err := startOnce(ctx, bin, cred, logf, o.Settings)
 		if err == nil {
 			return s, nil
 		}
@@ -170,7 +191,7 @@ const (
 	ownerFile = "owner.pid"
 )
 
-func startOnce(ctx context.Context, bin *binaries, cred *syscall.Credential, logf func(string, ...any)) (_ *Server, err error) {
+func startOnce(ctx context.Context, bin *binaries, cred *syscall.Credential, logf func(string, ...any), settings []string) (_ *Server, err error) {
 	root, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
 		return nil, err
@@ -202,7 +223,7 @@ func startOnce(ctx context.Context, bin *binaries, cred *syscall.Credential, log
 	if err != nil {
 		return nil, err
 	}
-	opts := strings.Join([]string{
+	optList := []string{
 		"-c fsync=off",
 		"-c synchronous_commit=off",
 		"-c full_page_writes=off",
@@ -212,8 +233,13 @@ func startOnce(ctx context.Context, bin *binaries, cred *syscall.Credential, log
 		"-c max_connections=300",
 		"-c shared_buffers=256MB",
 		"-c log_min_messages=warning",
-	}, " ")
+	}
+	for _, kv := range settings {
+		optList = append(optList, "-c "+kv)
+	}
+	opts := strings.Join(optList, " ")
 	logFile := filepath.Join(root, "postgres.log")
+	s.opts, s.logFile = opts, logFile
 	if out, err := s.run(ctx, bin.pgCtl, "start", "-w", "-t", "60", "-D", s.dataDir, "-l", logFile, "-o", opts); err != nil {
 		logTail, _ := os.ReadFile(logFile)
 		return nil, fmt.Errorf("pgserver: pg_ctl start: %w\n%s\n%s", err, tail(out, 10), tail(logTail, 20))
@@ -267,6 +293,78 @@ func (s *Server) stop() error {
 		s.logf("pgserver: stopped throwaway PostgreSQL in %s", s.root)
 	}
 	return err
+}
+
+// Shutdown modes of pg_ctl, for Restart and Halt.
+const (
+	ModeSmart     = "smart"     // wait for every session to end
+	ModeFast      = "fast"      // roll back and disconnect sessions, checkpoint, exit
+	ModeImmediate = "immediate" // kill every server process: a crash, recovered from WAL at the next start
+)
+
+var errNotStarted = errors.New("pgserver: not a cluster this process started")
+
+func checkMode(mode string) error {
+	switch mode {
+	case ModeSmart, ModeFast, ModeImmediate:
+		return nil
+	}
+	return fmt.Errorf("pgserver: unknown shutdown mode %q", mode)
+}
+
+// Restart stops a started cluster with the given shutdown mode (ModeFast, ModeImmediate,
+// ModeSmart) and starts it again with the same settings and port, waiting until it accepts
+// connections. After ModeImmediate the start runs crash recovery.
+func (s *Server) Restart(ctx context.Context, mode string) error {
+	if err := s.Halt(ctx, mode); err != nil {
+		return err
+	}
+	return s.Resume(ctx)
+}
+
+// Halt stops a started cluster with the given shutdown mode and waits until it is down. The
+// cluster's files stay; Resume starts it again, Stop removes it.
+func (s *Server) Halt(ctx context.Context, mode string) error {
+	if s == nil || !s.Started {
+		return errNotStarted
+	}
+	if err := checkMode(mode); err != nil {
+		return err
+	}
+	if out, err := s.run(ctx, s.bin.pgCtl, "stop", "-D", s.dataDir, "-m", mode, "-w", "-t", "60"); err != nil {
+		return fmt.Errorf("pgserver: pg_ctl stop -m %s: %w: %s", mode, err, tail(out, 5))
+	}
+	return nil
+}
+
+// Resume starts a cluster stopped by Halt with its settings and port, and waits until it
+// accepts connections.
+func (s *Server) Resume(ctx context.Context) error {
+	if s == nil || !s.Started {
+		return errNotStarted
+	}
+	if out, err := s.run(ctx, s.bin.pgCtl, "start", "-w", "-t", "60", "-D", s.dataDir, "-l", s.logFile, "-o", s.opts); err != nil {
+		logTail, _ := os.ReadFile(s.logFile)
+		return fmt.Errorf("pgserver: pg_ctl start: %w\n%s\n%s", err, tail(out, 10), tail(logTail, 20))
+	}
+	return probe(ctx, s.URL)
+}
+
+// Running reports whether a started cluster's postmaster is up (pg_ctl status).
+func (s *Server) Running(ctx context.Context) bool {
+	if s == nil || !s.Started {
+		return false
+	}
+	_, err := s.run(ctx, s.bin.pgCtl, "status", "-D", s.dataDir)
+	return err == nil
+}
+
+// DataDir returns the data directory of a started cluster ("" for a found server).
+func (s *Server) DataDir() string {
+	if s == nil || !s.Started {
+		return ""
+	}
+	return s.dataDir
 }
 
 // run runs a PostgreSQL binary as the unprivileged user (when root) in the server's root.

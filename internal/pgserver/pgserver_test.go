@@ -107,3 +107,57 @@ func TestReapStale(t *testing.T) {
 	assert.NoDirExists(t, stale)
 	assert.DirExists(t, alive)
 }
+
+// TestRestartHaltResume: a cluster started with extra settings keeps them across restarts;
+// committed data survives a fast and an immediate (crash) restart; Halt/Resume stop and
+// start it on the same port.
+func TestRestartHaltResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL cluster")
+	}
+	if _, err := findBinaries(); err != nil {
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, err := StartWith(ctx, t.Logf, Options{Settings: []string{"synchronous_commit='on'"}})
+	require.Error(t, err, "quotes are refused")
+	s, err := StartWith(ctx, t.Logf, Options{Settings: []string{"synchronous_commit=on"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Stop() })
+	require.NotEmpty(t, s.DataDir())
+	require.True(t, s.Running(ctx))
+
+	exec := func(sql string) {
+		conn, err := pgx.Connect(ctx, s.URL)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	count := func() (n int, sc string) {
+		conn, err := pgx.Connect(ctx, s.URL)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		require.NoError(t, conn.QueryRow(ctx, "SELECT count(*), current_setting('synchronous_commit') FROM t").Scan(&n, &sc))
+		return n, sc
+	}
+	exec("CREATE TABLE t (x int)")
+	exec("INSERT INTO t VALUES (1)")
+	require.NoError(t, s.Restart(ctx, ModeFast))
+	exec("INSERT INTO t VALUES (2)")
+	require.NoError(t, s.Restart(ctx, ModeImmediate))
+	n, sc := count()
+	assert.Equal(t, 2, n, "committed rows survive a crash restart")
+	assert.Equal(t, "on", sc, "settings survive restarts")
+
+	require.NoError(t, s.Halt(ctx, ModeImmediate))
+	assert.False(t, s.Running(ctx))
+	_, err = pgx.Connect(ctx, s.URL)
+	assert.Error(t, err)
+	require.NoError(t, s.Resume(ctx))
+	n, _ = count()
+	assert.Equal(t, 2, n)
+	assert.Error(t, s.Halt(ctx, "bogus"))
+	assert.ErrorIs(t, (&Server{}).Restart(ctx, ModeFast), errNotStarted)
+}

@@ -1,0 +1,116 @@
+package faults_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/jobs"
+)
+
+// ownedRunning counts the running jobs a worker id still owns.
+func ownedRunning(pool *pgxpool.Pool, id string) int {
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM tenure.jobs WHERE state = 'running' AND locked_by = $1", id).Scan(&n); err != nil {
+		return -1
+	}
+	return n
+}
+
+// TestKillAndStopWorkers (scenario 3): three worker processes run 900 effect jobs (each calls
+// a remote that deduplicates by Idempotency-Key) with a 2 s lease. Three times a child is
+// SIGKILLed mid-job and replaced; then a child is SIGSTOPped right after starting a job, kept
+// stopped until others reclaimed its jobs, and SIGCONTed: its late writes must be rejected
+// (StaleRejected >= 1). Asserted: every job succeeded, each effect key applied exactly once at
+// the remote, nothing stuck, and the killed children's jobs were taken back within lease + 2 s.
+func TestKillAndStopWorkers(t *testing.T) {
+	skipShort(t)
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	url := pool.Config().ConnString()
+	c := newClient(t, pool)
+	remote := newDedupServer(t)
+	const n, lease = 900, 2 * time.Second
+	ids := insertN(t, c, n, func(i int) any { return effArgs{N: i} }, &jobs.InsertOpts{Lease: lease})
+
+	seq := 0
+	spawn := func() *childProc {
+		seq++
+		return startChild(t, childOpts{DB: url, Handler: "effect", Remote: remote.URL, Concurrency: 4, SleepMS: 150,
+			ID: "kill-" + strconv.Itoa(seq)})
+	}
+	kids := []*childProc{spawn(), spawn(), spawn()}
+	all := append([]*childProc(nil), kids...)
+
+	var mu sync.Mutex
+	var takeBack []time.Duration
+	var wg sync.WaitGroup
+	for k := 0; k < 3; k++ {
+		victim := kids[k]
+		victim.waitLine(t, 20*time.Second, "claimed", time.Now(), nil)
+		time.Sleep(300 * time.Millisecond)
+		owned := ownedRunning(pool, victim.name)
+		victim.killAndWait(t)
+		killed := time.Now()
+		t.Logf("SIGKILL %s owning %d running jobs", victim.name, owned)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tryFor(30*time.Second, func() bool { return ownedRunning(pool, victim.name) == 0 })
+			mu.Lock()
+			takeBack = append(takeBack, time.Since(killed))
+			mu.Unlock()
+		}()
+		kids[k] = spawn()
+		all = append(all, kids[k])
+		time.Sleep(700 * time.Millisecond)
+	}
+
+	// SIGSTOP a child right after one of its handlers started.
+	sleeper := kids[0]
+	l := sleeper.waitLine(t, 20*time.Second, "claimed", time.Now(), nil)
+	sleeper.signal(syscall.SIGSTOP)
+	stopped := time.Now()
+	jobID, _ := strconv.ParseInt(l.Fields[1], 10, 64)
+	t.Logf("SIGSTOP %s while running job %d (generation %s)", sleeper.name, jobID, l.Fields[2])
+	waitFor(t, 30*time.Second, "the stopped child's jobs to be reclaimed", func() bool {
+		return ownedRunning(pool, sleeper.name) == 0 && time.Since(stopped) > lease
+	})
+	sleeper.signal(syscall.SIGCONT)
+	t.Logf("SIGCONT after %v", time.Since(stopped).Round(time.Millisecond))
+	var st []string
+	waitFor(t, 20*time.Second, "the woken child's late write to be rejected", func() bool {
+		sleeper.send(t, "stats")
+		time.Sleep(100 * time.Millisecond)
+		s := sleeper.all("stats")
+		if len(s) == 0 {
+			return false
+		}
+		st = s[len(s)-1].Fields
+		return kvInt(st, "stale") >= 1
+	})
+	t.Logf("woken child: %v", st)
+
+	waitFor(t, 60*time.Second, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
+	wg.Wait()
+	tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
+	notOnce, calls := remote.check(ids, "charge")
+	seen, conflicts := generationConflicts(all...)
+	worst := time.Duration(0)
+	for _, d := range takeBack {
+		worst = max(worst, d)
+	}
+	result(t, "sigkill-sigstop", tl, ms(worst), "kills=3", "effects_not_once="+strconv.Itoa(notOnce),
+		"remote_calls="+strconv.Itoa(calls), "attempts="+strconv.Itoa(seen), "stale_after_sigcont="+kv(st, "stale"),
+		"leases_lost_after_sigcont="+kv(st, "leases_lost"))
+	require.Zero(t, notOnce, "effect keys applied other than exactly once")
+	require.Empty(t, conflicts)
+	require.Less(t, worst, lease+2*time.Second, "killed workers' jobs taken back within lease + 2 s")
+}
