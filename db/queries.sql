@@ -47,7 +47,7 @@ WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', q) FROM unnest(@not
 ORDER BY id;
 
 -- ---------------------------------------------------------------------------------------------
--- Claim (SPEC section 1): one statement, one short transaction. The CTE picks with
+-- Claim (docs/contract.md §1): one statement, one short transaction. The CTE picks with
 -- FOR UPDATE SKIP LOCKED through jobs_ready_idx; the UPDATE commits ownership (state, owner,
 -- lease from the database clock, a fresh claim token, generation+1, attempts+1).
 -- The UPDATE reaches the picked rows with id = ANY(ARRAY(...)), a primary-key lookup whatever
@@ -187,7 +187,7 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
           j.attempted_at, j.created_at;
 
 -- ---------------------------------------------------------------------------------------------
--- Fenced transitions (SPEC section 2). Each returns the ids it changed; a missing id is a
+-- Fenced transitions (docs/contract.md §2). Each returns the ids it changed; a missing id is a
 -- stale write (the caller lost ownership) and is never reported as success.
 -- ---------------------------------------------------------------------------------------------
 
@@ -265,7 +265,7 @@ WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.lock
 RETURNING j.id, (j.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested;
 
 -- ---------------------------------------------------------------------------------------------
--- Reclaim (SPEC section 3): expired leases are a failed attempt with code LEASE_EXPIRED.
+-- Reclaim (docs/contract.md §3): expired leases are a failed attempt with code LEASE_EXPIRED.
 -- LockExpired and FailMany run in one transaction; the backoff is computed in Go in between.
 -- ---------------------------------------------------------------------------------------------
 
@@ -449,7 +449,7 @@ ORDER BY jobs DESC
 LIMIT @max_rows;
 
 -- ---------------------------------------------------------------------------------------------
--- Effect ledger (SPEC section 7)
+-- Effect ledger (docs/contract.md §7)
 -- ---------------------------------------------------------------------------------------------
 
 -- name: GetEffect :one

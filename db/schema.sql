@@ -76,7 +76,7 @@ CREATE INDEX jobs_finished_idx ON tenure.jobs (finished_at) WHERE state IN ('suc
 -- Operators search dead jobs by queue and kind.
 CREATE INDEX jobs_dead_idx ON tenure.jobs (queue, kind, id) WHERE state = 'dead';
 
--- The effect ledger (SPEC section 7): one row per (job, effect name), keyed by the stable
+-- The effect ledger (docs/contract.md §7): one row per (job, effect name), keyed by the stable
 -- idempotency key job:{id}:effect:{name}. generation records which attempt produced the result;
 -- a stale generation can never overwrite a newer one.
 CREATE TABLE tenure.effects (

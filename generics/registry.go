@@ -48,7 +48,7 @@ func Upgrade[Old any, New any](from int, fn func(Old) (New, error)) Upgrader {
 // KindDefaults are per-kind enqueue defaults. Zero fields fall back to the client's defaults.
 type KindDefaults struct {
 	Queue       string
-	Priority    int // 0 means "not set"; use InsertOpts to enqueue at priority 0
+	Priority    int // 1..9; 0 means "not set" (the client's default priority applies)
 	MaxAttempts int
 	Lease       time.Duration
 }

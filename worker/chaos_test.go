@@ -1,6 +1,6 @@
 package worker_test
 
-// Chaos tests of the worker engine (SPEC section 10, scenarios 4, 5 and 7): workers crash
+// Chaos tests of the worker engine (docs/contract.md §10, scenarios 4, 5 and 7): workers crash
 // (SIGKILL of a child process), stall past their lease (SIGSTOP/SIGCONT), ignore their context,
 // lose their lease under them, and lose the database while finishing. Every test runs on its
 // own database; children are killed in t.Cleanup.
@@ -380,7 +380,7 @@ func TestChaosStaleWorkerAfterSIGSTOP(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Heartbeats (SPEC section 3, scenario 7)
+// Heartbeats (docs/contract.md §3, §10 scenario 7)
 // ---------------------------------------------------------------------------------------------
 
 // TestChaosHeartbeatKeepsLongJobAlive: a 4 s handler on a 1 s lease is kept by heartbeats:

@@ -13,7 +13,7 @@ import (
 	"github.com/tenureq/tenure/generics"
 )
 
-// This file is the effect ledger (SPEC section 7). Fencing protects the job row, not the
+// This file is the effect ledger (docs/contract.md §7). Fencing protects the job row, not the
 // outside world: an attempt whose lease expired may already have charged the card when its
 // completion is rejected. Effect makes "at-least-once execution, effect applied once" the easy
 // path: each named effect of a job has a stable key, job:{id}:effect:{name}, identical across

@@ -1,6 +1,6 @@
 package worker_test
 
-// Effects exactly once (SPEC section 7, scenario 6): stable idempotency keys across
+// Effects exactly once (docs/contract.md §7, §10 scenario 6): stable idempotency keys across
 // generations, the effect ledger surviving crashes between the effect and the completion,
 // fencing of stale generations in the ledger, transactional completion, and a soak of 2,000
 // jobs under worker kills and induced lease expiries. The remote side is an in-test HTTP

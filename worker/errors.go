@@ -20,7 +20,7 @@ const (
 	CodeRemoteError     ErrorCode = "TRANSIENT_REMOTE_ERROR" // retryable: a remote failed transiently
 	CodeLeaseExpired    ErrorCode = "LEASE_EXPIRED"          // retryable: the owner's lease ran out (reclaim)
 	CodePanic           ErrorCode = "PANIC"                  // retryable: the handler panicked
-	CodeUnknownKind     ErrorCode = "UNKNOWN_KIND"           // retryable: no handler here (rolling deploy)
+	CodeUnknownKind     ErrorCode = "UNKNOWN_KIND"           // retryable: no handler here (claims skip such kinds; kept for old rows)
 	CodeInvalidPayload  ErrorCode = "INVALID_PAYLOAD"        // permanent: the payload cannot be decoded/validated
 	CodePermanentRemote ErrorCode = "PERMANENT_REMOTE_ERROR" // permanent: a remote rejected the request for good
 	CodePermanent       ErrorCode = "PERMANENT"              // permanent: the handler said so

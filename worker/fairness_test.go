@@ -201,7 +201,7 @@ func explain(t *testing.T, pool *pgxpool.Pool, analyze bool, sql string, args ..
 	return plans[0].Plan
 }
 
-// TestClaimPlansUseThePartialIndex is SPEC scenario 10: both claim statements read the ready
+// TestClaimPlansUseThePartialIndex is docs/contract.md §10 scenario 10: both claim statements read the ready
 // set through jobs_ready_idx, never scan the jobs table, and their cost does not grow with the
 // number of finished rows.
 func TestClaimPlansUseThePartialIndex(t *testing.T) {

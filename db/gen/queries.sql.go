@@ -367,7 +367,7 @@ type ClaimStrictRow struct {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Claim (SPEC section 1): one statement, one short transaction. The CTE picks with
+// Claim (docs/contract.md §1): one statement, one short transaction. The CTE picks with
 // FOR UPDATE SKIP LOCKED through jobs_ready_idx; the UPDATE commits ownership (state, owner,
 // lease from the database clock, a fresh claim token, generation+1, attempts+1).
 // The UPDATE reaches the picked rows with id = ANY(ARRAY(...)), a primary-key lookup whatever
@@ -441,7 +441,7 @@ type CompleteManyParams struct {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fenced transitions (SPEC section 2). Each returns the ids it changed; a missing id is a
+// Fenced transitions (docs/contract.md §2). Each returns the ids it changed; a missing id is a
 // stale write (the caller lost ownership) and is never reported as success.
 // ---------------------------------------------------------------------------------------------
 // running -> succeeded, batched.
@@ -646,7 +646,7 @@ SELECT key, job_id, name, generation, result, created_at, updated_at FROM tenure
 `
 
 // ---------------------------------------------------------------------------------------------
-// Effect ledger (SPEC section 7)
+// Effect ledger (docs/contract.md §7)
 // ---------------------------------------------------------------------------------------------
 func (q *Queries) GetEffect(ctx context.Context, key string) (TenureEffect, error) {
 	row := q.db.QueryRow(ctx, getEffect, key)
@@ -1150,7 +1150,7 @@ type LockExpiredRow struct {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Reclaim (SPEC section 3): expired leases are a failed attempt with code LEASE_EXPIRED.
+// Reclaim (docs/contract.md §3): expired leases are a failed attempt with code LEASE_EXPIRED.
 // LockExpired and FailMany run in one transaction; the backoff is computed in Go in between.
 // ---------------------------------------------------------------------------------------------
 func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]LockExpiredRow, error) {

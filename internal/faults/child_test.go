@@ -42,7 +42,7 @@ const (
 	envChildID      = "TENURE_FAULTS_ID"          // worker id
 	envChildStats   = "TENURE_FAULTS_STATS_MS"    // print stats every N ms (0: on request)
 	envChildSleep   = "TENURE_FAULTS_SLEEP_MS"    // handler sleeps uniformly in [0, N] ms
-	envChildSync    = "TENURE_FAULTS_SYNC_COMMIT" // "1": Config.SynchronousCommit
+	envChildAsync   = "TENURE_FAULTS_ASYNC_COMMIT" // "1": Config.AsynchronousCommit
 )
 
 var childTerm = make(chan os.Signal, 1)
@@ -131,7 +131,7 @@ func childWorker(out *childOut) error {
 	}
 	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: envInt(envChildConc, 1)}})
 	cfg.ID = os.Getenv(envChildID)
-	cfg.SynchronousCommit = os.Getenv(envChildSync) == "1"
+	cfg.AsynchronousCommit = os.Getenv(envChildAsync) == "1"
 	cfg.OnOutcome = func(o worker.Outcome) {
 		out.printf("outcome %d %d %s code=%s stale=%t err=%q", o.JobID, o.Generation, o.Transition, o.Code,
 			errors.Is(o.Err, worker.ErrLostOwnership), errText(o.Err))
@@ -222,7 +222,7 @@ type childOpts struct {
 	ID          string
 	StatsEvery  time.Duration
 	SleepMS     int
-	SyncCommit  bool
+	AsyncCommit bool
 }
 
 // line is one stdout line of a child and when the parent read it.
@@ -285,9 +285,9 @@ func startChild(t testing.TB, o childOpts) *childProc {
 	if o.ID == "" {
 		o.ID = fmt.Sprintf("child-%d", rand.IntN(1e6))
 	}
-	sync := "0"
-	if o.SyncCommit {
-		sync = "1"
+	async := "0"
+	if o.AsyncCommit {
+		async = "1"
 	}
 	c := &childProc{name: o.ID, exited: make(chan struct{})}
 	c.cmd = exec.Command(exe)
@@ -300,7 +300,7 @@ func startChild(t testing.TB, o childOpts) *childProc {
 		envChildID+"="+o.ID,
 		envChildStats+"="+strconv.Itoa(int(o.StatsEvery/time.Millisecond)),
 		envChildSleep+"="+strconv.Itoa(o.SleepMS),
-		envChildSync+"="+sync,
+		envChildAsync+"="+async,
 	)
 	c.cmd.Stdout = c
 	c.cmd.Stderr = lockedWriter{&c.errMu, &c.stderr}
