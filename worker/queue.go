@@ -50,6 +50,7 @@ type queue struct {
 	pending    []*execution
 	hbInFlight bool
 	hbAll      bool
+	wakeSaved  bool // a wake-up came while no claimer slept: the next sleep is skipped
 	wm         bandTimes // see watermarks in claim.go
 	wmSince    time.Time
 	stopping   bool
@@ -134,6 +135,7 @@ func (q *queue) loop(ctx context.Context) {
 		if d, ok := q.nextClaimWake(); ok {
 			claimTimer.Reset(d)
 		}
+		q.handOver()
 		var out chan *execution
 		var next *execution
 		if len(q.pending) > 0 {
@@ -229,7 +231,9 @@ func (q *queue) nextClaimWake() (time.Duration, bool) {
 	return max(time.Until(first), 0), true
 }
 
-// wakeOne ends the sleep of one wakeable claimer (a NOTIFY, or a sibling's full claim).
+// wakeOne ends the sleep of one wakeable claimer (a NOTIFY, or a sibling's full claim). When
+// none sleeps (every claim is in flight, and may have read the queue before the new jobs
+// committed), the wake-up is kept for the next claimer that would go to sleep.
 func (q *queue) wakeOne() {
 	for i := range q.claimers {
 		c := &q.claimers[i]
@@ -238,12 +242,32 @@ func (q *queue) wakeOne() {
 			return
 		}
 	}
+	q.wakeSaved = true
 }
 
-// sleep puts claimer c to sleep for d with ±50% jitter.
-func (c *claimer) sleep(d time.Duration, wakeable bool) {
+// sleep puts claimer c to sleep for d with ±50% jitter; a saved wake-up cancels a wakeable
+// sleep.
+func (q *queue) sleep(c *claimer, d time.Duration, wakeable bool) {
+	if wakeable && q.wakeSaved {
+		q.wakeSaved = false
+		c.sleepUntil = time.Time{}
+		return
+	}
 	d = d/2 + time.Duration(rand.Int64N(int64(d)+1))
 	c.sleepUntil, c.wakeable = time.Now().Add(d), wakeable
+}
+
+// handOver gives the finishers every pending finish the channel's buffer takes, so that a
+// finisher's next batch holds everything that accumulated during its previous write.
+func (q *queue) handOver() {
+	for len(q.pending) > 0 {
+		select {
+		case q.w.finishCh <- q.pending[0]:
+			q.pending = q.pending[1:]
+		default:
+			return
+		}
+	}
 }
 
 // backoff doubles the idle wait from FetchPollMin to FetchPollMax.
@@ -289,11 +313,11 @@ func (q *queue) claimed(r claimResult) {
 		w.m.claimErrors.Add(1)
 		w.log.Warn("tenure: claim failed", "queue", q.name, "err", r.err)
 		c.idle = q.backoff(c.idle)
-		c.sleep(c.idle, false)
+		q.sleep(c, c.idle, false)
 	case len(r.got) == 0:
 		w.m.emptyClaims.Add(1)
 		c.idle = q.backoff(c.idle)
-		c.sleep(c.idle, true)
+		q.sleep(c, c.idle, true)
 	case len(r.got) == r.n:
 		c.idle = 0
 		q.wakeOne() // there may be more: let an idle sibling claim too
@@ -301,7 +325,7 @@ func (q *queue) claimed(r claimResult) {
 		// Short claim: nothing more is claimable right now. Wait for a NOTIFY or the first
 		// poll rather than asking again at once.
 		c.idle = w.cfg.FetchPollMin
-		c.sleep(c.idle, true)
+		q.sleep(c, c.idle, true)
 	}
 }
 

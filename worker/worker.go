@@ -81,6 +81,10 @@ const (
 	sweepTimeout     = 10 * time.Second
 )
 
+// finishBuffer is how many finishes may wait for a finisher; queue loops keep the rest in
+// their pending lists (they never block on a finisher).
+const finishBuffer = 4096
+
 // New returns a worker that claims from pool's database. pool is the application's pool;
 // the engine runs its own statements on Config.EnginePool or a private pool made from pool's
 // configuration. The schema must be migrated.
@@ -221,7 +225,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.kinds.leaseMs = append(w.kinds.leaseMs, int32(h.opts.Lease.Milliseconds()))
 	}
 	w.state = 1
-	w.finishCh = make(chan *execution)
+	w.finishCh = make(chan *execution, finishBuffer)
 	w.base = context.WithoutCancel(ctx)
 	w.engCtx, w.cancelEng = context.WithCancel(w.base)
 	w.svcCtx, w.cancelSvc = context.WithCancel(w.engCtx)
