@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenureq/tenure/db/gen"
@@ -35,8 +36,14 @@ type EffectCall struct {
 	// Idempotency-Key header) so a repeated call is applied once.
 	Key string
 	// Generation is the fencing number of this attempt; systems that can reject stale writers
-	// should refuse a generation lower than one they have seen.
+	// should refuse a generation lower than one they have seen. With the default durable
+	// engine commits a generation is handed out at most once. With
+	// Config.AsynchronousCommit a database crash can hand the same generation to two attempts
+	// (docs/guide.md §7): such a remote must then also refuse a second, different ClaimToken
+	// for a generation it has already seen.
 	Generation int64
+	// ClaimToken identifies this attempt; it never repeats.
+	ClaimToken uuid.UUID
 	JobID      int64
 	Attempt    int
 }
@@ -86,7 +93,7 @@ func Effect[T any](ctx context.Context, job interface{ Meta() generics.JobMeta }
 	} else if !errors.Is(err, pgx.ErrNoRows) {
 		return out, err
 	}
-	v, err := fn(ctx, EffectCall{Key: key, Generation: meta.Generation, JobID: meta.ID, Attempt: meta.Attempt})
+	v, err := fn(ctx, EffectCall{Key: key, Generation: meta.Generation, ClaimToken: meta.ClaimToken, JobID: meta.ID, Attempt: meta.Attempt})
 	if err != nil {
 		return out, err
 	}
