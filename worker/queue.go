@@ -50,7 +50,7 @@ type queue struct {
 	pending    []*execution
 	hbInFlight bool
 	hbAll      bool
-	wakeSaved  bool // a wake-up came while no claimer slept: the next sleep is skipped
+	wakeSaved  bool      // a wake-up came while no claimer slept: the next sleep is skipped
 	wm         bandTimes // see watermarks in claim.go
 	wmSince    time.Time
 	stopping   bool

@@ -34,14 +34,14 @@ import (
 )
 
 const (
-	envChild        = "TENURE_FAULTS_CHILD"       // "worker"
-	envChildDB      = "TENURE_FAULTS_DB"          // database URL
-	envChildHandler = "TENURE_FAULTS_HANDLER"     // "record" or "effect"
-	envChildRemote  = "TENURE_FAULTS_REMOTE"      // dedup server base URL
-	envChildConc    = "TENURE_FAULTS_CONCURRENCY" // handler slots
-	envChildID      = "TENURE_FAULTS_ID"          // worker id
-	envChildStats   = "TENURE_FAULTS_STATS_MS"    // print stats every N ms (0: on request)
-	envChildSleep   = "TENURE_FAULTS_SLEEP_MS"    // handler sleeps uniformly in [0, N] ms
+	envChild        = "TENURE_FAULTS_CHILD"        // "worker"
+	envChildDB      = "TENURE_FAULTS_DB"           // database URL
+	envChildHandler = "TENURE_FAULTS_HANDLER"      // "record" or "effect"
+	envChildRemote  = "TENURE_FAULTS_REMOTE"       // dedup server base URL
+	envChildConc    = "TENURE_FAULTS_CONCURRENCY"  // handler slots
+	envChildID      = "TENURE_FAULTS_ID"           // worker id
+	envChildStats   = "TENURE_FAULTS_STATS_MS"     // print stats every N ms (0: on request)
+	envChildSleep   = "TENURE_FAULTS_SLEEP_MS"     // handler sleeps uniformly in [0, N] ms
 	envChildAsync   = "TENURE_FAULTS_ASYNC_COMMIT" // "1": Config.AsynchronousCommit
 )
 

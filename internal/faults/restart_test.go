@@ -28,7 +28,7 @@ func TestPostgresRestart(t *testing.T) {
 	skipShort(t)
 	srv := privateCluster(t)
 	for _, tc := range []struct {
-		mode    string
+		mode  string
 		async bool // worker.Config.AsynchronousCommit in the children
 	}{{pgserver.ModeFast, false}, {pgserver.ModeImmediate, false}, {pgserver.ModeImmediate, true}} {
 		mode := tc.mode
