@@ -58,7 +58,7 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	} else {
 		p.segs, p.quota, p.ranked = q.pol.plan(n)
 	}
-	go func() {
+	q.w.spawn(func() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
 		got, err := q.claim(cctx, &p)
@@ -68,7 +68,7 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 		case q.claimedCh <- r:
 		case <-q.done:
 		}
-	}()
+	})
 }
 
 // recordClaim moves the watermarks and the fairness state, and counts the claim.

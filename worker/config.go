@@ -78,7 +78,7 @@ type Config struct {
 
 	// HardStopGrace is the part of Stop's time kept for the hard stop: handler contexts are
 	// cancelled HardStopGrace before Stop's deadline (at most half the time Stop was given),
-	// and the jobs of handlers that still have not returned are released halfway through it.
+	// and the jobs of handlers that still have not returned are released a quarter into it.
 	// Cancelling Start's context gives the whole hard stop this long. Default 5s.
 	HardStopGrace time.Duration
 	// OnOutcome, when set, is called after every attempt's fenced finish was written or

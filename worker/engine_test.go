@@ -365,7 +365,7 @@ func TestStopWithHandlerIgnoringContext(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
 	cfg := fastConfig(nil)
-	cfg.HardStopGrace = 100 * time.Millisecond
+	cfg.HardStopGrace = 400 * time.Millisecond
 	w, err := worker.New(pool, cfg)
 	require.NoError(t, err)
 	started := make(chan struct{})
@@ -380,7 +380,7 @@ func TestStopWithHandlerIgnoringContext(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	<-started
-	err = stopWorker(t, w, 100*time.Millisecond)
+	err = stopWorker(t, w, time.Second)
 	require.ErrorIs(t, err, worker.ErrHandlersStillRunning)
 	got, err := c.Get(ctx, row.ID)
 	require.NoError(t, err)

@@ -49,7 +49,7 @@ func (q *queue) heartbeat(ctx context.Context, now time.Time) {
 	q.hbInFlight = true
 	sortByID(due)
 	ids, tokens := idsTokens(due)
-	go func() {
+	w.spawn(func() {
 		hctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
 		rows, err := w.q.Heartbeat(hctx, gen.HeartbeatParams{Ids: ids, Tokens: tokens})
 		cancel()
@@ -57,7 +57,7 @@ func (q *queue) heartbeat(ctx context.Context, now time.Time) {
 		case q.hbCh <- hbResult{due: due, at: now, rows: rows, err: err}:
 		case <-q.done:
 		}
-	}()
+	})
 }
 
 // heartbeatDone applies a heartbeat's result on the loop.

@@ -297,6 +297,7 @@ func (q *queue) claimed(r claimResult) {
 			// Claimed while Stop began: the claim committed, so the jobs are ours; give them
 			// back at once instead of starting handlers the stop would only interrupt.
 			e.returned, e.released = true, true
+			e.cancel(ErrWorkerStopping)
 			e.fin = finish{to: toRelease}
 			q.pending = append(q.pending, e)
 			continue

@@ -245,7 +245,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			sctx, cancel := context.WithTimeout(context.Background(), w.cfg.HardStopGrace)
 			defer cancel()
 			now := time.Now()
-			_ = w.stopWith(sctx, stopPlan{hardAt: now, releaseAt: now.Add(w.cfg.HardStopGrace / 2)})
+			_ = w.stopWith(sctx, stopPlan{hardAt: now, releaseAt: now.Add(w.cfg.HardStopGrace / 4)})
 		case <-w.stopDone:
 		}
 	}()
@@ -267,7 +267,7 @@ func (w *Worker) spawn(fn func()) {
 // Soft stop first: nothing new is claimed and running handlers may finish. HardStopGrace
 // before the deadline (at most half of the time left), handler contexts are cancelled (cause
 // ErrWorkerStopping); a handler that returns then has its job released without charging the
-// attempt. Halfway through that reserve, the jobs of handlers that still have not returned
+// attempt. A quarter into that reserve, the jobs of handlers that still have not returned
 // (they ignore their context) are released with a fenced write, so their late results are
 // rejected. At the deadline, whatever is still unwritten is abandoned: reported through
 // OnOutcome with ErrFinishAbandoned and left to its lease (the sweep retries it). Without a
@@ -288,8 +288,10 @@ func (w *Worker) planFor(ctx context.Context) stopPlan {
 	if !ok {
 		return stopPlan{}
 	}
+	// Handlers get the first quarter of the reserve to react to cancellation; the fenced
+	// release of what they still hold gets the rest, so it lands even on a loaded server.
 	reserve := max(min(w.cfg.HardStopGrace, time.Until(dl)/2), 0)
-	return stopPlan{hardAt: dl.Add(-reserve), releaseAt: dl.Add(-reserve / 2)}
+	return stopPlan{hardAt: dl.Add(-reserve), releaseAt: dl.Add(-reserve * 3 / 4)}
 }
 
 func (w *Worker) stopWith(ctx context.Context, plan stopPlan) error {
