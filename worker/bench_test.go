@@ -72,7 +72,7 @@ func BenchmarkBurnDown(b *testing.B) {
 				done := make(chan struct{})
 				var mu sync.Mutex
 				n := 0
-				w, err := worker.New(pool, &worker.Config{Logger: testLogger(),
+				w, err := worker.New(pool, &worker.Config{Logger: testLogger(), AsynchronousCommit: os.Getenv("TENURE_BENCH_ASYNC") == "1",
 					Queues: map[string]worker.QueueConfig{"default": {Concurrency: 100, Fairness: tc.f, Claimers: benchClaimers}},
 					OnOutcome: func(o worker.Outcome) {
 						mu.Lock()
@@ -106,7 +106,7 @@ func BenchmarkBurnDown(b *testing.B) {
 // start, woken by NOTIFY.
 func BenchmarkPickupLatency(b *testing.B) {
 	pool := benchPool(b)
-	w, err := worker.New(pool, &worker.Config{Logger: testLogger(), Queues: map[string]worker.QueueConfig{"default": {Concurrency: 32}}})
+	w, err := worker.New(pool, &worker.Config{Logger: testLogger(), AsynchronousCommit: os.Getenv("TENURE_BENCH_ASYNC") == "1", Queues: map[string]worker.QueueConfig{"default": {Concurrency: 32}}})
 	require.NoError(b, err)
 	startedAt := make(chan time.Time, 1)
 	worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error {
