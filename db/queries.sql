@@ -61,9 +61,10 @@ ORDER BY id;
 -- ---------------------------------------------------------------------------------------------
 
 -- name: ClaimStrict :many
--- Strict priority in one index range scan: the engine's claim for a strict queue while no band
--- has a watermark (an idle or lightly loaded queue: one index probe instead of one per band).
--- Under load it switches to ClaimOrdered, the same order with per-band watermarks.
+-- Strict priority in one index scan: the simplest claim, for tools and tests. The engine does
+-- not use it: run_at cannot bound a scan that crosses priority bands, so it walks every
+-- future-dated entry of the higher bands (retries in backoff, scheduled jobs) before reaching
+-- what is due. The engine claims with ClaimOrdered (one equality segment per band) instead.
 WITH picked AS (
     SELECT r.id FROM tenure.jobs r
     WHERE r.state = 'ready' AND r.queue = @queue AND r.run_at <= now()

@@ -38,8 +38,7 @@ type claimed struct {
 // claimPlan is what the loop decides before a claim: the statement's arguments.
 type claimPlan struct {
 	n      int
-	strict bool // ClaimStrict: strict order, no watermark yet
-	ranked bool // ClaimSegments (over-locks; must not move watermarks)
+	ranked bool // ClaimSegments (over-locks; must not move watermarks), else ClaimOrdered
 	segs   []segment
 	quota  bandCounts
 	after  bandTimes
@@ -50,14 +49,13 @@ type claimPlan struct {
 // commits must be dispatched, or its jobs would be stranded until their lease expired); it is
 // bounded by claimTimeout and by the engine context (Stop's deadline).
 func (q *queue) startClaim(ctx context.Context, idx, n int) {
+	// Every policy, strict priority included, claims through per-band segments: each band is
+	// an equality on priority, so run_at bounds the index range. A single strict scan (the
+	// ClaimStrict statement) cannot bound run_at across bands and walks every future-dated
+	// entry of the higher bands (retries in backoff, scheduled jobs) before reaching what is
+	// due: TestClaimSkipsFutureJobsOfHigherBands.
 	p := claimPlan{n: n, after: q.watermarks()}
-	if q.cfg.Fairness.Strict() && p.after == (bandTimes{}) {
-		// No watermark yet (idle queue, or just after the periodic reset): strict order in
-		// one index scan, no segments to plan.
-		p.strict = true
-	} else {
-		p.segs, p.quota, p.ranked = q.pol.plan(n)
-	}
+	p.segs, p.quota, p.ranked = q.pol.plan(n)
 	q.w.spawn(func() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
@@ -80,15 +78,14 @@ func (q *queue) recordClaim(r claimResult) {
 		// must not be allowed to jump past them.
 		q.advance(r.got)
 	}
-	if !r.plan.strict {
-		var perBand bandCounts
-		for i := range r.got {
-			if p := r.got[i].priority; p >= minPriority && p <= maxPriority {
-				perBand[p]++
-			}
+	var perBand bandCounts
+	for i := range r.got {
+		if p := r.got[i].priority; p >= minPriority && p <= maxPriority {
+			perBand[p]++
 		}
-		q.pol.observe(r.n, r.plan.quota, &perBand)
 	}
+	q.pol.observe(r.n, r.plan.quota, &perBand)
+
 	w.m.claims.Add(1)
 	w.m.claimAsked.Add(int64(r.n))
 	w.m.claimed.Add(int64(len(r.got)))
@@ -101,16 +98,7 @@ func (q *queue) recordClaim(r claimResult) {
 // claim runs the planned claim statement. It runs on a claim goroutine and touches no
 // queue state.
 func (q *queue) claim(ctx context.Context, p *claimPlan) ([]claimed, error) {
-	w := q.w
-	k := &w.kinds
-	var rows []gen.ClaimStrictRow // every claim statement returns the same columns
-	var err error
-	if p.strict {
-		rows, err = w.q.ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
-			Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs})
-	} else {
-		rows, err = q.claimSegments(ctx, p)
-	}
+	rows, err := q.claimSegments(ctx, p)
 	if err != nil {
 		return nil, err
 	}

@@ -351,3 +351,34 @@ func TestJobBehindWatermarkIsFound(t *testing.T) {
 		t.Fatal("a job due before the watermark was never claimed")
 	}
 }
+
+// TestClaimSkipsFutureJobsOfHigherBands: 300,000 jobs scheduled for tomorrow at priority 3 and
+// 10 due now at priority 2. The engine's claim (per-band segments: run_at bounds each band's
+// range) reads a few hundred buffers; a single strict scan (ClaimStrict, not used by the
+// engine) walks every future entry of the higher band first.
+func TestClaimSkipsFutureJobsOfHigherBands(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("inserts 300,000 rows")
+	}
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload, priority, run_at)
+		SELECT 'noop', '{"n":0}', 3, now() + interval '1 day' FROM generate_series(1, 300000) g`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload, priority, run_at)
+		SELECT 'noop', '{"n":0}', 2, now() - interval '1 second' FROM generate_series(1, 10) g`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "ANALYZE tenure.jobs")
+	require.NoError(t, err)
+	kinds := []any{"default", []int32{1}, []string{"noop"}, 10, "w", []int32{0}}
+	strictSQL, _ := claimSQL(t, "ClaimStrict")
+	strict := explain(t, pool, true, strictSQL, kinds...)
+	orderedSQL, _ := claimSQL(t, "ClaimOrdered")
+	ordered := explain(t, pool, true, orderedSQL, append([]any{[]int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, make([]int64, 9), make([]int64, 9),
+		[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}}, kinds...)...)
+	t.Logf("claim of 10 due jobs behind 300,000 future ones: ClaimOrdered %d buffers, ClaimStrict %d",
+		ordered.SharedHit+ordered.SharedRd, strict.SharedHit+strict.SharedRd)
+	require.Less(t, ordered.SharedHit+ordered.SharedRd, int64(400))
+	require.Less(t, (ordered.SharedHit+ordered.SharedRd)*4, strict.SharedHit+strict.SharedRd)
+}

@@ -379,9 +379,10 @@ type ClaimStrictRow struct {
 // lease the worker declares per kind (0 = the job's stored lease_ms); it is written to the row so
 // heartbeats and the reclaim sweep use the lease of the worker that runs the attempt.
 // ---------------------------------------------------------------------------------------------
-// Strict priority in one index range scan: the engine's claim for a strict queue while no band
-// has a watermark (an idle or lightly loaded queue: one index probe instead of one per band).
-// Under load it switches to ClaimOrdered, the same order with per-band watermarks.
+// Strict priority in one index scan: the simplest claim, for tools and tests. The engine does
+// not use it: run_at cannot bound a scan that crosses priority bands, so it walks every
+// future-dated entry of the higher bands (retries in backoff, scheduled jobs) before reaching
+// what is due. The engine claims with ClaimOrdered (one equality segment per band) instead.
 func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]ClaimStrictRow, error) {
 	rows, err := q.db.Query(ctx, claimStrict,
 		arg.WorkerID,
