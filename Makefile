@@ -55,6 +55,12 @@ test-short:
 chaos:
 	$(GO) test -count=1 -timeout 20m ./internal/faults/
 
+## soak: 4 worker processes, 20,000 effect jobs, random SIGKILL / SIGSTOP+SIGCONT of the workers
+## for 2 minutes, then drain: 0 lost, 0 wrong, 0 stuck, effects once (~4 min; docs/reliability.md)
+.PHONY: soak
+soak:
+	TENURE_SOAK=1 $(GO) test -count=1 -timeout 30m -run TestSoak -v ./internal/faults/
+
 ## migrate: apply pending migrations to $$DATABASE_URL (or pass ARGS='-database-url URL')
 migrate:
 	$(GO) run ./cmd/tenure migrate up $(ARGS)
