@@ -210,13 +210,15 @@ WHERE id = @id AND state = 'running' AND claim_token = @claim_token::uuid;
 -- name: FailMany :many
 -- running -> ready (retry after delay_us), dead or cancelled, batched, with the error code and a
 -- bounded error history (the last 10 entries). A retry of a job with no attempts left is
--- turned into dead here too, so the database never loops a job past max_attempts.
+-- turned into dead here too, so the database never loops a job past max_attempts; a retry of a
+-- job an operator asked to cancel ends cancelled (the owner's write lands, and the cancel wins).
 UPDATE tenure.jobs j
-SET state = CASE WHEN f.state = 'ready' AND (j.attempts >= j.max_attempts) THEN 'dead'::tenure.job_state
+SET state = CASE WHEN f.state = 'ready' AND j.cancel_requested_at IS NOT NULL THEN 'cancelled'::tenure.job_state
+                 WHEN f.state = 'ready' AND (j.attempts >= j.max_attempts) THEN 'dead'::tenure.job_state
                  ELSE f.state::tenure.job_state END,
-    run_at = CASE WHEN f.state = 'ready' THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
-    claim_token = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts THEN NULL ELSE j.claim_token END,
-    finished_at = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts THEN NULL ELSE now() END,
+    run_at = CASE WHEN f.state = 'ready' AND j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
+    claim_token = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
+    finished_at = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
     locked_by = NULL,
     locked_until = NULL,
     last_error_code = f.code,

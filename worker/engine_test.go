@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
@@ -452,4 +454,34 @@ func TestRetentionPruning(t *testing.T) {
 	got, err := c.Get(ctx, later.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateReady, got.State)
+}
+
+// The owner's retry write for a job an operator asked to cancel meanwhile (the handler
+// returned a retryable error, then the cancel request landed before the finish) must land
+// and end the job cancelled: it used to violate jobs_cancel_request and be abandoned. Found by
+// the model-based test (internal/faults TestModelBased).
+func TestRetryAfterCancelRequestEndsCancelled(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	c := newClient(t, pool, nil)
+	row, err := c.Insert(ctx, noopArgs{}, &jobs.InsertOpts{MaxAttempts: 3})
+	require.NoError(t, err)
+	q := gen.New(pool)
+	claimed, err := q.ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: "w", Queue: "default", Batch: 1,
+		Kinds: []string{"noop"}, KindVersions: []int32{1}, KindLeaseMs: []int32{0}})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	out, err := c.Cancel(ctx, row.ID, jobs.Action{Actor: "ops", Reason: "test"})
+	require.NoError(t, err)
+	require.Equal(t, jobs.CancelRequested, out)
+	got, err := q.FailMany(ctx, gen.FailManyParams{Ids: []int64{row.ID}, Tokens: []uuid.UUID{*claimed[0].ClaimToken},
+		States: []string{"ready"}, DelayUs: []int64{0}, Codes: []string{"HANDLER_ERROR"}, Messages: []string{"boom"}})
+	require.NoError(t, err)
+	require.Len(t, got, 1, "the owner's fenced write must land")
+	require.Equal(t, gen.TenureJobStateCancelled, got[0].State)
+	final, err := c.Get(ctx, row.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateCancelled, final.State)
+	require.Equal(t, "HANDLER_ERROR", final.LastErrorCode)
 }

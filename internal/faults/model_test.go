@@ -593,13 +593,13 @@ func (w *mWorker) finish(ctx context.Context, kind int, hs []heldTok, stale bool
 			want[i] = "succeeded"
 		case finFail:
 			want[i] = states[i]
-			if states[i] == "ready" && j.attempts >= j.maxAttempts {
-				want[i] = "dead"
-			} else if states[i] == "ready" && j.cancelReq {
-				// A retry of a job whose cancel was requested meanwhile: like ReleaseMany
-				// and the reclaim sweep, it should end cancelled (contract §2: running ->
-				// cancelled when a cancel was requested).
+			if states[i] == "ready" && j.cancelReq {
+				// A retry of a job whose cancel was requested meanwhile ends cancelled, with
+				// or without attempts left: the cancel wins, as in ReleaseMany and the
+				// reclaim sweep (contract §2: running -> cancelled after a cancel request).
 				want[i] = "cancelled"
+			} else if states[i] == "ready" && j.attempts >= j.maxAttempts {
+				want[i] = "dead"
 			}
 		case finRelease:
 			want[i] = "ready"
