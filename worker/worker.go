@@ -373,12 +373,29 @@ func (w *Worker) Stats() Stats {
 	m.mu.Lock()
 	for k, h := range m.wait {
 		s.Wait = append(s.Wait, WaitStats{Queue: k.queue, Priority: k.priority, Count: h.Count(),
-			P50: h.Quantile(0.5), P95: h.Quantile(0.95), P99: h.Quantile(0.99), Max: h.Max()})
+			P50: h.Quantile(0.5), P95: h.Quantile(0.95), P99: h.Quantile(0.99), Max: h.Max(), Histogram: snapshot(h)})
 	}
 	for c, n := range m.codes {
 		s.ErrorCodes[c] = n
 	}
+	for k, n := range m.outcomes {
+		s.Outcomes = append(s.Outcomes, OutcomeCount{Queue: k.queue, Kind: k.kind, Outcome: k.outcome, Attempt: k.attempt, Jobs: n})
+	}
 	m.mu.Unlock()
+	s.ClaimLatency, s.FinishLatency = snapshot(&m.claimLatency), snapshot(&m.finishLatency)
+	sort.Slice(s.Outcomes, func(i, j int) bool {
+		a, b := s.Outcomes[i], s.Outcomes[j]
+		if a.Queue != b.Queue {
+			return a.Queue < b.Queue
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		if a.Outcome != b.Outcome {
+			return a.Outcome < b.Outcome
+		}
+		return a.Attempt < b.Attempt
+	})
 	sort.Slice(s.Wait, func(i, j int) bool {
 		if s.Wait[i].Queue != s.Wait[j].Queue {
 			return s.Wait[i].Queue < s.Wait[j].Queue
