@@ -17,6 +17,7 @@ type metrics struct {
 	cancelSignals, stuck, lateFinishes, panics             atomic.Int64
 	reclaimed, reclaimedDead, pruned, listenerReconnects   atomic.Int64
 	deferred, finishSplits, stillRunning                   atomic.Int64
+	registryWrites                                         atomic.Int64
 	owned, handlersRunning                                 atomic.Int64 // gauges
 	claimLatency, finishLatency                            hist.H
 	mu                                                     sync.Mutex

@@ -27,7 +27,7 @@ import (
 //   - claim and heartbeat statements run on short-lived goroutines that report to their loop;
 //   - one goroutine per running handler (execute.go) reports its result to its loop;
 //   - Finishers goroutines (finish.go) write finishes in batches and report back to the loops;
-//   - three services (reclaim, prune, listen) run until Stop begins.
+//   - four services (reclaim, prune, listen, registry) run until Stop begins.
 //
 // The Worker itself holds only what is fixed at Start (configuration, pools, handlers) and
 // the lifecycle below.
@@ -56,6 +56,9 @@ type Worker struct {
 	engWG                sync.WaitGroup // loops, finishers, services, statement goroutines
 
 	deferLogged sync.Map // kinds whose deferral was logged
+
+	started        time.Time // when Start ran, for the registry
+	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
 
 	mu       sync.Mutex
 	state    int // 0 new, 1 started, 2 stopping/stopped
@@ -221,6 +224,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.kinds.leaseMs = append(w.kinds.leaseMs, int32(h.opts.Lease.Milliseconds()))
 	}
 	w.state = 1
+	w.started = time.Now()
 	w.finishCh = make(chan *execution)
 	w.base = context.WithoutCancel(ctx)
 	w.engCtx, w.cancelEng = context.WithCancel(w.base)
@@ -229,7 +233,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	for range w.cfg.Finishers {
 		w.spawn(func() { w.finisher(w.engCtx) })
 	}
-	for _, svc := range []func(context.Context){w.reclaimService, w.pruneService, w.listenService} {
+	for _, svc := range []func(context.Context){w.reclaimService, w.pruneService, w.listenService, w.registryService} {
 		w.spawn(func() { svc(w.svcCtx) })
 	}
 	for _, q := range w.queues {
@@ -329,6 +333,7 @@ func (w *Worker) stop(ctx context.Context, plan stopPlan) error {
 	}
 	w.cancelEng()
 	w.engWG.Wait()
+	w.deregister(ctx)
 	if w.ownEng {
 		closed := make(chan struct{})
 		go func() { w.eng.Close(); close(closed) }()
