@@ -115,35 +115,46 @@ func TestClusterScrapeAtScale(t *testing.T) {
 		t.Skip("set TENURE_SCRAPE_SCALE=1 to run")
 	}
 	ready, finished := envInt(t, "TENURE_SCRAPE_READY", 1_000_000), envInt(t, "TENURE_SCRAPE_FINISHED", 3_000_000)
-	pool := pgtest.NewPool(t)
+	rec := &sqlRecorder{}
+	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
+	ctx := context.Background()
 	start := time.Now()
 	fill(t, pool, ready, 200, 20_000, finished)
 	t.Logf("setup: %d ready, 200 running, 20000 dead, %d finished in %v", ready, finished, time.Since(start).Round(time.Second))
-	_, err := pool.Exec(context.Background(), `VACUUM tenure.jobs`)
+	_, err := pool.Exec(ctx, `VACUUM ANALYZE tenure.jobs`)
 	require.NoError(t, err)
 	col, err := tenureprom.NewClusterCollector(pool, &tenureprom.ClusterConfig{Timeout: time.Minute})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(col))
-	var took []time.Duration
-	for range 5 {
-		s := time.Now()
-		_, err := reg.Gather()
-		require.NoError(t, err)
-		took = append(took, time.Since(s))
+	measure := func(what string) {
+		var took []time.Duration
+		for range 5 {
+			s := time.Now()
+			_, err := reg.Gather()
+			require.NoError(t, err)
+			took = append(took, time.Since(s).Round(time.Millisecond))
+		}
+		t.Logf("%s: cluster scrape times %v", what, took)
+		for _, sql := range rec.statements()[:4] {
+			var plan []string
+			rows, err := pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+sql)
+			require.NoError(t, err)
+			for rows.Next() {
+				var l string
+				require.NoError(t, rows.Scan(&l))
+				plan = append(plan, l)
+			}
+			require.NoError(t, rows.Err())
+			t.Logf("%s: %s", strings.SplitN(sql, "\n", 2)[0], plan[len(plan)-1])
+		}
 	}
-	t.Logf("cluster scrape times: %v", took)
-	// Without finished rows' influence: the same with the finished rows deleted.
-	_, err = pool.Exec(context.Background(), `DELETE FROM tenure.jobs WHERE finished_at IS NOT NULL AND state <> 'dead'; VACUUM tenure.jobs`)
+	measure("with the finished rows")
+	_, err = pool.Exec(ctx, `DELETE FROM tenure.jobs WHERE finished_at IS NOT NULL AND state <> 'dead'`)
 	require.NoError(t, err)
-	took = took[:0]
-	for range 5 {
-		s := time.Now()
-		_, err := reg.Gather()
-		require.NoError(t, err)
-		took = append(took, time.Since(s))
-	}
-	t.Logf("cluster scrape times without the finished rows: %v", took)
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE tenure.jobs`)
+	require.NoError(t, err)
+	measure("without the finished rows")
 }
 
 func envInt(t testing.TB, name string, def int) int {
