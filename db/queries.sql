@@ -483,3 +483,72 @@ SELECT id, state, claim_token, generation, errors FROM tenure.jobs WHERE id = AN
 -- name: TryPruneLock :one
 -- Elects one pruner at a time across worker processes, for the current transaction.
 SELECT pg_try_advisory_xact_lock(@lock_key::bigint)::boolean AS locked;
+
+-- ---------------------------------------------------------------------------------------------
+-- Worker registry (SPEC section 9)
+-- ---------------------------------------------------------------------------------------------
+
+-- name: RegisterWorker :one
+-- A worker's registry heartbeat: upserts its row and, in the same statement, deletes the rows
+-- of other workers that expired (killed processes). SKIP LOCKED: concurrent workers never wait
+-- for each other's deletes (no deadlock between two workers aging out the same rows).
+WITH aged AS (
+    DELETE FROM tenure.workers
+    WHERE id IN (SELECT w.id FROM tenure.workers w
+                 WHERE w.expires_at < now() AND w.id <> sqlc.arg(id)::text
+                 FOR UPDATE SKIP LOCKED)
+    RETURNING id
+), up AS (
+    INSERT INTO tenure.workers (id, host, pid, version, queues, started_at, heartbeat_at, expires_at, last_success_at, counters)
+    VALUES (sqlc.arg(id)::text, sqlc.arg(host)::text, sqlc.arg(pid)::integer, sqlc.arg(version)::text, sqlc.arg(queues)::jsonb, sqlc.arg(started_at)::timestamptz, now(),
+            now() + sqlc.arg(ttl_ms)::bigint * interval '1 millisecond', sqlc.narg(last_success_at)::timestamptz, sqlc.arg(counters)::jsonb)
+    ON CONFLICT (id) DO UPDATE
+    SET heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,
+        last_success_at = excluded.last_success_at, counters = excluded.counters, queues = excluded.queues
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM aged)::bigint AS aged;
+
+-- name: DeregisterWorker :execrows
+DELETE FROM tenure.workers WHERE id = @id::text;
+
+-- name: ListWorkers :many
+-- Every registered worker with its heartbeat age on the database clock.
+SELECT id, host, pid, version, queues, started_at, heartbeat_at, expires_at, last_success_at, counters,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age_s,
+       (expires_at < now())::boolean AS expired
+FROM tenure.workers
+ORDER BY id;
+
+-- ---------------------------------------------------------------------------------------------
+-- Cluster metrics (tenureprom): each reads one partial index's rows, never finished jobs.
+-- ---------------------------------------------------------------------------------------------
+
+-- name: ClusterReady :many
+-- Ready jobs per queue, kind and priority (through jobs_ready_idx's predicate): due ones,
+-- scheduled ones, and the oldest due job's age in seconds on the database clock.
+SELECT queue, kind, priority,
+       count(*) FILTER (WHERE run_at <= now())::bigint AS ready,
+       count(*) FILTER (WHERE run_at > now())::bigint  AS scheduled,
+       coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now())), 0)::float8 AS oldest_ready_age_s
+FROM tenure.jobs
+WHERE state = 'ready'
+GROUP BY queue, kind, priority;
+
+-- name: ClusterRunning :many
+-- Running jobs per queue, kind and priority (through jobs_running_idx's predicate): all, those
+-- whose lease already expired (the sweep has not reclaimed them yet), cancel requests pending.
+SELECT queue, kind, priority,
+       count(*)::bigint AS running,
+       count(*) FILTER (WHERE locked_until < now())::bigint AS lease_expired,
+       count(*) FILTER (WHERE cancel_requested_at IS NOT NULL)::bigint AS cancel_requested
+FROM tenure.jobs
+WHERE locked_until IS NOT NULL
+GROUP BY queue, kind, priority;
+
+-- name: ClusterDead :many
+-- Dead jobs per queue, kind, priority and last error code (through jobs_dead_idx's predicate).
+SELECT queue, kind, priority, coalesce(last_error_code, 'NONE')::text AS code, count(*)::bigint AS jobs
+FROM tenure.jobs
+WHERE state = 'dead'
+GROUP BY queue, kind, priority, last_error_code;

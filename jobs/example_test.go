@@ -9,6 +9,7 @@ import (
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker"
 )
 
 type Report struct {
@@ -52,4 +53,33 @@ func ExampleClient_Insert() {
 	// true
 	// true
 	// 3 report jobs stored
+}
+
+// Workers lists the worker registry: every running worker refreshes its row every few
+// seconds (worker.Config.RegistryEvery) and deletes it when it stops gracefully; an Expired
+// row belongs to a worker that stopped without deregistering.
+func ExampleClient_Workers() {
+	pool, cleanup := pgtest.ExamplePool()
+	defer cleanup()
+	ctx := context.Background()
+	client, _ := jobs.NewClient(pool, nil)
+
+	w, _ := worker.New(pool, &worker.Config{ID: "billing-1", Queues: map[string]worker.QueueConfig{"billing": {Concurrency: 8}}})
+	_ = w.Start(ctx) // registers at once
+	for ws, _ := client.Workers(ctx); len(ws) == 0; ws, _ = client.Workers(ctx) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	ws, _ := client.Workers(ctx)
+	for _, w := range ws {
+		fmt.Println(w.ID, w.Queues, "expired:", w.Expired, "heartbeat under 5s:", w.HeartbeatAge < 5*time.Second)
+	}
+
+	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = w.Stop(stopCtx)
+	ws, _ = client.Workers(ctx)
+	fmt.Println(len(ws), "registered after a graceful stop")
+	// Output:
+	// billing-1 map[billing:{8}] expired: false heartbeat under 5s: true
+	// 0 registered after a graceful stop
 }

@@ -76,6 +76,12 @@ type Config struct {
 	// PruneEvery is the pruning period. Default 1 minute.
 	PruneEvery time.Duration
 
+	// RegistryEvery is how often the worker writes its row in the worker registry
+	// (tenure.workers: host, pid, queues, heartbeat, last success, counters; read it with
+	// jobs.Client.Workers). The row expires RegistryTTLIntervals intervals after its last
+	// write; other workers then delete it. Stop deletes it. Default 5s; negative disables.
+	RegistryEvery time.Duration
+
 	// HardStopGrace is the part of Stop's time kept for the hard stop: handler contexts are
 	// cancelled HardStopGrace before Stop's deadline (at most half the time Stop was given),
 	// and the jobs of handlers that still have not returned are released a quarter into it.
@@ -208,6 +214,7 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.FinishedRetention, 24*time.Hour)
 	def(&out.DeadRetention, 7*24*time.Hour)
 	def(&out.PruneEvery, time.Minute)
+	def(&out.RegistryEvery, 5*time.Second)
 	def(&out.HardStopGrace, 5*time.Second)
 	def(&out.FinishRetryMax, 2*time.Second)
 	if out.FetchPollMin < time.Millisecond || out.FetchPollMax < out.FetchPollMin {
@@ -234,6 +241,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, fmt.Errorf("%w: HeartbeatDivisor outside 2..20 (a heartbeat must come well before the lease ends)", ErrInvalidConfig)
 	case out.ReclaimBatch < 1 || out.ReclaimEvery < 10*time.Millisecond:
 		return out, fmt.Errorf("%w: ReclaimBatch/ReclaimEvery", ErrInvalidConfig)
+	case out.RegistryEvery > 0 && out.RegistryEvery < 10*time.Millisecond:
+		return out, fmt.Errorf("%w: RegistryEvery below 10ms", ErrInvalidConfig)
 	case out.StuckGrace < 0 || out.HardStopGrace < 0:
 		return out, fmt.Errorf("%w: StuckGrace/HardStopGrace must be >= 0", ErrInvalidConfig)
 	}

@@ -250,7 +250,13 @@ func TestCompleteTxReadBackFailure(t *testing.T) {
 	pool, _ := chaosPool(t)
 	rec := &recorder{}
 	proxyW, proxy := proxiedEngineWorker(t, pool, rec)
+	// Every job is claimed before the first cut: a claim whose reply a cut loses strands its
+	// jobs until their lease expires (contract §10 scenario 4), which is not what this tests.
+	var started sync.WaitGroup
+	started.Add(5)
 	worker.MustRegister(proxyW, func(hctx context.Context, job *generics.Job[chaosArgs]) error {
+		started.Done()
+		started.Wait()
 		tx, err := pool.Begin(hctx)
 		if err != nil {
 			return err
@@ -267,12 +273,12 @@ func TestCompleteTxReadBackFailure(t *testing.T) {
 		go func() { time.Sleep(20 * time.Millisecond); proxy.restore() }()
 		return nil
 	}, &worker.HandlerOptions{Retry: fastRetry})
-	startWorker(t, proxyW)
 	c := newClient(t, pool, nil)
 	for i := range 5 {
 		_, err := c.Insert(ctx, chaosArgs{Tag: fmt.Sprint("tx", i)}, nil)
 		require.NoError(t, err)
 	}
+	startWorker(t, proxyW)
 	waitFor(t, 15*time.Second, "five outcomes", func() bool { _, o := rec.snapshot(); return len(o) == 5 })
 	_, outcomes := rec.snapshot()
 	for _, o := range outcomes {

@@ -17,11 +17,13 @@ type metrics struct {
 	cancelSignals, stuck, lateFinishes, panics             atomic.Int64
 	reclaimed, reclaimedDead, pruned, listenerReconnects   atomic.Int64
 	deferred, finishSplits, stillRunning                   atomic.Int64
+	registryWrites                                         atomic.Int64
 	owned, handlersRunning                                 atomic.Int64 // gauges
 	claimLatency, finishLatency                            hist.H
 	mu                                                     sync.Mutex
 	wait                                                   map[waitKey]*hist.H
 	codes                                                  map[ErrorCode]int64
+	outcomes                                               map[outcomeKey]int64
 	lastSuccess                                            atomic.Int64 // unix nanos
 }
 
@@ -31,7 +33,36 @@ type waitKey struct {
 }
 
 func newMetrics() *metrics {
-	return &metrics{wait: map[waitKey]*hist.H{}, codes: map[ErrorCode]int64{}}
+	return &metrics{wait: map[waitKey]*hist.H{}, codes: map[ErrorCode]int64{}, outcomes: map[outcomeKey]int64{}}
+}
+
+// outcomeKey is bounded: queues are configured, kinds registered (claims take no other
+// kind), outcomes a fixed set, attempts capped at MaxOutcomeAttempt.
+type outcomeKey struct {
+	queue, kind, outcome string
+	attempt              int
+}
+
+// Outcome names in Stats.Outcomes (and in the tenureprom label "outcome").
+const (
+	OutcomeSucceeded = "succeeded" // finished; the fenced write landed
+	OutcomeRetried   = "retried"   // failed, back to ready with a backoff
+	OutcomeDead      = "dead"      // failed permanently or out of attempts
+	OutcomeCancelled = "cancelled" // cancelled at an operator's request
+	OutcomeReleased  = "released"  // given back without charging the attempt (stop, deferral)
+	OutcomeStale     = "stale"     // the fenced write changed nothing: the job was no longer ours
+	OutcomeAbandoned = "abandoned" // never written (lease ran out or Stop's deadline); the sweep retries
+)
+
+// MaxOutcomeAttempt caps the attempt number Stats.Outcomes are broken down by: attempt
+// MaxOutcomeAttempt counts that attempt and every later one.
+const MaxOutcomeAttempt = 5
+
+func (m *metrics) recordOutcome(queue, kind, outcome string, attempt int) {
+	k := outcomeKey{queue: queue, kind: kind, outcome: outcome, attempt: min(max(attempt, 1), MaxOutcomeAttempt)}
+	m.mu.Lock()
+	m.outcomes[k]++
+	m.mu.Unlock()
 }
 
 func (m *metrics) recordWait(queue string, priority int, d time.Duration) {
@@ -97,6 +128,45 @@ type Stats struct {
 	ErrorCodes map[ErrorCode]int64
 	// LastSuccess is when this worker last confirmed a succeeded job (zero if never).
 	LastSuccess time.Time
+	// Outcomes break the attempts this worker finished down by queue, kind, outcome
+	// (Outcome* constants) and attempt number (capped at MaxOutcomeAttempt), sorted.
+	Outcomes []OutcomeCount
+	// ClaimLatency and FinishLatency are the claim and batched finish statement latencies
+	// as cumulative histograms over HistogramBounds.
+	ClaimLatency, FinishLatency Histogram
+}
+
+// OutcomeCount is the number of attempts of one queue and kind, at one attempt number, that
+// ended with one outcome.
+type OutcomeCount struct {
+	Queue, Kind, Outcome string
+	// Attempt is the attempt number, 1-based; MaxOutcomeAttempt means "that one or later".
+	Attempt int
+	Jobs    int64
+}
+
+// Histogram is a snapshot of a latency histogram in cumulative (Prometheus) form: Buckets[i]
+// counts the observations at most HistogramBounds()[i]. Bucket counts are accurate to one
+// internal bucket (about 12%, erring slow).
+type Histogram struct {
+	Count   uint64
+	Sum     time.Duration
+	Buckets []uint64
+}
+
+var histogramBounds = []time.Duration{
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
+	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
+	30 * time.Second, time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour,
+}
+
+// HistogramBounds returns the upper bounds of Histogram.Buckets, ascending (1 ms to 1 h).
+func HistogramBounds() []time.Duration { return append([]time.Duration(nil), histogramBounds...) }
+
+func snapshot(h *hist.H) Histogram {
+	b, n, sum := h.Cumulative(histogramBounds)
+	return Histogram{Count: n, Sum: sum, Buckets: b}
 }
 
 // WaitStats are the queue-wait percentiles of one queue and priority.
@@ -105,4 +175,6 @@ type WaitStats struct {
 	Priority           int
 	Count              uint64
 	P50, P95, P99, Max time.Duration
+	// Histogram is the same distribution in cumulative form (see Histogram).
+	Histogram Histogram
 }

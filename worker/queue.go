@@ -361,13 +361,16 @@ func (q *queue) settle(s settled) {
 	delete(q.active, e)
 	w := q.w
 	w.m.owned.Add(-1)
+	outcome := ""
 	switch {
 	case s.err != nil:
+		outcome = OutcomeAbandoned
 		w.m.finishAbandoned.Add(1)
 		w.log.Error("tenure: finish abandoned; the job's lease will expire and the sweep retries it",
 			"job_id", e.c.id, "transition", e.fin.to.String(), "err", s.err)
 		w.report(e, s.err)
 	case !s.landed:
+		outcome = OutcomeStale
 		w.m.staleRejected.Add(1)
 		w.log.Warn("tenure: stale finish rejected: the job is no longer ours", "job_id", e.c.id,
 			"generation", e.c.generation, "transition", e.fin.to.String())
@@ -375,18 +378,26 @@ func (q *queue) settle(s settled) {
 	default:
 		switch e.fin.to {
 		case toSucceeded:
+			outcome = OutcomeSucceeded
 			w.m.succeeded.Add(1)
 			w.m.lastSuccess.Store(time.Now().UnixNano())
 		case toRetry:
+			outcome = OutcomeRetried
 			w.m.retried.Add(1)
 		case toDead:
+			outcome = OutcomeDead
 			w.m.dead.Add(1)
 		case toCancelled:
+			outcome = OutcomeCancelled
 			w.m.cancelled.Add(1)
 		case toRelease:
+			outcome = OutcomeReleased
 			w.m.released.Add(1)
 		}
 		w.report(e, nil)
+	}
+	if outcome != "" {
+		w.m.recordOutcome(e.c.queue, e.c.kind, outcome, e.c.attempt)
 	}
 }
 
@@ -450,6 +461,7 @@ func (q *queue) abandonAll() {
 		e.cancel(ErrWorkerStopping)
 		w.m.owned.Add(-1)
 		w.m.finishAbandoned.Add(1)
+		w.m.recordOutcome(e.c.queue, e.c.kind, OutcomeAbandoned, e.c.attempt)
 		w.report(e, fmt.Errorf("%w: stop deadline reached before its finish was written", ErrFinishAbandoned))
 	}
 	w.log.Error("tenure: stop deadline reached; jobs left to their leases (the sweep will retry them)",

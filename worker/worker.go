@@ -27,7 +27,7 @@ import (
 //   - claim and heartbeat statements run on short-lived goroutines that report to their loop;
 //   - one goroutine per running handler (execute.go) reports its result to its loop;
 //   - Finishers goroutines (finish.go) write finishes in batches and report back to the loops;
-//   - three services (reclaim, prune, listen) run until Stop begins.
+//   - four services (reclaim, prune, listen, registry) run until Stop begins.
 //
 // The Worker itself holds only what is fixed at Start (configuration, pools, handlers) and
 // the lifecycle below.
@@ -56,6 +56,9 @@ type Worker struct {
 	engWG                sync.WaitGroup // loops, finishers, services, statement goroutines
 
 	deferLogged sync.Map // kinds whose deferral was logged
+
+	started        time.Time // when Start ran, for the registry
+	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
 
 	mu       sync.Mutex
 	state    int // 0 new, 1 started, 2 stopping/stopped
@@ -225,6 +228,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.kinds.leaseMs = append(w.kinds.leaseMs, int32(h.opts.Lease.Milliseconds()))
 	}
 	w.state = 1
+	w.started = time.Now()
 	w.finishCh = make(chan *execution, finishBuffer)
 	w.base = context.WithoutCancel(ctx)
 	w.engCtx, w.cancelEng = context.WithCancel(w.base)
@@ -233,7 +237,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	for range w.cfg.Finishers {
 		w.spawn(func() { w.finisher(w.engCtx) })
 	}
-	for _, svc := range []func(context.Context){w.reclaimService, w.pruneService, w.listenService} {
+	for _, svc := range []func(context.Context){w.reclaimService, w.pruneService, w.listenService, w.registryService} {
 		w.spawn(func() { svc(w.svcCtx) })
 	}
 	for _, q := range w.queues {
@@ -335,6 +339,7 @@ func (w *Worker) stop(ctx context.Context, plan stopPlan) error {
 	}
 	w.cancelEng()
 	w.engWG.Wait()
+	w.deregister(ctx)
 	if w.ownEng {
 		closed := make(chan struct{})
 		go func() { w.eng.Close(); close(closed) }()
@@ -379,12 +384,29 @@ func (w *Worker) Stats() Stats {
 	m.mu.Lock()
 	for k, h := range m.wait {
 		s.Wait = append(s.Wait, WaitStats{Queue: k.queue, Priority: k.priority, Count: h.Count(),
-			P50: h.Quantile(0.5), P95: h.Quantile(0.95), P99: h.Quantile(0.99), Max: h.Max()})
+			P50: h.Quantile(0.5), P95: h.Quantile(0.95), P99: h.Quantile(0.99), Max: h.Max(), Histogram: snapshot(h)})
 	}
 	for c, n := range m.codes {
 		s.ErrorCodes[c] = n
 	}
+	for k, n := range m.outcomes {
+		s.Outcomes = append(s.Outcomes, OutcomeCount{Queue: k.queue, Kind: k.kind, Outcome: k.outcome, Attempt: k.attempt, Jobs: n})
+	}
 	m.mu.Unlock()
+	s.ClaimLatency, s.FinishLatency = snapshot(&m.claimLatency), snapshot(&m.finishLatency)
+	sort.Slice(s.Outcomes, func(i, j int) bool {
+		a, b := s.Outcomes[i], s.Outcomes[j]
+		if a.Queue != b.Queue {
+			return a.Queue < b.Queue
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		if a.Outcome != b.Outcome {
+			return a.Outcome < b.Outcome
+		}
+		return a.Attempt < b.Attempt
+	})
 	sort.Slice(s.Wait, func(i, j int) bool {
 		if s.Wait[i].Queue != s.Wait[j].Queue {
 			return s.Wait[i].Queue < s.Wait[j].Queue

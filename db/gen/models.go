@@ -101,3 +101,16 @@ type TenureJob struct {
 	FinishedAt        *time.Time
 	CancelRequestedAt *time.Time
 }
+
+type TenureWorker struct {
+	ID            string
+	Host          string
+	Pid           int32
+	Version       string
+	Queues        []byte
+	StartedAt     time.Time
+	HeartbeatAt   time.Time
+	ExpiresAt     time.Time
+	LastSuccessAt *time.Time
+	Counters      []byte
+}

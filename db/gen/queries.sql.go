@@ -426,6 +426,148 @@ func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]Cla
 	return items, nil
 }
 
+const clusterDead = `-- name: ClusterDead :many
+SELECT queue, kind, priority, coalesce(last_error_code, 'NONE')::text AS code, count(*)::bigint AS jobs
+FROM tenure.jobs
+WHERE state = 'dead'
+GROUP BY queue, kind, priority, last_error_code
+`
+
+type ClusterDeadRow struct {
+	Queue    string
+	Kind     string
+	Priority int16
+	Code     string
+	Jobs     int64
+}
+
+// Dead jobs per queue, kind, priority and last error code (through jobs_dead_idx's predicate).
+func (q *Queries) ClusterDead(ctx context.Context) ([]ClusterDeadRow, error) {
+	rows, err := q.db.Query(ctx, clusterDead)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClusterDeadRow{}
+	for rows.Next() {
+		var i ClusterDeadRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.Kind,
+			&i.Priority,
+			&i.Code,
+			&i.Jobs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const clusterReady = `-- name: ClusterReady :many
+
+SELECT queue, kind, priority,
+       count(*) FILTER (WHERE run_at <= now())::bigint AS ready,
+       count(*) FILTER (WHERE run_at > now())::bigint  AS scheduled,
+       coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now())), 0)::float8 AS oldest_ready_age_s
+FROM tenure.jobs
+WHERE state = 'ready'
+GROUP BY queue, kind, priority
+`
+
+type ClusterReadyRow struct {
+	Queue           string
+	Kind            string
+	Priority        int16
+	Ready           int64
+	Scheduled       int64
+	OldestReadyAgeS float64
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster metrics (tenureprom): each reads one partial index's rows, never finished jobs.
+// ---------------------------------------------------------------------------------------------
+// Ready jobs per queue, kind and priority (through jobs_ready_idx's predicate): due ones,
+// scheduled ones, and the oldest due job's age in seconds on the database clock.
+func (q *Queries) ClusterReady(ctx context.Context) ([]ClusterReadyRow, error) {
+	rows, err := q.db.Query(ctx, clusterReady)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClusterReadyRow{}
+	for rows.Next() {
+		var i ClusterReadyRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.Kind,
+			&i.Priority,
+			&i.Ready,
+			&i.Scheduled,
+			&i.OldestReadyAgeS,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const clusterRunning = `-- name: ClusterRunning :many
+SELECT queue, kind, priority,
+       count(*)::bigint AS running,
+       count(*) FILTER (WHERE locked_until < now())::bigint AS lease_expired,
+       count(*) FILTER (WHERE cancel_requested_at IS NOT NULL)::bigint AS cancel_requested
+FROM tenure.jobs
+WHERE locked_until IS NOT NULL
+GROUP BY queue, kind, priority
+`
+
+type ClusterRunningRow struct {
+	Queue           string
+	Kind            string
+	Priority        int16
+	Running         int64
+	LeaseExpired    int64
+	CancelRequested int64
+}
+
+// Running jobs per queue, kind and priority (through jobs_running_idx's predicate): all, those
+// whose lease already expired (the sweep has not reclaimed them yet), cancel requests pending.
+func (q *Queries) ClusterRunning(ctx context.Context) ([]ClusterRunningRow, error) {
+	rows, err := q.db.Query(ctx, clusterRunning)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClusterRunningRow{}
+	for rows.Next() {
+		var i ClusterRunningRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.Kind,
+			&i.Priority,
+			&i.Running,
+			&i.LeaseExpired,
+			&i.CancelRequested,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const completeMany = `-- name: CompleteMany :many
 
 UPDATE tenure.jobs j
@@ -526,6 +668,18 @@ func (q *Queries) DeadErrorCodes(ctx context.Context, maxRows int32) ([]DeadErro
 		return nil, err
 	}
 	return items, nil
+}
+
+const deregisterWorker = `-- name: DeregisterWorker :execrows
+DELETE FROM tenure.workers WHERE id = $1::text
+`
+
+func (q *Queries) DeregisterWorker(ctx context.Context, id string) (int64, error) {
+	result, err := q.db.Exec(ctx, deregisterWorker, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const failMany = `-- name: FailMany :many
@@ -1067,6 +1221,63 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 	return items, nil
 }
 
+const listWorkers = `-- name: ListWorkers :many
+SELECT id, host, pid, version, queues, started_at, heartbeat_at, expires_at, last_success_at, counters,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age_s,
+       (expires_at < now())::boolean AS expired
+FROM tenure.workers
+ORDER BY id
+`
+
+type ListWorkersRow struct {
+	ID            string
+	Host          string
+	Pid           int32
+	Version       string
+	Queues        []byte
+	StartedAt     time.Time
+	HeartbeatAt   time.Time
+	ExpiresAt     time.Time
+	LastSuccessAt *time.Time
+	Counters      []byte
+	HeartbeatAgeS float64
+	Expired       bool
+}
+
+// Every registered worker with its heartbeat age on the database clock.
+func (q *Queries) ListWorkers(ctx context.Context) ([]ListWorkersRow, error) {
+	rows, err := q.db.Query(ctx, listWorkers)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListWorkersRow{}
+	for rows.Next() {
+		var i ListWorkersRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Host,
+			&i.Pid,
+			&i.Version,
+			&i.Queues,
+			&i.StartedAt,
+			&i.HeartbeatAt,
+			&i.ExpiresAt,
+			&i.LastSuccessAt,
+			&i.Counters,
+			&i.HeartbeatAgeS,
+			&i.Expired,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const liveStats = `-- name: LiveStats :many
 SELECT queue, priority,
        count(*) FILTER (WHERE state = 'ready' AND run_at <= now())::bigint AS ready,
@@ -1376,6 +1587,61 @@ func (q *Queries) RecordEffect(ctx context.Context, arg RecordEffectParams) (Ten
 		&i.UpdatedAt,
 	)
 	return i, err
+}
+
+const registerWorker = `-- name: RegisterWorker :one
+
+WITH aged AS (
+    DELETE FROM tenure.workers
+    WHERE id IN (SELECT w.id FROM tenure.workers w
+                 WHERE w.expires_at < now() AND w.id <> $1::text
+                 FOR UPDATE SKIP LOCKED)
+    RETURNING id
+), up AS (
+    INSERT INTO tenure.workers (id, host, pid, version, queues, started_at, heartbeat_at, expires_at, last_success_at, counters)
+    VALUES ($1::text, $2::text, $3::integer, $4::text, $5::jsonb, $6::timestamptz, now(),
+            now() + $7::bigint * interval '1 millisecond', $8::timestamptz, $9::jsonb)
+    ON CONFLICT (id) DO UPDATE
+    SET heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,
+        last_success_at = excluded.last_success_at, counters = excluded.counters, queues = excluded.queues
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM aged)::bigint AS aged
+`
+
+type RegisterWorkerParams struct {
+	ID            string
+	Host          string
+	Pid           int32
+	Version       string
+	Queues        []byte
+	StartedAt     time.Time
+	TtlMs         int64
+	LastSuccessAt *time.Time
+	Counters      []byte
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker registry (SPEC section 9)
+// ---------------------------------------------------------------------------------------------
+// A worker's registry heartbeat: upserts its row and, in the same statement, deletes the rows
+// of other workers that expired (killed processes). SKIP LOCKED: concurrent workers never wait
+// for each other's deletes (no deadlock between two workers aging out the same rows).
+func (q *Queries) RegisterWorker(ctx context.Context, arg RegisterWorkerParams) (int64, error) {
+	row := q.db.QueryRow(ctx, registerWorker,
+		arg.ID,
+		arg.Host,
+		arg.Pid,
+		arg.Version,
+		arg.Queues,
+		arg.StartedAt,
+		arg.TtlMs,
+		arg.LastSuccessAt,
+		arg.Counters,
+	)
+	var aged int64
+	err := row.Scan(&aged)
+	return aged, err
 }
 
 const reinject = `-- name: Reinject :one

@@ -20,6 +20,7 @@ type H struct {
 	counts [nBuckets]uint64
 	n      uint64
 	max    time.Duration
+	sum    time.Duration
 }
 
 func bucket(us uint64) int {
@@ -55,6 +56,9 @@ func (h *H) Record(d time.Duration) {
 	h.mu.Lock()
 	h.counts[b]++
 	h.n++
+	if d > 0 {
+		h.sum += d
+	}
 	if d > h.max {
 		h.max = d
 	}
@@ -104,6 +108,37 @@ func (h *H) Max() time.Duration {
 func (h *H) Reset() {
 	h.mu.Lock()
 	h.counts = [nBuckets]uint64{}
-	h.n, h.max = 0, 0
+	h.n, h.max, h.sum = 0, 0, 0
 	h.mu.Unlock()
+}
+
+// Sum returns the sum of the observations (negative ones counted as 0).
+func (h *H) Sum() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sum
+}
+
+// Cumulative returns, for each of bounds (ascending), the number of observations at most that
+// long, Prometheus style, along with the total count and sum, all from one consistent view.
+// An observation counts toward the first bound at or above its bucket's upper edge, so counts
+// err on the slow side by at most one bucket width (about 12%).
+func (h *H) Cumulative(bounds []time.Duration) (counts []uint64, n uint64, sum time.Duration) {
+	counts = make([]uint64, len(bounds))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	i := 0
+	var seen uint64
+	for b, c := range h.counts {
+		up := time.Duration(upper(b)) * time.Microsecond
+		for i < len(bounds) && bounds[i] < up {
+			counts[i] = seen
+			i++
+		}
+		seen += c
+	}
+	for ; i < len(bounds); i++ {
+		counts[i] = seen
+	}
+	return counts, h.n, h.sum
 }

@@ -34,3 +34,21 @@ func TestBucketsMonotonic(t *testing.T) {
 		prev = b
 	}
 }
+
+func TestCumulative(t *testing.T) {
+	var h H
+	for _, d := range []time.Duration{500 * time.Microsecond, 3 * time.Millisecond, 3 * time.Millisecond, 40 * time.Millisecond, 2 * time.Second} {
+		h.Record(d)
+	}
+	counts, n, sum := h.Cumulative([]time.Duration{time.Millisecond, 5 * time.Millisecond, 50 * time.Millisecond, time.Second, 10 * time.Second})
+	require.Equal(t, []uint64{1, 3, 4, 4, 5}, counts)
+	require.EqualValues(t, 5, n)
+	require.Equal(t, 2046500*time.Microsecond, sum)
+	// Cumulative counts never decrease and never exceed the total.
+	for i := 1; i < len(counts); i++ {
+		require.LessOrEqual(t, counts[i-1], counts[i])
+	}
+	counts, n, _ = (&H{}).Cumulative([]time.Duration{time.Second})
+	require.Equal(t, []uint64{0}, counts)
+	require.Zero(t, n)
+}

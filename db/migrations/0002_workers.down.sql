@@ -1,0 +1,2 @@
+-- Reverts 0002_workers.
+DROP TABLE IF EXISTS tenure.workers;

@@ -1,0 +1,119 @@
+package tenureprom_test
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/tenureprom"
+)
+
+type ruleFile struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Alert       string            `yaml:"alert"`
+			Expr        string            `yaml:"expr"`
+			For         string            `yaml:"for"`
+			Labels      map[string]string `yaml:"labels"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+var metricNameRE = regexp.MustCompile(`\btenure_[a-z0-9_]+\b`)
+
+// TestAlertRulesUseServedMetrics parses alerts.yml and docs/operations.md and checks that every
+// tenure_* metric they name is served by a running worker's engine and cluster collectors
+// (registered together, which also proves their names never collide).
+func TestAlertRulesUseServedMetrics(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	w := startWorker(t, pool, "alerts-test")
+	c, err := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry()})
+	require.NoError(t, err)
+	_, err = c.InsertMany(ctx, []jobs.InsertManyParams{{Args: okArgs{}}, {Args: flakyArgs{FailFirst: 5}}})
+	require.NoError(t, err)
+	// Work no worker takes (an unregistered kind): a ready and a running job, as from
+	// another deployment.
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload) VALUES ('elsewhere', '{}');
+INSERT INTO tenure.jobs (kind, payload, state, attempts, locked_by, locked_until, claim_token, attempted_at, generation)
+VALUES ('elsewhere', '{}', 'running', 1, 'other', now() + interval '1 hour', gen_random_uuid(), now(), 1)`)
+	require.NoError(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for st := w.Stats(); st.Succeeded < 1 || st.Dead < 1; st = w.Stats() {
+		require.True(t, time.Now().Before(deadline), "jobs did not finish: %+v", st)
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // a registry refresh with the counters
+
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(tenureprom.NewEngineCollector(w)))
+	cluster, err := tenureprom.NewClusterCollector(pool, nil)
+	require.NoError(t, err)
+	require.NoError(t, reg.Register(cluster))
+	fams := scrape(t, reg)
+	served := map[string]bool{}
+	for name, f := range fams {
+		served[name] = true
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			served[name+"_bucket"], served[name+"_sum"], served[name+"_count"] = true, true, true
+		}
+	}
+
+	raw, err := os.ReadFile("alerts.yml")
+	require.NoError(t, err)
+	var rf ruleFile
+	dec := yaml.NewDecoder(strings.NewReader(string(raw)))
+	dec.KnownFields(true)
+	require.NoError(t, dec.Decode(&rf))
+	require.Len(t, rf.Groups, 1)
+	alerts := map[string]bool{}
+	used := map[string]bool{}
+	for _, r := range rf.Groups[0].Rules {
+		require.NotEmpty(t, r.Alert)
+		require.False(t, alerts[r.Alert], "duplicate alert %s", r.Alert)
+		alerts[r.Alert] = true
+		require.NotEmpty(t, r.Expr, r.Alert)
+		require.NotEmpty(t, r.Labels["severity"], r.Alert)
+		require.NotEmpty(t, r.Annotations["summary"], r.Alert)
+		if r.For != "" {
+			_, err := time.ParseDuration(r.For)
+			require.NoError(t, err, r.Alert)
+		}
+		require.Equal(t, strings.Count(r.Expr, "("), strings.Count(r.Expr, ")"), "%s: unbalanced parentheses", r.Alert)
+		names := metricNameRE.FindAllString(r.Expr, -1)
+		require.NotEmpty(t, names, r.Alert)
+		for _, n := range names {
+			require.True(t, served[n], "alert %s uses %s, which the exporter does not serve", r.Alert, n)
+			used[n] = true
+		}
+	}
+	for _, want := range []string{"TenureReadyJobsWaitingTooLong", "TenureStaleWrites", "TenureLeaseExpiryRising",
+		"TenureEmptyClaimsWithReadyWork", "TenureDeadJobsGrowing"} {
+		require.True(t, alerts[want], "missing alert %s", want)
+	}
+
+	doc, err := os.ReadFile("../docs/operations.md")
+	require.NoError(t, err)
+	var missing []string
+	for _, n := range metricNameRE.FindAllString(string(doc), -1) {
+		if !served[n] && !strings.HasSuffix(n, "_") {
+			missing = append(missing, n)
+		}
+	}
+	sort.Strings(missing)
+	require.Empty(t, missing, "docs/operations.md names metrics the exporter does not serve")
+}

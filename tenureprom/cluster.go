@@ -1,0 +1,203 @@
+package tenureprom
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/jobs"
+)
+
+// ErrNilPool is returned by NewClusterCollector when it is given no pool.
+var ErrNilPool = errors.New("tenureprom: pool must not be nil")
+
+// ClusterConfig configures a ClusterCollector. A nil *ClusterConfig, or zero fields, mean the
+// documented defaults.
+type ClusterConfig struct {
+	// Timeout bounds one scrape's statements. Default 5s. A scrape that fails or times out
+	// reports the error to Prometheus (the scrape fails) and counts it in
+	// tenure_cluster_scrape_errors_total.
+	Timeout time.Duration
+	// MaxDeadCodeSeries bounds tenure_queue_dead_jobs_by_code: the series with the most dead
+	// jobs are kept and the rest summed into code="OTHER". Default 100.
+	MaxDeadCodeSeries int
+}
+
+// ClusterCollector exports the database's view of the queues and the worker registry (see
+// the package documentation). Every scrape runs four statements: the ready, running and dead
+// jobs grouped through their partial indexes (cost grows with live and dead jobs, never
+// with succeeded or cancelled ones), and the registry.
+type ClusterCollector struct {
+	pool *pgxpool.Pool
+	q    *gen.Queries
+	c    *jobs.Client
+	cfg  ClusterConfig
+
+	errs prometheus.Counter
+
+	jobs, oldestReady, leaseExpired, cancelRequested, deadByCode,
+	workers, heartbeatAge, lastSuccessAge, workerExpired, workerJobs, scrapeDur *prometheus.Desc
+}
+
+// NewClusterCollector returns a collector running its statements on pool.
+func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollector, error) {
+	if pool == nil {
+		return nil, ErrNilPool
+	}
+	var c ClusterConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 5 * time.Second
+	}
+	if c.MaxDeadCodeSeries <= 0 {
+		c.MaxDeadCodeSeries = 100
+	}
+	client, err := jobs.NewClient(pool, nil)
+	if err != nil {
+		return nil, err
+	}
+	qkp := []string{"queue", "kind", "priority"}
+	return &ClusterCollector{
+		pool: pool, q: gen.New(pool), c: client, cfg: c,
+		errs: prometheus.NewCounter(prometheus.CounterOpts{Name: "tenure_cluster_scrape_errors_total", Help: "Cluster scrapes whose statements failed."}),
+		jobs: prometheus.NewDesc("tenure_queue_jobs", "Jobs by queue, kind, priority and state: ready (due), scheduled (ready, due later), running, dead.",
+			[]string{"queue", "kind", "priority", "state"}, nil),
+		oldestReady:     prometheus.NewDesc("tenure_queue_oldest_ready_age_seconds", "Age of the oldest due ready job (now - run_at on the database clock), by queue, kind and priority.", qkp, nil),
+		leaseExpired:    prometheus.NewDesc("tenure_queue_lease_expired_jobs", "Running jobs whose lease already expired and that the sweep has not reclaimed yet.", qkp, nil),
+		cancelRequested: prometheus.NewDesc("tenure_queue_cancel_requested_jobs", "Running jobs an operator asked to cancel.", qkp, nil),
+		deadByCode:      prometheus.NewDesc("tenure_queue_dead_jobs_by_code", "Dead jobs by queue, kind and last error code.", []string{"queue", "kind", "code"}, nil),
+		workers:         prometheus.NewDesc("tenure_registered_workers", "Rows in the worker registry, by whether they expired (killed workers not yet aged out).", []string{"expired"}, nil),
+		heartbeatAge:    prometheus.NewDesc("tenure_registered_worker_heartbeat_age_seconds", "Time since the worker last refreshed its registry row (database clock).", []string{"worker"}, nil),
+		lastSuccessAge:  prometheus.NewDesc("tenure_registered_worker_last_success_age_seconds", "Time since the worker last confirmed a succeeded job, as of its last registry refresh plus the heartbeat age.", []string{"worker"}, nil),
+		workerExpired:   prometheus.NewDesc("tenure_registered_worker_expired", "1 when the worker's registry row expired (the worker is most likely gone).", []string{"worker"}, nil),
+		workerJobs:      prometheus.NewDesc("tenure_registered_worker_jobs_total", "Attempts the worker finished since it started, by outcome, as of its last registry refresh.", []string{"worker", "outcome"}, nil),
+		scrapeDur:       prometheus.NewDesc("tenure_cluster_scrape_duration_seconds", "How long the cluster collector's statements took.", nil, nil),
+	}, nil
+}
+
+// Describe sends every metric's descriptor.
+func (c *ClusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.jobs, c.oldestReady, c.leaseExpired, c.cancelRequested, c.deadByCode,
+		c.workers, c.heartbeatAge, c.lastSuccessAge, c.workerExpired, c.workerJobs, c.scrapeDur} {
+		ch <- d
+	}
+	c.errs.Describe(ch)
+}
+
+// Collect runs the statements and sends the metrics; on a database error it sends an
+// invalid metric, which fails the scrape.
+func (c *ClusterCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	if err := c.collect(ctx, ch); err != nil {
+		c.errs.Inc()
+		ch <- prometheus.NewInvalidMetric(c.jobs, err)
+	}
+	ch <- prometheus.MustNewConstMetric(c.scrapeDur, prometheus.GaugeValue, time.Since(start).Seconds())
+	c.errs.Collect(ch)
+}
+
+func (c *ClusterCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) error {
+	ready, err := c.q.ClusterReady(ctx)
+	if err != nil {
+		return err
+	}
+	running, err := c.q.ClusterRunning(ctx)
+	if err != nil {
+		return err
+	}
+	dead, err := c.q.ClusterDead(ctx)
+	if err != nil {
+		return err
+	}
+	workers, err := c.c.Workers(ctx)
+	if err != nil {
+		return err
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, r := range ready {
+		p := strconv.Itoa(int(r.Priority))
+		gauge(c.jobs, float64(r.Ready), r.Queue, r.Kind, p, "ready")
+		gauge(c.jobs, float64(r.Scheduled), r.Queue, r.Kind, p, "scheduled")
+		gauge(c.oldestReady, r.OldestReadyAgeS, r.Queue, r.Kind, p)
+	}
+	for _, r := range running {
+		p := strconv.Itoa(int(r.Priority))
+		gauge(c.jobs, float64(r.Running), r.Queue, r.Kind, p, "running")
+		gauge(c.leaseExpired, float64(r.LeaseExpired), r.Queue, r.Kind, p)
+		gauge(c.cancelRequested, float64(r.CancelRequested), r.Queue, r.Kind, p)
+	}
+	// Dead: per priority (all codes), and per code (all priorities), bounded.
+	type qkp struct {
+		queue, kind string
+		prio        int16
+	}
+	type qkc struct{ queue, kind, code string }
+	byPrio, byCode := map[qkp]int64{}, map[qkc]int64{}
+	for _, r := range dead {
+		byPrio[qkp{r.Queue, r.Kind, r.Priority}] += r.Jobs
+		byCode[qkc{r.Queue, r.Kind, r.Code}] += r.Jobs
+	}
+	for k, n := range byPrio {
+		gauge(c.jobs, float64(n), k.queue, k.kind, strconv.Itoa(int(k.prio)), "dead")
+	}
+	codes := make([]qkc, 0, len(byCode))
+	for k := range byCode {
+		codes = append(codes, k)
+	}
+	sort.Slice(codes, func(i, j int) bool {
+		if byCode[codes[i]] != byCode[codes[j]] {
+			return byCode[codes[i]] > byCode[codes[j]]
+		}
+		a, b := codes[i], codes[j]
+		if a.queue != b.queue {
+			return a.queue < b.queue
+		}
+		if a.kind != b.kind {
+			return a.kind < b.kind
+		}
+		return a.code < b.code
+	})
+	out := map[qkc]int64{}
+	for i, k := range codes {
+		if i >= c.cfg.MaxDeadCodeSeries-1 && len(codes) > c.cfg.MaxDeadCodeSeries {
+			k.code = "OTHER"
+		}
+		out[k] += byCode[codes[i]]
+	}
+	for k, n := range out {
+		gauge(c.deadByCode, float64(n), k.queue, k.kind, k.code)
+	}
+	var live, expired int
+	for _, w := range workers {
+		exp := 0.0
+		if w.Expired {
+			exp, expired = 1, expired+1
+		} else {
+			live++
+		}
+		gauge(c.heartbeatAge, w.HeartbeatAge.Seconds(), w.ID)
+		gauge(c.workerExpired, exp, w.ID)
+		if w.LastSuccessAt != nil {
+			gauge(c.lastSuccessAge, (w.HeartbeatAt.Sub(*w.LastSuccessAt) + w.HeartbeatAge).Seconds(), w.ID)
+		}
+		for _, o := range []string{"succeeded", "retried", "dead", "cancelled", "released"} {
+			ch <- prometheus.MustNewConstMetric(c.workerJobs, prometheus.CounterValue, float64(w.Counters[o]), w.ID, o)
+		}
+		ch <- prometheus.MustNewConstMetric(c.workerJobs, prometheus.CounterValue, float64(w.Counters["stale_rejected"]), w.ID, "stale")
+	}
+	gauge(c.workers, float64(live), "false")
+	gauge(c.workers, float64(expired), "true")
+	return nil
+}

@@ -1,0 +1,145 @@
+package tenureprom_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/tenureprom"
+)
+
+var clusterLabels = map[string]bool{"queue": true, "kind": true, "priority": true, "state": true, "code": true, "worker": true, "expired": true, "outcome": true}
+
+func TestClusterCollector(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `
+INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at)
+SELECT 'default', 'ok', '{}', 2, now() - interval '90 seconds' FROM generate_series(1, 3);
+INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at) VALUES
+  ('default', 'ok', '{}', 2, now() - interval '10 seconds'),
+  ('default', 'ok', '{}', 3, now() + interval '1 hour'),
+  ('mail', 'flaky', '{}', 5, now() - interval '5 seconds');
+INSERT INTO tenure.jobs (queue, kind, payload, priority, state, attempts, locked_by, locked_until, claim_token, attempted_at, generation, cancel_requested_at) VALUES
+  ('mail', 'flaky', '{}', 5, 'running', 1, 'w1', now() + interval '30 seconds', gen_random_uuid(), now(), 1, NULL),
+  ('mail', 'flaky', '{}', 5, 'running', 1, 'w1', now() - interval '1 second', gen_random_uuid(), now(), 1, now());
+INSERT INTO tenure.jobs (queue, kind, payload, priority, state, attempts, max_attempts, claim_token, generation, attempted_at, finished_at, last_error_code)
+SELECT 'mail', 'flaky', '{}', p, 'dead', 3, 3, gen_random_uuid(), 3, now(), now(), c
+FROM (VALUES (5, 'TIMEOUT'), (5, 'TIMEOUT'), (4, 'HANDLER_ERROR'), (5, NULL)) v(p, c);
+INSERT INTO tenure.jobs (queue, kind, payload, state, attempts, claim_token, generation, attempted_at, finished_at)
+SELECT 'default', 'ok', '{}', 'succeeded', 1, gen_random_uuid(), 1, now(), now() FROM generate_series(1, 50);
+INSERT INTO tenure.workers (id, host, pid, version, queues, started_at, heartbeat_at, expires_at, last_success_at, counters) VALUES
+  ('w1', 'h', 1, 'v', '{}', now() - interval '1 hour', now() - interval '2 seconds', now() + interval '28 seconds', now() - interval '12 seconds', '{"succeeded": 40, "dead": 4}'),
+  ('w-gone', 'h', 2, 'v', '{}', now() - interval '2 hours', now() - interval '1 hour', now() - interval '59 minutes', NULL, '{}');`)
+	require.NoError(t, err)
+
+	col, err := tenureprom.NewClusterCollector(pool, nil)
+	require.NoError(t, err)
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(col))
+	problems, err := testutil.CollectAndLint(col)
+	require.NoError(t, err)
+	require.Empty(t, problems, "promlint")
+
+	series := checkSeries(t, scrape(t, reg), clusterLabels)
+	want := map[string]float64{
+		"tenure_queue_jobs{kind=ok,priority=2,queue=default,state=ready}":          4,
+		"tenure_queue_jobs{kind=ok,priority=2,queue=default,state=scheduled}":      0,
+		"tenure_queue_jobs{kind=ok,priority=3,queue=default,state=scheduled}":      1,
+		"tenure_queue_jobs{kind=ok,priority=3,queue=default,state=ready}":          0,
+		"tenure_queue_jobs{kind=flaky,priority=5,queue=mail,state=ready}":          1,
+		"tenure_queue_jobs{kind=flaky,priority=5,queue=mail,state=running}":        2,
+		"tenure_queue_jobs{kind=flaky,priority=5,queue=mail,state=dead}":           3,
+		"tenure_queue_jobs{kind=flaky,priority=4,queue=mail,state=dead}":           1,
+		"tenure_queue_lease_expired_jobs{kind=flaky,priority=5,queue=mail}":        1,
+		"tenure_queue_cancel_requested_jobs{kind=flaky,priority=5,queue=mail}":     1,
+		"tenure_queue_dead_jobs_by_code{code=TIMEOUT,kind=flaky,queue=mail}":       2,
+		"tenure_queue_dead_jobs_by_code{code=HANDLER_ERROR,kind=flaky,queue=mail}": 1,
+		"tenure_queue_dead_jobs_by_code{code=NONE,kind=flaky,queue=mail}":          1,
+		"tenure_registered_workers{expired=false}":                                 1,
+		"tenure_registered_workers{expired=true}":                                  1,
+		"tenure_registered_worker_expired{worker=w-gone}":                          1,
+		"tenure_registered_worker_expired{worker=w1}":                              0,
+		"tenure_registered_worker_jobs_total{outcome=succeeded,worker=w1}":         40,
+		"tenure_registered_worker_jobs_total{outcome=dead,worker=w1}":              4,
+		"tenure_cluster_scrape_errors_total{}":                                     0,
+	}
+	for k, v := range want {
+		m, ok := series[k]
+		require.True(t, ok, "series %s missing", k)
+		require.Equal(t, v, value(m), k)
+	}
+	approx := func(key string, v, delta float64) {
+		m, ok := series[key]
+		require.True(t, ok, "series %s missing", key)
+		require.InDelta(t, v, value(m), delta, key)
+	}
+	approx("tenure_queue_oldest_ready_age_seconds{kind=ok,priority=2,queue=default}", 90, 5)
+	approx("tenure_queue_oldest_ready_age_seconds{kind=ok,priority=3,queue=default}", 0, 0)
+	approx("tenure_queue_oldest_ready_age_seconds{kind=flaky,priority=5,queue=mail}", 5, 5)
+	approx("tenure_registered_worker_heartbeat_age_seconds{worker=w1}", 2, 2)
+	approx("tenure_registered_worker_heartbeat_age_seconds{worker=w-gone}", 3600, 10)
+	approx("tenure_registered_worker_last_success_age_seconds{worker=w1}", 12, 2)
+	require.NotContains(t, series, "tenure_registered_worker_last_success_age_seconds{worker=w-gone}")
+	for k := range series {
+		require.NotContains(t, k, "state=succeeded", "finished jobs are not counted")
+	}
+}
+
+// TestClusterDeadCodesBounded: past MaxDeadCodeSeries, the smallest codes fold into OTHER.
+func TestClusterDeadCodesBounded(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	var values []string
+	for i := range 10 {
+		for range i + 1 {
+			values = append(values, fmt.Sprintf("('CODE_%c')", 'A'+i))
+		}
+	}
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload, state, attempts, max_attempts, claim_token, generation, attempted_at, finished_at, last_error_code)
+SELECT 'k', '{}', 'dead', 1, 1, gen_random_uuid(), 1, now(), now(), c FROM (VALUES `+strings.Join(values, ",")+`) v(c)`)
+	require.NoError(t, err)
+	col, err := tenureprom.NewClusterCollector(pool, &tenureprom.ClusterConfig{MaxDeadCodeSeries: 4})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(col))
+	series := checkSeries(t, scrape(t, reg), clusterLabels)
+	var codes []string
+	var total float64
+	for k, m := range series {
+		if strings.HasPrefix(k, "tenure_queue_dead_jobs_by_code{") {
+			codes = append(codes, k)
+			total += value(m)
+		}
+	}
+	require.Len(t, codes, 4)
+	require.EqualValues(t, 55, total)
+	require.Equal(t, 10.0, value(series["tenure_queue_dead_jobs_by_code{code=CODE_J,kind=k,queue=default}"]))
+	require.Equal(t, 8.0, value(series["tenure_queue_dead_jobs_by_code{code=CODE_H,kind=k,queue=default}"]))
+	require.Equal(t, 55.0-10-9-8, value(series["tenure_queue_dead_jobs_by_code{code=OTHER,kind=k,queue=default}"]))
+}
+
+// TestClusterScrapeFailsOnDatabaseError: a failed statement fails the scrape, counted.
+func TestClusterScrapeFailsOnDatabaseError(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	col, err := tenureprom.NewClusterCollector(pool, &tenureprom.ClusterConfig{Timeout: time.Second})
+	require.NoError(t, err)
+	_, err = pool.Exec(context.Background(), `DROP TABLE tenure.workers`)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(col))
+	_, err = reg.Gather()
+	require.Error(t, err)
+	_, err = tenureprom.NewClusterCollector(nil, nil)
+	require.ErrorIs(t, err, tenureprom.ErrNilPool)
+}

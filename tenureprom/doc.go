@@ -1,0 +1,23 @@
+// Package tenureprom exports Tenure's metrics to Prometheus (github.com/prometheus/client_golang).
+// The core packages (jobs, worker) do not depend on it.
+//
+// Two collectors, registered side by side (their metric names never overlap):
+//
+//   - EngineCollector: one worker process's engine counters, gauges and histograms, read
+//     from worker.Worker.Stats at each scrape (claims, outcomes per queue/kind, queue wait,
+//     stale writes, leases lost and expired, heartbeats). Register it in every worker
+//     process; Prometheus' instance label tells the processes apart.
+//   - ClusterCollector: the database's view, shared by every process: ready/scheduled/
+//     running/dead jobs per queue, kind and priority, the oldest ready job's age, dead jobs by
+//     error code, and the worker registry (heartbeat age, last success). Its statements read
+//     only the partial indexes' rows (never finished jobs). Register it in one place (a
+//     `tenure serve` process, or one worker) rather than in every worker, to scrape once.
+//
+// Labels are bounded: queue, kind, priority, outcome, attempt (capped), error code (a
+// bounded vocabulary; the cluster collector keeps the MaxDeadCodeSeries largest), and, for
+// the registry, the worker id (one series per live worker process, gone once its row is).
+// No job id ever becomes a label.
+//
+// docs/operations.md lists the operator panels with their PromQL, and alerts.yml in this
+// directory holds ready-made alert rules.
+package tenureprom

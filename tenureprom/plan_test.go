@@ -1,0 +1,178 @@
+package tenureprom_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/tenureprom"
+)
+
+// sqlRecorder is a pgx tracer that records the SQL of every statement run.
+type sqlRecorder struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (r *sqlRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.mu.Lock()
+	r.seen = append(r.seen, d.SQL)
+	r.mu.Unlock()
+	return ctx
+}
+
+func (r *sqlRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *sqlRecorder) statements() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.seen...)
+}
+
+// fill inserts ready, running, dead and finished jobs in bulk, then ANALYZEs.
+func fill(t testing.TB, pool *pgxpool.Pool, ready, running, dead, finished int) {
+	t.Helper()
+	ctx := context.Background()
+	for _, st := range []struct {
+		sql string
+		n   int
+	}{
+		{`INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at)
+SELECT 'q' || (i % 4), 'k' || (i % 8), '{}', 1 + i % 3, now() - (i % 1000) * interval '1 second'
+FROM generate_series(1, $1::int) i`, ready},
+		{`INSERT INTO tenure.jobs (queue, kind, payload, priority, state, attempts, locked_by, locked_until, claim_token, attempted_at, generation)
+SELECT 'q' || (i % 4), 'k' || (i % 8), '{}', 2, 'running', 1, 'w', now() + interval '30 seconds', gen_random_uuid(), now(), 1
+FROM generate_series(1, $1::int) i`, running},
+		{`INSERT INTO tenure.jobs (queue, kind, payload, priority, state, attempts, max_attempts, claim_token, generation, attempted_at, finished_at, last_error_code)
+SELECT 'q' || (i % 4), 'k' || (i % 8), '{}', 2, 'dead', 1, 1, gen_random_uuid(), 1, now(), now(), 'CODE_' || chr(65 + i % 5)
+FROM generate_series(1, $1::int) i`, dead},
+		{`INSERT INTO tenure.jobs (queue, kind, payload, priority, state, attempts, claim_token, generation, attempted_at, finished_at)
+SELECT 'q' || (i % 4), 'k' || (i % 8), '{}', 2, CASE WHEN i % 10 = 0 THEN 'cancelled' ELSE 'succeeded' END::tenure.job_state,
+       1, gen_random_uuid(), 1, now(), now() - (i % 3600) * interval '1 second'
+FROM generate_series(1, $1::int) i`, finished},
+	} {
+		_, err := pool.Exec(ctx, st.sql, st.n)
+		require.NoError(t, err)
+	}
+	_, err := pool.Exec(ctx, `ANALYZE tenure.jobs`)
+	require.NoError(t, err)
+}
+
+// TestClusterPlansUseThePartialIndexes: with many finished rows and few live ones, every
+// cluster statement reads a partial index, never the whole table.
+func TestClusterPlansUseThePartialIndexes(t *testing.T) {
+	t.Parallel()
+	rec := &sqlRecorder{}
+	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
+	fill(t, pool, 2000, 50, 500, 200_000)
+	col, err := tenureprom.NewClusterCollector(pool, nil)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(col))
+	_, err = reg.Gather()
+	require.NoError(t, err)
+
+	want := map[string]string{"ClusterReady": "jobs_ready_idx", "ClusterRunning": "jobs_running_idx", "ClusterDead": "jobs_dead_idx"}
+	found := 0
+	for _, sql := range rec.statements() {
+		for name, idx := range want {
+			if !strings.HasPrefix(sql, "-- name: "+name+" ") {
+				continue
+			}
+			found++
+			var lines []string
+			rows, err := pool.Query(context.Background(), "EXPLAIN "+sql)
+			require.NoError(t, err)
+			for rows.Next() {
+				var l string
+				require.NoError(t, rows.Scan(&l))
+				lines = append(lines, l)
+			}
+			require.NoError(t, rows.Err())
+			plan := strings.Join(lines, "\n")
+			require.Contains(t, plan, idx, "%s:\n%s", name, plan)
+			require.NotContains(t, plan, "Seq Scan on jobs", "%s:\n%s", name, plan)
+		}
+	}
+	require.Equal(t, len(want), found, "statements seen: %q", rec.statements())
+}
+
+// TestClusterScrapeAtScale measures one cluster scrape with a large backlog and many finished
+// rows. Opt-in (slow to set up): TENURE_SCRAPE_SCALE=1 go test -run TestClusterScrapeAtScale
+// -v ./tenureprom/. Sizes: TENURE_SCRAPE_READY (default 1,000,000) ready jobs and
+// TENURE_SCRAPE_FINISHED (default 3,000,000) finished ones.
+func TestClusterScrapeAtScale(t *testing.T) {
+	if os.Getenv("TENURE_SCRAPE_SCALE") == "" {
+		t.Skip("set TENURE_SCRAPE_SCALE=1 to run")
+	}
+	ready, finished := envInt(t, "TENURE_SCRAPE_READY", 1_000_000), envInt(t, "TENURE_SCRAPE_FINISHED", 3_000_000)
+	rec := &sqlRecorder{}
+	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
+	ctx := context.Background()
+	start := time.Now()
+	fill(t, pool, ready, 200, 20_000, finished)
+	t.Logf("setup: %d ready, 200 running, 20000 dead, %d finished in %v", ready, finished, time.Since(start).Round(time.Second))
+	_, err := pool.Exec(ctx, `VACUUM ANALYZE tenure.jobs`)
+	require.NoError(t, err)
+	col, err := tenureprom.NewClusterCollector(pool, &tenureprom.ClusterConfig{Timeout: time.Minute})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(col))
+	measure := func(what string) {
+		var took []time.Duration
+		for range 5 {
+			s := time.Now()
+			_, err := reg.Gather()
+			require.NoError(t, err)
+			took = append(took, time.Since(s).Round(time.Millisecond))
+		}
+		t.Logf("%s: cluster scrape times %v", what, took)
+		seen := map[string]bool{}
+		for _, sql := range append(rec.statements(), `-- name: ReadyWithoutKind (for comparison: the index alone)
+SELECT queue, priority, count(*), min(run_at) FROM tenure.jobs WHERE state = 'ready' GROUP BY queue, priority`) {
+			name := strings.SplitN(sql, "\n", 2)[0]
+			if !strings.HasPrefix(sql, "-- name: ") || seen[name] {
+				continue
+			}
+			seen[name] = true
+			var plan []string
+			rows, err := pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+sql)
+			require.NoError(t, err)
+			for rows.Next() {
+				var l string
+				require.NoError(t, rows.Scan(&l))
+				plan = append(plan, l)
+			}
+			require.NoError(t, rows.Err())
+			t.Logf("%s: %s", name, plan[len(plan)-1])
+		}
+	}
+	measure("with the finished rows")
+	_, err = pool.Exec(ctx, `DELETE FROM tenure.jobs WHERE finished_at IS NOT NULL AND state <> 'dead'`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE tenure.jobs`)
+	require.NoError(t, err)
+	measure("without the finished rows")
+}
+
+func envInt(t testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var n int
+	for _, c := range v {
+		require.True(t, c >= '0' && c <= '9', "%s=%q", name, v)
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
