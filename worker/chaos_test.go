@@ -782,25 +782,7 @@ func proxiedEngineWorker(t *testing.T, pool *pgxpool.Pool, rec *recorder) (*work
 // The handler of chaosArgs sends its job on started and returns nil once release is closed.
 func proxiedWorker(t *testing.T, pool *pgxpool.Pool, rec *recorder) (*worker.Worker, *tcpProxy, chan generics.JobMeta, chan struct{}) {
 	t.Helper()
-	ctx := context.Background()
-	pc := pool.Config().ConnConfig
-	proxy := newTCPProxy(t, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))))
-	ecfg, err := pgxpool.ParseConfig(pool.Config().ConnString())
-	require.NoError(t, err)
-	ecfg.ConnConfig.Host, ecfg.ConnConfig.Port = "127.0.0.1", proxy.port()
-	ecfg.ConnConfig.Fallbacks, ecfg.ConnConfig.TLSConfig = nil, nil
-	ecfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	ecfg.MaxConns, ecfg.MinConns = 5, 0
-	eng, err := pgxpool.NewWithConfig(ctx, ecfg)
-	require.NoError(t, err)
-	t.Cleanup(eng.Close)
-
-	cfg := fastConfig(nil)
-	cfg.EnginePool = eng
-	cfg.OnOutcome = rec.outcome
-	cfg.FinishRetryMax = 200 * time.Millisecond
-	w, err := worker.New(pool, cfg)
-	require.NoError(t, err)
+	w, proxy := proxiedEngineWorker(t, pool, rec)
 	started := make(chan generics.JobMeta, 1)
 	release := make(chan struct{})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[chaosArgs]) error {
