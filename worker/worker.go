@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -62,7 +63,10 @@ type Worker struct {
 	ownEng   bool
 	stopOnce sync.Once
 	stopDone chan struct{}
-	stopErr  error
+	// deadlineHit: a Stop caller's context ended before the stop did (what was left was
+	// abandoned).
+	deadlineHit atomic.Bool
+	stopErr     error
 }
 
 // claimKinds lists the kinds this worker runs, with the newest payload version it knows of
@@ -169,10 +173,21 @@ func MustRegister[A generics.Args](w *Worker, fn func(ctx context.Context, job *
 	}
 }
 
-// Start starts the queue loops, the finishers, the lease-expiry sweep, pruning and the
-// LISTEN connection, and returns. Cancelling ctx hard-stops the worker: handlers are cancelled
-// at once and what they still hold is released, within HardStopGrace; call Stop to wait for
-// that (or, better, call Stop with a deadline instead of cancelling ctx).
+// Start checks the database (it answers, and its schema is at the version this release
+// expects: ErrSchemaBehind / ErrSchemaAhead otherwise), then starts the queue loops, the
+// finishers, the lease-expiry sweep, pruning and the LISTEN connection, and returns.
+//
+// Cancelling ctx begins a graceful stop, like Stop with a deadline ShutdownTimeout away:
+// nothing new is claimed, running handlers may finish, and HardStopGrace before that deadline
+// the handlers still running are cancelled and their jobs released. The natural shutdown is
+//
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
+//	w.Start(ctx)
+//	<-ctx.Done()
+//	w.Stop(shutdownCtx) // waits for the stop ctx began; an earlier deadline tightens it
+//
+// Call Stop after cancelling ctx to wait for the stop (and to learn its result).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -238,10 +253,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	go func() {
 		select {
 		case <-ctx.Done():
-			sctx, cancel := context.WithTimeout(context.Background(), w.cfg.HardStopGrace)
-			defer cancel()
-			now := time.Now()
-			_ = w.stopWith(sctx, stopPlan{hardAt: now, releaseAt: now.Add(w.cfg.HardStopGrace / 2)})
+			w.stopOnCancel()
 		case <-w.stopDone:
 		}
 	}()
@@ -272,8 +284,11 @@ func (w *Worker) spawn(fn func()) {
 // Stop returns nil when every job was finished or released; an error that matches
 // ErrHandlersStillRunning when handler goroutines ignored cancellation (their jobs were
 // released), and one that matches ErrFinishAbandoned when the deadline cut the stop short.
-// Every engine goroutine has returned when Stop returns. Stop may be called more than once;
-// later calls wait for the first, or for their own ctx.
+// Every engine goroutine has returned when Stop returns. Stop may be called more than once,
+// and after cancelling Start's context (which began a graceful stop): a later call joins the
+// stop under way, and when its deadline is earlier it tightens it (handlers are cancelled
+// HardStopGrace before the earlier deadline, and what is left is abandoned at it). It returns
+// the stop's result, or an error wrapping its ctx's error if ctx ends first.
 func (w *Worker) Stop(ctx context.Context) error {
 	return w.stopWith(ctx, w.planFor(ctx))
 }
@@ -285,9 +300,33 @@ func (w *Worker) planFor(ctx context.Context) stopPlan {
 		return stopPlan{}
 	}
 	reserve := max(min(w.cfg.HardStopGrace, time.Until(dl)/2), 0)
-	return stopPlan{hardAt: dl.Add(-reserve), releaseAt: dl.Add(-reserve / 2)}
+	return stopPlan{hardAt: dl.Add(-reserve), releaseAt: dl.Add(-reserve / 2), deadline: dl}
 }
 
+// stopOnCancel is what cancelling Start's context does: a graceful stop with a deadline
+// ShutdownTimeout away (or, with a negative ShutdownTimeout, a hard stop within
+// HardStopGrace).
+func (w *Worker) stopOnCancel() {
+	if w.cfg.ShutdownTimeout < 0 {
+		w.log.Warn("tenure: context cancelled: hard stop (ShutdownTimeout < 0): cancelling handlers now",
+			"deadline_in", w.cfg.HardStopGrace.String())
+		sctx, cancel := context.WithTimeout(context.Background(), w.cfg.HardStopGrace)
+		defer cancel()
+		now := time.Now()
+		_ = w.stopWith(sctx, stopPlan{hardAt: now, releaseAt: now.Add(w.cfg.HardStopGrace / 2), deadline: now.Add(w.cfg.HardStopGrace)})
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
+	defer cancel()
+	plan := w.planFor(sctx)
+	w.log.Info("tenure: context cancelled: graceful stop (no new claims; running handlers may finish)",
+		"deadline_in", w.cfg.ShutdownTimeout.String(), "handlers_cancelled_in", time.Until(plan.hardAt).Round(time.Millisecond).String())
+	_ = w.stopWith(sctx, plan)
+}
+
+// stopWith begins the stop with plan, or, when a stop is already under way, tightens its plan
+// to plan's earlier times; then it waits for the stop to end or ctx to end. At ctx's end the
+// engine abandons what it still owns (whichever caller's ctx ends first).
 func (w *Worker) stopWith(ctx context.Context, plan stopPlan) error {
 	w.mu.Lock()
 	if w.state == 0 {
@@ -296,12 +335,25 @@ func (w *Worker) stopWith(ctx context.Context, plan stopPlan) error {
 	}
 	w.state = 2
 	w.mu.Unlock()
+	first := false
 	w.stopOnce.Do(func() {
+		first = true
 		go func() {
 			w.stopErr = w.stop(ctx, plan)
 			close(w.stopDone)
 		}()
 	})
+	if !first {
+		w.tighten(plan)
+	}
+	// At this caller's deadline every engine statement is cancelled and the loops abandon
+	// what is left, so that Stop returns by its deadline even when an earlier stop had a
+	// later one.
+	abandon := context.AfterFunc(ctx, func() {
+		w.deadlineHit.Store(true)
+		w.cancelEng()
+	})
+	defer abandon()
 	select {
 	case <-w.stopDone:
 		return w.stopErr
@@ -315,14 +367,32 @@ func (w *Worker) stopWith(ctx context.Context, plan stopPlan) error {
 	}
 }
 
+// tighten sends a later Stop's plan to the queue loops, which keep the earlier of each time.
+func (w *Worker) tighten(plan stopPlan) {
+	if plan.hardAt.IsZero() {
+		return
+	}
+	for _, q := range w.queues {
+		select {
+		case q.stopCh <- plan:
+		case <-q.done:
+		}
+	}
+}
+
 func (w *Worker) stop(ctx context.Context, plan stopPlan) error {
 	abandonedBefore := w.m.finishAbandoned.Load()
 	w.cancelSvc() // reclaim, prune, listen: not needed while stopping
-	// At the deadline every engine statement is cancelled and the loops abandon what is left.
-	release := context.AfterFunc(ctx, w.cancelEng)
-	defer release()
+	if dl, ok := ctx.Deadline(); ok {
+		w.log.Info("tenure: stopping: no new claims; running handlers may finish", "deadline_in", time.Until(dl).Round(time.Millisecond).String())
+	} else {
+		w.log.Info("tenure: stopping: no new claims; waiting for running handlers (no deadline)")
+	}
 	for _, q := range w.queues {
-		q.stopCh <- plan
+		select {
+		case q.stopCh <- plan:
+		case <-q.done:
+		}
 	}
 	for _, q := range w.queues {
 		<-q.done
@@ -344,7 +414,7 @@ func (w *Worker) stop(ctx context.Context, plan stopPlan) error {
 	if n := w.m.handlersRunning.Load(); n > 0 {
 		errs = append(errs, fmt.Errorf("%w: %d handlers", ErrHandlersStillRunning, n))
 	}
-	if n := w.m.finishAbandoned.Load() - abandonedBefore; n > 0 && ctx.Err() != nil {
+	if n := w.m.finishAbandoned.Load() - abandonedBefore; n > 0 && (ctx.Err() != nil || w.deadlineHit.Load()) {
 		errs = append(errs, fmt.Errorf("%w: %d jobs left to their leases at the stop deadline", ErrFinishAbandoned, n))
 	}
 	return errors.Join(errs...)
