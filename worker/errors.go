@@ -84,6 +84,15 @@ var ErrHandlersStillRunning = errors.New("tenure: handlers still running after s
 // reclaim sweep then retries it (LEASE_EXPIRED). Reported through Outcome.Err and Stop.
 var ErrFinishAbandoned = errors.New("tenure: finish abandoned")
 
+// ErrSchemaBehind is returned by Start when the database's Tenure schema lacks migrations this
+// release needs (or was never migrated). Apply them first: `tenure migrate up`, or
+// migrations.Up(ctx, pool) (package github.com/tenureq/tenure/db/migrations) at startup.
+var ErrSchemaBehind = errors.New("tenure: database schema is behind this release")
+
+// ErrSchemaAhead is returned by Start when the database has migrations applied that this
+// release does not know: a newer release migrated it. Old code is not run on a newer schema.
+var ErrSchemaAhead = errors.New("tenure: database schema is ahead of this release")
+
 // ErrAlreadyStarted / ErrNotStarted guard the worker's lifecycle.
 var (
 	ErrAlreadyStarted = errors.New("tenure: worker already started")

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/db/migrations"
 
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
@@ -138,4 +142,88 @@ func TestStopTightensTheStopStartsContextBegan(t *testing.T) {
 	require.Zero(t, got.Attempts, "a stop is not the job's failure")
 	require.Contains(t, logs.String(), "cancelling handlers")
 	require.Contains(t, logs.String(), "stop deadline in")
+}
+
+// Start fails on a database it cannot use instead of starting loops that fail forever.
+func TestStartRefusesUnusableDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	register := func(w *worker.Worker) {
+		worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error { return nil }, nil)
+	}
+	open := func(url string) *pgxpool.Pool {
+		p, err := pgxpool.New(ctx, url)
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		return p
+	}
+
+	// Unreachable.
+	w, err := worker.New(open("postgres://nobody@127.0.0.1:1/x?connect_timeout=2"), fastConfig(nil))
+	require.NoError(t, err)
+	register(w)
+	err = w.Start(ctx)
+	require.ErrorContains(t, err, "database unreachable")
+
+	// Never migrated.
+	empty := open(pgtest.NewEmptyDB(t))
+	w, err = worker.New(empty, fastConfig(nil))
+	require.NoError(t, err)
+	register(w)
+	err = w.Start(ctx)
+	require.ErrorIs(t, err, worker.ErrSchemaBehind)
+	require.ErrorContains(t, err, "tenure migrate up")
+	require.ErrorContains(t, err, "migrations.Up")
+	// Start may be retried once the schema is there.
+	_, err = migrations.Up(ctx, empty)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	require.NoError(t, stopWorker(t, w, 5*time.Second))
+
+	// Behind by one migration.
+	if migrations.Latest() > 1 {
+		_, err = migrations.Down(ctx, empty, 1)
+		require.NoError(t, err)
+		w, err = worker.New(empty, fastConfig(nil))
+		require.NoError(t, err)
+		register(w)
+		require.ErrorIs(t, w.Start(ctx), worker.ErrSchemaBehind)
+	}
+
+	// Migrated by a newer release.
+	pool := pgtest.NewPool(t)
+	_, err = pool.Exec(ctx, "INSERT INTO tenure.schema_migrations (version, name) VALUES ($1, 'future')", migrations.Latest()+1)
+	require.NoError(t, err)
+	w, err = worker.New(pool, fastConfig(nil))
+	require.NoError(t, err)
+	register(w)
+	err = w.Start(ctx)
+	require.ErrorIs(t, err, worker.ErrSchemaAhead)
+	require.NotErrorIs(t, err, worker.ErrSchemaBehind)
+}
+
+// A claim that fails on every attempt is logged at most once per interval, with a count, and
+// is visible in Stats.
+func TestRepeatedClaimErrorsAreThrottled(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	cfg := fastConfig(nil)
+	log, logs := captureLogger()
+	cfg.Logger = log
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error { return nil }, nil)
+	startWorker(t, w)
+	// Every claim and sweep now fails (the table is gone under its name).
+	_, err = pool.Exec(ctx, "ALTER TABLE tenure.jobs RENAME TO jobs_elsewhere")
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "ten failed claims", func() bool { return w.Stats().ClaimErrors >= 10 })
+	st := w.Stats()
+	require.Contains(t, st.LastError, "jobs")
+	require.False(t, st.LastErrorAt.IsZero())
+	require.WithinDuration(t, time.Now(), st.LastErrorAt, 5*time.Second)
+	lines := strings.Count(logs.String(), "claim failed")
+	require.GreaterOrEqual(t, lines, 1)
+	require.LessOrEqual(t, lines, 2, "claim failures must be rate-limited in the log:\n%s", logs.String())
 }

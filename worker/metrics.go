@@ -17,12 +17,15 @@ type metrics struct {
 	cancelSignals, stuck, lateFinishes, panics             atomic.Int64
 	reclaimed, reclaimedDead, pruned, listenerReconnects   atomic.Int64
 	deferred, finishSplits, stillRunning                   atomic.Int64
+	reclaimErrors, pruneErrors                             atomic.Int64
 	owned, handlersRunning                                 atomic.Int64 // gauges
 	claimLatency, finishLatency                            hist.H
 	mu                                                     sync.Mutex
 	wait                                                   map[waitKey]*hist.H
 	codes                                                  map[ErrorCode]int64
 	lastSuccess                                            atomic.Int64 // unix nanos
+	lastError                                              string       // under mu
+	lastErrorAt                                            time.Time    // under mu
 }
 
 type waitKey struct {
@@ -97,6 +100,14 @@ type Stats struct {
 	ErrorCodes map[ErrorCode]int64
 	// LastSuccess is when this worker last confirmed a succeeded job (zero if never).
 	LastSuccess time.Time
+	// ReclaimErrors and PruneErrors count failed lease-expiry sweeps and pruning passes.
+	ReclaimErrors, PruneErrors int64
+	// LastError is the most recent failure of one of the engine's own statements (claim,
+	// heartbeat, reclaim sweep, prune), prefixed with which one, and LastErrorAt when it
+	// happened (zero if never). Repeated failures are logged at most every 10 seconds per
+	// kind; these and the error counters show every one.
+	LastError   string
+	LastErrorAt time.Time
 }
 
 // WaitStats are the queue-wait percentiles of one queue and priority.

@@ -310,7 +310,7 @@ func (q *queue) claimed(r claimResult) {
 			return
 		}
 		w.m.claimErrors.Add(1)
-		w.log.Warn("tenure: claim failed", "queue", q.name, "err", r.err)
+		w.engineError(&w.claimLog, "claim", r.err, "queue", q.name)
 		c.idle = q.backoff(c.idle)
 		c.sleep(c.idle, false)
 	case len(r.got) == 0:

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/jobs"
 )
@@ -58,6 +59,9 @@ type Worker struct {
 
 	deferLogged sync.Map // kinds whose deferral was logged
 
+	// Repeated engine failures are logged at most once per errorLogEvery per source.
+	claimLog, heartbeatLog, reclaimLog, pruneLog logThrottle
+
 	mu       sync.Mutex
 	state    int // 0 new, 1 started, 2 stopping/stopped
 	ownEng   bool
@@ -99,6 +103,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	w := &Worker{
 		cfg: c, pool: pool, log: c.Logger.With("worker", c.ID), reg: c.Registry, m: newMetrics(),
 		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
+	}
+	for _, t := range []*logThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog} {
+		t.every = errorLogEvery
 	}
 	for name, qc := range c.Queues {
 		w.queues[name] = newQueue(w, name, qc)
@@ -217,6 +224,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 		w.eng, w.ownEng = eng, true
 	}
+	if err := w.checkDatabase(ctx); err != nil {
+		if w.ownEng {
+			w.eng.Close()
+		}
+		w.eng, w.ownEng = nil, false
+		return err
+	}
 	w.q = gen.New(w.eng)
 	client, err := jobs.NewClient(w.eng, &jobs.Config{Registry: w.reg, Logger: w.log})
 	if err != nil {
@@ -258,6 +272,43 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}()
 	w.log.Info("tenure: worker started", "queues", len(w.queues), "kinds", len(w.handlers))
+	return nil
+}
+
+// startCheckTimeout bounds Start's database checks.
+const startCheckTimeout = 15 * time.Second
+
+// checkDatabase makes Start fail on a database the engine cannot use: one that does not
+// answer, or whose schema is not at the version this release was built for.
+func (w *Worker) checkDatabase(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, startCheckTimeout)
+	defer cancel()
+	if err := w.eng.Ping(cctx); err != nil {
+		return fmt.Errorf("tenure: start: database unreachable: %w", err)
+	}
+	st, err := migrations.Status(cctx, w.eng)
+	if err != nil {
+		return fmt.Errorf("tenure: start: reading the schema version: %w", err)
+	}
+	var unknown, pending []int
+	for _, s := range st {
+		switch {
+		case s.Unknown:
+			unknown = append(unknown, s.Version)
+		case !s.Applied:
+			pending = append(pending, s.Version)
+		}
+	}
+	latest := migrations.Latest()
+	if len(unknown) > 0 {
+		return fmt.Errorf("%w: applied migration(s) %v are unknown to this release, which knows up to version %d: "+
+			"a newer release migrated this database; run that release (or roll the schema back with its tenure migrate down)",
+			ErrSchemaAhead, unknown, latest)
+	}
+	if len(pending) > 0 {
+		return fmt.Errorf("%w: migration(s) %v not applied (this release needs version %d): "+
+			"run `tenure migrate up` or call migrations.Up(ctx, pool) before Start", ErrSchemaBehind, pending, latest)
+	}
 	return nil
 }
 
@@ -437,6 +488,7 @@ func (w *Worker) Stats() Stats {
 		FinishP50: m.finishLatency.Quantile(0.5), FinishP99: m.finishLatency.Quantile(0.99),
 		ErrorCodes: map[ErrorCode]int64{},
 	}
+	s.ReclaimErrors, s.PruneErrors = m.reclaimErrors.Load(), m.pruneErrors.Load()
 	if ns := m.lastSuccess.Load(); ns != 0 {
 		s.LastSuccess = time.Unix(0, ns)
 	}
@@ -448,6 +500,7 @@ func (w *Worker) Stats() Stats {
 	for c, n := range m.codes {
 		s.ErrorCodes[c] = n
 	}
+	s.LastError, s.LastErrorAt = m.lastError, m.lastErrorAt
 	m.mu.Unlock()
 	sort.Slice(s.Wait, func(i, j int) bool {
 		if s.Wait[i].Queue != s.Wait[j].Queue {
