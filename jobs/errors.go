@@ -24,6 +24,10 @@ var ErrInvalidOptions = errors.New("tenure: invalid options")
 // Nothing was written.
 var ErrUnknownKind = errors.New("tenure: kind not registered")
 
+// ErrUnknownQueue means the client was configured with its known queues (Config.Queues) and
+// an insert named another one. Nothing was written.
+var ErrUnknownQueue = errors.New("tenure: queue not served (not in jobs.Config.Queues)")
+
 // ErrMissingActor means an operator action was asked without an actor or a reason; the audit
 // trail requires both.
 var ErrMissingActor = errors.New("tenure: operator actions need an actor and a reason")

@@ -227,3 +227,22 @@ func TestRepeatedClaimErrorsAreThrottled(t *testing.T) {
 	require.GreaterOrEqual(t, lines, 1)
 	require.LessOrEqual(t, lines, 2, "claim failures must be rate-limited in the log:\n%s", logs.String())
 }
+
+// Start warns about a registered kind whose queue the worker does not serve.
+func TestStartWarnsAboutUnservedQueue(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {}})
+	log, logs := captureLogger()
+	cfg.Logger = log
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error { return nil }, nil)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[slowArgs]) error { return nil },
+		&worker.HandlerOptions{Queue: "mail"})
+	startWorker(t, w)
+	out := logs.String()
+	require.Contains(t, out, "not served by this worker")
+	require.Contains(t, out, "kind=slow queue=mail")
+	require.NotContains(t, out, "kind=noop")
+}

@@ -271,8 +271,31 @@ func (w *Worker) Start(ctx context.Context) error {
 		case <-w.stopDone:
 		}
 	}()
+	w.warnUnservedQueues()
 	w.log.Info("tenure: worker started", "queues", len(w.queues), "kinds", len(w.handlers))
 	return nil
+}
+
+// warnUnservedQueues logs, at Start, each registered kind whose default queue this worker does
+// not serve: its jobs wait until some other worker serves that queue. It is a warning, not an
+// error, because splitting queues across processes (pools) is a supported layout; a process
+// that only enqueues can refuse such inserts with jobs.Config.Queues.
+func (w *Worker) warnUnservedQueues() {
+	served := make([]string, 0, len(w.queues))
+	for name := range w.queues {
+		served = append(served, name)
+	}
+	sort.Strings(served)
+	for _, k := range w.kinds.names {
+		q := w.handlers[k].opts.Queue
+		if q == "" {
+			q = jobs.DefaultQueue
+		}
+		if _, ok := w.queues[q]; !ok {
+			w.log.Warn("tenure: a registered kind's queue is not served by this worker: its jobs wait for a worker that serves it (add the queue to Config.Queues, or run one elsewhere)",
+				"kind", k, "queue", q, "served", served)
+		}
+	}
 }
 
 // startCheckTimeout bounds Start's database checks.
