@@ -16,6 +16,10 @@ var ErrAlreadyFinal = errors.New("tenure: job already in a final state")
 // ErrNotDead means a re-inject was asked for a job that is not dead.
 var ErrNotDead = errors.New("tenure: job is not dead")
 
+// ErrJobRunning means an operation that needs the job not to be running (Retry, Delete) was
+// asked for a running job: cancel it first, or wait for it. The error is a *StateError.
+var ErrJobRunning = errors.New("tenure: job is running")
+
 // ErrInvalidOptions means insert options or a query parameter are out of range. Nothing was
 // written. The error is an *OptionError naming the field.
 var ErrInvalidOptions = errors.New("tenure: invalid options")
@@ -42,7 +46,7 @@ var ErrCorruptRow = errors.New("tenure: stored job row cannot be decoded")
 type StateError struct {
 	ID    int64
 	State State
-	Err   error // ErrAlreadyFinal or ErrNotDead
+	Err   error // ErrAlreadyFinal, ErrNotDead or ErrJobRunning
 }
 
 func (e *StateError) Error() string { return fmt.Sprintf("%v: job %d is %s", e.Err, e.ID, e.State) }

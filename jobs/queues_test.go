@@ -37,3 +37,43 @@ func TestInsertIntoUnknownQueueIsRefused(t *testing.T) {
 	_, err = jobs.NewClient(pool, &jobs.Config{Queues: []string{"bad queue"}})
 	require.ErrorIs(t, err, jobs.ErrInvalidOptions)
 }
+
+// Retry and Delete refuse a running job and are audited otherwise.
+func TestRetryAndDelete(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	c, err := jobs.NewClient(pool, nil)
+	require.NoError(t, err)
+	act := jobs.Action{Actor: "ops", Reason: "test"}
+	var running, cancelled, succeeded int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO tenure.jobs (kind, payload, state, attempts, claim_token, generation, attempted_at, locked_by, locked_until)
+		VALUES ('k', '{}', 'running', 1, gen_random_uuid(), 1, now(), 'w', now() + interval '1 minute') RETURNING id`).Scan(&running))
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO tenure.jobs (kind, payload, state, finished_at, cancel_requested_at)
+		VALUES ('k', '{}', 'cancelled', now(), now()) RETURNING id`).Scan(&cancelled))
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO tenure.jobs (kind, payload, state, attempts, claim_token, generation, attempted_at, finished_at)
+		VALUES ('k', '{}', 'succeeded', 1, gen_random_uuid(), 1, now(), now()) RETURNING id`).Scan(&succeeded))
+
+	_, err = c.Retry(ctx, running, act)
+	require.ErrorIs(t, err, jobs.ErrJobRunning)
+	require.ErrorIs(t, c.Delete(ctx, running, act), jobs.ErrJobRunning)
+	_, err = c.Retry(ctx, succeeded, act)
+	require.ErrorIs(t, err, jobs.ErrAlreadyFinal)
+	_, err = c.Retry(ctx, 1<<40, act)
+	require.ErrorIs(t, err, jobs.ErrNotFound)
+	_, err = c.Retry(ctx, cancelled, jobs.Action{})
+	require.ErrorIs(t, err, jobs.ErrMissingActor)
+
+	row, err := c.Retry(ctx, cancelled, act)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateReady, row.State)
+	require.Zero(t, row.Attempts)
+	require.NoError(t, c.Delete(ctx, succeeded, act))
+	_, err = c.Get(ctx, succeeded)
+	require.ErrorIs(t, err, jobs.ErrNotFound)
+	entries, err := c.Audit(ctx, 0, 0, 100)
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	require.Equal(t, "retry", entries[0].Action)
+	require.Equal(t, "delete", entries[1].Action)
+}
