@@ -3,6 +3,8 @@ package jobs
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tenureq/tenure/generics"
 )
 
 // ErrNotFound means no job has the given id.
@@ -25,8 +27,9 @@ var ErrJobRunning = errors.New("tenure: job is running")
 var ErrInvalidOptions = errors.New("tenure: invalid options")
 
 // ErrUnknownKind means the client has a registry and the kind is not registered in it.
-// Nothing was written.
-var ErrUnknownKind = errors.New("tenure: kind not registered")
+// Nothing was written. It is generics.ErrUnknownKind (one sentinel for the idea): either name
+// matches with errors.Is.
+var ErrUnknownKind = generics.ErrUnknownKind
 
 // ErrUnknownQueue means the client was configured with its known queues (Config.Queues) and
 // an insert named another one. Nothing was written.

@@ -261,11 +261,6 @@ func (c *Client) Prune(ctx context.Context, finishedBefore, deadBefore time.Time
 	return pruneBoth(ctx, c.q, finishedBefore, deadBefore, limit)
 }
 
-// PruneTx is Prune inside the caller's transaction.
-func (c *Client) PruneTx(ctx context.Context, tx pgx.Tx, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
-	return pruneBoth(ctx, c.q.WithTx(tx), finishedBefore, deadBefore, limit)
-}
-
 func pruneBoth(ctx context.Context, q *gen.Queries, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
 	if limit < 1 || limit > maxPruneBatch {
 		return 0, &OptionError{Field: "limit", Msg: fmt.Sprintf("%d is outside 1..%d", limit, maxPruneBatch)}

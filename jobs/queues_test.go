@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
 )
@@ -76,4 +77,15 @@ func TestRetryAndDelete(t *testing.T) {
 	require.Len(t, entries, 2)
 	require.Equal(t, "retry", entries[0].Action)
 	require.Equal(t, "delete", entries[1].Action)
+}
+
+// jobs.ErrUnknownKind and generics.ErrUnknownKind are one sentinel.
+func TestUnknownKindIsOneSentinel(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	c, err := jobs.NewClient(pool, &jobs.Config{Registry: generics.NewRegistry()})
+	require.NoError(t, err)
+	_, err = c.Insert(context.Background(), kindArgs{kind: "nobody"}, nil)
+	require.ErrorIs(t, err, jobs.ErrUnknownKind)
+	require.ErrorIs(t, err, generics.ErrUnknownKind)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/tenureq/tenure/db/migrations"
 )
 
 // ErrorCode is the bounded vocabulary a failure is classified into. Codes go into the job's
@@ -91,7 +93,9 @@ var ErrSchemaBehind = errors.New("tenure: database schema is behind this release
 
 // ErrSchemaAhead is returned by Start when the database has migrations applied that this
 // release does not know: a newer release migrated it. Old code is not run on a newer schema.
-var ErrSchemaAhead = errors.New("tenure: database schema is ahead of this release")
+// It is migrations.ErrSchemaTooNew (one sentinel for the idea; migrations.Up and Down refuse
+// such a database with it too): either name matches with errors.Is.
+var ErrSchemaAhead = migrations.ErrSchemaTooNew
 
 // ErrAlreadyStarted / ErrNotStarted guard the worker's lifecycle.
 var (

@@ -199,6 +199,7 @@ func TestStartRefusesUnusableDatabase(t *testing.T) {
 	register(w)
 	err = w.Start(ctx)
 	require.ErrorIs(t, err, worker.ErrSchemaAhead)
+	require.ErrorIs(t, err, migrations.ErrSchemaTooNew, "one sentinel per idea")
 	require.NotErrorIs(t, err, worker.ErrSchemaBehind)
 }
 

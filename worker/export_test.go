@@ -1,0 +1,4 @@
+package worker
+
+// SeededRand is seededRand for the external tests.
+var SeededRand = seededRand
