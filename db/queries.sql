@@ -306,14 +306,31 @@ RETURNING *;
 SELECT pg_notify('tenure_cancel', to_char(@job_id::bigint, 'FM99999999999999999999'));
 
 -- name: Reinject :one
--- dead -> ready with a fresh attempt budget. Generation keeps growing, so fencing still holds
--- against any worker of an earlier life of this job.
+-- dead (or cancelled) -> ready with a fresh attempt budget. Generation keeps growing, so
+-- fencing still holds against any worker of an earlier life of this job. Callers check the
+-- state they allow first (Reinject: dead; Retry: dead or cancelled).
 UPDATE tenure.jobs
 SET state = 'ready', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
     cancel_requested_at = NULL, updated_at = now(),
     max_attempts = coalesce(sqlc.narg(max_attempts)::integer, max_attempts)
-WHERE id = @id AND state = 'dead'
+WHERE id = @id AND state IN ('dead', 'cancelled')
 RETURNING *;
+
+-- name: RunNow :one
+-- A ready job (scheduled, or waiting out a retry backoff) becomes due now.
+UPDATE tenure.jobs
+SET run_at = now(), updated_at = now()
+WHERE id = @id AND state = 'ready'
+RETURNING *;
+
+-- name: DeleteJob :execrows
+-- Deletes one job that is not running, with its effect-ledger rows.
+WITH gone AS (
+    DELETE FROM tenure.jobs WHERE id = @id AND state <> 'running' RETURNING id
+), effects AS (
+    DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT id FROM gone)
+)
+SELECT id FROM gone;
 
 -- name: NotifyQueue :exec
 SELECT pg_notify('tenure_jobs', @queue::text);

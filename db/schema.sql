@@ -93,7 +93,7 @@ CREATE TABLE tenure.effects (
     CONSTRAINT effects_job_name    UNIQUE (job_id, name)
 );
 
--- Operator actions (re-inject, cancel, purge): who, when, why, what.
+-- Operator actions (re-inject, cancel, purge, retry, delete): who, when, why, what.
 CREATE TABLE tenure.audit (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at          timestamptz NOT NULL DEFAULT now(),
@@ -105,7 +105,7 @@ CREATE TABLE tenure.audit (
 
     CONSTRAINT audit_actor_len  CHECK (char_length(actor) BETWEEN 1 AND 200),
     CONSTRAINT audit_reason_len CHECK (char_length(reason) BETWEEN 1 AND 2000),
-    CONSTRAINT audit_action     CHECK (action IN ('reinject', 'cancel', 'purge', 'prune'))
+    CONSTRAINT audit_action     CHECK (action IN ('reinject', 'cancel', 'purge', 'prune', 'retry', 'delete'))
 );
 
 CREATE INDEX audit_job_idx ON tenure.audit (job_id, id);

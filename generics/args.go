@@ -58,6 +58,12 @@ func (j *Job[A]) Meta() JobMeta {
 	return JobMeta{ID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt, Generation: j.Generation, ClaimToken: j.ClaimToken}
 }
 
+// AnyJob is a claimed job of any args type: *Job[A] for every A. The engine helpers that need
+// only the attempt's identity (worker.CompleteTx, worker.Effect) take it.
+type AnyJob interface {
+	Meta() JobMeta
+}
+
 // JobMeta identifies one attempt of a job: what the effect ledger and transactional
 // completion need.
 type JobMeta struct {

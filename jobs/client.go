@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,6 +61,10 @@ type Config struct {
 	MaxPayloadBytes int
 	// Logger receives operator-action logs. Default slog.Default().
 	Logger *slog.Logger
+	// Queues, when not empty, lists the queues some worker serves: an insert into any other
+	// queue (a typo, or a kind whose queue no worker runs) is refused with ErrUnknownQueue
+	// instead of waiting forever. Default: nil, every valid queue name is accepted.
+	Queues []string
 }
 
 // Client enqueues jobs and serves the read and operator side. It is safe for concurrent use.
@@ -67,6 +74,8 @@ type Client struct {
 	reg  *generics.Registry
 	max  int
 	log  *slog.Logger
+	// queues is Config.Queues as a set; nil accepts every queue.
+	queues map[string]bool
 }
 
 // NewClient returns a client on pool. The schema must be migrated (migrations.Up).
@@ -87,7 +96,17 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return &Client{pool: pool, q: gen.New(pool), reg: c.Registry, max: c.MaxPayloadBytes, log: c.Logger}, nil
+	cl := &Client{pool: pool, q: gen.New(pool), reg: c.Registry, max: c.MaxPayloadBytes, log: c.Logger}
+	if len(c.Queues) > 0 {
+		cl.queues = make(map[string]bool, len(c.Queues))
+		for _, q := range c.Queues {
+			if !ValidQueueName(q) {
+				return nil, &OptionError{Field: "Queues", Msg: fmt.Sprintf("%q is not a valid queue name", q)}
+			}
+			cl.queues[q] = true
+		}
+	}
+	return cl, nil
 }
 
 // InsertOpts are per-insert options. Zero fields mean the kind's registered defaults, then the
@@ -175,6 +194,8 @@ func (c *Client) prepare(args generics.Args, opts *InsertOpts) (prepared, error)
 	switch {
 	case o.Queue != DefaultQueue && !ValidQueueName(o.Queue):
 		return prepared{}, &OptionError{Field: "Queue", Msg: fmt.Sprintf("%q is not a valid queue name", o.Queue)}
+	case c.queues != nil && !c.queues[o.Queue]:
+		return prepared{}, fmt.Errorf("%w: %q (kind %q; known queues: %s)", ErrUnknownQueue, o.Queue, kind, strings.Join(slices.Sorted(maps.Keys(c.queues)), ", "))
 	case o.Priority < 1 || o.Priority > PriorityMax:
 		return prepared{}, &OptionError{Field: "Priority", Msg: fmt.Sprintf("%d is outside 1..%d", o.Priority, PriorityMax)}
 	case o.MaxAttempts < 1 || o.MaxAttempts > 1000:

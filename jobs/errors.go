@@ -3,6 +3,8 @@ package jobs
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tenureq/tenure/generics"
 )
 
 // ErrNotFound means no job has the given id.
@@ -16,13 +18,22 @@ var ErrAlreadyFinal = errors.New("tenure: job already in a final state")
 // ErrNotDead means a re-inject was asked for a job that is not dead.
 var ErrNotDead = errors.New("tenure: job is not dead")
 
+// ErrJobRunning means an operation that needs the job not to be running (Retry, Delete) was
+// asked for a running job: cancel it first, or wait for it. The error is a *StateError.
+var ErrJobRunning = errors.New("tenure: job is running")
+
 // ErrInvalidOptions means insert options or a query parameter are out of range. Nothing was
 // written. The error is an *OptionError naming the field.
 var ErrInvalidOptions = errors.New("tenure: invalid options")
 
 // ErrUnknownKind means the client has a registry and the kind is not registered in it.
-// Nothing was written.
-var ErrUnknownKind = errors.New("tenure: kind not registered")
+// Nothing was written. It is generics.ErrUnknownKind (one sentinel for the idea): either name
+// matches with errors.Is.
+var ErrUnknownKind = generics.ErrUnknownKind
+
+// ErrUnknownQueue means the client was configured with its known queues (Config.Queues) and
+// an insert named another one. Nothing was written.
+var ErrUnknownQueue = errors.New("tenure: queue not served (not in jobs.Config.Queues)")
 
 // ErrMissingActor means an operator action was asked without an actor or a reason; the audit
 // trail requires both.
@@ -38,7 +49,7 @@ var ErrCorruptRow = errors.New("tenure: stored job row cannot be decoded")
 type StateError struct {
 	ID    int64
 	State State
-	Err   error // ErrAlreadyFinal or ErrNotDead
+	Err   error // ErrAlreadyFinal, ErrNotDead or ErrJobRunning
 }
 
 func (e *StateError) Error() string { return fmt.Sprintf("%v: job %d is %s", e.Err, e.ID, e.State) }

@@ -130,6 +130,90 @@ func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *Reinj
 	return row, nil
 }
 
+// Retry makes a job run again now, audited (action "retry"): a ready job (scheduled, or
+// waiting out a retry backoff) becomes due at once, keeping its attempts; a dead or cancelled
+// job goes back to ready with a fresh attempt budget, like Reinject. A running job returns a
+// *StateError wrapping ErrJobRunning, a succeeded one ErrAlreadyFinal, a missing one
+// ErrNotFound. It returns the job as it is now.
+func (c *Client) Retry(ctx context.Context, id int64, act Action) (*Row, error) {
+	if err := act.check(); err != nil {
+		return nil, err
+	}
+	var row *Row
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		q := c.q.WithTx(tx)
+		j, err := lockJob(ctx, q, id)
+		if err != nil {
+			return err
+		}
+		var nj gen.TenureJob
+		switch State(j.State) {
+		case StateReady:
+			nj, err = q.RunNow(ctx, id)
+		case StateDead, StateCancelled:
+			nj, err = q.Reinject(ctx, gen.ReinjectParams{ID: id})
+		case StateRunning:
+			return &StateError{ID: id, State: State(j.State), Err: ErrJobRunning}
+		default:
+			return &StateError{ID: id, State: State(j.State), Err: ErrAlreadyFinal}
+		}
+		if err != nil {
+			return err
+		}
+		if err := q.NotifyQueue(ctx, nj.Queue); err != nil {
+			return err
+		}
+		if row, err = rowFromGen(nj); err != nil {
+			return err
+		}
+		return audit(ctx, q, act, "retry", &id, map[string]any{
+			"from_state": j.State, "attempts": j.Attempts, "last_error_code": j.LastErrorCode,
+			"run_at_was": j.RunAt, "generation": j.Generation,
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.log.InfoContext(ctx, "tenure: job retried", "job_id", id, "actor", act.Actor, "reason", act.Reason)
+	return row, nil
+}
+
+// Delete deletes one job that is not running, with its effect-ledger rows, audited (action
+// "delete", with the job's queue, kind, state, attempts and payload in the detail). A running
+// job returns a *StateError wrapping ErrJobRunning (cancel it first); a missing one
+// ErrNotFound.
+func (c *Client) Delete(ctx context.Context, id int64, act Action) error {
+	if err := act.check(); err != nil {
+		return err
+	}
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		q := c.q.WithTx(tx)
+		j, err := lockJob(ctx, q, id)
+		if err != nil {
+			return err
+		}
+		if State(j.State) == StateRunning {
+			return &StateError{ID: id, State: State(j.State), Err: ErrJobRunning}
+		}
+		n, err := q.DeleteJob(ctx, id)
+		if err != nil {
+			return err
+		}
+		if n != 1 {
+			return fmt.Errorf("tenure: delete job %d: %d rows deleted", id, n)
+		}
+		return audit(ctx, q, act, "delete", &id, map[string]any{
+			"queue": j.Queue, "kind": j.Kind, "state": j.State, "attempts": j.Attempts,
+			"last_error_code": j.LastErrorCode, "payload": json.RawMessage(j.Payload),
+		})
+	})
+	if err != nil {
+		return err
+	}
+	c.log.InfoContext(ctx, "tenure: job deleted", "job_id", id, "actor", act.Actor, "reason", act.Reason)
+	return nil
+}
+
 // PurgeParams selects final jobs to delete.
 type PurgeParams struct {
 	// State is StateSucceeded, StateCancelled (both purged together) or StateDead.
@@ -175,11 +259,6 @@ func (c *Client) Purge(ctx context.Context, act Action, p PurgeParams) (int64, e
 // It runs one batch per class; PruneExpired keeps going until everything due is gone.
 func (c *Client) Prune(ctx context.Context, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
 	return pruneBoth(ctx, c.q, finishedBefore, deadBefore, limit)
-}
-
-// PruneTx is Prune inside the caller's transaction.
-func (c *Client) PruneTx(ctx context.Context, tx pgx.Tx, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
-	return pruneBoth(ctx, c.q.WithTx(tx), finishedBefore, deadBefore, limit)
 }
 
 func pruneBoth(ctx context.Context, q *gen.Queries, finishedBefore, deadBefore time.Time, limit int) (int64, error) {

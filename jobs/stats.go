@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/tenureq/tenure/db/gen"
@@ -35,7 +36,7 @@ type DeadCodes struct {
 	Jobs              int64
 }
 
-// Stats is a snapshot for operators.
+// Stats is a snapshot for operators. Bands are sorted by queue, then priority (highest first).
 type Stats struct {
 	Window time.Duration
 	Bands  []BandStats
@@ -87,6 +88,12 @@ func (c *Client) Stats(ctx context.Context, window time.Duration) (*Stats, error
 		b.Finished, b.Succeeded = w.Finished, w.Succeeded
 		b.WaitP50, b.WaitP95, b.WaitP99 = secs(w.WaitP50S), secs(w.WaitP95S), secs(w.WaitP99S)
 	}
+	sort.Slice(s.Bands, func(i, j int) bool {
+		if s.Bands[i].Queue != s.Bands[j].Queue {
+			return s.Bands[i].Queue < s.Bands[j].Queue
+		}
+		return s.Bands[i].Priority > s.Bands[j].Priority
+	})
 	for _, d := range codes {
 		s.TopDeadCodes = append(s.TopDeadCodes, DeadCodes{Queue: d.Queue, Kind: d.Kind, Code: d.Code, Jobs: d.Jobs})
 	}

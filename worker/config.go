@@ -82,10 +82,18 @@ type Config struct {
 	// write; other workers then delete it. Stop deletes it. Default 5s; negative disables.
 	RegistryEvery time.Duration
 
+	// ShutdownTimeout is the budget of the graceful stop that cancelling Start's context
+	// begins (for example on SIGINT/SIGTERM through signal.NotifyContext): as if Stop were
+	// called with a deadline ShutdownTimeout away. Nothing new is claimed, running handlers
+	// may finish, and HardStopGrace before the deadline the ones still running are cancelled
+	// and their jobs released (attempt not charged). A Stop call with an earlier deadline
+	// tightens it. Default 30s. Negative: cancelling Start's context hard-stops at once
+	// (handlers cancelled immediately, the whole stop within HardStopGrace).
+	ShutdownTimeout time.Duration
 	// HardStopGrace is the part of Stop's time kept for the hard stop: handler contexts are
 	// cancelled HardStopGrace before Stop's deadline (at most half the time Stop was given),
 	// and the jobs of handlers that still have not returned are released a quarter into it.
-	// Cancelling Start's context gives the whole hard stop this long. Default 5s.
+	// Default 5s.
 	HardStopGrace time.Duration
 	// OnOutcome, when set, is called after every attempt's fenced finish was written or
 	// rejected (Outcome.Err is a *StaleWriteError then) or abandoned (ErrFinishAbandoned). It
@@ -216,6 +224,7 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.PruneEvery, time.Minute)
 	def(&out.RegistryEvery, 5*time.Second)
 	def(&out.HardStopGrace, 5*time.Second)
+	def(&out.ShutdownTimeout, 30*time.Second)
 	def(&out.FinishRetryMax, 2*time.Second)
 	if out.FetchPollMin < time.Millisecond || out.FetchPollMax < out.FetchPollMin {
 		return out, fmt.Errorf("%w: FetchPollMin/FetchPollMax", ErrInvalidConfig)

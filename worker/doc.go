@@ -25,8 +25,9 @@
 //	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[SendReceipt]) error {
 //		return send(ctx, job.Args)
 //	}, &worker.HandlerOptions{Timeout: 30 * time.Second})
-//	if err := w.Start(ctx); err != nil { ... }
-//	defer w.Stop(shutdownCtx)
+//	if err := w.Start(ctx); err != nil { ... } // ctx from signal.NotifyContext(..., os.Interrupt, syscall.SIGTERM)
+//	<-ctx.Done()                                 // a graceful stop has begun (Config.ShutdownTimeout)
+//	err = w.Stop(shutdownCtx)                    // wait for it; an earlier deadline tightens it
 //
 // A handler returns nil for success. Any other error is retried with full-jitter backoff
 // until MaxAttempts, then the job is dead; Permanent(err) goes dead at once, RetryAfter(err, d)

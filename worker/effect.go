@@ -67,7 +67,7 @@ type EffectResult[T any] struct {
 // Between fn's remote success and the ledger write a crash can happen; the next attempt then
 // calls fn again with the same key, so the remote must deduplicate by Key for exactly-once.
 // Call Effect from the job's handler, with the handler's context.
-func Effect[T any](ctx context.Context, job interface{ Meta() generics.JobMeta }, name string,
+func Effect[T any](ctx context.Context, job generics.AnyJob, name string,
 	fn func(ctx context.Context, call EffectCall) (T, error)) (EffectResult[T], error) {
 	var out EffectResult[T]
 	e, _ := ctx.Value(execKey{}).(*execution)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/tenureq/tenure/db/migrations"
 )
 
 // ErrorCode is the bounded vocabulary a failure is classified into. Codes go into the job's
@@ -83,6 +85,17 @@ var ErrHandlersStillRunning = errors.New("tenure: handlers still running after s
 // write for a reason a retry cannot fix. The job stays running until its lease expires; the
 // reclaim sweep then retries it (LEASE_EXPIRED). Reported through Outcome.Err and Stop.
 var ErrFinishAbandoned = errors.New("tenure: finish abandoned")
+
+// ErrSchemaBehind is returned by Start when the database's Tenure schema lacks migrations this
+// release needs (or was never migrated). Apply them first: `tenure migrate up`, or
+// migrations.Up(ctx, pool) (package github.com/tenureq/tenure/db/migrations) at startup.
+var ErrSchemaBehind = errors.New("tenure: database schema is behind this release")
+
+// ErrSchemaAhead is returned by Start when the database has migrations applied that this
+// release does not know: a newer release migrated it. Old code is not run on a newer schema.
+// It is migrations.ErrSchemaTooNew (one sentinel for the idea; migrations.Up and Down refuse
+// such a database with it too): either name matches with errors.Is.
+var ErrSchemaAhead = migrations.ErrSchemaTooNew
 
 // ErrAlreadyStarted / ErrNotStarted guard the worker's lifecycle.
 var (

@@ -3,7 +3,12 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
@@ -21,23 +26,26 @@ func (SendReceipt) Kind() string        { return "send_receipt" }
 func (SendReceipt) PayloadVersion() int { return 1 }
 
 // The quickstart: register a typed handler, enqueue in the same transaction as a business
-// write, run the worker, stop it gracefully.
+// write, run the worker until SIGINT or SIGTERM, then stop it gracefully.
 func Example() {
 	pool, cleanup := pgtest.ExamplePool() // your *pgxpool.Pool; the schema is migrated (migrations.Up)
 	defer cleanup()
-	ctx := context.Background()
+	go interruptWhenSucceeded(pool) // this example's Ctrl-C, once the job is done
 
 	// quickstart:begin
+	// Ctrl-C or SIGTERM cancels ctx: the worker stops claiming, running handlers may finish.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
 	w, err := worker.New(pool, &worker.Config{
-		Queues: map[string]worker.QueueConfig{"default": {Concurrency: 10}},
+		Queues:          map[string]worker.QueueConfig{"default": {Concurrency: 10}},
+		ShutdownTimeout: 30 * time.Second, // the default
 	})
 	if err != nil {
 		panic(err)
 	}
-	done := make(chan struct{})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[SendReceipt]) error {
 		fmt.Printf("receipt for order %d to %s (attempt %d)\n", job.Args.OrderID, job.Args.Email, job.Attempt)
-		close(done)
 		return nil
 	}, &worker.HandlerOptions{Timeout: 30 * time.Second, MaxAttempts: 10})
 
@@ -64,11 +72,13 @@ func Example() {
 		panic(err)
 	}
 
+	// Start fails on a database it cannot use (unreachable, schema not migrated).
 	if err := w.Start(ctx); err != nil {
 		panic(err)
 	}
-	<-done
-	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	<-ctx.Done() // the graceful stop has begun
+	// Wait for it; by this deadline handlers still running are cancelled and their jobs released.
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := w.Stop(stopCtx); err != nil {
 		panic(err)
@@ -78,6 +88,22 @@ func Example() {
 	// Output:
 	// receipt for order 42 to ada@example.com (attempt 1)
 	// succeeded: 1
+}
+
+// interruptWhenSucceeded sends this process SIGINT once a job has succeeded: the Example's
+// stand-in for an operator's Ctrl-C.
+func interruptWhenSucceeded(pool *pgxpool.Pool) {
+	for {
+		var n int
+		if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM tenure.jobs WHERE state = 'succeeded'").Scan(&n); err != nil {
+			return
+		}
+		if n > 0 {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 type ChargeCard struct {

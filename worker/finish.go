@@ -349,7 +349,7 @@ func idSet(ids []int64) map[int64]bool {
 // together. It returns ErrLostOwnership (wrapped in a *StaleWriteError) when the job is no
 // longer owned by this attempt: roll tx back then. Call it from the job's handler with the
 // handler's context; the engine sees the commit and does not finish the job again.
-func CompleteTx(ctx context.Context, tx pgx.Tx, job interface{ Meta() generics.JobMeta }) error {
+func CompleteTx(ctx context.Context, tx pgx.Tx, job generics.AnyJob) error {
 	e, _ := ctx.Value(execKey{}).(*execution)
 	meta := job.Meta()
 	if e == nil || e.c.id != meta.ID || e.c.token != meta.ClaimToken {

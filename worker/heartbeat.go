@@ -70,7 +70,7 @@ func (q *queue) heartbeatDone(r hbResult) {
 			return
 		}
 		w.m.heartbeatErrors.Add(1)
-		w.log.Warn("tenure: heartbeat failed", "queue", q.name, "jobs", len(r.due), "err", r.err)
+		w.engineError(&w.heartbeatLog, "heartbeat", r.err, "queue", q.name, "jobs", len(r.due))
 		for _, e := range r.due {
 			if _, ok := q.active[e]; !ok {
 				continue

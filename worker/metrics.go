@@ -18,6 +18,7 @@ type metrics struct {
 	reclaimed, reclaimedDead, pruned, listenerReconnects   atomic.Int64
 	deferred, finishSplits, stillRunning                   atomic.Int64
 	registryWrites                                         atomic.Int64
+	reclaimErrors, pruneErrors                             atomic.Int64
 	owned, handlersRunning                                 atomic.Int64 // gauges
 	claimLatency, finishLatency                            hist.H
 	mu                                                     sync.Mutex
@@ -25,6 +26,8 @@ type metrics struct {
 	codes                                                  map[ErrorCode]int64
 	outcomes                                               map[outcomeKey]int64
 	lastSuccess                                            atomic.Int64 // unix nanos
+	lastError                                              string       // under mu
+	lastErrorAt                                            time.Time    // under mu
 }
 
 type waitKey struct {
@@ -128,6 +131,14 @@ type Stats struct {
 	ErrorCodes map[ErrorCode]int64
 	// LastSuccess is when this worker last confirmed a succeeded job (zero if never).
 	LastSuccess time.Time
+	// ReclaimErrors and PruneErrors count failed lease-expiry sweeps and pruning passes.
+	ReclaimErrors, PruneErrors int64
+	// LastError is the most recent failure of one of the engine's own statements (claim,
+	// heartbeat, reclaim sweep, prune), prefixed with which one, and LastErrorAt when it
+	// happened (zero if never). Repeated failures are logged at most every 10 seconds per
+	// kind; these and the error counters show every one.
+	LastError   string
+	LastErrorAt time.Time
 	// Outcomes break the attempts this worker finished down by queue, kind, outcome
 	// (Outcome* constants) and attempt number (capped at MaxOutcomeAttempt), sorted.
 	Outcomes []OutcomeCount

@@ -95,6 +95,18 @@ type hbResult struct {
 // Zero times mean "never": the loop waits for handlers until the engine context ends.
 type stopPlan struct {
 	hardAt, releaseAt time.Time
+	deadline          time.Time // the stop's deadline, for the logs
+}
+
+// merge returns the plan whose times are the earlier of p's and o's (zero counts as never).
+func (p stopPlan) merge(o stopPlan) stopPlan {
+	earlier := func(a, b time.Time) time.Time {
+		if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+			return b
+		}
+		return a
+	}
+	return stopPlan{hardAt: earlier(p.hardAt, o.hardAt), releaseAt: earlier(p.releaseAt, o.releaseAt), deadline: earlier(p.deadline, o.deadline)}
 }
 
 func newQueue(w *Worker, name string, cfg QueueConfig) *queue {
@@ -126,6 +138,8 @@ func (q *queue) loop(ctx context.Context) {
 	claimTimer := time.NewTimer(time.Hour)
 	defer claimTimer.Stop()
 	var hardC, releaseC <-chan time.Time
+	var plan stopPlan
+	hardDone, releaseDone := false, false
 	for {
 		if !q.stopping {
 			q.claimMore(ctx)
@@ -145,14 +159,23 @@ func (q *queue) loop(ctx context.Context) {
 		case <-ctx.Done():
 			q.abandonAll()
 			return
-		case plan := <-q.stopCh:
-			q.stopping = true
-			hardC, releaseC = after(plan.hardAt), after(plan.releaseAt)
+		case p := <-q.stopCh:
+			// The first plan, or a later Stop's: keep the earlier of each time.
+			if q.stopping {
+				p = plan.merge(p)
+			}
+			q.stopping, plan = true, p
+			if !hardDone {
+				hardC = after(plan.hardAt)
+			}
+			if !releaseDone {
+				releaseC = after(plan.releaseAt)
+			}
 		case <-hardC:
-			hardC = nil
-			q.cancelHandlers()
+			hardC, hardDone = nil, true
+			q.cancelHandlers(plan.deadline)
 		case <-releaseC:
-			releaseC = nil
+			releaseC, releaseDone = nil, true
 			q.releaseHeld()
 		case r := <-q.claimedCh:
 			q.claimed(r)
@@ -312,7 +335,7 @@ func (q *queue) claimed(r claimResult) {
 			return
 		}
 		w.m.claimErrors.Add(1)
-		w.log.Warn("tenure: claim failed", "queue", q.name, "err", r.err)
+		w.engineError(&w.claimLog, "claim", r.err, "queue", q.name)
 		c.idle = q.backoff(c.idle)
 		q.sleep(c, c.idle, false)
 	case len(r.got) == 0:
@@ -415,7 +438,7 @@ func (q *queue) requestCancel(e *execution) {
 
 // cancelHandlers is the hard stop: every running handler's context ends (ErrWorkerStopping);
 // a handler that returns then has its job released without charging the attempt.
-func (q *queue) cancelHandlers() {
+func (q *queue) cancelHandlers(deadline time.Time) {
 	n := 0
 	for e := range q.active {
 		if !e.returned && !e.released {
@@ -424,7 +447,12 @@ func (q *queue) cancelHandlers() {
 		}
 	}
 	if n > 0 {
-		q.w.log.Warn("tenure: stop: cancelling handlers that have not returned", "queue", q.name, "handlers", n)
+		in := "none"
+		if !deadline.IsZero() {
+			in = max(time.Until(deadline), 0).Round(time.Millisecond).String()
+		}
+		q.w.log.Warn(fmt.Sprintf("tenure: stop deadline in %s: cancelling handlers that have not returned (their jobs are released, attempts not charged)", in),
+			"queue", q.name, "handlers", n)
 	}
 }
 

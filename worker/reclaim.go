@@ -31,7 +31,8 @@ func (w *Worker) reclaimService(ctx context.Context) {
 			cancel()
 			if err != nil {
 				if ctx.Err() == nil {
-					w.log.Warn("tenure: reclaim sweep failed", "err", err)
+					w.m.reclaimErrors.Add(1)
+					w.engineError(&w.reclaimLog, "reclaim sweep", err)
 				}
 				break
 			}
@@ -106,7 +107,8 @@ func (w *Worker) pruneService(ctx context.Context) {
 		case <-time.After(d):
 		}
 		if err := w.prune(ctx); err != nil && ctx.Err() == nil {
-			w.log.Warn("tenure: prune failed", "err", err)
+			w.m.pruneErrors.Add(1)
+			w.engineError(&w.pruneLog, "prune", err)
 		}
 	}
 }

@@ -59,8 +59,9 @@ type lockedRand struct {
 	r  *rand.Rand
 }
 
-// SeededRand returns a concurrency-safe func() float64 from a fixed seed, for FullJitter.Rand.
-func SeededRand(seed uint64) func() float64 {
+// seededRand returns a concurrency-safe func() float64 from a fixed seed, for FullJitter.Rand
+// (tests; exported to them by export_test.go).
+func seededRand(seed uint64) func() float64 {
 	l := &lockedRand{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	return func() float64 {
 		l.mu.Lock()

@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/jobs"
 )
@@ -59,13 +61,18 @@ type Worker struct {
 
 	started        time.Time // when Start ran, for the registry
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
+	// Repeated engine failures are logged at most once per errorLogEvery per source.
+	claimLog, heartbeatLog, reclaimLog, pruneLog logThrottle
 
 	mu       sync.Mutex
 	state    int // 0 new, 1 started, 2 stopping/stopped
 	ownEng   bool
 	stopOnce sync.Once
 	stopDone chan struct{}
-	stopErr  error
+	// deadlineHit: a Stop caller's context ended before the stop did (what was left was
+	// abandoned).
+	deadlineHit atomic.Bool
+	stopErr     error
 }
 
 // claimKinds lists the kinds this worker runs, with the newest payload version it knows of
@@ -102,6 +109,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	w := &Worker{
 		cfg: c, pool: pool, log: c.Logger.With("worker", c.ID), reg: c.Registry, m: newMetrics(),
 		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
+	}
+	for _, t := range []*logThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog} {
+		t.every = errorLogEvery
 	}
 	for name, qc := range c.Queues {
 		w.queues[name] = newQueue(w, name, qc)
@@ -176,10 +186,21 @@ func MustRegister[A generics.Args](w *Worker, fn func(ctx context.Context, job *
 	}
 }
 
-// Start starts the queue loops, the finishers, the lease-expiry sweep, pruning and the
-// LISTEN connection, and returns. Cancelling ctx hard-stops the worker: handlers are cancelled
-// at once and what they still hold is released, within HardStopGrace; call Stop to wait for
-// that (or, better, call Stop with a deadline instead of cancelling ctx).
+// Start checks the database (it answers, and its schema is at the version this release
+// expects: ErrSchemaBehind / ErrSchemaAhead otherwise), then starts the queue loops, the
+// finishers, the lease-expiry sweep, pruning and the LISTEN connection, and returns.
+//
+// Cancelling ctx begins a graceful stop, like Stop with a deadline ShutdownTimeout away:
+// nothing new is claimed, running handlers may finish, and HardStopGrace before that deadline
+// the handlers still running are cancelled and their jobs released. The natural shutdown is
+//
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
+//	w.Start(ctx)
+//	<-ctx.Done()
+//	w.Stop(shutdownCtx) // waits for the stop ctx began; an earlier deadline tightens it
+//
+// Call Stop after cancelling ctx to wait for the stop (and to learn its result).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -208,6 +229,13 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("tenure: engine pool: %w", err)
 		}
 		w.eng, w.ownEng = eng, true
+	}
+	if err := w.checkDatabase(ctx); err != nil {
+		if w.ownEng {
+			w.eng.Close()
+		}
+		w.eng, w.ownEng = nil, false
+		return err
 	}
 	w.q = gen.New(w.eng)
 	client, err := jobs.NewClient(w.eng, &jobs.Config{Registry: w.reg, Logger: w.log})
@@ -246,14 +274,71 @@ func (w *Worker) Start(ctx context.Context) error {
 	go func() {
 		select {
 		case <-ctx.Done():
-			sctx, cancel := context.WithTimeout(context.Background(), w.cfg.HardStopGrace)
-			defer cancel()
-			now := time.Now()
-			_ = w.stopWith(sctx, stopPlan{hardAt: now, releaseAt: now.Add(w.cfg.HardStopGrace / 4)})
+			w.stopOnCancel()
 		case <-w.stopDone:
 		}
 	}()
+	w.warnUnservedQueues()
 	w.log.Info("tenure: worker started", "queues", len(w.queues), "kinds", len(w.handlers))
+	return nil
+}
+
+// warnUnservedQueues logs, at Start, each registered kind whose default queue this worker does
+// not serve: its jobs wait until some other worker serves that queue. It is a warning, not an
+// error, because splitting queues across processes (pools) is a supported layout; a process
+// that only enqueues can refuse such inserts with jobs.Config.Queues.
+func (w *Worker) warnUnservedQueues() {
+	served := make([]string, 0, len(w.queues))
+	for name := range w.queues {
+		served = append(served, name)
+	}
+	sort.Strings(served)
+	for _, k := range w.kinds.names {
+		q := w.handlers[k].opts.Queue
+		if q == "" {
+			q = jobs.DefaultQueue
+		}
+		if _, ok := w.queues[q]; !ok {
+			w.log.Warn("tenure: a registered kind's queue is not served by this worker: its jobs wait for a worker that serves it (add the queue to Config.Queues, or run one elsewhere)",
+				"kind", k, "queue", q, "served", served)
+		}
+	}
+}
+
+// startCheckTimeout bounds Start's database checks.
+const startCheckTimeout = 15 * time.Second
+
+// checkDatabase makes Start fail on a database the engine cannot use: one that does not
+// answer, or whose schema is not at the version this release was built for.
+func (w *Worker) checkDatabase(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, startCheckTimeout)
+	defer cancel()
+	if err := w.eng.Ping(cctx); err != nil {
+		return fmt.Errorf("tenure: start: database unreachable: %w", err)
+	}
+	st, err := migrations.Status(cctx, w.eng)
+	if err != nil {
+		return fmt.Errorf("tenure: start: reading the schema version: %w", err)
+	}
+	var unknown, pending []int
+	for _, s := range st {
+		switch {
+		case s.Unknown:
+			unknown = append(unknown, s.Version)
+		case !s.Applied:
+			pending = append(pending, s.Version)
+		}
+	}
+	latest := migrations.Latest()
+	if len(unknown) > 0 {
+		return fmt.Errorf("%w: applied migration(s) %v are unknown to this release, which knows up to version %d: "+
+			"a newer release migrated this database; run that release (or roll the schema back with its tenure migrate down)",
+			ErrSchemaAhead, unknown, latest)
+	}
+	if len(pending) > 0 {
+		return fmt.Errorf("%w: migration(s) %v not applied (this release needs version %d): "+
+			"run `tenure migrate up` or call migrations.Up(ctx, pool) before Start", ErrSchemaBehind, pending, latest)
+	}
 	return nil
 }
 
@@ -280,8 +365,11 @@ func (w *Worker) spawn(fn func()) {
 // Stop returns nil when every job was finished or released; an error that matches
 // ErrHandlersStillRunning when handler goroutines ignored cancellation (their jobs were
 // released), and one that matches ErrFinishAbandoned when the deadline cut the stop short.
-// Every engine goroutine has returned when Stop returns. Stop may be called more than once;
-// later calls wait for the first, or for their own ctx.
+// Every engine goroutine has returned when Stop returns. Stop may be called more than once,
+// and after cancelling Start's context (which began a graceful stop): a later call joins the
+// stop under way, and when its deadline is earlier it tightens it (handlers are cancelled
+// HardStopGrace before the earlier deadline, and what is left is abandoned at it). It returns
+// the stop's result, or an error wrapping its ctx's error if ctx ends first.
 func (w *Worker) Stop(ctx context.Context) error {
 	return w.stopWith(ctx, w.planFor(ctx))
 }
@@ -295,9 +383,33 @@ func (w *Worker) planFor(ctx context.Context) stopPlan {
 	// Handlers get the first quarter of the reserve to react to cancellation; the fenced
 	// release of what they still hold gets the rest, so it lands even on a loaded server.
 	reserve := max(min(w.cfg.HardStopGrace, time.Until(dl)/2), 0)
-	return stopPlan{hardAt: dl.Add(-reserve), releaseAt: dl.Add(-reserve * 3 / 4)}
+	return stopPlan{hardAt: dl.Add(-reserve), releaseAt: dl.Add(-reserve * 3 / 4), deadline: dl}
 }
 
+// stopOnCancel is what cancelling Start's context does: a graceful stop with a deadline
+// ShutdownTimeout away (or, with a negative ShutdownTimeout, a hard stop within
+// HardStopGrace).
+func (w *Worker) stopOnCancel() {
+	if w.cfg.ShutdownTimeout < 0 {
+		w.log.Warn("tenure: context cancelled: hard stop (ShutdownTimeout < 0): cancelling handlers now",
+			"deadline_in", w.cfg.HardStopGrace.String())
+		sctx, cancel := context.WithTimeout(context.Background(), w.cfg.HardStopGrace)
+		defer cancel()
+		now := time.Now()
+		_ = w.stopWith(sctx, stopPlan{hardAt: now, releaseAt: now.Add(w.cfg.HardStopGrace / 4), deadline: now.Add(w.cfg.HardStopGrace)})
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
+	defer cancel()
+	plan := w.planFor(sctx)
+	w.log.Info("tenure: context cancelled: graceful stop (no new claims; running handlers may finish)",
+		"deadline_in", w.cfg.ShutdownTimeout.String(), "handlers_cancelled_in", time.Until(plan.hardAt).Round(time.Millisecond).String())
+	_ = w.stopWith(sctx, plan)
+}
+
+// stopWith begins the stop with plan, or, when a stop is already under way, tightens its plan
+// to plan's earlier times; then it waits for the stop to end or ctx to end. At ctx's end the
+// engine abandons what it still owns (whichever caller's ctx ends first).
 func (w *Worker) stopWith(ctx context.Context, plan stopPlan) error {
 	w.mu.Lock()
 	if w.state == 0 {
@@ -306,12 +418,25 @@ func (w *Worker) stopWith(ctx context.Context, plan stopPlan) error {
 	}
 	w.state = 2
 	w.mu.Unlock()
+	first := false
 	w.stopOnce.Do(func() {
+		first = true
 		go func() {
 			w.stopErr = w.stop(ctx, plan)
 			close(w.stopDone)
 		}()
 	})
+	if !first {
+		w.tighten(plan)
+	}
+	// At this caller's deadline every engine statement is cancelled and the loops abandon
+	// what is left, so that Stop returns by its deadline even when an earlier stop had a
+	// later one.
+	abandon := context.AfterFunc(ctx, func() {
+		w.deadlineHit.Store(true)
+		w.cancelEng()
+	})
+	defer abandon()
 	select {
 	case <-w.stopDone:
 		return w.stopErr
@@ -325,14 +450,32 @@ func (w *Worker) stopWith(ctx context.Context, plan stopPlan) error {
 	}
 }
 
+// tighten sends a later Stop's plan to the queue loops, which keep the earlier of each time.
+func (w *Worker) tighten(plan stopPlan) {
+	if plan.hardAt.IsZero() {
+		return
+	}
+	for _, q := range w.queues {
+		select {
+		case q.stopCh <- plan:
+		case <-q.done:
+		}
+	}
+}
+
 func (w *Worker) stop(ctx context.Context, plan stopPlan) error {
 	abandonedBefore := w.m.finishAbandoned.Load()
 	w.cancelSvc() // reclaim, prune, listen: not needed while stopping
-	// At the deadline every engine statement is cancelled and the loops abandon what is left.
-	release := context.AfterFunc(ctx, w.cancelEng)
-	defer release()
+	if dl, ok := ctx.Deadline(); ok {
+		w.log.Info("tenure: stopping: no new claims; running handlers may finish", "deadline_in", time.Until(dl).Round(time.Millisecond).String())
+	} else {
+		w.log.Info("tenure: stopping: no new claims; waiting for running handlers (no deadline)")
+	}
 	for _, q := range w.queues {
-		q.stopCh <- plan
+		select {
+		case q.stopCh <- plan:
+		case <-q.done:
+		}
 	}
 	for _, q := range w.queues {
 		<-q.done
@@ -355,7 +498,7 @@ func (w *Worker) stop(ctx context.Context, plan stopPlan) error {
 	if n := w.m.handlersRunning.Load(); n > 0 {
 		errs = append(errs, fmt.Errorf("%w: %d handlers", ErrHandlersStillRunning, n))
 	}
-	if n := w.m.finishAbandoned.Load() - abandonedBefore; n > 0 && ctx.Err() != nil {
+	if n := w.m.finishAbandoned.Load() - abandonedBefore; n > 0 && (ctx.Err() != nil || w.deadlineHit.Load()) {
 		errs = append(errs, fmt.Errorf("%w: %d jobs left to their leases at the stop deadline", ErrFinishAbandoned, n))
 	}
 	return errors.Join(errs...)
@@ -378,6 +521,7 @@ func (w *Worker) Stats() Stats {
 		FinishP50: m.finishLatency.Quantile(0.5), FinishP99: m.finishLatency.Quantile(0.99),
 		ErrorCodes: map[ErrorCode]int64{},
 	}
+	s.ReclaimErrors, s.PruneErrors = m.reclaimErrors.Load(), m.pruneErrors.Load()
 	if ns := m.lastSuccess.Load(); ns != 0 {
 		s.LastSuccess = time.Unix(0, ns)
 	}
@@ -392,6 +536,7 @@ func (w *Worker) Stats() Stats {
 	for k, n := range m.outcomes {
 		s.Outcomes = append(s.Outcomes, OutcomeCount{Queue: k.queue, Kind: k.kind, Outcome: k.outcome, Attempt: k.attempt, Jobs: n})
 	}
+	s.LastError, s.LastErrorAt = m.lastError, m.lastErrorAt
 	m.mu.Unlock()
 	s.ClaimLatency, s.FinishLatency = snapshot(&m.claimLatency), snapshot(&m.finishLatency)
 	sort.Slice(s.Outcomes, func(i, j int) bool {

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,23 +16,32 @@ import (
 func init() {
 	register(&command{
 		name:    "jobs",
-		summary: "inspect jobs and act on them: list, get, stats, cancel, reinject, audit",
+		summary: "inspect jobs and act on them: list, get, stats, cancel, retry, reinject, delete, audit",
 		run:     runJobs,
 	})
 }
 
 const jobsUsage = `Usage: tenure jobs <action> [flags] [job id]
 
-  list       list jobs (-state, -kind, -queue, -code, -limit, -after)
-  get ID     show one job, with its error history
+  list       list jobs (-state, -kind, -queue, -code, -limit, -after; -json)
+  get ID     show one job, with its error history (-json)
   stats      per queue and priority: ready/running/dead, oldest ready age, wait percentiles,
-             and the top error codes of dead jobs (-window, default 5m)
+             and the top error codes of dead jobs (-window, default 5m; -json). Queues with
+             ready jobs, none running and the oldest waiting longer than -unserved-after
+             (default 1m) are flagged: probably no worker serves them.
   cancel ID  cancel a ready job, or ask the worker of a running one to cancel it
-             (-actor and -reason required: the action is audited)
+  retry ID   run a ready job now (keeping its attempts), or move a dead or cancelled job
+             back to ready with a fresh attempt budget
   reinject ID
-             move a dead job back to ready with a fresh attempt budget
-             (-actor, -reason required; -max-attempts to change the budget)
-  audit [ID] list audited operator actions (of one job)`
+             move a dead job back to ready with a fresh attempt budget (-max-attempts to
+             change the budget)
+  delete ID  delete a job that is not running, with its effect-ledger rows
+  audit [ID] list audited operator actions (of one job)
+
+cancel, retry, reinject and delete are audited: -actor (who) and -reason (why) are required.`
+
+// auditedActions need -actor and -reason.
+var auditedActions = map[string]bool{"cancel": true, "retry": true, "reinject": true, "delete": true}
 
 func runJobs(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
@@ -40,6 +52,11 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		return exitOK
 	}
 	action := args[0]
+	switch action {
+	case "list", "get", "stats", "cancel", "retry", "reinject", "delete", "audit":
+	default:
+		return exitCode(e, "tenure jobs", usageErrorf("unknown action %q (list, get, stats, cancel, retry, reinject, delete, audit; see tenure jobs -h)", action))
+	}
 	fs := newFlagSet(e, "jobs "+action, jobsUsage)
 	dbURL := databaseFlag(fs)
 	state := fs.String("state", "", "(list) ready, running, succeeded, dead or cancelled")
@@ -49,14 +66,16 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 	limit := fs.Int("limit", 50, "(list, audit) page size")
 	after := fs.Int64("after", 0, "(list, audit) continue after this id")
 	window := fs.Duration("window", 5*time.Minute, "(stats) window of the wait percentiles")
-	actor := fs.String("actor", "", "(cancel, reinject) who acts, for the audit trail")
-	reason := fs.String("reason", "", "(cancel, reinject) why, for the audit trail")
+	unservedAfter := fs.Duration("unserved-after", time.Minute, "(stats) flag a queue whose oldest ready job waited this long with none of its jobs running")
+	asJSON := fs.Bool("json", false, "(list, get, stats) print JSON instead of a table")
+	actor := fs.String("actor", "", "(cancel, retry, reinject, delete) who acts, for the audit trail")
+	reason := fs.String("reason", "", "(cancel, retry, reinject, delete) why, for the audit trail")
 	maxAttempts := fs.Int("max-attempts", 0, "(reinject) new attempt budget (default: keep)")
 	if code, done := parseFlags(e, fs, args[1:]); done {
 		return code
 	}
 	var id int64
-	needsID := action == "get" || action == "cancel" || action == "reinject"
+	needsID := action == "get" || auditedActions[action]
 	if fs.NArg() > 0 {
 		v, err := strconv.ParseInt(fs.Arg(0), 10, 64)
 		if err != nil || v <= 0 {
@@ -66,22 +85,42 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		if code, done := parseFlags(e, fs, fs.Args()[1:]); done { // flags after the id
 			return code
 		}
+		if fs.NArg() > 0 {
+			return exitCode(e, "tenure jobs "+action, usageErrorf("unexpected arguments %q", fs.Args()))
+		}
 	}
+	prefix := "tenure jobs " + action
 	if needsID && id == 0 {
-		return exitCode(e, "tenure jobs "+action, usageErrorf("missing job id"))
+		return exitCode(e, prefix, usageErrorf("missing job id"))
+	}
+	if *state != "" && !jobs.State(*state).Valid() {
+		return exitCode(e, prefix, usageErrorf("-state: unknown state %q (ready, running, succeeded, dead or cancelled)", *state))
+	}
+	if auditedActions[action] {
+		var missing []string
+		if *actor == "" {
+			missing = append(missing, "-actor (who acts)")
+		}
+		if *reason == "" {
+			missing = append(missing, "-reason (why)")
+		}
+		if len(missing) > 0 {
+			return exitCode(e, prefix, usageErrorf("%s is audited: %s required, e.g. tenure jobs %s %d -actor ops@example.com -reason \"...\"",
+				action, strings.Join(missing, " and "), action, id))
+		}
 	}
 	url, err := databaseURL(e, *dbURL)
 	if err != nil {
-		return exitCode(e, "tenure jobs", err)
+		return exitCode(e, prefix, err)
 	}
 	pool, err := openPool(ctx, url)
 	if err != nil {
-		return exitCode(e, "tenure jobs", err)
+		return exitCode(e, prefix, err)
 	}
 	defer pool.Close()
 	c, err := jobs.NewClient(pool, nil)
 	if err != nil {
-		return exitCode(e, "tenure jobs", err)
+		return exitCode(e, prefix, err)
 	}
 	act := jobs.Action{Actor: *actor, Reason: *reason}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -90,7 +129,10 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 	case "list":
 		page, err := c.List(ctx, jobs.ListParams{State: jobs.State(*state), Kind: *kind, Queue: *queue, ErrorCode: *code, AfterID: *after, Limit: *limit})
 		if err != nil {
-			return exitCode(e, "tenure jobs list", err)
+			return exitCode(e, prefix, err)
+		}
+		if *asJSON {
+			return printJSON(e, prefix, page)
 		}
 		fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tPRIO\tATTEMPTS\tRUN_AT\tLAST_ERROR")
 		for _, j := range page.Jobs {
@@ -103,7 +145,10 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 	case "get":
 		j, err := c.Get(ctx, id)
 		if err != nil {
-			return exitCode(e, "tenure jobs get", err)
+			return exitCode(e, prefix, err)
+		}
+		if *asJSON {
+			return printJSON(e, prefix, j)
 		}
 		fmt.Fprintf(tw, "id\t%d\nqueue\t%s\nkind\t%s (payload v%d)\nstate\t%s\npriority\t%d\nattempts\t%d/%d\ngeneration\t%d\nrun_at\t%s\nlease\t%v\npayload\t%s\n",
 			j.ID, j.Queue, j.Kind, j.PayloadVersion, j.State, j.Priority, j.Attempts, j.MaxAttempts, j.Generation,
@@ -120,13 +165,29 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 	case "stats":
 		s, err := c.Stats(ctx, *window)
 		if err != nil {
-			return exitCode(e, "tenure jobs stats", err)
+			return exitCode(e, prefix, err)
 		}
-		fmt.Fprintln(tw, "QUEUE\tPRIO\tREADY\tSCHEDULED\tRUNNING\tDEAD\tOLDEST_READY\tWAIT_P50\tWAIT_P95\tWAIT_P99\tFINISHED")
+		unserved := unservedQueues(s, *unservedAfter)
+		if *asJSON {
+			return printJSON(e, prefix, struct {
+				*jobs.Stats
+				// Unserved lists the queues flagged as probably served by no worker.
+				Unserved []unservedQueue
+			}{s, unserved})
+		}
+		flagged := map[string]bool{}
+		for _, u := range unserved {
+			flagged[u.Queue] = true
+		}
+		fmt.Fprintln(tw, "QUEUE\tPRIO\tREADY\tSCHEDULED\tRUNNING\tDEAD\tOLDEST_READY\tWAIT_P50\tWAIT_P95\tWAIT_P99\tFINISHED\t")
 		for _, b := range s.Bands {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%v\t%v\t%v\t%v\t%d\n", b.Queue, b.Priority, b.Ready, b.Scheduled, b.Running, b.Dead,
+			note := ""
+			if flagged[b.Queue] && b.Ready > 0 {
+				note = "UNSERVED?"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%v\t%v\t%v\t%v\t%d\t%s\n", b.Queue, b.Priority, b.Ready, b.Scheduled, b.Running, b.Dead,
 				b.OldestReadyAge.Round(time.Millisecond), b.WaitP50.Round(time.Millisecond), b.WaitP95.Round(time.Millisecond),
-				b.WaitP99.Round(time.Millisecond), b.Finished)
+				b.WaitP99.Round(time.Millisecond), b.Finished, note)
 		}
 		if len(s.TopDeadCodes) > 0 {
 			fmt.Fprintln(tw, "\nDEAD BY CODE\tKIND\tQUEUE\tJOBS")
@@ -134,22 +195,38 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", d.Code, d.Kind, d.Queue, d.Jobs)
 			}
 		}
+		tw.Flush()
+		for _, u := range unserved {
+			fmt.Fprintf(e.stderr, "warning: queue %q: %d ready jobs, the oldest waiting %v, none running: is any worker serving it? (worker.Config.Queues)\n",
+				u.Queue, u.Ready, u.OldestReadyAge.Round(time.Second))
+		}
 	case "cancel":
 		out, err := c.Cancel(ctx, id, act)
 		if err != nil {
-			return exitCode(e, "tenure jobs cancel", err)
+			return exitCode(e, prefix, err)
 		}
 		fmt.Fprintf(tw, "job %d: %s\n", id, out)
+	case "retry":
+		j, err := c.Retry(ctx, id, act)
+		if err != nil {
+			return exitCode(e, prefix, err)
+		}
+		fmt.Fprintf(tw, "job %d: %s, due now, attempts %d/%d\n", j.ID, j.State, j.Attempts, j.MaxAttempts)
 	case "reinject":
 		j, err := c.Reinject(ctx, id, act, &jobs.ReinjectOpts{MaxAttempts: *maxAttempts})
 		if err != nil {
-			return exitCode(e, "tenure jobs reinject", err)
+			return exitCode(e, prefix, err)
 		}
 		fmt.Fprintf(tw, "job %d: %s, attempts 0/%d\n", j.ID, j.State, j.MaxAttempts)
+	case "delete":
+		if err := c.Delete(ctx, id, act); err != nil {
+			return exitCode(e, prefix, err)
+		}
+		fmt.Fprintf(tw, "job %d: deleted\n", id)
 	case "audit":
 		entries, err := c.Audit(ctx, id, *after, *limit)
 		if err != nil {
-			return exitCode(e, "tenure jobs audit", err)
+			return exitCode(e, prefix, err)
 		}
 		fmt.Fprintln(tw, "ID\tAT\tACTOR\tACTION\tJOB\tREASON\tDETAIL")
 		for _, a := range entries {
@@ -159,8 +236,55 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.At.Format(time.RFC3339), a.Actor, a.Action, job, a.Reason, a.Detail)
 		}
-	default:
-		return exitCode(e, "tenure jobs", usageErrorf("unknown action %q (list, get, stats, cancel, reinject, audit)", action))
+	}
+	return exitOK
+}
+
+// unservedQueue is a queue that looks served by no worker.
+type unservedQueue struct {
+	Queue          string
+	Ready          int64
+	OldestReadyAge time.Duration
+}
+
+// unservedQueues flags the queues with ready jobs, none running, and the oldest ready job
+// older than after. There is no worker registry to ask, so this is a heuristic: a queue whose
+// workers are all busy elsewhere, or stopped for a deploy, shows the same signs.
+func unservedQueues(s *jobs.Stats, after time.Duration) []unservedQueue {
+	type agg struct {
+		ready, running int64
+		oldest         time.Duration
+	}
+	byQueue := map[string]*agg{}
+	var names []string
+	for _, b := range s.Bands {
+		a := byQueue[b.Queue]
+		if a == nil {
+			a = &agg{}
+			byQueue[b.Queue] = a
+			names = append(names, b.Queue)
+		}
+		a.ready += b.Ready
+		a.running += b.Running
+		a.oldest = max(a.oldest, b.OldestReadyAge)
+	}
+	sort.Strings(names)
+	var out []unservedQueue
+	for _, n := range names {
+		a := byQueue[n]
+		if a.ready > 0 && a.running == 0 && a.oldest >= after {
+			out = append(out, unservedQueue{Queue: n, Ready: a.ready, OldestReadyAge: a.oldest})
+		}
+	}
+	return out
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(e *env, prefix string, v any) int {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return exitCode(e, prefix, err)
 	}
 	return exitOK
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/jobs"
 )
 
 func TestJobsCommands(t *testing.T) {
@@ -34,7 +37,9 @@ func TestJobsCommands(t *testing.T) {
 	require.Contains(t, r.stdout, `{"to": "a@b.c"}`)
 
 	r = tenure(t, url, "jobs", "cancel", itoa(ready))
-	require.Equal(t, 1, r.code, "an operator action without actor and reason is refused")
+	require.Equal(t, exitUsage, r.code, "an operator action without actor and reason is refused")
+	require.Contains(t, r.stderr, "-actor")
+	require.Contains(t, r.stderr, "-reason")
 	r = tenure(t, url, "jobs", "cancel", itoa(ready), "-actor", "ops", "-reason", "duplicate")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "cancelled")
@@ -61,3 +66,97 @@ func TestJobsCommands(t *testing.T) {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// The newcomer's paper cuts: a missing -actor/-reason is named, a bad -state is one short line,
+// -json works, stats rows are sorted and unserved queues flagged, retry and delete are audited.
+func TestJobsCommandsFirstHour(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewMigratedDB(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	insert := func(sql string) int64 {
+		var id int64
+		require.NoError(t, pool.QueryRow(ctx, sql).Scan(&id))
+		return id
+	}
+	ready := insert(`INSERT INTO tenure.jobs (kind, payload, run_at) VALUES ('mail', '{}', now() + interval '1 hour') RETURNING id`)
+	dead := insert(`INSERT INTO tenure.jobs (kind, payload, state, attempts, max_attempts, claim_token, generation, attempted_at, finished_at, last_error_code)
+		VALUES ('mail', '{}', 'dead', 3, 3, gen_random_uuid(), 3, now(), now(), 'TIMEOUT') RETURNING id`)
+	// A queue nobody serves: ready for ten minutes, nothing running.
+	insert(`INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at) VALUES ('mial', 'mail', '{}', 3, now() - interval '10 minutes') RETURNING id`)
+	insert(`INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at) VALUES ('mial', 'mail', '{}', 1, now() - interval '10 minutes') RETURNING id`)
+	insert(`INSERT INTO tenure.jobs (queue, kind, payload, priority) VALUES ('alpha', 'mail', '{}', 2) RETURNING id`)
+
+	for _, action := range []string{"cancel", "retry", "reinject", "delete"} {
+		r := tenure(t, url, "jobs", action, itoa(ready), "-reason", "x")
+		require.Equal(t, exitUsage, r.code, action)
+		require.Contains(t, r.stderr, "-actor", action)
+		require.NotContains(t, r.stderr, "-reason (why)", action)
+	}
+
+	r := tenure(t, url, "jobs", "list", "-state", "bogus")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, `unknown state "bogus"`)
+	require.LessOrEqual(t, strings.Count(r.stderr, "\n"), 2, "a short error, not the usage:\n%s", r.stderr)
+	r = tenure(t, url, "jobs", "list", "-limit", "x")
+	require.Equal(t, exitUsage, r.code)
+	require.LessOrEqual(t, strings.Count(r.stderr, "\n"), 2, "a short error, not the usage:\n%s", r.stderr)
+	require.Contains(t, r.stderr, "tenure jobs list -h")
+
+	r = tenure(t, url, "jobs", "list", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var page jobs.Page
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+	require.Len(t, page.Jobs, 5)
+	r = tenure(t, url, "jobs", "get", itoa(dead), "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var row jobs.Row
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &row))
+	require.Equal(t, jobs.StateDead, row.State)
+	r = tenure(t, url, "jobs", "stats", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var st struct {
+		Bands    []jobs.BandStats
+		Unserved []struct{ Queue string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	var order []string
+	for _, b := range st.Bands {
+		order = append(order, fmt.Sprintf("%s/%d", b.Queue, b.Priority))
+	}
+	require.Equal(t, []string{"alpha/2", "default/2", "mial/3", "mial/1"}, order)
+	require.Len(t, st.Unserved, 1)
+	require.Equal(t, "mial", st.Unserved[0].Queue)
+
+	r = tenure(t, url, "jobs", "stats")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "UNSERVED?")
+	require.Contains(t, r.stderr, `queue "mial"`)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.True(t, strings.HasPrefix(lines[1], "alpha"), r.stdout)
+	require.True(t, strings.HasPrefix(lines[2], "default"), r.stdout)
+
+	// retry: a scheduled ready job becomes due now; a dead one goes back to ready.
+	r = tenure(t, url, "jobs", "retry", itoa(ready), "-actor", "ops", "-reason", "customer waiting")
+	require.Equal(t, 0, r.code, r.stderr)
+	var due bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT run_at <= now() FROM tenure.jobs WHERE id = $1", ready).Scan(&due))
+	require.True(t, due)
+	r = tenure(t, url, "jobs", "retry", itoa(dead), "-actor", "ops", "-reason", "fixed upstream")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "ready")
+
+	// delete
+	r = tenure(t, url, "jobs", "delete", itoa(dead), "-actor", "ops", "-reason", "test data")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = tenure(t, url, "jobs", "get", itoa(dead))
+	require.Equal(t, exitFail, r.code)
+	require.Contains(t, r.stderr, "not found")
+
+	r = tenure(t, url, "jobs", "audit")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "retry")
+	require.Contains(t, r.stdout, "delete")
+}

@@ -136,9 +136,13 @@ func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args; -h prints usage to stdout and returns exitOK with done set.
+// parseFlags parses args; -h prints usage to stdout and returns exitOK with done set. A bad
+// flag prints the flag package's one-line error and a pointer to -h, not the whole usage.
 func parseFlags(e *env, fs *flag.FlagSet, args []string) (code int, done bool) {
+	full := fs.Usage
+	fs.Usage = func() {} // the flag package calls it on errors and on -h; we decide below
 	err := fs.Parse(args)
+	fs.Usage = full
 	switch {
 	case err == nil:
 		return exitOK, false
@@ -147,7 +151,9 @@ func parseFlags(e *env, fs *flag.FlagSet, args []string) (code int, done bool) {
 		fs.Usage()
 		return exitOK, true
 	default:
-		return exitUsage, true // the flag package already printed the error and usage
+		// The flag package already printed the error.
+		fmt.Fprintf(e.stderr, "Run \"tenure %s -h\" for usage.\n", fs.Name())
+		return exitUsage, true
 	}
 }
 

@@ -6,12 +6,17 @@
 //
 // # Running it
 //
-// Put one line in any file of the package holding the args types:
+// Add it to your module as a tool once (this records it in go.mod, with the go.sum entries
+// that go generate needs; a bare "go run github.com/tenureq/tenure/cmd/tenuregen" fails in a
+// module that has no go.sum entries for the generator's own dependencies):
 //
-//	//go:generate go run github.com/tenureq/tenure/cmd/tenuregen
+//	go get -tool github.com/tenureq/tenure/cmd/tenuregen
 //
-// and run go generate (outside this module, add it as a tool first, go get -tool
-// github.com/tenureq/tenure/cmd/tenuregen, and write //go:generate go tool tenuregen).
+// then put one line in any file of the package holding the args types:
+//
+//	//go:generate go tool tenuregen
+//
+// and run go generate. (Inside this repository, go run ./cmd/tenuregen works too.)
 // tenuregen reads the package's non-test Go files that match the build
 // context (except its own output and any other file starting with the generated header),
 // type-checks them with the export data of their imports (via go list -export), and writes
@@ -123,11 +128,13 @@
 //	type Handlers interface { X(ctx context.Context, job *generics.Job[T]) error; ... }
 //	func RegisterHandlers(w *worker.Worker, h Handlers, adjust ...func(kind string, o *worker.HandlerOptions)) error
 //	func RegisterKinds(r *generics.Registry) error
+//	func NewInsertClient(pool *pgxpool.Pool, cfg *jobs.Config) (*jobs.Client, error)
 //
 // RegisterHandlers registers every kind with its directive's options and upgraders; since
 // Handlers has one method per kind, a handler set that forgets a kind does not compile. The
 // adjust functions may change a kind's worker.HandlerOptions (for example Retry) before it is
 // registered. RegisterKinds fills a registry for processes that enqueue without running a
-// worker. Unexported helpers are prefixed "tenure". A package-level name of the package that
+// worker; NewInsertClient is jobs.NewClient with such a registry, in one call. Unexported
+// helpers are prefixed "tenure". A package-level name of the package that
 // the generated file would declare (or one of its import names) is reported as an error.
 package main

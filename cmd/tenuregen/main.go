@@ -25,8 +25,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tenuregen [-dir DIR] [-out FILE] [-check]\n\n"+
 			"Generates Kind, PayloadVersion, Validate, typed enqueue helpers and handler registration\n"+
-			"for the //tenure:job types of a package. Run it from a //go:generate line:\n\n"+
-			"\t//go:generate go run github.com/tenureq/tenure/cmd/tenuregen\n\nFlags:\n")
+			"for the //tenure:job types of a package. Add it to your module as a tool once:\n\n"+
+			"\tgo get -tool github.com/tenureq/tenure/cmd/tenuregen\n\n"+
+			"then run it from a //go:generate line in the package:\n\n"+
+			"\t//go:generate go tool tenuregen\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

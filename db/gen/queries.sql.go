@@ -670,6 +670,24 @@ func (q *Queries) DeadErrorCodes(ctx context.Context, maxRows int32) ([]DeadErro
 	return items, nil
 }
 
+const deleteJob = `-- name: DeleteJob :execrows
+WITH gone AS (
+    DELETE FROM tenure.jobs WHERE id = $1 AND state <> 'running' RETURNING id
+), effects AS (
+    DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT id FROM gone)
+)
+SELECT id FROM gone
+`
+
+// Deletes one job that is not running, with its effect-ledger rows.
+func (q *Queries) DeleteJob(ctx context.Context, id int64) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteJob, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const deregisterWorker = `-- name: DeregisterWorker :execrows
 DELETE FROM tenure.workers WHERE id = $1::text
 `
@@ -1649,7 +1667,7 @@ UPDATE tenure.jobs
 SET state = 'ready', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
     cancel_requested_at = NULL, updated_at = now(),
     max_attempts = coalesce($1::integer, max_attempts)
-WHERE id = $2 AND state = 'dead'
+WHERE id = $2 AND state IN ('dead', 'cancelled')
 RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at
 `
 
@@ -1658,8 +1676,9 @@ type ReinjectParams struct {
 	ID          int64
 }
 
-// dead -> ready with a fresh attempt budget. Generation keeps growing, so fencing still holds
-// against any worker of an earlier life of this job.
+// dead (or cancelled) -> ready with a fresh attempt budget. Generation keeps growing, so
+// fencing still holds against any worker of an earlier life of this job. Callers check the
+// state they allow first (Reinject: dead; Retry: dead or cancelled).
 func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (TenureJob, error) {
 	row := q.db.QueryRow(ctx, reinject, arg.MaxAttempts, arg.ID)
 	var i TenureJob
@@ -1752,6 +1771,44 @@ RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, at
 // running -> cancel requested; the owning worker cancels the handler and ends it cancelled.
 func (q *Queries) RequestCancel(ctx context.Context, id int64) (TenureJob, error) {
 	row := q.db.QueryRow(ctx, requestCancel, id)
+	var i TenureJob
+	err := row.Scan(
+		&i.ID,
+		&i.Queue,
+		&i.Kind,
+		&i.Payload,
+		&i.PayloadVersion,
+		&i.State,
+		&i.Priority,
+		&i.RunAt,
+		&i.Attempts,
+		&i.MaxAttempts,
+		&i.LeaseMs,
+		&i.LockedBy,
+		&i.LockedUntil,
+		&i.ClaimToken,
+		&i.Generation,
+		&i.AttemptedAt,
+		&i.LastErrorCode,
+		&i.Errors,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.FinishedAt,
+		&i.CancelRequestedAt,
+	)
+	return i, err
+}
+
+const runNow = `-- name: RunNow :one
+UPDATE tenure.jobs
+SET run_at = now(), updated_at = now()
+WHERE id = $1 AND state = 'ready'
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at
+`
+
+// A ready job (scheduled, or waiting out a retry backoff) becomes due now.
+func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
+	row := q.db.QueryRow(ctx, runNow, id)
 	var i TenureJob
 	err := row.Scan(
 		&i.ID,

@@ -140,8 +140,8 @@ func run(ctx context.Context, cfg config) (*summary, error) {
 		return nil, err
 	}
 
-	// The worker's lifetime is ours: Start's context would hard-stop it when cancelled, and
-	// an interrupt should stop it gracefully instead (below).
+	// The worker's lifetime is ours: cancelling Start's context would begin a graceful
+	// stop on its own; the interrupt handling below stops it with the demo's own budget.
 	if err := w.Start(bg); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
@@ -380,6 +381,25 @@ func RegisterKinds(r *generics.Registry) error {
 		return fmt.Errorf("tenure: register kind %s: %w", KindSendReceipt, err)
 	}
 	return nil
+}
+
+// NewInsertClient returns a jobs client for a process that enqueues this package's kinds
+// without running a worker, in one call: cfg (nil means the defaults) with a registry
+// filled by RegisterKinds, so each kind's directive defaults apply and unregistered kinds
+// are refused. When cfg.Registry is set, this package's kinds are added to it (it must not
+// hold them already: a worker's registry does, pass it to jobs.NewClient directly).
+func NewInsertClient(pool *pgxpool.Pool, cfg *jobs.Config) (*jobs.Client, error) {
+	var c jobs.Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Registry == nil {
+		c.Registry = generics.NewRegistry()
+	}
+	if err := RegisterKinds(c.Registry); err != nil {
+		return nil, err
+	}
+	return jobs.NewClient(pool, &c)
 }
 
 // tenureManyParams pairs every args value with the same insert options.

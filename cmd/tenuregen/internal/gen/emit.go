@@ -21,6 +21,7 @@ func (m *model) imports() []importSpec {
 	}
 	return append(out,
 		importSpec{"pgx", "github.com/jackc/pgx/v5"},
+		importSpec{"pgxpool", "github.com/jackc/pgx/v5/pgxpool"},
 		importSpec{"generics", "github.com/tenureq/tenure/generics"},
 		importSpec{"jobs", "github.com/tenureq/tenure/jobs"},
 		importSpec{"worker", "github.com/tenureq/tenure/worker"},
@@ -29,7 +30,7 @@ func (m *model) imports() []importSpec {
 
 // helperNames are the package-level names generated once per package.
 func (m *model) helperNames() []string {
-	out := []string{"Handlers", "RegisterHandlers", "RegisterKinds", "tenureManyParams"}
+	out := []string{"Handlers", "NewInsertClient", "RegisterHandlers", "RegisterKinds", "tenureManyParams"}
 	if m.usesIsZero {
 		out = append(out, "tenureIsZero")
 	}
@@ -365,6 +366,25 @@ func (m *model) renderRegistration(w *writer) {
 		w.p("\t}")
 	}
 	w.p("\treturn nil")
+	w.p("}")
+	w.p("")
+	w.p("// NewInsertClient returns a jobs client for a process that enqueues this package's kinds")
+	w.p("// without running a worker, in one call: cfg (nil means the defaults) with a registry")
+	w.p("// filled by RegisterKinds, so each kind's directive defaults apply and unregistered kinds")
+	w.p("// are refused. When cfg.Registry is set, this package's kinds are added to it (it must not")
+	w.p("// hold them already: a worker's registry does, pass it to jobs.NewClient directly).")
+	w.p("func NewInsertClient(pool *pgxpool.Pool, cfg *jobs.Config) (*jobs.Client, error) {")
+	w.p("\tvar c jobs.Config")
+	w.p("\tif cfg != nil {")
+	w.p("\t\tc = *cfg")
+	w.p("\t}")
+	w.p("\tif c.Registry == nil {")
+	w.p("\t\tc.Registry = generics.NewRegistry()")
+	w.p("\t}")
+	w.p("\tif err := RegisterKinds(c.Registry); err != nil {")
+	w.p("\t\treturn nil, err")
+	w.p("\t}")
+	w.p("\treturn jobs.NewClient(pool, &c)")
 	w.p("}")
 }
 

@@ -1,0 +1,118 @@
+package tenuretest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/tenuretest"
+	"github.com/tenureq/tenure/worker"
+)
+
+func TestMain(m *testing.M) { tenuretest.Main(m) }
+
+type Welcome struct {
+	UserID int64  `json:"user_id"`
+	Lang   string `json:"lang"`
+}
+
+func (Welcome) Kind() string        { return "welcome" }
+func (Welcome) PayloadVersion() int { return 1 }
+
+// recorder is a tenuretest.T that records failures instead of stopping the test.
+type recorder struct {
+	*testing.T
+	failed []string
+}
+
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.failed = append(r.failed, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.failed = append(r.failed, fmt.Sprintf(format, args...))
+}
+
+func TestRequireEnqueuedFilters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := tenuretest.Pool(t)
+	c, err := jobs.NewClient(pool, nil)
+	require.NoError(t, err)
+	_, err = c.Insert(ctx, Welcome{UserID: 1, Lang: "en"}, nil)
+	require.NoError(t, err)
+	_, err = c.Insert(ctx, Welcome{UserID: 2, Lang: "ko"}, &jobs.InsertOpts{Queue: "mail", Priority: jobs.PriorityHigh})
+	require.NoError(t, err)
+
+	got := tenuretest.RequireEnqueued(ctx, t, pool, &tenuretest.Match[Welcome]{Queue: "mail"})
+	require.Len(t, got, 1)
+	require.Equal(t, int64(2), got[0].Args.UserID)
+	require.Len(t, tenuretest.RequireEnqueued[Welcome](ctx, t, pool, nil), 2)
+	tenuretest.RequireEnqueued(ctx, t, pool, &tenuretest.Match[Welcome]{
+		Priority: jobs.PriorityHigh, State: jobs.StateReady, Args: func(a Welcome) bool { return a.Lang == "ko" }})
+	tenuretest.RequireNotEnqueued(ctx, t, pool, &tenuretest.Match[Welcome]{Args: func(a Welcome) bool { return a.UserID == 3 }})
+	tenuretest.RequireNotEnqueued(ctx, t, pool, &tenuretest.Match[Welcome]{State: jobs.StateDead})
+
+	// Failures name what was looked for and what is there.
+	r := &recorder{T: t}
+	tenuretest.RequireEnqueued(ctx, r, pool, &tenuretest.Match[Welcome]{Queue: "nope"})
+	require.Len(t, r.failed, 1)
+	require.Contains(t, r.failed[0], "queue=nope")
+	require.Contains(t, r.failed[0], `"user_id":2`)
+	r.failed = nil
+	tenuretest.RequireNotEnqueued(ctx, r, pool, &tenuretest.Match[Welcome]{Queue: "mail"})
+	require.Len(t, r.failed, 1)
+
+	// Inside a transaction that has not committed.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = c.InsertTx(ctx, tx, Welcome{UserID: 3}, nil)
+	require.NoError(t, err)
+	tenuretest.RequireEnqueued(ctx, t, tx, &tenuretest.Match[Welcome]{Args: func(a Welcome) bool { return a.UserID == 3 }})
+	tenuretest.RequireNotEnqueued(ctx, t, pool, &tenuretest.Match[Welcome]{Args: func(a Welcome) bool { return a.UserID == 3 }})
+}
+
+// Work runs the handler under a real claim: Effect and CompleteTx work.
+func TestWorkRunsAJobThroughARealClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := tenuretest.Pool(t)
+	_, err := pool.Exec(ctx, "CREATE TABLE greeted (user_id bigint PRIMARY KEY)")
+	require.NoError(t, err)
+	res := tenuretest.Work(ctx, t, pool, func(ctx context.Context, job *generics.Job[Welcome]) error {
+		if _, err := worker.Effect(ctx, job, "mail", func(ctx context.Context, call worker.EffectCall) (string, error) {
+			return "sent " + call.Key, nil
+		}); err != nil {
+			return err
+		}
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO greeted VALUES ($1)", job.Args.UserID); err != nil {
+				return err
+			}
+			return worker.CompleteTx(ctx, tx, job)
+		})
+	}, Welcome{UserID: 7}, nil)
+	require.NoError(t, res.Outcome.Err)
+	require.NoError(t, res.Outcome.HandlerErr)
+	require.Equal(t, "succeeded", res.Outcome.Transition)
+	require.Equal(t, jobs.StateSucceeded, res.Job.State)
+	var effects int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tenure.effects WHERE job_id = $1", res.Job.ID).Scan(&effects))
+	require.Equal(t, 1, effects)
+
+	// A failing attempt is reported as such and the job is scheduled for a retry.
+	res = tenuretest.Work(ctx, t, pool, func(ctx context.Context, job *generics.Job[Welcome]) error {
+		return errors.New("smtp down")
+	}, Welcome{UserID: 8}, &tenuretest.WorkOpts{Insert: &jobs.InsertOpts{Queue: "mail"}})
+	require.Equal(t, "retry", res.Outcome.Transition)
+	require.True(t, strings.Contains(res.Outcome.HandlerErr.Error(), "smtp down"))
+	require.Equal(t, jobs.StateReady, res.Job.State)
+	require.Equal(t, "mail", res.Job.Queue)
+}

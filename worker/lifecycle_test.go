@@ -1,0 +1,249 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/db/migrations"
+
+	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker"
+)
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func captureLogger() (*slog.Logger, *syncBuffer) {
+	buf := &syncBuffer{}
+	return slog.New(slog.NewTextHandler(buf, nil)), buf
+}
+
+// Ctrl-C: cancelling Start's context (signal.NotifyContext) begins a graceful stop. A running
+// handler is not cancelled and its job succeeds; nothing new is claimed; a later Stop waits
+// for the stop and returns its result.
+func TestCancelStartContextStopsGracefully(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 2}})
+	log, logs := captureLogger()
+	cfg.Logger = log
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	started := make(chan int64, 4)
+	release := make(chan struct{})
+	causes := make(chan error, 4)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[slowArgs]) error {
+		started <- job.ID
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		}
+	}, nil)
+	c := newClient(t, pool, w)
+	first, err := c.Insert(ctx, slowArgs{}, nil)
+	require.NoError(t, err)
+
+	runCtx, interrupt := context.WithCancel(ctx) // what signal.NotifyContext returns
+	require.NoError(t, w.Start(runCtx))
+	<-started
+	interrupt() // Ctrl-C
+
+	// The stop has begun: a job enqueued now is not claimed, the running handler keeps going.
+	second, err := c.Insert(ctx, slowArgs{}, nil)
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case cause := <-causes:
+		t.Fatalf("cancelling Start's context cancelled the running handler (cause %v): a hard stop", cause)
+	case id := <-started:
+		t.Fatalf("job %d was claimed after Start's context was cancelled", id)
+	default:
+	}
+	close(release)
+
+	require.NoError(t, stopWorker(t, w, 10*time.Second))
+	got, err := c.Get(ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateSucceeded, got.State)
+	got, err = c.Get(ctx, second.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateReady, got.State)
+	require.Zero(t, got.Attempts)
+	require.Contains(t, logs.String(), "context cancelled: graceful stop")
+}
+
+// A Stop with an earlier deadline than the graceful stop Start's context began tightens it:
+// handlers are cancelled HardStopGrace before the Stop's deadline, their jobs released, and
+// Stop returns by its deadline.
+func TestStopTightensTheStopStartsContextBegan(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	cfg := fastConfig(nil)
+	cfg.ShutdownTimeout = time.Hour
+	cfg.HardStopGrace = 200 * time.Millisecond
+	log, logs := captureLogger()
+	cfg.Logger = log
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[slowArgs]) error {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return ctx.Err()
+	}, nil)
+	c := newClient(t, pool, w)
+	row, err := c.Insert(ctx, slowArgs{}, nil)
+	require.NoError(t, err)
+	runCtx, interrupt := context.WithCancel(ctx)
+	require.NoError(t, w.Start(runCtx))
+	<-started
+	interrupt()
+	time.Sleep(100 * time.Millisecond)
+
+	begin := time.Now()
+	require.NoError(t, stopWorker(t, w, time.Second))
+	require.Less(t, time.Since(begin), 1500*time.Millisecond)
+	require.ErrorIs(t, <-cause, worker.ErrWorkerStopping)
+	got, err := c.Get(ctx, row.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateReady, got.State)
+	require.Zero(t, got.Attempts, "a stop is not the job's failure")
+	require.Contains(t, logs.String(), "cancelling handlers")
+	require.Contains(t, logs.String(), "stop deadline in")
+}
+
+// Start fails on a database it cannot use instead of starting loops that fail forever.
+func TestStartRefusesUnusableDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	register := func(w *worker.Worker) {
+		worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error { return nil }, nil)
+	}
+	open := func(url string) *pgxpool.Pool {
+		p, err := pgxpool.New(ctx, url)
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		return p
+	}
+
+	// Unreachable.
+	w, err := worker.New(open("postgres://nobody@127.0.0.1:1/x?connect_timeout=2"), fastConfig(nil))
+	require.NoError(t, err)
+	register(w)
+	err = w.Start(ctx)
+	require.ErrorContains(t, err, "database unreachable")
+
+	// Never migrated.
+	empty := open(pgtest.NewEmptyDB(t))
+	w, err = worker.New(empty, fastConfig(nil))
+	require.NoError(t, err)
+	register(w)
+	err = w.Start(ctx)
+	require.ErrorIs(t, err, worker.ErrSchemaBehind)
+	require.ErrorContains(t, err, "tenure migrate up")
+	require.ErrorContains(t, err, "migrations.Up")
+	// Start may be retried once the schema is there.
+	_, err = migrations.Up(ctx, empty)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	require.NoError(t, stopWorker(t, w, 5*time.Second))
+
+	// Behind by one migration.
+	if migrations.Latest() > 1 {
+		_, err = migrations.Down(ctx, empty, 1)
+		require.NoError(t, err)
+		w, err = worker.New(empty, fastConfig(nil))
+		require.NoError(t, err)
+		register(w)
+		require.ErrorIs(t, w.Start(ctx), worker.ErrSchemaBehind)
+	}
+
+	// Migrated by a newer release.
+	pool := pgtest.NewPool(t)
+	_, err = pool.Exec(ctx, "INSERT INTO tenure.schema_migrations (version, name) VALUES ($1, 'future')", migrations.Latest()+1)
+	require.NoError(t, err)
+	w, err = worker.New(pool, fastConfig(nil))
+	require.NoError(t, err)
+	register(w)
+	err = w.Start(ctx)
+	require.ErrorIs(t, err, worker.ErrSchemaAhead)
+	require.ErrorIs(t, err, migrations.ErrSchemaTooNew, "one sentinel per idea")
+	require.NotErrorIs(t, err, worker.ErrSchemaBehind)
+}
+
+// A claim that fails on every attempt is logged at most once per interval, with a count, and
+// is visible in Stats.
+func TestRepeatedClaimErrorsAreThrottled(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	cfg := fastConfig(nil)
+	log, logs := captureLogger()
+	cfg.Logger = log
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error { return nil }, nil)
+	startWorker(t, w)
+	// Every claim and sweep now fails (the table is gone under its name).
+	_, err = pool.Exec(ctx, "ALTER TABLE tenure.jobs RENAME TO jobs_elsewhere")
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "ten failed claims", func() bool { return w.Stats().ClaimErrors >= 10 })
+	st := w.Stats()
+	require.Contains(t, st.LastError, "jobs")
+	require.False(t, st.LastErrorAt.IsZero())
+	require.WithinDuration(t, time.Now(), st.LastErrorAt, 5*time.Second)
+	lines := strings.Count(logs.String(), "claim failed")
+	require.GreaterOrEqual(t, lines, 1)
+	require.LessOrEqual(t, lines, 2, "claim failures must be rate-limited in the log:\n%s", logs.String())
+}
+
+// Start warns about a registered kind whose queue the worker does not serve.
+func TestStartWarnsAboutUnservedQueue(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {}})
+	log, logs := captureLogger()
+	cfg.Logger = log
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error { return nil }, nil)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[slowArgs]) error { return nil },
+		&worker.HandlerOptions{Queue: "mail"})
+	startWorker(t, w)
+	out := logs.String()
+	require.Contains(t, out, "not served by this worker")
+	require.Contains(t, out, "kind=slow queue=mail")
+	require.NotContains(t, out, "kind=noop")
+}
