@@ -369,4 +369,3 @@ func names(m map[string]promAlert) []string {
 	sort.Strings(out)
 	return out
 }
-
