@@ -11,10 +11,10 @@
 -- NOTIFY inside the inserting transaction, delivered only on commit, whose payload is the
 -- queue name. (The uncorrelated sub-select runs once, as an InitPlan.)
 WITH ins AS (
-    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms)
+    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata)
     VALUES (@queue, @kind, @payload, @payload_version, @priority,
             coalesce(sqlc.narg(run_at)::timestamptz, now() + sqlc.arg(delay_us)::bigint * interval '1 microsecond'),
-            @max_attempts, @lease_ms)
+            @max_attempts, @lease_ms, @metadata)
     RETURNING *
 )
 SELECT * FROM ins
@@ -26,11 +26,11 @@ WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', @queue::text) WHERE
 -- run_at_us is an absolute time in microseconds since the Unix
 -- epoch; 0 means "now + delay_us" on the database clock.
 WITH ins AS (
-INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms)
+INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata)
 SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
        CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
             ELSE now() + i.delay_us * interval '1 microsecond' END,
-       i.max_attempts, i.lease_ms
+       i.max_attempts, i.lease_ms, i.metadata
 FROM (SELECT unnest(@queues::text[]) AS queue,
             unnest(@kinds::text[]) AS kind,
             unnest(@payloads::jsonb[]) AS payload,
@@ -39,7 +39,8 @@ FROM (SELECT unnest(@queues::text[]) AS queue,
             unnest(@run_at_us::bigint[]) AS run_at_us,
             unnest(@delay_us::bigint[]) AS delay_us,
             unnest(@max_attempts::integer[]) AS max_attempts,
-            unnest(@lease_ms::integer[]) AS lease_ms) AS i
+            unnest(@lease_ms::integer[]) AS lease_ms,
+            unnest(@metadata::jsonb[]) AS metadata) AS i
 RETURNING id
 )
 SELECT id FROM ins
@@ -87,7 +88,7 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at;
+          j.attempted_at, j.created_at, j.metadata;
 
 -- name: ClaimOrdered :many
 -- The engine's claim for strict priority, aging and deadlines. The fairness policy
@@ -132,7 +133,7 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at;
+          j.attempted_at, j.created_at, j.metadata;
 
 -- name: ClaimSegments :many
 -- Fair claim with quotas. The fairness policy (worker/fairness.go) describes the batch as segments: a
@@ -185,7 +186,7 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at;
+          j.attempted_at, j.created_at, j.metadata;
 
 -- ---------------------------------------------------------------------------------------------
 -- Fenced transitions (docs/contract.md §2). Each returns the ids it changed; a missing id is a

@@ -31,6 +31,8 @@ CREATE TABLE tenure.jobs (
     updated_at          timestamptz      NOT NULL DEFAULT now(),
     finished_at         timestamptz,
     cancel_requested_at timestamptz,
+    -- string key/value pairs from the enqueuer for the handler (trace context, request ids)
+    metadata            jsonb            NOT NULL DEFAULT '{}',
 
     CONSTRAINT jobs_queue_len      CHECK (char_length(queue) BETWEEN 1 AND 128),
     CONSTRAINT jobs_kind_len       CHECK (char_length(kind) BETWEEN 1 AND 128),
@@ -55,7 +57,11 @@ CREATE TABLE tenure.jobs (
     -- a cancel request only exists on a job that was running when it was asked
     CONSTRAINT jobs_cancel_request CHECK (cancel_requested_at IS NULL OR state <> 'ready'),
     -- error codes are a bounded vocabulary of upper-case words (messages live in errors)
-    CONSTRAINT jobs_error_code     CHECK (last_error_code IS NULL OR last_error_code ~ '^[A-Z][A-Z_]{0,39}$')
+    CONSTRAINT jobs_error_code     CHECK (last_error_code IS NULL OR last_error_code ~ '^[A-Z][A-Z_]{0,39}$'),
+    -- metadata is an object of strings, bounded (jobs.InsertOpts.Metadata validates first)
+    CONSTRAINT jobs_metadata_object CHECK (jsonb_typeof(metadata) = 'object'
+        AND NOT jsonb_path_exists(metadata, '$.* ? (@.type() != "string")')),
+    CONSTRAINT jobs_metadata_size  CHECK (pg_column_size(metadata) <= 8192)
 );
 
 -- The claim index: only ready rows, in the order every fairness policy reads them

@@ -46,6 +46,9 @@ type Job[A Args] struct {
 	ClaimedAt  time.Time
 	LeaseUntil time.Time
 	Lease      time.Duration
+	// Metadata is what the enqueuer attached to the job (jobs.InsertOpts.Metadata), such as
+	// a W3C trace context; nil when none. Each attempt gets its own map.
+	Metadata map[string]string
 }
 
 // EffectKey returns the stable idempotency key of the named effect of this job:
@@ -55,7 +58,8 @@ func (j *Job[A]) EffectKey(name string) string { return EffectKey(j.ID, name) }
 
 // Meta returns the attempt identity without the args, for code that is not generic.
 func (j *Job[A]) Meta() JobMeta {
-	return JobMeta{ID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt, Generation: j.Generation, ClaimToken: j.ClaimToken}
+	return JobMeta{ID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt, Generation: j.Generation, ClaimToken: j.ClaimToken,
+		Metadata: j.Metadata}
 }
 
 // AnyJob is a claimed job of any args type: *Job[A] for every A. The engine helpers that need
@@ -73,6 +77,8 @@ type JobMeta struct {
 	Attempt    int
 	Generation int64
 	ClaimToken uuid.UUID
+	// Metadata is the job's metadata (Job.Metadata); nil when none.
+	Metadata map[string]string
 }
 
 // EffectKey returns the stable idempotency key of effect name of job jobID.

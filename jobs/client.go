@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -65,6 +67,11 @@ type Config struct {
 	// queue (a typo, or a kind whose queue no worker runs) is refused with ErrUnknownQueue
 	// instead of waiting forever. Default: nil, every valid queue name is accepted.
 	Queues []string
+	// BeforeInsert, when set, is called for every job an Insert* call enqueues, before its
+	// options are validated, with the call's context, the job's kind and a copy of its
+	// options (Metadata is a copy too) that it may change: the seam for adding metadata such
+	// as a trace context (package tenureotel). It must be safe for concurrent use.
+	BeforeInsert func(ctx context.Context, kind string, opts *InsertOpts)
 }
 
 // Client enqueues jobs and serves the read and operator side. It is safe for concurrent use.
@@ -76,6 +83,7 @@ type Client struct {
 	log  *slog.Logger
 	// queues is Config.Queues as a set; nil accepts every queue.
 	queues map[string]bool
+	hook   func(ctx context.Context, kind string, opts *InsertOpts)
 }
 
 // NewClient returns a client on pool. The schema must be migrated (migrations.Up).
@@ -96,7 +104,7 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	cl := &Client{pool: pool, q: gen.New(pool), reg: c.Registry, max: c.MaxPayloadBytes, log: c.Logger}
+	cl := &Client{pool: pool, q: gen.New(pool), reg: c.Registry, max: c.MaxPayloadBytes, log: c.Logger, hook: c.BeforeInsert}
 	if len(c.Queues) > 0 {
 		cl.queues = make(map[string]bool, len(c.Queues))
 		for _, q := range c.Queues {
@@ -125,7 +133,20 @@ type InsertOpts struct {
 	Delay       time.Duration
 	MaxAttempts int           // 1..1000
 	Lease       time.Duration // 1s..24h: how long a claim owns the job without a heartbeat
+	// Metadata is carried with the job and handed to its handler (generics.Job.Metadata):
+	// context of the enqueuer such as a W3C trace context or a request id, not arguments.
+	// At most MaxMetadataEntries entries; keys 1..MaxMetadataKeyBytes bytes; keys and values
+	// valid UTF-8 without NUL; at most MaxMetadataBytes encoded as JSON. Otherwise the insert
+	// is refused with an *OptionError (Field "Metadata").
+	Metadata map[string]string
 }
+
+// Bounds of InsertOpts.Metadata. The database also refuses metadata above 8 KiB.
+const (
+	MaxMetadataEntries  = 64
+	MaxMetadataKeyBytes = 128
+	MaxMetadataBytes    = 4096
+)
 
 // Or returns a copy of o (nil counts as all zero) whose zero Queue, Priority, MaxAttempts and
 // Lease are taken from d: how per-kind defaults are layered under per-insert options.
@@ -164,6 +185,45 @@ type prepared struct {
 	delayUs     int64
 	maxAttempts int32
 	leaseMs     int32
+	metadata    []byte
+}
+
+// emptyMetadata is the stored form of no metadata.
+var emptyMetadata = []byte("{}")
+
+// encodeMetadata validates and encodes InsertOpts.Metadata.
+func encodeMetadata(m map[string]string) ([]byte, error) {
+	if len(m) == 0 {
+		return emptyMetadata, nil
+	}
+	if len(m) > MaxMetadataEntries {
+		return nil, &OptionError{Field: "Metadata", Msg: fmt.Sprintf("%d entries, at most %d allowed", len(m), MaxMetadataEntries)}
+	}
+	for k, v := range m {
+		switch {
+		case k == "" || len(k) > MaxMetadataKeyBytes:
+			return nil, &OptionError{Field: "Metadata", Msg: fmt.Sprintf("key %q: length must be 1..%d bytes", truncate(k), MaxMetadataKeyBytes)}
+		case !utf8.ValidString(k) || strings.IndexByte(k, 0) >= 0:
+			return nil, &OptionError{Field: "Metadata", Msg: fmt.Sprintf("key %q: must be valid UTF-8 without NUL", truncate(k))}
+		case !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0:
+			return nil, &OptionError{Field: "Metadata", Msg: fmt.Sprintf("value of %q: must be valid UTF-8 without NUL", truncate(k))}
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, &OptionError{Field: "Metadata", Msg: err.Error()}
+	}
+	if len(b) > MaxMetadataBytes {
+		return nil, &OptionError{Field: "Metadata", Msg: fmt.Sprintf("%d bytes encoded, at most %d allowed", len(b), MaxMetadataBytes)}
+	}
+	return b, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return strings.ToValidUTF8(s[:40], "") + "…"
+	}
+	return s
 }
 
 // dueNow reports whether the job is runnable at once, so its queue's workers should be woken.
@@ -173,11 +233,20 @@ func (p *prepared) dueNow() bool {
 	return p.delayUs == 0 && (p.runAt == nil || !p.runAt.After(time.Now()))
 }
 
-func (c *Client) prepare(args generics.Args, opts *InsertOpts) (prepared, error) {
+func (c *Client) prepare(ctx context.Context, args generics.Args, opts *InsertOpts) (prepared, error) {
 	if args == nil {
 		return prepared{}, &OptionError{Field: "args", Msg: "must not be nil"}
 	}
 	kind := args.Kind()
+	if c.hook != nil {
+		var o InsertOpts
+		if opts != nil {
+			o = *opts
+		}
+		o.Metadata = maps.Clone(o.Metadata)
+		c.hook(ctx, kind, &o)
+		opts = &o
+	}
 	if c.reg != nil {
 		info, ok := c.reg.Lookup(kind)
 		if !ok {
@@ -210,11 +279,15 @@ func (c *Client) prepare(args generics.Args, opts *InsertOpts) (prepared, error)
 		return prepared{}, &OptionError{Field: "RunAt", Msg: fmt.Sprintf("%s is outside %s..%s",
 			o.RunAt.UTC().Format(time.RFC3339Nano), minRunAt.Format(time.RFC3339), maxRunAt.Add(-time.Microsecond).Format(time.RFC3339Nano))}
 	}
+	metadata, err := encodeMetadata(o.Metadata)
+	if err != nil {
+		return prepared{}, err
+	}
 	payload, err := generics.Encode(args, c.max)
 	if err != nil {
 		return prepared{}, err
 	}
-	p := prepared{queue: o.Queue, kind: kind, payload: payload, version: int32(args.PayloadVersion()),
+	p := prepared{metadata: metadata, queue: o.Queue, kind: kind, payload: payload, version: int32(args.PayloadVersion()),
 		priority: int16(o.Priority), delayUs: o.Delay.Microseconds(), maxAttempts: int32(o.MaxAttempts),
 		leaseMs: int32(o.Lease.Milliseconds())}
 	if !o.RunAt.IsZero() {
@@ -241,13 +314,14 @@ func (c *Client) InsertTx(ctx context.Context, tx pgx.Tx, args generics.Args, op
 }
 
 func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args, opts *InsertOpts) (*Row, error) {
-	p, err := c.prepare(args, opts)
+	p, err := c.prepare(ctx, args, opts)
 	if err != nil {
 		return nil, err
 	}
 	j, err := q.InsertJob(ctx, gen.InsertJobParams{
 		Queue: p.queue, Kind: p.kind, Payload: p.payload, PayloadVersion: p.version, Priority: p.priority,
 		RunAt: p.runAt, DelayUs: p.delayUs, MaxAttempts: p.maxAttempts, LeaseMs: p.leaseMs, Notify: p.dueNow(),
+		Metadata: p.metadata,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tenure: insert %s: %w", p.kind, err)
@@ -285,7 +359,7 @@ func (c *Client) insertMany(ctx context.Context, q *gen.Queries, params []Insert
 	}
 	all := make([]prepared, len(params))
 	for i, p := range params {
-		pp, err := c.prepare(p.Args, p.Opts)
+		pp, err := c.prepare(ctx, p.Args, p.Opts)
 		if err != nil {
 			return nil, fmt.Errorf("job %d of %d: %w", i, len(params), err)
 		}
@@ -299,6 +373,7 @@ func (c *Client) insertMany(ctx context.Context, q *gen.Queries, params []Insert
 			PayloadVersions: make([]int32, len(chunk)), Priorities: make([]int16, len(chunk)),
 			RunAtUs: make([]int64, len(chunk)), DelayUs: make([]int64, len(chunk)),
 			MaxAttempts: make([]int32, len(chunk)), LeaseMs: make([]int32, len(chunk)),
+			Metadata: make([][]byte, len(chunk)),
 		}
 		notify := map[string]bool{}
 		for i, p := range chunk {
@@ -315,6 +390,7 @@ func (c *Client) insertMany(ctx context.Context, q *gen.Queries, params []Insert
 				}
 			}
 			arg.DelayUs[i], arg.MaxAttempts[i], arg.LeaseMs[i] = p.delayUs, p.maxAttempts, p.leaseMs
+			arg.Metadata[i] = p.metadata
 		}
 		got, err := q.InsertJobs(ctx, arg)
 		if err != nil {

@@ -68,6 +68,8 @@ type Row struct {
 	UpdatedAt         time.Time
 	FinishedAt        *time.Time
 	CancelRequestedAt *time.Time
+	// Metadata is what the enqueuer attached (InsertOpts.Metadata); nil when none.
+	Metadata map[string]string
 }
 
 // rowFromGen converts a stored job. A column it cannot decode is an ErrCorruptRow error, never
@@ -87,6 +89,11 @@ func rowFromGen(j gen.TenureJob) (*Row, error) {
 	}
 	if j.LastErrorCode != nil {
 		r.LastErrorCode = *j.LastErrorCode
+	}
+	if len(j.Metadata) > 0 && string(j.Metadata) != "{}" {
+		if err := json.Unmarshal(j.Metadata, &r.Metadata); err != nil {
+			return nil, fmt.Errorf("%w: job %d: column metadata: %w", ErrCorruptRow, j.ID, err)
+		}
 	}
 	if len(j.Errors) > 0 {
 		if err := json.Unmarshal(j.Errors, &r.Errors); err != nil {

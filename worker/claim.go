@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,6 +34,7 @@ type claimed struct {
 	lease                    time.Duration
 	token                    uuid.UUID
 	generation               int64
+	metadata                 map[string]string // nil when none
 }
 
 // claimPlan is what the loop decides before a claim: the statement's arguments.
@@ -196,7 +198,22 @@ func fromClaimRow(r gen.ClaimStrictRow) claimed {
 	return claimed{id: r.ID, queue: r.Queue, kind: r.Kind, payload: r.Payload, version: int(r.PayloadVersion),
 		priority: int(r.Priority), runAt: r.RunAt, createdAt: r.CreatedAt, attemptedAt: deref(r.AttemptedAt),
 		lockedUntil: deref(r.LockedUntil), attempt: int(r.Attempts), maxAttempts: int(r.MaxAttempts),
-		lease: time.Duration(r.LeaseMs) * time.Millisecond, token: derefUUID(r.ClaimToken), generation: r.Generation}
+		lease: time.Duration(r.LeaseMs) * time.Millisecond, token: derefUUID(r.ClaimToken), generation: r.Generation,
+		metadata: decodeMetadata(r.Metadata)}
+}
+
+// decodeMetadata decodes the metadata column. The database holds it to an object of strings;
+// anything else (a manual edit) is dropped rather than failing the job: metadata is context
+// for the handler, never its arguments.
+func decodeMetadata(b []byte) map[string]string {
+	if len(b) == 0 || string(b) == "{}" {
+		return nil
+	}
+	var m map[string]string
+	if json.Unmarshal(b, &m) != nil {
+		return nil
+	}
+	return m
 }
 
 func deref(t *time.Time) time.Time {

@@ -104,6 +104,9 @@ type Config struct {
 	// failure). The same fenced write is retried at most 10 times, and not past the job's
 	// lease. Default 2s.
 	FinishRetryMax time.Duration
+	// Middleware wraps every handler, Middleware[0] outermost (see Middleware): the seam for
+	// tracing (package tenureotel), logging or metrics around attempts. Default none.
+	Middleware []Middleware
 }
 
 // QueueConfig configures one queue.

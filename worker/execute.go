@@ -114,7 +114,7 @@ func (w *Worker) runHandler(e *execution) (f finish) {
 		// sharing this one's ID, or a bug. Give it back rather than fail it.
 		return w.deferJob(e, fmt.Errorf("no handler registered for kind %q on worker %s", e.c.kind, w.cfg.ID))
 	}
-	err := e.h.run(e.ctx, e)
+	err := w.runWrapped(e)
 	cause := context.Cause(e.ctx)
 	switch {
 	case err == nil:

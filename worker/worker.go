@@ -173,6 +173,7 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 			Attempt: e.c.attempt, MaxAttempts: e.c.maxAttempts, Generation: e.c.generation,
 			ClaimToken: e.c.token, RunAt: e.c.runAt, CreatedAt: e.c.createdAt,
 			ClaimedAt: e.c.attemptedAt, LeaseUntil: e.c.lockedUntil, Lease: e.c.lease,
+			Metadata: e.c.metadata,
 		}
 		return fn(ctx, job)
 	}}

@@ -100,6 +100,7 @@ type TenureJob struct {
 	UpdatedAt         time.Time
 	FinishedAt        *time.Time
 	CancelRequestedAt *time.Time
+	Metadata          []byte
 }
 
 type TenureWorker struct {

@@ -16,7 +16,7 @@ const cancelReady = `-- name: CancelReady :one
 UPDATE tenure.jobs
 SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
 `
 
 // ready -> cancelled, at once.
@@ -46,6 +46,7 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 		&i.UpdatedAt,
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
+		&i.Metadata,
 	)
 	return i, err
 }
@@ -86,7 +87,7 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at
+          j.attempted_at, j.created_at, j.metadata
 `
 
 type ClaimOrderedParams struct {
@@ -118,6 +119,7 @@ type ClaimOrderedRow struct {
 	Generation     int64
 	AttemptedAt    *time.Time
 	CreatedAt      time.Time
+	Metadata       []byte
 }
 
 // The engine's claim for strict priority, aging and deadlines. The fairness policy
@@ -163,6 +165,7 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 			&i.Generation,
 			&i.AttemptedAt,
 			&i.CreatedAt,
+			&i.Metadata,
 		); err != nil {
 			return nil, err
 		}
@@ -220,7 +223,7 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at
+          j.attempted_at, j.created_at, j.metadata
 `
 
 type ClaimSegmentsParams struct {
@@ -255,6 +258,7 @@ type ClaimSegmentsRow struct {
 	Generation     int64
 	AttemptedAt    *time.Time
 	CreatedAt      time.Time
+	Metadata       []byte
 }
 
 // Fair claim with quotas. The fairness policy (worker/fairness.go) describes the batch as segments: a
@@ -301,6 +305,7 @@ func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([
 			&i.Generation,
 			&i.AttemptedAt,
 			&i.CreatedAt,
+			&i.Metadata,
 		); err != nil {
 			return nil, err
 		}
@@ -336,7 +341,7 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at
+          j.attempted_at, j.created_at, j.metadata
 `
 
 type ClaimStrictParams struct {
@@ -364,6 +369,7 @@ type ClaimStrictRow struct {
 	Generation     int64
 	AttemptedAt    *time.Time
 	CreatedAt      time.Time
+	Metadata       []byte
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -415,6 +421,7 @@ func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]Cla
 			&i.Generation,
 			&i.AttemptedAt,
 			&i.CreatedAt,
+			&i.Metadata,
 		); err != nil {
 			return nil, err
 		}
@@ -840,7 +847,7 @@ func (q *Queries) GetEffect(ctx context.Context, key string) (TenureEffect, erro
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at FROM tenure.jobs WHERE id = $1
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM tenure.jobs WHERE id = $1
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -872,6 +879,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.UpdatedAt,
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
+		&i.Metadata,
 	)
 	return i, err
 }
@@ -957,13 +965,13 @@ const insertJob = `-- name: InsertJob :one
 
 
 WITH ins AS (
-    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms)
+    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata)
     VALUES ($1, $3, $4, $5, $6,
             coalesce($7::timestamptz, now() + $8::bigint * interval '1 microsecond'),
-            $9, $10)
-    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at
+            $9, $10, $11)
+    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
 )
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at FROM ins
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', $1::text) WHERE $2::boolean) n) >= 0
 `
 
@@ -978,6 +986,7 @@ type InsertJobParams struct {
 	DelayUs        int64
 	MaxAttempts    int32
 	LeaseMs        int32
+	Metadata       []byte
 }
 
 type InsertJobRow struct {
@@ -1003,6 +1012,7 @@ type InsertJobRow struct {
 	UpdatedAt         time.Time
 	FinishedAt        *time.Time
 	CancelRequestedAt *time.Time
+	Metadata          []byte
 }
 
 // Every statement Tenure runs. sqlc generates db/gen from this file; `make check-generated`
@@ -1026,6 +1036,7 @@ func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJob
 		arg.DelayUs,
 		arg.MaxAttempts,
 		arg.LeaseMs,
+		arg.Metadata,
 	)
 	var i InsertJobRow
 	err := row.Scan(
@@ -1051,17 +1062,18 @@ func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJob
 		&i.UpdatedAt,
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
+		&i.Metadata,
 	)
 	return i, err
 }
 
 const insertJobs = `-- name: InsertJobs :many
 WITH ins AS (
-INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms)
+INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata)
 SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
        CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
             ELSE now() + i.delay_us * interval '1 microsecond' END,
-       i.max_attempts, i.lease_ms
+       i.max_attempts, i.lease_ms, i.metadata
 FROM (SELECT unnest($2::text[]) AS queue,
             unnest($3::text[]) AS kind,
             unnest($4::jsonb[]) AS payload,
@@ -1070,7 +1082,8 @@ FROM (SELECT unnest($2::text[]) AS queue,
             unnest($7::bigint[]) AS run_at_us,
             unnest($8::bigint[]) AS delay_us,
             unnest($9::integer[]) AS max_attempts,
-            unnest($10::integer[]) AS lease_ms) AS i
+            unnest($10::integer[]) AS lease_ms,
+            unnest($11::jsonb[]) AS metadata) AS i
 RETURNING id
 )
 SELECT id FROM ins
@@ -1089,6 +1102,7 @@ type InsertJobsParams struct {
 	DelayUs         []int64
 	MaxAttempts     []int32
 	LeaseMs         []int32
+	Metadata        [][]byte
 }
 
 // Many jobs in one round trip, plus the new-job signal for each queue in notify_queues
@@ -1107,6 +1121,7 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64
 		arg.DelayUs,
 		arg.MaxAttempts,
 		arg.LeaseMs,
+		arg.Metadata,
 	)
 	if err != nil {
 		return nil, err
@@ -1169,7 +1184,7 @@ func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]TenureA
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM tenure.jobs
 WHERE ($1::tenure.job_state IS NULL OR state = $1::tenure.job_state)
   AND ($2::text IS NULL OR kind = $2::text)
   AND ($3::text IS NULL OR queue = $3::text)
@@ -1228,6 +1243,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 			&i.UpdatedAt,
 			&i.FinishedAt,
 			&i.CancelRequestedAt,
+			&i.Metadata,
 		); err != nil {
 			return nil, err
 		}
@@ -1415,7 +1431,7 @@ func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]LockExpired
 
 const lockJob = `-- name: LockJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at FROM tenure.jobs WHERE id = $1 FOR UPDATE
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM tenure.jobs WHERE id = $1 FOR UPDATE
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -1447,6 +1463,7 @@ func (q *Queries) LockJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.UpdatedAt,
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
+		&i.Metadata,
 	)
 	return i, err
 }
@@ -1668,7 +1685,7 @@ SET state = 'ready', attempts = 0, run_at = now(), finished_at = NULL, claim_tok
     cancel_requested_at = NULL, updated_at = now(),
     max_attempts = coalesce($1::integer, max_attempts)
 WHERE id = $2 AND state IN ('dead', 'cancelled')
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
 `
 
 type ReinjectParams struct {
@@ -1705,6 +1722,7 @@ func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (TenureJob, 
 		&i.UpdatedAt,
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
+		&i.Metadata,
 	)
 	return i, err
 }
@@ -1765,7 +1783,7 @@ const requestCancel = `-- name: RequestCancel :one
 UPDATE tenure.jobs
 SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
 WHERE id = $1 AND state = 'running'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
 `
 
 // running -> cancel requested; the owning worker cancels the handler and ends it cancelled.
@@ -1795,6 +1813,7 @@ func (q *Queries) RequestCancel(ctx context.Context, id int64) (TenureJob, error
 		&i.UpdatedAt,
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
+		&i.Metadata,
 	)
 	return i, err
 }
@@ -1803,7 +1822,7 @@ const runNow = `-- name: RunNow :one
 UPDATE tenure.jobs
 SET run_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
 `
 
 // A ready job (scheduled, or waiting out a retry backoff) becomes due now.
@@ -1833,6 +1852,7 @@ func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
 		&i.UpdatedAt,
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
+		&i.Metadata,
 	)
 	return i, err
 }

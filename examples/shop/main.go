@@ -56,8 +56,12 @@ type config struct {
 
 	MaxRun  time.Duration // give up (stop gracefully) after this long
 	Verbose bool
-	Out     io.Writer
-	Log     io.Writer // worker logs (errors only unless Verbose)
+
+	MetricsAddr   string        // serve Prometheus metrics (engine + cluster) here at /metrics; empty: not at all
+	MetricsLinger time.Duration // keep serving them this long after the run (to scrape the final state)
+	onMetrics     func(url string)
+	Out           io.Writer
+	Log           io.Writer // worker logs (errors only unless Verbose)
 }
 
 func defaultConfig() config {
@@ -82,6 +86,8 @@ func (c config) validate() error {
 		return fmt.Errorf("-report-every must be >= 1")
 	case c.ReportWork < 0 || c.ReportWork > 25*time.Second:
 		return fmt.Errorf("-report-work must be within 0..25s")
+	case c.MetricsLinger < 0 || c.MetricsLinger > time.Hour:
+		return fmt.Errorf("-metrics-linger must be within 0..1h")
 	case c.Concurrency < 1 || c.Concurrency > 200:
 		return fmt.Errorf("-concurrency must be within 1..200")
 	case c.LostRate < 0 || c.LostRate > 0.5 || c.CrashRate < 0 || c.CrashRate > 0.5 || c.MailFailRate < 0 || c.MailFailRate > 0.5:
@@ -104,6 +110,8 @@ func main() {
 	flag.Float64Var(&cfg.MailFailRate, "mail-fail-rate", cfg.MailFailRate, "fraction of receipt attempts failing transiently")
 	flag.DurationVar(&cfg.MaxRun, "max-run", cfg.MaxRun, "stop (gracefully) after this long even if jobs remain")
 	flag.BoolVar(&cfg.Verbose, "v", false, "log the worker's info and warnings (every failed attempt)")
+	flag.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics (engine and cluster collectors) on this address at /metrics, e.g. 127.0.0.1:9464")
+	flag.DurationVar(&cfg.MetricsLinger, "metrics-linger", 0, "with -metrics-addr: keep serving this long after the run ends")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "shop: unexpected arguments %q\n", flag.Args())

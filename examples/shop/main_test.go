@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -133,4 +134,50 @@ func TestShopInterrupted(t *testing.T) {
 	require.Zero(t, sum.States.running)
 	require.LessOrEqual(t, sum.LedgerRows, sum.ChargesApplied)
 	require.Contains(t, out.String(), "stopping (signal)")
+}
+
+// TestShopServesMetrics runs the demo with -metrics-addr and scrapes it while it runs: the
+// engine and cluster metrics are served.
+func TestShopServesMetrics(t *testing.T) {
+	t.Parallel()
+	cfg, _ := testConfig(t)
+	cfg.Orders, cfg.ReportEvery = 60, 1000
+	cfg.MetricsAddr = "127.0.0.1:0"
+	var mu sync.Mutex
+	var last string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	cfg.onMetrics = func(url string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if resp, err := http.Get(url); err == nil {
+					body, _ := io.ReadAll(resp.Body)
+					_ = resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						mu.Lock()
+						last = string(body)
+						mu.Unlock()
+					}
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	sum, err := run(context.Background(), cfg)
+	close(stop)
+	wg.Wait()
+	require.NoError(t, err)
+	require.Empty(t, sum.problems())
+	mu.Lock()
+	defer mu.Unlock()
+	for _, want := range []string{`tenure_jobs_completed_total{kind="shop.charge_card",outcome="succeeded",queue="shop"}`,
+		`tenure_claims_total `, `tenure_job_wait_seconds_bucket{`, `tenure_registered_workers{expired="false"} 1`} {
+		require.Contains(t, last, want)
+	}
 }

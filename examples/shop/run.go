@@ -145,6 +145,20 @@ func run(ctx context.Context, cfg config) (*summary, error) {
 	if err := w.Start(bg); err != nil {
 		return nil, err
 	}
+	if cfg.MetricsAddr != "" {
+		url, stopMetrics, err := serveMetrics(w, pool, cfg.MetricsAddr)
+		if err != nil {
+			stopCtx, cancel := context.WithTimeout(bg, 10*time.Second)
+			_ = w.Stop(stopCtx)
+			cancel()
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+		defer stopMetrics()
+		logf("metrics: serving %s", url)
+		if cfg.onMetrics != nil {
+			cfg.onMetrics(url)
+		}
+	}
 	start := time.Now()
 	logf("worker started: queue %s (%d handlers, quotas 6/3/1 + aging), queue %s (4 handlers); placing %d orders with %d writers",
 		shopjobs.QueueShop, cfg.Concurrency, shopjobs.QueueReports, cfg.Orders, cfg.Producers)
@@ -247,6 +261,13 @@ func run(ctx context.Context, cfg config) (*summary, error) {
 		return nil, err
 	}
 	sum.print(out)
+	if cfg.MetricsAddr != "" && cfg.MetricsLinger > 0 && sum.Interrupted == "" {
+		logf("metrics: serving for %v more (Ctrl-C to end)", cfg.MetricsLinger)
+		select {
+		case <-ctx.Done():
+		case <-time.After(cfg.MetricsLinger):
+		}
+	}
 	return sum, nil
 }
 

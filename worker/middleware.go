@@ -1,0 +1,38 @@
+package worker
+
+import (
+	"context"
+
+	"github.com/tenureq/tenure/generics"
+)
+
+// HandlerFunc runs one attempt of a job: the registered handler (payload decoding and
+// validation included) behind the middleware that follow the one it is passed to. job
+// identifies the attempt and carries the job's metadata; it must not be modified.
+type HandlerFunc func(ctx context.Context, job *generics.JobMeta) error
+
+// Middleware wraps the handling of every attempt (Config.Middleware). It returns a
+// HandlerFunc that calls next with ctx or a context derived from it (the attempt's context
+// carries its cancellation, lease loss and the handle CompleteTx and Effect use), and returns
+// next's error unchanged unless it means to change the attempt's outcome: the engine
+// classifies the returned error (retry, dead, cancelled) as it does a handler's. A panic in
+// next propagates through the middleware (recover, record and re-panic to observe it); the
+// engine recovers it as a handler panic.
+type Middleware func(next HandlerFunc) HandlerFunc
+
+// runWrapped runs e's handler behind the configured middleware.
+func (w *Worker) runWrapped(e *execution) error {
+	if len(w.cfg.Middleware) == 0 {
+		return e.h.run(e.ctx, e)
+	}
+	h := e.h
+	next := HandlerFunc(func(ctx context.Context, _ *generics.JobMeta) error { return h.run(ctx, e) })
+	for i := len(w.cfg.Middleware) - 1; i >= 0; i-- {
+		if mw := w.cfg.Middleware[i]; mw != nil {
+			next = mw(next)
+		}
+	}
+	c := &e.c
+	return next(e.ctx, &generics.JobMeta{ID: c.id, Kind: c.kind, Queue: c.queue, Attempt: c.attempt,
+		Generation: c.generation, ClaimToken: c.token, Metadata: c.metadata})
+}

@@ -1,0 +1,106 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker"
+)
+
+// TestMiddlewareWrapsHandlers checks Config.Middleware: order (first outermost), the attempt's
+// identity and metadata, a context value reaching the handler, the handler's error seen by the
+// middleware and classified as the handler's, and a middleware that refuses an attempt.
+func TestMiddlewareWrapsHandlers(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	type ctxKey struct{}
+	var mu sync.Mutex
+	var trace []string
+	seen := map[int64]generics.JobMeta{}
+	handlerMeta := map[int64]map[string]string{}
+	var handlerErrs []error
+	record := func(s string) { mu.Lock(); trace = append(trace, s); mu.Unlock() }
+
+	cfg := fastConfig(nil)
+	cfg.Middleware = []worker.Middleware{
+		func(next worker.HandlerFunc) worker.HandlerFunc {
+			return func(ctx context.Context, job *generics.JobMeta) error {
+				record("outer")
+				mu.Lock()
+				seen[job.ID] = *job
+				mu.Unlock()
+				if job.Metadata["refuse"] == "yes" {
+					return worker.Permanent(errors.New("refused by middleware"))
+				}
+				err := next(context.WithValue(ctx, ctxKey{}, "from-outer"), job)
+				mu.Lock()
+				handlerErrs = append(handlerErrs, err)
+				mu.Unlock()
+				return err
+			}
+		},
+		nil, // skipped
+		func(next worker.HandlerFunc) worker.HandlerFunc {
+			return func(ctx context.Context, job *generics.JobMeta) error {
+				record("inner")
+				return next(ctx, job)
+			}
+		},
+	}
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.MustRegister(w, func(ctx context.Context, j *generics.Job[failArgs]) error {
+		record("handler:" + ctx.Value(ctxKey{}).(string))
+		mu.Lock()
+		handlerMeta[j.ID] = j.Metadata
+		mu.Unlock()
+		if j.Args.Msg != "" {
+			return errors.New(j.Args.Msg)
+		}
+		return nil
+	}, &worker.HandlerOptions{MaxAttempts: 1})
+	c := newClient(t, pool, w)
+	ctx := context.Background()
+	ok, err := c.Insert(ctx, failArgs{}, &jobs.InsertOpts{Metadata: map[string]string{"traceparent": "tp-1"}})
+	require.NoError(t, err)
+	startWorker(t, w)
+	waitFor(t, 10*time.Second, "ok job", func() bool { return w.Stats().Succeeded == 1 })
+	mu.Lock()
+	require.Equal(t, []string{"outer", "inner", "handler:from-outer"}, trace)
+	require.Equal(t, map[string]string{"traceparent": "tp-1"}, handlerMeta[ok.ID])
+	m := seen[ok.ID]
+	require.Equal(t, generics.JobMeta{ID: ok.ID, Kind: "fail", Queue: "default", Attempt: 1, Generation: 1,
+		ClaimToken: m.ClaimToken, Metadata: map[string]string{"traceparent": "tp-1"}}, m)
+	require.NotZero(t, m.ClaimToken)
+	trace = nil
+	mu.Unlock()
+
+	failing, err := c.Insert(ctx, failArgs{Msg: "boom"}, nil)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "failing job", func() bool { return w.Stats().Dead == 1 })
+	refused, err := c.Insert(ctx, failArgs{}, &jobs.InsertOpts{Metadata: map[string]string{"refuse": "yes"}})
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "refused job", func() bool { return w.Stats().Dead == 2 })
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"outer", "inner", "handler:from-outer", "outer"}, trace)
+	require.Len(t, handlerErrs, 2)
+	require.NoError(t, handlerErrs[0])
+	require.EqualError(t, handlerErrs[1], "boom")
+	require.Nil(t, handlerMeta[failing.ID])
+	for id, code := range map[int64]string{failing.ID: "HANDLER_ERROR", refused.ID: "PERMANENT"} {
+		r, err := c.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, jobs.StateDead, r.State)
+		require.Equal(t, code, r.LastErrorCode)
+	}
+}
