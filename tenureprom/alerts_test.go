@@ -2,6 +2,7 @@ package tenureprom_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"regexp"
 	"sort"
@@ -34,11 +35,11 @@ type ruleFile struct {
 
 var metricNameRE = regexp.MustCompile(`\btenure_[a-z0-9_]+\b`)
 
-// TestAlertRulesUseServedMetrics parses alerts.yml and docs/operations.md and checks that every
-// tenure_* metric they name is served by a running worker's engine and cluster collectors
-// (registered together, which also proves their names never collide).
-func TestAlertRulesUseServedMetrics(t *testing.T) {
-	t.Parallel()
+// servedMetrics runs a worker with finished, dead, ready and foreign running jobs, registers
+// the engine and cluster collectors in one pedantic registry (which also proves their names
+// never collide) and returns every metric name a scrape serves (histogram series included).
+func servedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
 	w := startWorker(t, pool, "alerts-test")
@@ -72,7 +73,14 @@ VALUES ('elsewhere', '{}', 'running', 1, 'other', now() + interval '1 hour', gen
 			served[name+"_bucket"], served[name+"_sum"], served[name+"_count"] = true, true, true
 		}
 	}
+	return served
+}
 
+// TestAlertRulesUseServedMetrics parses alerts.yml and docs/operations.md and checks that every
+// tenure_* metric they name is served by a running worker's engine and cluster collectors.
+func TestAlertRulesUseServedMetrics(t *testing.T) {
+	t.Parallel()
+	served := servedMetrics(t)
 	raw, err := os.ReadFile("alerts.yml")
 	require.NoError(t, err)
 	var rf ruleFile
@@ -116,4 +124,58 @@ VALUES ('elsewhere', '{}', 'running', 1, 'other', now() + interval '1 hour', gen
 	}
 	sort.Strings(missing)
 	require.Empty(t, missing, "docs/operations.md names metrics the exporter does not serve")
+}
+
+// TestDashboardUsesServedMetrics parses the Grafana dashboard (dashboard.json, generated from
+// the panel table of docs/operations.md) and checks that it has a panel per row of that table,
+// that every query is balanced, and that every tenure_* metric it queries is served.
+func TestDashboardUsesServedMetrics(t *testing.T) {
+	t.Parallel()
+	served := servedMetrics(t)
+	raw, err := os.ReadFile("dashboard.json")
+	require.NoError(t, err)
+	var dash struct {
+		Title  string `json:"title"`
+		UID    string `json:"uid"`
+		Panels []struct {
+			ID      int    `json:"id"`
+			Title   string `json:"title"`
+			Type    string `json:"type"`
+			Targets []struct {
+				RefID string `json:"refId"`
+				Expr  string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &dash))
+	require.Equal(t, "tenure-overview", dash.UID)
+	doc, err := os.ReadFile("../docs/operations.md")
+	require.NoError(t, err)
+	titles := map[string]bool{}
+	ids := map[int]bool{}
+	for _, p := range dash.Panels {
+		require.False(t, ids[p.ID], "duplicate panel id %d", p.ID)
+		ids[p.ID] = true
+		titles[p.Title] = true
+		require.NotEmpty(t, p.Targets, p.Title)
+		for _, tg := range p.Targets {
+			require.Equal(t, strings.Count(tg.Expr, "("), strings.Count(tg.Expr, ")"), "%s: unbalanced parentheses", p.Title)
+			names := metricNameRE.FindAllString(tg.Expr, -1)
+			require.NotEmpty(t, names, p.Title)
+			for _, n := range names {
+				require.True(t, served[n], "panel %q queries %s, which the exporter does not serve", p.Title, n)
+			}
+		}
+	}
+	// Every panel row of the operations table has its panel.
+	for _, line := range strings.Split(string(doc), "\n") {
+		if !strings.HasPrefix(line, "| ") || !strings.Contains(line, "`tenure_") {
+			continue
+		}
+		title := strings.TrimSpace(strings.Split(line, "|")[1])
+		if strings.HasPrefix(title, "Panel") {
+			continue
+		}
+		require.True(t, titles[title], "docs/operations.md panel %q has no dashboard panel", title)
+	}
 }
