@@ -240,8 +240,9 @@ func BenchmarkSteadyHeldXmin(b *testing.B) {
 				c := newClient(b, pool, nil)
 				var done atomic.Int64
 				w, err := worker.New(pool, &worker.Config{Logger: testLogger(),
-					Queues:    map[string]worker.QueueConfig{"default": {Concurrency: 100}},
-					OnOutcome: func(worker.Outcome) { done.Add(1) }})
+					AsynchronousCommit: os.Getenv("TENURE_BENCH_ASYNC") == "1",
+					Queues:             map[string]worker.QueueConfig{"default": {Concurrency: 100}},
+					OnOutcome:          func(worker.Outcome) { done.Add(1) }})
 				require.NoError(b, err)
 				worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
 				require.NoError(b, w.Start(ctx))

@@ -108,12 +108,25 @@ func (w *Worker) finisher(ctx context.Context) {
 	}
 }
 
-// settleTo reports one execution's result to its queue loop.
-func (w *Worker) settleTo(ctx context.Context, s settled) {
-	select {
-	case s.e.q.settledCh <- s:
-	case <-s.e.q.done:
-	case <-ctx.Done():
+// settleTo reports results to their queue loops: one send per queue, however many results.
+func (w *Worker) settleTo(ctx context.Context, ss ...settled) {
+	for len(ss) > 0 {
+		q := ss[0].e.q
+		var mine, rest []settled
+		for _, s := range ss {
+			if s.e.q == q {
+				mine = append(mine, s)
+			} else {
+				rest = append(rest, s)
+			}
+		}
+		select {
+		case q.settledCh <- mine:
+		case <-q.done:
+		case <-ctx.Done():
+			return
+		}
+		ss = rest
 	}
 }
 
@@ -224,9 +237,11 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 		cancel()
 		if err == nil {
 			w.m.finishLatency.Record(time.Since(start))
-			for _, e := range es {
-				w.settleTo(ctx, settled{e: e, landed: got[e.c.id]})
+			ss := make([]settled, len(es))
+			for i, e := range es {
+				ss[i] = settled{e: e, landed: got[e.c.id]}
 			}
+			w.settleTo(ctx, ss...)
 			return
 		}
 		if ctx.Err() != nil {
@@ -281,9 +296,11 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 
 // abandon reports executions whose finish will not be written.
 func (w *Worker) abandon(ctx context.Context, es []*execution, err error) {
-	for _, e := range es {
-		w.settleTo(ctx, settled{e: e, err: fmt.Errorf("%w: %w", ErrFinishAbandoned, err)})
+	ss := make([]settled, len(es))
+	for i, e := range es {
+		ss[i] = settled{e: e, err: fmt.Errorf("%w: %w", ErrFinishAbandoned, err)}
 	}
+	w.settleTo(ctx, ss...)
 }
 
 // readBack marks as landed the rows of es missing from got whose state shows that this

@@ -33,7 +33,7 @@ type queue struct {
 
 	claimedCh  chan claimResult
 	returnedCh chan handlerResult
-	settledCh  chan settled
+	settledCh  chan []settled
 	hbCh       chan hbResult
 	cancelCh   chan int64
 	wakeCh     chan struct{} // NOTIFY: new jobs in this queue (1-buffered)
@@ -111,7 +111,7 @@ func (p stopPlan) merge(o stopPlan) stopPlan {
 
 func newQueue(w *Worker, name string, cfg QueueConfig) *queue {
 	return &queue{w: w, name: name, cfg: cfg, pol: newPolicy(cfg.Fairness),
-		claimedCh: make(chan claimResult), returnedCh: make(chan handlerResult), settledCh: make(chan settled),
+		claimedCh: make(chan claimResult, cfg.Claimers), returnedCh: make(chan handlerResult, cfg.Concurrency), settledCh: make(chan []settled),
 		hbCh: make(chan hbResult), cancelCh: make(chan int64, 16), wakeCh: make(chan struct{}, 1),
 		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), done: make(chan struct{}),
 		active: map[*execution]struct{}{}, claimers: make([]claimer, cfg.Claimers)}
@@ -181,8 +181,10 @@ func (q *queue) loop(ctx context.Context) {
 			q.claimed(r)
 		case r := <-q.returnedCh:
 			q.handlerReturned(r)
-		case s := <-q.settledCh:
-			q.settle(s)
+		case ss := <-q.settledCh:
+			for _, s := range ss {
+				q.settle(s)
+			}
 		case r := <-q.hbCh:
 			q.heartbeatDone(r)
 		case id := <-q.cancelCh:
@@ -200,6 +202,27 @@ func (q *queue) loop(ctx context.Context) {
 			q.heartbeat(ctx, now)
 		case out <- next:
 			q.pending = q.pending[1:]
+		}
+		q.drain()
+	}
+}
+
+// drain takes the results already waiting (handlers, finishers, claims) before the loop
+// decides again, so that one decision — a claim, a hand-over to the finishers — covers a
+// burst of events instead of one event each.
+func (q *queue) drain() {
+	for range 256 {
+		select {
+		case r := <-q.returnedCh:
+			q.handlerReturned(r)
+		case ss := <-q.settledCh:
+			for _, s := range ss {
+				q.settle(s)
+			}
+		case r := <-q.claimedCh:
+			q.claimed(r)
+		default:
+			return
 		}
 	}
 }
