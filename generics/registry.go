@@ -148,7 +148,8 @@ func MustRegister[A Args](r *Registry, opts ...KindOption) *KindInfo {
 	return info
 }
 
-// Lookup returns the registered kind.
+// Lookup returns a copy of what the registry knows about kind: changing it changes nothing
+// in the registry (register again, with options, to change a kind).
 func (r *Registry) Lookup(kind string) (*KindInfo, bool) {
 	if r == nil {
 		return nil, false
@@ -156,7 +157,11 @@ func (r *Registry) Lookup(kind string) (*KindInfo, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	k, ok := r.kinds[kind]
-	return k, ok
+	if !ok {
+		return nil, false
+	}
+	c := *k // upgraders is never written after registration (Register copies on write)
+	return &c, true
 }
 
 // Kinds returns the registered kind names, sorted.

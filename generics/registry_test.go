@@ -44,3 +44,27 @@ func TestEffectKeyIsStableAcrossGenerations(t *testing.T) {
 	j.Generation, j.Attempt = 7, 3
 	require.Equal(t, k1, j.EffectKey("charge"), "the key never depends on the attempt or generation")
 }
+
+// Lookup hands out a copy: changing it cannot change the registry's kind.
+func TestLookupReturnsACopy(t *testing.T) {
+	r := generics.NewRegistry()
+	_, err := generics.Register[lookupArgs](r, generics.WithDefaults(generics.KindDefaults{Queue: "mail"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, ok := r.Lookup("lookup")
+	if !ok {
+		t.Fatal("not registered")
+	}
+	info.Defaults.Queue = "hijacked"
+	info.Version = 99
+	again, _ := r.Lookup("lookup")
+	if again.Defaults.Queue != "mail" || again.Version != 1 {
+		t.Fatalf("the registry changed through Lookup's result: %+v", again)
+	}
+}
+
+type lookupArgs struct{}
+
+func (lookupArgs) Kind() string        { return "lookup" }
+func (lookupArgs) PayloadVersion() int { return 1 }

@@ -185,7 +185,7 @@ func BenchmarkFewWorkers(b *testing.B) {
 		var mu sync.Mutex
 		n := 0
 		done := make(chan struct{})
-		w, err := worker.New(pool, &worker.Config{Logger: testLogger(),
+		w, err := worker.New(pool, &worker.Config{Logger: testLogger(), AsynchronousCommit: os.Getenv("TENURE_BENCH_ASYNC") == "1",
 			Queues: map[string]worker.QueueConfig{"default": {Concurrency: 8, Claimers: benchClaimers}},
 			OnOutcome: func(worker.Outcome) {
 				mu.Lock()

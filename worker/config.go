@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -90,6 +92,14 @@ type Config struct {
 	// tightens it. Default 30s. Negative: cancelling Start's context hard-stops at once
 	// (handlers cancelled immediately, the whole stop within HardStopGrace).
 	ShutdownTimeout time.Duration
+	// EffectKeyPrefix is put in front of every effect key this worker's handlers use
+	// (prefix + "job:{id}:effect:{name}"), in the ledger and in EffectCall.Key: two
+	// environments (staging and production databases) that share one remote account then
+	// never send the same idempotency key for different jobs with the same id. At most 64
+	// bytes of valid UTF-8 without NUL; keep it fixed for the life of a database, or retries
+	// of jobs started under another prefix repeat their effects. Default "" (no prefix).
+	EffectKeyPrefix string
+
 	// HardStopGrace is the part of Stop's time kept for the hard stop: handler contexts are
 	// cancelled HardStopGrace before Stop's deadline (at most half the time Stop was given),
 	// and the jobs of handlers that still have not returned are released a quarter into it.
@@ -200,6 +210,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Finishers < 1 || out.Finishers > 16 {
 		return out, fmt.Errorf("%w: Finishers outside 1..16", ErrInvalidConfig)
+	}
+	if len(out.EffectKeyPrefix) > 64 || !utf8.ValidString(out.EffectKeyPrefix) || strings.IndexByte(out.EffectKeyPrefix, 0) >= 0 {
+		return out, fmt.Errorf("%w: EffectKeyPrefix must be at most 64 bytes of valid UTF-8 without NUL", ErrInvalidConfig)
 	}
 	if out.EngineConns < 0 {
 		return out, fmt.Errorf("%w: EngineConns must be >= 0", ErrInvalidConfig)

@@ -80,7 +80,7 @@ func Effect[T any](ctx context.Context, job generics.AnyJob, name string,
 	}
 	w := e.q.w
 	q := gen.New(w.pool)
-	key := generics.EffectKey(meta.ID, name)
+	key := w.cfg.EffectKeyPrefix + generics.EffectKey(meta.ID, name)
 	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
 		return out, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + name}
 	}

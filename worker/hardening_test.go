@@ -310,3 +310,36 @@ func TestWorkerDecidesLeaseAtClaim(t *testing.T) {
 	startWorker(t, w)
 	require.Equal(t, 7*time.Minute, <-leases)
 }
+
+// Effect keys carry the configured prefix, in EffectCall.Key and in the ledger, so two
+// environments sharing one remote account never send the same key for different jobs.
+func TestEffectKeyPrefix(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	cfg := fastConfig(nil)
+	cfg.EffectKeyPrefix = "staging/"
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	keys := make(chan string, 1)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error {
+		_, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
+			keys <- call.Key
+			return "ok", nil
+		})
+		return err
+	}, nil)
+	c := newClient(t, pool, w)
+	row, err := c.Insert(ctx, noopArgs{}, nil)
+	require.NoError(t, err)
+	startWorker(t, w)
+	want := fmt.Sprintf("staging/job:%d:effect:charge", row.ID)
+	require.Equal(t, want, <-keys)
+	waitFor(t, 5*time.Second, "the ledger row", func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tenure.effects WHERE key = $1", want).Scan(&n))
+		return n == 1
+	})
+	_, err = worker.New(pool, &worker.Config{EffectKeyPrefix: "bad\x00"})
+	require.ErrorIs(t, err, worker.ErrInvalidConfig)
+}
