@@ -64,6 +64,19 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 		got, err := q.claim(cctx, &p)
 		cancel()
 		r := claimResult{idx: idx, n: n, plan: p, got: got, err: err, took: time.Since(start)}
+		// Start the handlers here, a hop sooner than the loop could: the loop registers the
+		// executions when the result arrives (and holds any handler result that beats it).
+		// Once Stop has begun, the loop gives the jobs back instead.
+		stopping := q.stopFlag.Load()
+		for i := range got {
+			e := q.newExecution(&got[i])
+			if !stopping {
+				e.started = true
+				q.w.m.handlersRunning.Add(1)
+				go q.run(e)
+			}
+			r.execs = append(r.execs, e)
+		}
 		select {
 		case q.claimedCh <- r:
 		case <-q.done:

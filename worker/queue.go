@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenureq/tenure/db/gen"
@@ -54,6 +55,8 @@ type queue struct {
 	wm         bandTimes // see watermarks in claim.go
 	wmSince    time.Time
 	stopping   bool
+	stopFlag   atomic.Bool                  // stopping, for claim goroutines
+	early      map[*execution]handlerResult // results that arrived before their claim's
 }
 
 // claimer is one claim slot's backoff state: a queue may have Claimers claims in flight.
@@ -65,12 +68,13 @@ type claimer struct {
 }
 
 type claimResult struct {
-	idx  int // claimer
-	n    int // slots reserved
-	plan claimPlan
-	got  []claimed
-	err  error
-	took time.Duration
+	idx   int // claimer
+	n     int // slots reserved
+	plan  claimPlan
+	execs []*execution // one per claimed row; started ones already run their handler
+	got   []claimed
+	err   error
+	took  time.Duration
 }
 
 type handlerResult struct {
@@ -114,7 +118,7 @@ func newQueue(w *Worker, name string, cfg QueueConfig) *queue {
 		claimedCh: make(chan claimResult, cfg.Claimers), returnedCh: make(chan handlerResult, cfg.Concurrency), settledCh: make(chan []settled),
 		hbCh: make(chan hbResult), cancelCh: make(chan int64, 16), wakeCh: make(chan struct{}, 1),
 		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), done: make(chan struct{}),
-		active: map[*execution]struct{}{}, claimers: make([]claimer, cfg.Claimers)}
+		active: map[*execution]struct{}{}, early: map[*execution]handlerResult{}, claimers: make([]claimer, cfg.Claimers)}
 }
 
 func signal(ch chan struct{}) {
@@ -165,6 +169,7 @@ func (q *queue) loop(ctx context.Context) {
 				p = plan.merge(p)
 			}
 			q.stopping, plan = true, p
+			q.stopFlag.Store(true)
 			if !hardDone {
 				hardC = after(plan.hardAt)
 			}
@@ -335,11 +340,10 @@ func (q *queue) claimed(r claimResult) {
 	if r.err == nil {
 		q.recordClaim(r)
 	}
-	for i := range r.got {
-		e := q.newExecution(&r.got[i])
+	for _, e := range r.execs {
 		q.active[e] = struct{}{}
 		w.m.owned.Add(1)
-		if q.stopping {
+		if !e.started {
 			// Claimed while Stop began: the claim committed, so the jobs are ours; give them
 			// back at once instead of starting handlers the stop would only interrupt.
 			e.returned, e.released = true, true
@@ -349,8 +353,10 @@ func (q *queue) claimed(r claimResult) {
 			continue
 		}
 		q.running++
-		w.m.handlersRunning.Add(1)
-		go q.run(e)
+		if hr, ok := q.early[e]; ok {
+			delete(q.early, e)
+			q.handlerReturned(hr)
+		}
 	}
 	switch {
 	case r.err != nil:
@@ -379,7 +385,13 @@ func (q *queue) claimed(r claimResult) {
 // handlerReturned takes a handler's result and queues its finish.
 func (q *queue) handlerReturned(r handlerResult) {
 	e := r.e
-	if _, ok := q.active[e]; !ok || e.released {
+	if _, ok := q.active[e]; !ok && !e.released {
+		// The handler, started by its claim goroutine, finished before the loop took the
+		// claim's result: keep it until then.
+		q.early[e] = r
+		return
+	}
+	if e.released {
 		// Stop released the job before the handler returned; fencing would reject it anyway.
 		q.w.log.Warn("tenure: handler returned after its job was released by Stop; result discarded", "job_id", e.c.id)
 		return
