@@ -187,9 +187,7 @@ func (q *queue) loop(ctx context.Context) {
 		case r := <-q.returnedCh:
 			q.handlerReturned(r)
 		case ss := <-q.settledCh:
-			for _, s := range ss {
-				q.settle(s)
-			}
+			q.settleAll(ss)
 		case r := <-q.hbCh:
 			q.heartbeatDone(r)
 		case id := <-q.cancelCh:
@@ -221,9 +219,7 @@ func (q *queue) drain() {
 		case r := <-q.returnedCh:
 			q.handlerReturned(r)
 		case ss := <-q.settledCh:
-			for _, s := range ss {
-				q.settle(s)
-			}
+			q.settleAll(ss)
 		case r := <-q.claimedCh:
 			q.claimed(r)
 		default:
@@ -408,6 +404,13 @@ func (q *queue) handlerReturned(r handlerResult) {
 	}
 	e.fin = f
 	q.pending = append(q.pending, e)
+}
+
+// settleAll records a finisher's batch of results for this queue.
+func (q *queue) settleAll(ss []settled) {
+	for _, s := range ss {
+		q.settle(s)
+	}
 }
 
 // settle records a finish the finishers wrote (landed), saw rejected (stale) or abandoned.
