@@ -2,10 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +11,7 @@ import (
 	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/internal/locks"
 	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/internal/plantest"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -211,11 +208,11 @@ func TestPruneBatchPlansUseTheFinishedIndex(t *testing.T) {
 	require.NoError(t, err)
 
 	for _, name := range []string{"PruneFinishedBatch", "PruneDeadBatch"} {
-		sql, order := querySQL(t, name)
+		sql, order := plantest.SQL(t, name)
 		require.Equal(t, []string{"before", "after", "max_jobs"}, order, name)
-		plan := explainGeneric(t, pool, sql, time.Now().Add(-time.Hour), time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), 10000)
+		plan := plantest.Explain(t, pool, false, sql, time.Now().Add(-time.Hour), time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), 10000)
 		var indexes []string
-		walkPlan(plan, func(n planNode) {
+		plantest.Walk(plan, func(n plantest.Node) {
 			if n.IndexName != "" {
 				indexes = append(indexes, n.IndexName)
 			}
@@ -226,72 +223,4 @@ func TestPruneBatchPlansUseTheFinishedIndex(t *testing.T) {
 		require.Contains(t, indexes, "jobs_pkey", name)
 		require.Contains(t, indexes, "effects_job_name", name)
 	}
-}
-
-// querySQL returns the text of the named statement from db/queries.sql with its sqlc
-// parameters replaced by $n, and the parameter names in order.
-func querySQL(t testing.TB, name string) (string, []string) {
-	t.Helper()
-	raw, err := os.ReadFile("../db/queries.sql")
-	require.NoError(t, err)
-	text := string(raw)
-	start := strings.Index(text, "-- name: "+name+" ")
-	require.GreaterOrEqual(t, start, 0, name)
-	body := text[start:]
-	body = body[strings.Index(body, "\n")+1:]
-	if end := strings.Index(body, "-- name: "); end >= 0 {
-		body = body[:end]
-	}
-	var lines []string
-	for _, l := range strings.Split(body, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(l), "--") {
-			lines = append(lines, l)
-		}
-	}
-	body = strings.Join(lines, "\n")
-	var order []string
-	pos := map[string]int{}
-	re := regexp.MustCompile(`sqlc\.arg\((\w+)\)|@(\w+)`)
-	body = re.ReplaceAllStringFunc(body, func(m string) string {
-		sub := re.FindStringSubmatch(m)
-		n := sub[1] + sub[2]
-		if _, ok := pos[n]; !ok {
-			order = append(order, n)
-			pos[n] = len(order)
-		}
-		return "$" + itoa(int64(pos[n]))
-	})
-	return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(body), ";")), order
-}
-
-type planNode struct {
-	NodeType  string     `json:"Node Type"`
-	IndexName string     `json:"Index Name"`
-	Relation  string     `json:"Relation Name"`
-	Plans     []planNode `json:"Plans"`
-}
-
-func walkPlan(n planNode, f func(planNode)) {
-	f(n)
-	for _, c := range n.Plans {
-		walkPlan(c, f)
-	}
-}
-
-// explainGeneric returns the generic plan of sql (plain EXPLAIN: nothing is executed).
-func explainGeneric(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) planNode {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
-	var out []byte
-	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+sql, args...).Scan(&out))
-	var plans []struct {
-		Plan planNode `json:"Plan"`
-	}
-	require.NoError(t, json.Unmarshal(out, &plans))
-	return plans[0].Plan
 }

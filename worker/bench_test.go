@@ -15,6 +15,7 @@ import (
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/hist"
 	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/internal/plantest"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
 )
@@ -131,7 +132,7 @@ func BenchmarkPickupLatency(b *testing.B) {
 	b.ReportMetric(float64(h.Quantile(0.99).Microseconds())/1000, "p99-ms")
 }
 
-// BenchmarkClaimWithFinishedRows: claim statement latency (batch 10) with 1,000,000 finished
+// BenchmarkClaimWithFinishedRows: the engine's claim statement latency (batch 10) with 1,000,000 finished
 // rows in the table.
 func BenchmarkClaimWithFinishedRows(b *testing.B) {
 	pool := benchPool(b)
@@ -143,12 +144,16 @@ func BenchmarkClaimWithFinishedRows(b *testing.B) {
 	insertNoops(b, c, 20000, nil)
 	_, err = pool.Exec(ctx, "VACUUM ANALYZE tenure.jobs")
 	require.NoError(b, err)
-	sql, _ := claimSQL(b, "ClaimStrict")
+	// The engine's claim: one segment per band, highest first, no watermark.
+	sql, _ := plantest.SQL(b, "ClaimOrdered")
+	bands := []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}
+	noAge := []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}
 	var h hist.H
 	b.ResetTimer()
 	for i := range b.N {
 		t0 := time.Now()
-		rows, err := pool.Query(ctx, sql, "default", 10, "bench")
+		rows, err := pool.Query(ctx, sql, bands, make([]int64, 9), make([]int64, 9), noAge,
+			"default", []int32{1}, []string{"noop"}, 10, "bench", []int32{0})
 		require.NoError(b, err)
 		rows.Close()
 		require.NoError(b, rows.Err())

@@ -2,11 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"os"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +10,7 @@ import (
 
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/internal/plantest"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
 )
@@ -137,70 +133,6 @@ func TestDeadlinePromotionTakesOldestFirst(t *testing.T) {
 
 // claimSQL extracts a named query from db/queries.sql (the source of truth) and rewrites
 // sqlc's named parameters into positional ones, in order of first appearance.
-func claimSQL(t testing.TB, name string) (string, []string) {
-	t.Helper()
-	raw, err := os.ReadFile("../db/queries.sql")
-	require.NoError(t, err)
-	text := string(raw)
-	start := strings.Index(text, "-- name: "+name+" ")
-	require.GreaterOrEqual(t, start, 0)
-	body := text[start:]
-	body = body[strings.Index(body, "\n")+1:]
-	if end := strings.Index(body, "-- name: "); end >= 0 {
-		body = body[:end]
-	}
-	var order []string
-	pos := map[string]int{}
-	re := regexp.MustCompile(`sqlc\.arg\((\w+)\)|@(\w+)`)
-	body = re.ReplaceAllStringFunc(body, func(m string) string {
-		sub := re.FindStringSubmatch(m)
-		n := sub[1] + sub[2]
-		if _, ok := pos[n]; !ok {
-			order = append(order, n)
-			pos[n] = len(order)
-		}
-		return fmt.Sprintf("$%d", pos[n])
-	})
-	return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(body), ";")), order
-}
-
-type planNode struct {
-	NodeType  string     `json:"Node Type"`
-	IndexName string     `json:"Index Name"`
-	Relation  string     `json:"Relation Name"`
-	Plans     []planNode `json:"Plans"`
-	SharedHit int64      `json:"Shared Hit Blocks"`
-	SharedRd  int64      `json:"Shared Read Blocks"`
-}
-
-func walk(n planNode, f func(planNode)) {
-	f(n)
-	for _, c := range n.Plans {
-		walk(c, f)
-	}
-}
-
-func explain(t *testing.T, pool *pgxpool.Pool, analyze bool, sql string, args ...any) planNode {
-	t.Helper()
-	opts := "FORMAT JSON"
-	if analyze {
-		opts = "ANALYZE, BUFFERS, FORMAT JSON"
-	}
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }() // EXPLAIN ANALYZE runs the claim: never commit it
-	_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
-	var out []byte
-	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN ("+opts+") "+sql, args...).Scan(&out))
-	var plans []struct {
-		Plan planNode `json:"Plan"`
-	}
-	require.NoError(t, json.Unmarshal(out, &plans))
-	return plans[0].Plan
-}
-
 // TestClaimPlansUseThePartialIndex is docs/contract.md §10 scenario 10: both claim statements read the ready
 // set through jobs_ready_idx, never scan the jobs table, and their cost does not grow with the
 // number of finished rows.
@@ -236,7 +168,7 @@ func TestClaimPlansUseThePartialIndex(t *testing.T) {
 			[]int32{10, 10, 10, 10}, []int32{1, 2, 1, 3}, []int32{6, 4, 4, 0}, "default", []int32{1}, []string{"noop"}, 10, "explain-worker", []int32{0},
 		}, []string{"seg_priority", "seg_after_us", "seg_min_age_us", "seg_max_age_us", "seg_limit", "seg_rank", "seg_quota", "queue", "kind_versions", "kinds", "batch", "worker_id", "kind_lease_ms"}},
 	} {
-		sql, order := claimSQL(t, q.name)
+		sql, order := plantest.SQL(t, q.name)
 		require.Equal(t, q.want, order, q.name)
 		queries = append(queries, claimQuery{q.name, sql, q.args})
 	}
@@ -244,16 +176,16 @@ func TestClaimPlansUseThePartialIndex(t *testing.T) {
 	buffers := func() []int64 {
 		var b []int64
 		for _, q := range queries {
-			plan := explain(t, pool, true, q.sql, q.args...)
+			plan := plantest.Explain(t, pool, true, q.sql, q.args...)
 			b = append(b, plan.SharedHit+plan.SharedRd)
 		}
 		return b
 	}
 	checkPlan := func() {
 		for _, q := range queries {
-			plan := explain(t, pool, false, q.sql, q.args...)
+			plan := plantest.Explain(t, pool, false, q.sql, q.args...)
 			usesReady, usesPkey := false, false
-			walk(plan, func(n planNode) {
+			plantest.Walk(plan, func(n plantest.Node) {
 				if n.IndexName == "jobs_ready_idx" {
 					usesReady = true
 				}
@@ -311,11 +243,11 @@ func TestWatermarkSkipsDeadIndexEntries(t *testing.T) {
 	_, err = pool.Exec(ctx, "ANALYZE tenure.jobs")
 	require.NoError(t, err)
 
-	sql, _ := claimSQL(t, "ClaimOrdered")
+	sql, _ := plantest.SQL(t, "ClaimOrdered")
 	claimFrom := func(afterUs int64) int64 {
 		after := make([]int64, 9)
 		after[9-jobs.PriorityNormal] = afterUs // bands are listed 9..1
-		plan := explain(t, pool, true, sql, []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, after, make([]int64, 9),
+		plan := plantest.Explain(t, pool, true, sql, []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, after, make([]int64, 9),
 			[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}, "default", []int32{1}, []string{"noop"}, 10, "w", []int32{0})
 		return plan.SharedHit + plan.SharedRd
 	}
@@ -372,10 +304,10 @@ func TestClaimSkipsFutureJobsOfHigherBands(t *testing.T) {
 	_, err = pool.Exec(ctx, "ANALYZE tenure.jobs")
 	require.NoError(t, err)
 	kinds := []any{"default", []int32{1}, []string{"noop"}, 10, "w", []int32{0}}
-	strictSQL, _ := claimSQL(t, "ClaimStrict")
-	strict := explain(t, pool, true, strictSQL, kinds...)
-	orderedSQL, _ := claimSQL(t, "ClaimOrdered")
-	ordered := explain(t, pool, true, orderedSQL, append([]any{[]int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, make([]int64, 9), make([]int64, 9),
+	strictSQL, _ := plantest.SQL(t, "ClaimStrict")
+	strict := plantest.Explain(t, pool, true, strictSQL, kinds...)
+	orderedSQL, _ := plantest.SQL(t, "ClaimOrdered")
+	ordered := plantest.Explain(t, pool, true, orderedSQL, append([]any{[]int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, make([]int64, 9), make([]int64, 9),
 		[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}}, kinds...)...)
 	t.Logf("claim of 10 due jobs behind 300,000 future ones: ClaimOrdered %d buffers, ClaimStrict %d",
 		ordered.SharedHit+ordered.SharedRd, strict.SharedHit+strict.SharedRd)

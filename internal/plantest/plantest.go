@@ -1,0 +1,130 @@
+// Package plantest reads Tenure's statements from db/queries.sql and explains them on a real
+// server, so tests can check that each statement uses the index it was written for (the claim
+// on jobs_ready_idx, pruning on jobs_finished_idx, ...). It is for tests only.
+package plantest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Node is one node of an EXPLAIN (FORMAT JSON) plan.
+type Node struct {
+	NodeType  string `json:"Node Type"`
+	IndexName string `json:"Index Name"`
+	Relation  string `json:"Relation Name"`
+	Plans     []Node `json:"Plans"`
+	SharedHit int64  `json:"Shared Hit Blocks"`
+	SharedRd  int64  `json:"Shared Read Blocks"`
+}
+
+// Buffers is the node's shared buffers hit and read (EXPLAIN ANALYZE, BUFFERS only).
+func (n Node) Buffers() int64 { return n.SharedHit + n.SharedRd }
+
+// Walk calls f for n and every node below it.
+func Walk(n Node, f func(Node)) {
+	f(n)
+	for _, c := range n.Plans {
+		Walk(c, f)
+	}
+}
+
+// Indexes returns the names of the indexes the plan reads.
+func Indexes(n Node) map[string]bool {
+	out := map[string]bool{}
+	Walk(n, func(n Node) {
+		if n.IndexName != "" {
+			out[n.IndexName] = true
+		}
+	})
+	return out
+}
+
+var paramRE = regexp.MustCompile(`sqlc\.n?arg\((\w+)\)|@(\w+)`)
+
+// SQL returns the named statement of db/queries.sql with its sqlc parameters replaced by $n,
+// and the parameter names in $n order.
+func SQL(t testing.TB, name string) (string, []string) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "db", "queries.sql"))
+	if err != nil {
+		t.Fatalf("plantest: %v", err)
+	}
+	text := string(raw)
+	start := strings.Index(text, "-- name: "+name+" ")
+	if start < 0 {
+		t.Fatalf("plantest: no statement %q in db/queries.sql", name)
+	}
+	body := text[start:]
+	body = body[strings.Index(body, "\n")+1:]
+	if end := strings.Index(body, "-- name: "); end >= 0 {
+		body = body[:end]
+	}
+	var lines []string
+	for _, l := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+			lines = append(lines, l)
+		}
+	}
+	body = strings.Join(lines, "\n")
+	var order []string
+	pos := map[string]int{}
+	body = paramRE.ReplaceAllStringFunc(body, func(m string) string {
+		sub := paramRE.FindStringSubmatch(m)
+		n := sub[1] + sub[2]
+		if _, ok := pos[n]; !ok {
+			order = append(order, n)
+			pos[n] = len(order)
+		}
+		return fmt.Sprintf("$%d", pos[n])
+	})
+	return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(body), ";")), order
+}
+
+// Explain returns the generic plan of sql (the plan the engine's pool uses:
+// plan_cache_mode=force_generic_plan). With analyze it runs the statement (EXPLAIN ANALYZE,
+// BUFFERS) inside a transaction that is rolled back, so nothing it writes is kept.
+func Explain(t testing.TB, pool *pgxpool.Pool, analyze bool, sql string, args ...any) Node {
+	t.Helper()
+	opts := "FORMAT JSON"
+	if analyze {
+		opts = "ANALYZE, BUFFERS, FORMAT JSON"
+	}
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatalf("plantest: %v", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatalf("plantest: %v", err)
+	}
+	var out []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN ("+opts+") "+sql, args...).Scan(&out); err != nil {
+		t.Fatalf("plantest: explain %s: %v", firstLine(sql), err)
+	}
+	var plans []struct {
+		Plan Node `json:"Plan"`
+	}
+	if err := json.Unmarshal(out, &plans); err != nil || len(plans) == 0 {
+		t.Fatalf("plantest: plan does not decode: %v", err)
+	}
+	return plans[0].Plan
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
