@@ -14,13 +14,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -36,6 +34,7 @@ import (
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/testkit"
 	"github.com/tenureq/tenure/worker"
 )
 
@@ -71,41 +70,6 @@ func (effArgs) PayloadVersion() int { return 1 }
 // fastRetry makes retries (and reclaims, which use the reclaiming worker's policy for the kind)
 // come back within milliseconds.
 var fastRetry = worker.FullJitter{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond}
-
-// ---------------------------------------------------------------------------------------------
-// The remote side of effects: an HTTP endpoint that deduplicates by Idempotency-Key.
-// ---------------------------------------------------------------------------------------------
-
-type remoteReply struct {
-	Receipt   string `json:"receipt"`
-	Duplicate bool   `json:"duplicate"`
-}
-
-var remoteClient = &http.Client{Timeout: 10 * time.Second}
-
-// callRemote applies the effect identified by key at the dedup server and returns its receipt.
-func callRemote(ctx context.Context, base, key string, generation int64) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/apply", nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("X-Fencing-Generation", strconv.FormatInt(generation, 10))
-	resp, err := remoteClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return "", fmt.Errorf("remote: %s: %s", resp.Status, b)
-	}
-	var r remoteReply
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return "", err
-	}
-	return r.Receipt, nil
-}
 
 // ---------------------------------------------------------------------------------------------
 // Child side
@@ -271,7 +235,7 @@ func childWorker(out *childOut) error {
 	}, &worker.HandlerOptions{Retry: fastRetry})
 
 	remoteFn := func(ctx context.Context, call worker.EffectCall) (string, error) {
-		r, err := callRemote(ctx, remote, call.Key, call.Generation)
+		r, err := testkit.CallRemote(ctx, remote, call.Key, call.Generation)
 		if err != nil {
 			return "", err
 		}

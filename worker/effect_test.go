@@ -12,8 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,69 +23,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/testkit"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
 )
-
-// dedupServer applies each Idempotency-Key once and answers repeats with the first receipt.
-type dedupServer struct {
-	*httptest.Server
-	mu       sync.Mutex
-	calls    map[string]int
-	applied  map[string]int
-	receipts map[string]string
-	maxGen   map[string]int64
-	staleGen int // calls carrying a generation lower than one already seen for the key
-	seq      int
-}
-
-func newDedupServer(t testing.TB) *dedupServer {
-	d := &dedupServer{calls: map[string]int{}, applied: map[string]int{}, receipts: map[string]string{}, maxGen: map[string]int64{}}
-	d.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("Idempotency-Key")
-		if r.Method != http.MethodPost || r.URL.Path != "/apply" || key == "" {
-			http.Error(w, "want POST /apply with an Idempotency-Key", http.StatusBadRequest)
-			return
-		}
-		gen, _ := strconv.ParseInt(r.Header.Get("X-Fencing-Generation"), 10, 64)
-		d.mu.Lock()
-		d.calls[key]++
-		if gen < d.maxGen[key] {
-			d.staleGen++
-		}
-		d.maxGen[key] = max(d.maxGen[key], gen)
-		rc, dup := d.receipts[key]
-		if !dup {
-			d.seq++
-			rc = fmt.Sprintf("rcpt-%d", d.seq)
-			d.receipts[key] = rc
-			d.applied[key]++
-		}
-		d.mu.Unlock()
-		_ = json.NewEncoder(w).Encode(remoteReply{Receipt: rc, Duplicate: dup})
-	}))
-	t.Cleanup(d.Close)
-	return d
-}
-
-// key returns the calls and applications seen for key, and its receipt.
-func (d *dedupServer) key(key string) (calls, applied int, receipt string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.calls[key], d.applied[key], d.receipts[key]
-}
-
-func (d *dedupServer) totals() (keys, calls, applied int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, n := range d.calls {
-		calls += n
-	}
-	for _, n := range d.applied {
-		applied += n
-	}
-	return len(d.calls), calls, applied
-}
 
 // effAttempt is what a test-side effect handler saw.
 type effAttempt struct {
@@ -131,7 +70,7 @@ func effectWorker(t *testing.T, pool *pgxpool.Pool, remote string, rec *effRec, 
 			rec.keys = append(rec.keys, call.Key)
 			rec.gens = append(rec.gens, call.Generation)
 			rec.mu.Unlock()
-			return callRemote(ctx, remote, call.Key, call.Generation)
+			return testkit.CallRemote(ctx, remote, call.Key, call.Generation)
 		})
 		rec.mu.Lock()
 		rec.effs = append(rec.effs, effAttempt{job.Attempt, job.Generation, res.Replayed, res.Value, res.Generation, err})
@@ -180,7 +119,7 @@ func TestEffectStableKeyAcrossGenerations(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool, _ := chaosPool(t)
-			remote := newDedupServer(t)
+			remote := testkit.NewRemote(t)
 			cfg := fastConfig(nil)
 			w, err := worker.New(pool, cfg)
 			require.NoError(t, err)
@@ -195,7 +134,7 @@ func TestEffectStableKeyAcrossGenerations(t *testing.T) {
 					mu.Lock()
 					keys, gens = append(keys, call.Key), append(gens, call.Generation)
 					mu.Unlock()
-					r, err := callRemote(ctx, remote.URL, call.Key, call.Generation)
+					r, err := testkit.CallRemote(ctx, remote.URL, call.Key, call.Generation)
 					if err == nil && mode == "remote-dedup" && job.Attempt == 1 {
 						return "", errors.New("reply lost after the remote applied the effect")
 					}
@@ -227,9 +166,9 @@ func TestEffectStableKeyAcrossGenerations(t *testing.T) {
 			require.Equal(t, 1, effs[0].Attempt)
 			require.Equal(t, 2, effs[1].Attempt)
 			require.EqualValues(t, 2, effs[1].Generation)
-			calls, applied, receipt := remote.key(key)
+			calls, applied, receipt := remote.Key(key)
 			require.Equal(t, 1, applied, "the remote applied the effect once")
-			nkeys, _, total := remote.totals()
+			nkeys, _, total := remote.Totals()
 			require.Equal(t, 1, nkeys, "one key for every generation")
 			require.Equal(t, 1, total)
 			rowL, ok := ledger(t, pool, key)
@@ -322,7 +261,7 @@ func TestEffectCrashBetweenEffectAndCompletion(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool, url := chaosPool(t)
-			remote := newDedupServer(t)
+			remote := testkit.NewRemote(t)
 			c := newClient(t, pool, nil)
 			row, err := c.Insert(ctx, effArgs{Tag: tc.name}, &jobs.InsertOpts{Lease: 2 * time.Second, MaxAttempts: 5})
 			require.NoError(t, err)
@@ -349,7 +288,7 @@ func TestEffectCrashBetweenEffectAndCompletion(t *testing.T) {
 			require.NoError(t, effs[0].Err)
 			require.EqualValues(t, 2, effs[0].Generation)
 			require.Equal(t, receiptA, effs[0].Value, "the retry got the first application's receipt")
-			calls, applied, _ := remote.key(key)
+			calls, applied, _ := remote.Key(key)
 			require.Equal(t, 1, applied, "exactly one external effect")
 			l, ok := ledger(t, pool, key)
 			require.True(t, ok)
@@ -393,7 +332,7 @@ func TestEffectStaleGenerationRefused(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool, url := chaosPool(t)
-			remote := newDedupServer(t)
+			remote := testkit.NewRemote(t)
 			c := newClient(t, pool, nil)
 			row, err := c.Insert(ctx, effArgs{Tag: tc.name}, &jobs.InsertOpts{Lease: 2 * time.Second, MaxAttempts: 5})
 			require.NoError(t, err)
@@ -412,7 +351,7 @@ func TestEffectStaleGenerationRefused(t *testing.T) {
 			require.NoError(t, effs[0].Err)
 			require.False(t, effs[0].Replayed, "A never recorded, so B runs the effect")
 			require.Equal(t, receiptA, effs[0].Value, "the remote deduplicated B's call")
-			calls, applied, _ := remote.key(key)
+			calls, applied, _ := remote.Key(key)
 			require.Equal(t, 2, calls)
 			require.Equal(t, 1, applied, "both workers reached the effect; the remote applied it once")
 			l, ok := ledger(t, pool, key)
@@ -438,7 +377,7 @@ func TestEffectStaleGenerationRefused(t *testing.T) {
 			require.Equal(t, jobs.StateSucceeded, after.State)
 			require.Equal(t, *won.ClaimToken, *after.ClaimToken)
 			require.Equal(t, won.UpdatedAt, after.UpdatedAt)
-			_, _, total := remote.totals()
+			_, _, total := remote.Totals()
 			require.Equal(t, 1, total)
 			require.NoError(t, stopWorker(t, b, 5*time.Second))
 			require.EqualValues(t, 1, b.Stats().Succeeded)
@@ -574,7 +513,7 @@ func TestEffectSoak(t *testing.T) {
 	}
 	ctx := context.Background()
 	pool, url := chaosPool(t)
-	remote := newDedupServer(t)
+	remote := testkit.NewRemote(t)
 	c := newClient(t, pool, nil)
 	const n = 2000
 	params := make([]jobs.InsertManyParams, n)
@@ -666,7 +605,7 @@ func TestEffectSoak(t *testing.T) {
 	require.Equal(t, n, countState(t, pool, "succeeded"))
 	missing, dup := 0, 0
 	for _, id := range ids {
-		_, applied, _ := remote.key(generics.EffectKey(id, "charge"))
+		_, applied, _ := remote.Key(generics.EffectKey(id, "charge"))
 		switch {
 		case applied == 0:
 			missing++
@@ -676,7 +615,7 @@ func TestEffectSoak(t *testing.T) {
 	}
 	require.Zero(t, missing, "jobs whose effect never reached the remote")
 	require.Zero(t, dup, "jobs whose effect was applied more than once")
-	keys, calls, applied := remote.totals()
+	keys, calls, applied := remote.Totals()
 	require.Equal(t, n, keys, "one stable key per job")
 	require.Equal(t, n, applied, "the sum of applications")
 
@@ -695,7 +634,7 @@ func TestEffectSoak(t *testing.T) {
 		require.NoError(t, rows.Scan(&key, &raw))
 		var v string
 		require.NoError(t, json.Unmarshal(raw, &v))
-		if _, _, rc := remote.key(key); rc != v {
+		if _, _, rc := remote.Key(key); rc != v {
 			mismatched++
 		}
 	}
@@ -713,9 +652,7 @@ func TestEffectSoak(t *testing.T) {
 		leasesLost += s.LeasesLost
 		childReclaimed += s.Reclaimed
 	}
-	remote.mu.Lock()
-	staleGenCalls := remote.staleGen
-	remote.mu.Unlock()
+	staleGenCalls := remote.StaleGenerations()
 	t.Logf("soak: %d jobs in %v; kills=%d pauses=%d; reclaims=%d (LEASE_EXPIRED in history; sweeps reported %d); "+
 		"jobs run more than once=%d, max generation=%d; stale rejections>=%d; leases lost>=%d; "+
 		"remote calls=%d for %d applications (%d deduplicated, %d from a stale generation)",

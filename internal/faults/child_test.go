@@ -11,12 +11,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/testkit"
 	"github.com/tenureq/tenure/worker"
 )
 
@@ -84,31 +83,6 @@ func envInt(name string, def int) int {
 	return def
 }
 
-var remoteClient = &http.Client{Timeout: 10 * time.Second}
-
-func callRemote(ctx context.Context, base, key string, generation int64) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/apply", nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("X-Fencing-Generation", strconv.FormatInt(generation, 10))
-	resp, err := remoteClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return "", fmt.Errorf("remote: %s: %s", resp.Status, b)
-	}
-	var r remoteReply
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return "", err
-	}
-	return r.Receipt, nil
-}
-
 func childWorker(out *childOut) error {
 	ctx := context.Background()
 	pcfg, err := pgxpool.ParseConfig(os.Getenv(envChildDB))
@@ -149,7 +123,7 @@ func childWorker(out *childOut) error {
 		out.printf("claimed %d %d %d %s", job.ID, job.Generation, job.Attempt, job.ClaimToken)
 		nap()
 		_, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
-			return callRemote(ctx, remote, call.Key, call.Generation)
+			return testkit.CallRemote(ctx, remote, call.Key, call.Generation)
 		})
 		if err != nil {
 			return err

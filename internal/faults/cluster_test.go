@@ -16,6 +16,7 @@ import (
 	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgserver"
+	"github.com/tenureq/tenure/internal/testkit"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
 )
@@ -175,7 +176,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT current_user").Scan(&whoami))
 	require.Equal(t, "tenure_app", whoami)
 
-	remote := newDedupServer(t)
+	remote := testkit.NewRemote(t)
 	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 4}})
 	cfg.PruneEvery = 100 * time.Millisecond
 	cfg.FinishedRetention = time.Hour
@@ -200,7 +201,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	}, &worker.HandlerOptions{Retry: fastRetry})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[effArgs]) error {
 		_, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
-			return callRemote(ctx, remote.URL, call.Key, call.Generation)
+			return testkit.CallRemote(ctx, remote.URL, call.Key, call.Generation)
 		})
 		return err
 	}, &worker.HandlerOptions{Retry: fastRetry})
@@ -239,7 +240,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	})
 	tl := audit(t, pool, all, jobs.StateSucceeded, time.Second)
 	cancelled := audit(t, pool, []int64{later.ID, long.ID}, jobs.StateCancelled, time.Second)
-	notOnce, _ := remote.check(effIDs, "charge")
+	notOnce, _ := remote.Check(effIDs, "charge")
 	entries, err := c.Audit(ctx, 0, 0, 100)
 	require.NoError(t, err)
 	st := w.Stats()

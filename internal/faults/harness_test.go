@@ -6,12 +6,9 @@ package faults_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"sort"
@@ -278,59 +275,6 @@ func withAppName(url, name string) string {
 // ---------------------------------------------------------------------------------------------
 // The remote side of effects: deduplicates by Idempotency-Key, counts applications per key.
 // ---------------------------------------------------------------------------------------------
-
-type remoteReply struct {
-	Receipt   string `json:"receipt"`
-	Duplicate bool   `json:"duplicate"`
-}
-
-type dedupServer struct {
-	*httptest.Server
-	mu       sync.Mutex
-	calls    map[string]int
-	applied  map[string]int
-	receipts map[string]string
-	seq      int
-}
-
-func newDedupServer(t testing.TB) *dedupServer {
-	d := &dedupServer{calls: map[string]int{}, applied: map[string]int{}, receipts: map[string]string{}}
-	d.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("Idempotency-Key")
-		if r.Method != http.MethodPost || key == "" {
-			http.Error(w, "want POST with an Idempotency-Key", http.StatusBadRequest)
-			return
-		}
-		d.mu.Lock()
-		d.calls[key]++
-		rc, dup := d.receipts[key]
-		if !dup {
-			d.seq++
-			rc = fmt.Sprintf("rcpt-%d", d.seq)
-			d.receipts[key] = rc
-			d.applied[key]++
-		}
-		d.mu.Unlock()
-		_ = json.NewEncoder(w).Encode(remoteReply{Receipt: rc, Duplicate: dup})
-	}))
-	t.Cleanup(d.Close)
-	return d
-}
-
-// check returns how many of the jobs' effect keys were applied other than exactly once, and
-// the total calls.
-func (d *dedupServer) check(ids []int64, name string) (notOnce, calls int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, id := range ids {
-		k := fmt.Sprintf("job:%d:effect:%s", id, name)
-		if d.applied[k] != 1 {
-			notOnce++
-		}
-		calls += d.calls[k]
-	}
-	return notOnce, calls
-}
 
 // ---------------------------------------------------------------------------------------------
 // Pickup latency: insert -> handler start, for NOTIFY wake-up checks.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/internal/testkit"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -36,7 +37,7 @@ func TestKillAndStopWorkers(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	url := pool.Config().ConnString()
 	c := newClient(t, pool)
-	remote := newDedupServer(t)
+	remote := testkit.NewRemote(t)
 	const n, lease = 900, 2 * time.Second
 	ids := insertN(t, c, n, func(i int) any { return effArgs{N: i} }, &jobs.InsertOpts{Lease: lease})
 
@@ -101,7 +102,7 @@ func TestKillAndStopWorkers(t *testing.T) {
 	waitFor(t, 60*time.Second, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
 	wg.Wait()
 	tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
-	notOnce, calls := remote.check(ids, "charge")
+	notOnce, calls := remote.Check(ids, "charge")
 	seen, conflicts := generationConflicts(all...)
 	worst := time.Duration(0)
 	for _, d := range takeBack {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/internal/testkit"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -43,7 +44,7 @@ func TestSoak(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	url := pool.Config().ConnString()
 	c := newClient(t, pool)
-	remote := newDedupServer(t)
+	remote := testkit.NewRemote(t)
 
 	seq := 0
 	spawn := func() *childProc {
@@ -132,7 +133,7 @@ func TestSoak(t *testing.T) {
 		t.Errorf("not drained 5 min after the chaos: %v", countStates(ctx, pool))
 	}
 	tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
-	notOnce, calls := remote.check(ids, "charge")
+	notOnce, calls := remote.Check(ids, "charge")
 	seen, conflicts := generationConflicts(all...)
 	stale := 0
 	for _, k := range all {
