@@ -65,6 +65,7 @@ type config struct {
 	outDir         string
 	analyze        bool
 	keepDBs        bool
+	phaseDur       time.Duration // phases: every phase this long (0 = the schedule's own)
 }
 
 // defaultSystems run when -systems is not given, in this order within each repetition.
@@ -117,6 +118,7 @@ func parseFlags() config {
 	flag.StringVar(&c.outDir, "out", envOr("BENCH_OUT", "results"), "directory for latest.json and latest.md (env BENCH_OUT)")
 	flag.BoolVar(&c.analyze, "analyze", true, "ANALYZE after pre-inserting a backlog (burn-down, few-workers), as autovacuum would")
 	flag.BoolVar(&c.keepDBs, "keep-dbs", false, "do not drop the per-run databases (debugging)")
+	flag.DurationVar(&c.phaseDur, "phase-duration", 0, "phases: run every phase this long instead of the schedule's own (120s, 120s, 60s, 60s; quick 8s)")
 	flag.Parse()
 	if c.reps <= 0 {
 		c.reps = 3
@@ -225,6 +227,9 @@ func (c config) plan(name string) (scenario.Spec, error) {
 		s.Readers, s.ReaderHold = 4, dur(20*time.Second, 4*time.Second)
 		for _, p := range phaseSchedule {
 			p.Duration = dur(p.Duration, 8*time.Second)
+			if c.phaseDur > 0 {
+				p.Duration = c.phaseDur
+			}
 			s.Phases = append(s.Phases, p)
 		}
 	case scenario.FewWorkers:
