@@ -150,6 +150,11 @@ type Options struct {
 	// lose committed transactions (fsync stays off: a crash of the server processes loses
 	// nothing written to the operating system, only a crash of the machine would).
 	Settings []string
+	// Stock starts the cluster with the distribution's stock settings instead of the speed-ups
+	// tests use (fsync, synchronous_commit, full_page_writes and shared_buffers keep their
+	// defaults; only the address, port, socket, max_connections and logging are set):
+	// benchmarks that publish figures run on it.
+	Stock bool
 }
 
 // StartWith is Start with options. Fault-injection tests use it for a private cluster they
@@ -173,7 +178,7 @@ func StartWith(ctx context.Context, logf func(format string, args ...any), o Opt
 
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		s, err := startOnce(ctx, bin, cred, logf, o.Settings)
+		s, err := startOnce(ctx, bin, cred, logf, o)
 		if err == nil {
 			return s, nil
 		}
@@ -191,7 +196,7 @@ const (
 	ownerFile = "owner.pid"
 )
 
-func startOnce(ctx context.Context, bin *binaries, cred *syscall.Credential, logf func(string, ...any), settings []string) (_ *Server, err error) {
+func startOnce(ctx context.Context, bin *binaries, cred *syscall.Credential, logf func(string, ...any), o Options) (_ *Server, err error) {
 	root, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
 		return nil, err
@@ -215,7 +220,7 @@ func startOnce(ctx context.Context, bin *binaries, cred *syscall.Credential, log
 
 	t0 := time.Now()
 	if out, err := s.run(ctx, bin.initdb, "-D", s.dataDir, "-A", "trust", "-U", "postgres",
-		"--no-sync", "-E", "UTF8", "--locale=C"); err != nil {
+		"--no-sync", "-E", "UTF8", "--locale=C"); err != nil { // --no-sync: initdb's own files only
 		return nil, fmt.Errorf("pgserver: initdb: %w\n%s", err, tail(out, 20))
 	}
 
@@ -224,17 +229,16 @@ func startOnce(ctx context.Context, bin *binaries, cred *syscall.Credential, log
 		return nil, err
 	}
 	optList := []string{
-		"-c fsync=off",
-		"-c synchronous_commit=off",
-		"-c full_page_writes=off",
 		"-c listen_addresses=127.0.0.1",
 		"-c port=" + strconv.Itoa(port),
 		"-c unix_socket_directories='" + root + "'",
 		"-c max_connections=300",
-		"-c shared_buffers=256MB",
 		"-c log_min_messages=warning",
 	}
-	for _, kv := range settings {
+	if !o.Stock {
+		optList = append(optList, "-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off", "-c shared_buffers=256MB")
+	}
+	for _, kv := range o.Settings {
 		optList = append(optList, "-c "+kv)
 	}
 	opts := strings.Join(optList, " ")

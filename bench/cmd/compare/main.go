@@ -34,6 +34,7 @@ import (
 	"github.com/tenureq/tenure/bench/internal/sut"
 	"github.com/tenureq/tenure/bench/internal/sut/riversut"
 	"github.com/tenureq/tenure/bench/internal/sut/tenuresut"
+	"github.com/tenureq/tenure/internal/pgserver"
 )
 
 func main() {
@@ -66,6 +67,9 @@ type config struct {
 	analyze        bool
 	keepDBs        bool
 	phaseDur       time.Duration // phases: every phase this long (0 = the schedule's own)
+	// server: "own" starts a production-like cluster for the comparison (stock settings,
+	// autovacuum on, pg_stat_statements); "url" uses the server of adminURL.
+	server string
 }
 
 // defaultSystems run when -systems is not given, in this order within each repetition.
@@ -114,12 +118,24 @@ func parseFlags() config {
 		" with "+riversut.NameDefault+" only in "+strings.Join(defaultOnlyIn[riversut.NameDefault], " and "))
 	flag.IntVar(&c.workers, "workers", envInt("BENCH_WORKERS", 100), "worker count for burn-down, steady and held-xmin (env BENCH_WORKERS)")
 	flag.IntVar(&c.payload, "payload", envInt("BENCH_PAYLOAD_BYTES", 256), "approximate encoded job args size in bytes (env BENCH_PAYLOAD_BYTES)")
-	flag.StringVar(&c.adminURL, "admin-url", envOr("BENCH_ADMIN_URL", pgutil.DefaultAdminURL), "URL of a database on the server, used to create and drop the per-run databases (env BENCH_ADMIN_URL)")
+	flag.StringVar(&c.adminURL, "admin-url", envOr("BENCH_ADMIN_URL", pgutil.DefaultAdminURL), "with -server url: a database on the server, used to create and drop the per-run databases (env BENCH_ADMIN_URL)")
+	flag.StringVar(&c.server, "server", envOr("BENCH_SERVER", ""), "own: start a production-like PostgreSQL for the run (the distribution's stock settings, autovacuum on, pg_stat_statements); url: use the server of -admin-url (env BENCH_SERVER; default own, or url when -admin-url/BENCH_ADMIN_URL is given)")
 	flag.StringVar(&c.outDir, "out", envOr("BENCH_OUT", "results"), "directory for latest.json and latest.md (env BENCH_OUT)")
 	flag.BoolVar(&c.analyze, "analyze", true, "ANALYZE after pre-inserting a backlog (burn-down, few-workers), as autovacuum would")
 	flag.BoolVar(&c.keepDBs, "keep-dbs", false, "do not drop the per-run databases (debugging)")
 	flag.DurationVar(&c.phaseDur, "phase-duration", 0, "phases: run every phase this long instead of the schedule's own (120s, 120s, 60s, 60s; quick 8s)")
 	flag.Parse()
+	if c.server == "" {
+		c.server = "own"
+		flag.Visit(func(f *flag.Flag) {
+			if f.Name == "admin-url" {
+				c.server = "url"
+			}
+		})
+		if os.Getenv("BENCH_ADMIN_URL") != "" {
+			c.server = "url"
+		}
+	}
 	if c.reps <= 0 {
 		c.reps = 3
 		if c.quick {
@@ -301,6 +317,22 @@ func runCompare(ctx context.Context, c config) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
+	}
+	switch c.server {
+	case "own":
+		srv, err := pgserver.StartWith(ctx, func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }, pgserver.Options{
+			Stock: true, Settings: []string{"autovacuum=on", "shared_preload_libraries=pg_stat_statements"}})
+		if err != nil {
+			return fmt.Errorf("start the benchmark's own PostgreSQL (or use -server url): %w", err)
+		}
+		defer srv.Stop()
+		c.adminURL = srv.URL
+		if err := pgutil.EnableStatements(ctx, c.adminURL); err != nil {
+			fmt.Fprintf(os.Stderr, "compare: pg_stat_statements not available (%v); statement tables omitted\n", err)
+		}
+	case "url":
+	default:
+		return fmt.Errorf("-server %q: want own or url", c.server)
 	}
 	server, err := pgutil.ReadServerInfo(ctx, c.adminURL)
 	if err != nil {

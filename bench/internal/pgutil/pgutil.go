@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"sort"
 	"strings"
 	"time"
 
@@ -342,4 +343,105 @@ func ActiveReaders(ctx context.Context, dbURL, qualifiedTable string, n int, hol
 			<-done
 		}
 	}, nil
+}
+
+// EnableStatements creates the pg_stat_statements extension in the admin database (the server
+// must preload it), so that Statements can read it.
+func EnableStatements(ctx context.Context, adminURL string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+	return err
+}
+
+// Statement is one normalized statement's totals in pg_stat_statements for one database.
+type Statement struct {
+	QueryID    int64   `json:"-"`
+	Query      string  `json:"query"` // its sqlc name ("-- name: X") or its first 80 characters
+	Calls      int64   `json:"calls"`
+	TotalMs    float64 `json:"total_ms"`
+	MeanUs     float64 `json:"mean_us"`
+	Rows       int64   `json:"rows"`
+	SharedBlks int64   `json:"shared_blks"` // hit + read
+	WALBytes   int64   `json:"wal_bytes"`
+}
+
+// Statements returns the top n statements by total execution time that ran in the database
+// of dbURL, read through the server's postgres database (where EnableStatements created the
+// view); nil when pg_stat_statements is not available.
+func Statements(ctx context.Context, dbURL string, n int) []Statement {
+	admin, err := WithDatabase(dbURL, "postgres")
+	if err != nil {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT queryid, query, calls, total_exec_time, rows, shared_blks_hit + shared_blks_read, wal_bytes::bigint
+		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)
+		ORDER BY total_exec_time DESC LIMIT $2`, DatabaseName(dbURL), n)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	var out []Statement
+	for rows.Next() {
+		var st Statement
+		var q string
+		if rows.Scan(&st.QueryID, &q, &st.Calls, &st.TotalMs, &st.Rows, &st.SharedBlks, &st.WALBytes) != nil {
+			return nil
+		}
+		st.Query = statementName(q)
+		if st.Calls > 0 {
+			st.MeanUs = st.TotalMs * 1000 / float64(st.Calls)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// statementName is a statement's sqlc name, else its first 80 characters on one line.
+func statementName(q string) string {
+	if i := strings.Index(q, "-- name: "); i >= 0 {
+		name := q[i+len("-- name: "):]
+		if j := strings.IndexAny(name, " \n"); j >= 0 {
+			name = name[:j]
+		}
+		return name
+	}
+	q = strings.Join(strings.Fields(q), " ")
+	if len(q) > 80 {
+		q = q[:80]
+	}
+	return q
+}
+
+// StatementsSince returns the top n statements of after by execution time spent since before
+// (two Statements snapshots of the same database).
+func StatementsSince(before, after []Statement, n int) []Statement {
+	prev := map[int64]Statement{}
+	for _, s := range before {
+		prev[s.QueryID] = s
+	}
+	var out []Statement
+	for _, s := range after {
+		p := prev[s.QueryID]
+		d := Statement{QueryID: s.QueryID, Query: s.Query, Calls: s.Calls - p.Calls, TotalMs: s.TotalMs - p.TotalMs,
+			Rows: s.Rows - p.Rows, SharedBlks: s.SharedBlks - p.SharedBlks, WALBytes: s.WALBytes - p.WALBytes}
+		if d.Calls <= 0 {
+			continue
+		}
+		d.MeanUs = d.TotalMs * 1000 / float64(d.Calls)
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].TotalMs > out[j].TotalMs })
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
 }

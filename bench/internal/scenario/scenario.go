@@ -111,6 +111,9 @@ type Result struct {
 	MachineCPU float64           `json:"machine_cpu_s"`
 	Settings   map[string]string `json:"settings"`
 	Notes      []string          `json:"notes,omitempty"`
+	// Statements: the run's top statements by execution time over the measured interval, from
+	// pg_stat_statements (when the server loads it: the benchmark's own server does).
+	Statements []pgutil.Statement `json:"statements,omitempty"`
 }
 
 // Metric keys.
@@ -216,6 +219,7 @@ func (r *runner) newSystem(ctx context.Context, workers int, onStart, onDone sut
 
 // meter measures wall time, this process's CPU and the server's CPU over an interval.
 type meter struct {
+	stmts []pgutil.Statement
 	t0    time.Time
 	cpu0  time.Duration
 	busy0 time.Duration
@@ -227,9 +231,10 @@ func (r *runner) startMeter(ctx context.Context) (*meter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server cpu: %w", err)
 	}
+	stmts := pgutil.Statements(ctx, r.spec.DBURL, 1000)
 	srv.Reset()
 	busy, _ := procstat.MachineBusy()
-	return &meter{t0: time.Now(), cpu0: procstat.SelfCPU(), busy0: busy, srv: srv}, nil
+	return &meter{stmts: stmts, t0: time.Now(), cpu0: procstat.SelfCPU(), busy0: busy, srv: srv}, nil
 }
 
 // stop ends the interval; jobs is the CPU denominator. Call before closing the pool.
@@ -239,6 +244,9 @@ func (r *runner) stopMeter(ctx context.Context, m *meter, jobs int64) time.Durat
 	busy, _ := procstat.MachineBusy()
 	attributed, all, err := m.srv.Stop(ctx)
 	m.srv.Close(ctx)
+	if m.stmts != nil {
+		r.res.Statements = pgutil.StatementsSince(m.stmts, pgutil.Statements(ctx, r.spec.DBURL, 1000), 8)
+	}
 	r.res.Elapsed = elapsed.Seconds()
 	r.res.BenchCPU = bench.Seconds()
 	r.res.Jobs = jobs
