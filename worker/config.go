@@ -59,6 +59,14 @@ type Config struct {
 	// Finishers is the number of batched finish writes that may be in flight at once; each
 	// takes whatever finishes accumulated while the others wrote. Default 2.
 	Finishers int
+	// FinishLinger is how long a finisher holding fewer than finishLingerTarget (16) finishes
+	// waits for more before writing them. At low load, when jobs finish one at a time, it turns
+	// one completion statement per job into one per batch (at 200 jobs/s and 20 ms: about 4
+	// jobs per statement), which is most of the database's CPU per job; a job's final state
+	// lands at most FinishLinger later (its handler slot is free at once, and its lease is
+	// heartbeated meanwhile). Under load batches fill while the previous write is in flight and
+	// nothing waits. Default 20ms; negative disables it (every finish is written at once).
+	FinishLinger time.Duration
 
 	// HeartbeatDivisor sets how often running jobs are heartbeated, as a fraction of their lease:
 	// each job every lease/HeartbeatDivisor. Default divisor 3.
@@ -250,6 +258,14 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxFinishBatch == 0 {
 		out.MaxFinishBatch = 500
+	}
+	switch {
+	case out.FinishLinger == 0:
+		out.FinishLinger = 20 * time.Millisecond
+	case out.FinishLinger < 0:
+		out.FinishLinger = 0
+	case out.FinishLinger > time.Second:
+		return out, fmt.Errorf("%w: FinishLinger %v above 1s", ErrInvalidConfig, out.FinishLinger)
 	}
 	if out.HeartbeatDivisor == 0 {
 		out.HeartbeatDivisor = 3

@@ -81,13 +81,19 @@ func landedEarlier(e *execution, r gen.FinishStatesRow) bool {
 	return false
 }
 
+// finishLingerTarget is the batch size at which a finisher stops lingering (FinishLinger).
+const finishLingerTarget = 16
+
 // finisher is one of Config.Finishers goroutines shared by all queues: it takes whatever
-// finishes the queue loops handed over while its previous write was in flight, writes them in
-// batches, and reports each result to the execution's queue loop. It runs until the engine
-// context ends (after every loop has returned, or at Stop's deadline).
+// finishes the queue loops handed over while its previous write was in flight, waits up to
+// FinishLinger for more while the batch is small, writes them in batches, and reports each
+// result to the execution's queue loop. It runs until the engine context ends (after every
+// loop has returned, or at Stop's deadline).
 func (w *Worker) finisher(ctx context.Context) {
 	max := w.cfg.MaxFinishBatch
 	batch := make([]*execution, 0, max)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -95,14 +101,34 @@ func (w *Worker) finisher(ctx context.Context) {
 		case e := <-w.finishCh:
 			batch = append(batch[:0], e)
 		}
-	drain:
+		lingering := false
+	fill:
 		for len(batch) < max {
 			select {
 			case e := <-w.finishCh:
 				batch = append(batch, e)
+				continue
 			default:
-				break drain
 			}
+			if w.cfg.FinishLinger <= 0 || len(batch) >= finishLingerTarget || w.stopping.Load() {
+				break
+			}
+			if !lingering {
+				lingering = true
+				linger.Reset(w.cfg.FinishLinger)
+			}
+			select {
+			case e := <-w.finishCh:
+				batch = append(batch, e)
+			case <-linger.C:
+				lingering = false
+				break fill
+			case <-ctx.Done():
+				break fill
+			}
+		}
+		if lingering && !linger.Stop() {
+			<-linger.C
 		}
 		w.flush(ctx, batch)
 	}

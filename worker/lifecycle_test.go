@@ -247,3 +247,44 @@ func TestStartWarnsAboutUnservedQueue(t *testing.T) {
 	require.Contains(t, out, "kind=slow queue=mail")
 	require.NotContains(t, out, "kind=noop")
 }
+
+// TestFinishLingerBatchesLowLoad: eight jobs whose handlers return 10 ms apart. With a
+// FinishLinger longer than their spread, their completions are written by one statement; with
+// FinishLinger disabled each is written as it comes (several statements). A lone finish is
+// written within the linger.
+func TestFinishLingerBatchesLowLoad(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, linger time.Duration) (statements uint64) {
+		pool := pgtest.NewPool(t)
+		ctx := context.Background()
+		cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 8}})
+		cfg.FinishLinger, cfg.Finishers = linger, 1
+		w, err := worker.New(pool, cfg)
+		require.NoError(t, err)
+		worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error {
+			time.Sleep(time.Duration(job.Args.N) * 10 * time.Millisecond)
+			return nil
+		}, nil)
+		c := newClient(t, pool, w)
+		ps := make([]jobs.InsertManyParams, 8)
+		for i := range ps {
+			ps[i] = jobs.InsertManyParams{Args: noopArgs{N: i}}
+		}
+		_, err = c.InsertMany(ctx, ps)
+		require.NoError(t, err)
+		startWorker(t, w)
+		require.Eventually(t, func() bool { return w.Stats().Succeeded == 8 }, 10*time.Second, 5*time.Millisecond)
+		statements = w.Stats().FinishLatency.Count
+		// A lone job: written within the linger (plus the write itself).
+		_, err = c.Insert(ctx, noopArgs{N: 0}, nil)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return w.Stats().Succeeded == 9 }, linger+5*time.Second, time.Millisecond)
+		return statements
+	}
+	var lingered, immediate uint64
+	t.Run("linger", func(t *testing.T) { lingered = run(t, 500*time.Millisecond) })
+	t.Run("off", func(t *testing.T) { immediate = run(t, -1) })
+	t.Logf("finish statements for 8 staggered jobs: %d with a 500 ms linger, %d without", lingered, immediate)
+	require.Equal(t, uint64(1), lingered)
+	require.Greater(t, immediate, uint64(3))
+}

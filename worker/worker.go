@@ -72,7 +72,10 @@ type Worker struct {
 	// deadlineHit: a Stop caller's context ended before the stop did (what was left was
 	// abandoned).
 	deadlineHit atomic.Bool
-	stopErr     error
+	// stopping: Stop has begun (finishers stop lingering: what a stop waits for is written at
+	// once).
+	stopping atomic.Bool
+	stopErr  error
 }
 
 // claimKinds lists the kinds this worker runs, with the newest payload version it knows of
@@ -466,6 +469,7 @@ func (w *Worker) tighten(plan stopPlan) {
 
 func (w *Worker) stop(ctx context.Context, plan stopPlan) error {
 	abandonedBefore := w.m.finishAbandoned.Load()
+	w.stopping.Store(true)
 	w.cancelSvc() // reclaim, prune, listen: not needed while stopping
 	if dl, ok := ctx.Deadline(); ok {
 		w.log.Info("tenure: stopping: no new claims; running handlers may finish", "deadline_in", time.Until(dl).Round(time.Millisecond).String())
