@@ -635,9 +635,6 @@ SELECT name, spec, kind, queue, next_run_at, last_tick_at, last_enqueued_at, las
        created_at, updated_at, now()::timestamptz AS db_now
 FROM tenure.periodic ORDER BY name;
 
--- name: DeletePeriodic :execrows
-DELETE FROM tenure.periodic WHERE name = @name;
-
 -- ---------------------------------------------------------------------------------------------
 -- Queue pause (jobs/queues.go, worker/pause.go; migration 0006). Workers read the paused set at
 -- Start, on every NOTIFY tenure_queues (sent by SetQueuePaused's transaction) and on a poll.

@@ -713,18 +713,6 @@ func (q *Queries) DeleteJob(ctx context.Context, id int64) (int64, error) {
 	return result.RowsAffected(), nil
 }
 
-const deletePeriodic = `-- name: DeletePeriodic :execrows
-DELETE FROM tenure.periodic WHERE name = $1
-`
-
-func (q *Queries) DeletePeriodic(ctx context.Context, name string) (int64, error) {
-	result, err := q.db.Exec(ctx, deletePeriodic, name)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const deregisterWorker = `-- name: DeregisterWorker :execrows
 DELETE FROM tenure.workers WHERE id = $1::text
 `
