@@ -56,6 +56,10 @@
 //	    deletes a job that is not running (cancel a running one first), with its
 //	    effect-ledger rows; the audit row keeps its queue, kind, state and payload.
 //
+// -json prints list (a page: Jobs and NextAfterID), get (the job) and stats (Bands,
+// TopDeadCodes and Unserved) as JSON, with the field names of package jobs' types; durations
+// are in nanoseconds.
+//
 // # queue
 //
 //	tenure queue list
@@ -72,8 +76,4 @@
 //	tenure periodic list
 //	    the periodic schedules (worker.Config.Periodic): name, spec, kind, queue, next run,
 //	    last job id, its tick and enqueue time, missed ticks; OVERDUE when no worker runs it.
-//
-// -json prints list (a page: Jobs and NextAfterID), get (the job) and stats (Bands,
-// TopDeadCodes and Unserved) as JSON, with the field names of package jobs' types; durations
-// are in nanoseconds.
 package main
