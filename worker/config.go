@@ -116,7 +116,7 @@ type Config struct {
 	FinishRetryMax time.Duration
 	// Middleware wraps every handler, Middleware[0] outermost (see Middleware): the seam for
 	// tracing (package tenureotel), logging or metrics around attempts. Default none. Per-kind
-	// middleware goes in HandlerOptions.Middleware (inside these; docs/guide.md §11 has the
+	// middleware goes in HandlerOptions.Middleware (inside these; docs/guide.md §13 has the
 	// order of every hook).
 	Middleware []Middleware
 
