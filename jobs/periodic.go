@@ -8,7 +8,7 @@ import (
 // PeriodicSchedule is one row of tenure.periodic: a schedule some worker registered
 // (worker.Config.Periodic) and its bookkeeping. Rows outlive the configuration that created
 // them: a schedule removed from every worker stays listed, ever more Overdue (delete its row
-// from tenure.periodic to drop it).
+// from tenure.periodic to drop it; a worker that still lists it writes it again).
 type PeriodicSchedule struct {
 	Name string
 	// Spec is the schedule as the last registering worker described it ("cron */5 * * * *

@@ -266,15 +266,8 @@ func (w *Worker) registerPeriodic(ctx context.Context) error {
 		return err
 	}
 	for _, p := range w.periodic {
-		queue := jobs.DefaultQueue
-		if p.opts.Insert != nil && p.opts.Insert.Queue != "" {
-			queue = p.opts.Insert.Queue
-		} else if info, ok := w.reg.Lookup(p.kind); ok && info.Defaults.Queue != "" {
-			queue = info.Defaults.Queue
-		}
-		if _, err := q.PeriodicUpsert(ctx, gen.PeriodicUpsertParams{Name: p.name, Spec: p.sched.String(), Kind: p.kind,
-			Queue: queue, NextRunAt: p.sched.next(now)}); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("periodic %q: %w", p.name, err)
+		if err := w.upsertPeriodic(ctx, q, p, now); err != nil {
+			return err
 		}
 	}
 	for _, p := range w.periodic {
@@ -284,6 +277,22 @@ func (w *Worker) registerPeriodic(ctx context.Context) error {
 		if err := w.runOnStart(ctx, p); err != nil {
 			return fmt.Errorf("periodic %q: run on start: %w", p.name, err)
 		}
+	}
+	return nil
+}
+
+// upsertPeriodic writes p's row (see PeriodicUpsert) with now, the database's time.
+func (w *Worker) upsertPeriodic(ctx context.Context, q *gen.Queries, p *PeriodicJob, now time.Time) error {
+	queue := jobs.DefaultQueue
+	if p.opts.Insert != nil && p.opts.Insert.Queue != "" {
+		queue = p.opts.Insert.Queue
+	} else if info, ok := w.reg.Lookup(p.kind); ok && info.Defaults.Queue != "" {
+		queue = info.Defaults.Queue
+	}
+	_, err := q.PeriodicUpsert(ctx, gen.PeriodicUpsertParams{Name: p.name, Spec: p.sched.String(), Kind: p.kind,
+		Queue: queue, NextRunAt: p.sched.next(now)})
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) { // no row: unchanged
+		return fmt.Errorf("periodic %q: %w", p.name, err)
 	}
 	return nil
 }
@@ -351,6 +360,11 @@ func (w *Worker) periodicService(ctx context.Context) {
 			w.m.periodicErrors.Add(1)
 			w.engineError(&w.periodicLog, "periodic", err)
 			wait = periodicPollMax
+		}
+		if err == nil && len(rows) < len(names) {
+			// A row was deleted (an operator dropping a schedule some worker still lists):
+			// write it again, from its next tick.
+			w.reregisterPeriodic(ctx, rows, byName)
 		}
 		for _, r := range rows {
 			p := byName[r.Name]
@@ -426,4 +440,24 @@ func (w *Worker) fireTick(ctx context.Context, p *PeriodicJob, t, now time.Time)
 			"missed", missed, "enqueued", enqueue, "tick", latest)
 	}
 	return took, nil
+}
+
+// reregisterPeriodic writes the rows of this worker's schedules that rows lacks.
+func (w *Worker) reregisterPeriodic(ctx context.Context, rows []gen.PeriodicDueRow, byName map[string]*PeriodicJob) {
+	have := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		have[r.Name] = true
+	}
+	rctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+	defer cancel()
+	now, err := w.q.DatabaseNow(rctx)
+	for name, p := range byName {
+		if err == nil && !have[name] {
+			err = w.upsertPeriodic(rctx, w.q, p, now)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		w.m.periodicErrors.Add(1)
+		w.engineError(&w.periodicLog, "periodic", err)
+	}
 }

@@ -305,3 +305,20 @@ func TestPeriodicArgsErrorRetriesTheTick(t *testing.T) {
 			"every tick is covered once")
 	}
 }
+
+// A schedule's row deleted while workers still list it is written again, from its next tick.
+func TestPeriodicRowDeletedIsRegisteredAgain(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	w := periodicWorker(t, pool, "a", tickJob("gone", worker.Every(time.Second), nil))
+	startWorker(t, w)
+	_, err := pool.Exec(context.Background(), "DELETE FROM tenure.periodic WHERE name = 'gone'")
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the row back", func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM tenure.periodic WHERE name = 'gone'").Scan(&n))
+		return n == 1
+	})
+	n := len(tickJobs(t, pool, "gone"))
+	waitFor(t, 10*time.Second, "ticks again", func() bool { return len(tickJobs(t, pool, "gone")) >= n+2 })
+}
