@@ -2,6 +2,10 @@ package cron_test
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,5 +182,104 @@ func TestNextIsConsistent(t *testing.T) {
 			}
 			prev = n
 		}
+	}
+}
+
+// TestNextMatchesBruteForce compares Next with a minute-by-minute search over random
+// expressions, in UTC and in a zone without daylight saving (Asia/Kolkata, +05:30).
+func TestNextMatchesBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	item := func(lo, hi int) string {
+		switch rng.IntN(5) {
+		case 0:
+			return "*"
+		case 1:
+			return fmt.Sprint(lo + rng.IntN(hi-lo+1))
+		case 2:
+			a := lo + rng.IntN(hi-lo+1)
+			b := a + rng.IntN(hi-a+1)
+			return fmt.Sprintf("%d-%d", a, b)
+		case 3:
+			return fmt.Sprintf("*/%d", 1+rng.IntN(hi-lo+1))
+		default:
+			a := lo + rng.IntN(hi-lo+1)
+			return fmt.Sprintf("%d,%d", a, lo+rng.IntN(hi-lo+1))
+		}
+	}
+	kolkata, err := time.LoadLocation("Asia/Kolkata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const horizon = 60 * 24 * 60 // minutes
+	for n := 0; n < 150; n++ {
+		expr := strings.Join([]string{item(0, 59), item(0, 23), item(1, 31), item(1, 12), item(0, 7)}, " ")
+		loc := time.UTC
+		if n%2 == 1 {
+			loc = kolkata
+		}
+		s, err := cron.ParseLocation(expr, loc)
+		if err != nil {
+			continue // e.g. a day of month no selected month has
+		}
+		ref := refSchedule(t, expr)
+		from := time.Date(2026, time.Month(1+rng.IntN(12)), 1+rng.IntN(28), rng.IntN(24), rng.IntN(60), rng.IntN(60), 0, loc)
+		want := time.Time{}
+		for m, u := 0, from.Truncate(time.Minute).Add(time.Minute); m < horizon; m, u = m+1, u.Add(time.Minute) {
+			if ref(u.In(loc)) {
+				want = u
+				break
+			}
+		}
+		got := s.Next(from)
+		if want.IsZero() {
+			if got.Before(from.Add(horizon * time.Minute)) {
+				t.Fatalf("%q in %v from %v: Next %v, brute force found none within 60 days", expr, loc, from, got)
+			}
+			continue
+		}
+		if !got.Equal(want) {
+			t.Fatalf("%q in %v from %v: Next %v, brute force %v", expr, loc, from, got, want)
+		}
+	}
+}
+
+// refSchedule is an independent matcher of expr's fields (ranges, steps, lists; Vixie's
+// day-of-month/day-of-week rule), for TestNextMatchesBruteForce.
+func refSchedule(t *testing.T, expr string) func(time.Time) bool {
+	fs := strings.Fields(expr)
+	set := func(f string, lo, hi int) map[int]bool {
+		out := map[int]bool{}
+		for _, it := range strings.Split(f, ",") {
+			r, st, hasStep := strings.Cut(it, "/")
+			step := 1
+			if hasStep {
+				step, _ = strconv.Atoi(st)
+			}
+			a, b := lo, hi
+			if r != "*" {
+				x, y, isRange := strings.Cut(r, "-")
+				a, _ = strconv.Atoi(x)
+				b = a
+				if isRange {
+					b, _ = strconv.Atoi(y)
+				}
+			}
+			for v := a; v <= b; v += step {
+				out[v] = true
+			}
+		}
+		return out
+	}
+	min, hour, dom, mon, dow := set(fs[0], 0, 59), set(fs[1], 0, 23), set(fs[2], 1, 31), set(fs[3], 1, 12), set(fs[4], 0, 6)
+	if set(fs[4], 0, 7)[7] {
+		dow[0] = true
+	}
+	domStar, dowStar := strings.HasPrefix(fs[2], "*"), strings.HasPrefix(fs[4], "*")
+	return func(w time.Time) bool {
+		day := dom[w.Day()] && dow[int(w.Weekday())]
+		if !domStar && !dowStar {
+			day = dom[w.Day()] || dow[int(w.Weekday())]
+		}
+		return min[w.Minute()] && hour[w.Hour()] && mon[int(w.Month())] && day
 	}
 }
