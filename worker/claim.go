@@ -44,6 +44,10 @@ type claimPlan struct {
 	segs   []segment
 	quota  bandCounts
 	after  bandTimes
+	// full: the watermarks were reset for this claim (it reads every band from its start);
+	// prev holds the watermarks it replaced.
+	full bool
+	prev bandTimes
 }
 
 // startClaim plans a claim of n jobs on the loop and runs its statement on a claim goroutine,
@@ -56,7 +60,8 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	// ClaimStrict statement) cannot bound run_at across bands and walks every future-dated
 	// entry of the higher bands (retries in backoff, scheduled jobs) before reaching what is
 	// due: TestClaimSkipsFutureJobsOfHigherBands.
-	p := claimPlan{n: n, after: q.watermarks()}
+	p := claimPlan{n: n}
+	p.after, p.full, p.prev = q.watermarks()
 	p.segs, p.quota, p.ranked = q.pol.plan(n)
 	q.w.spawn(func() {
 		start := time.Now()
@@ -92,6 +97,10 @@ func (q *queue) recordClaim(r claimResult) {
 		// claims, and a concurrent claimer that skipped those (locked, but then left ready)
 		// must not be allowed to jump past them.
 		q.advance(r.got)
+	}
+	if r.plan.full {
+		w.m.fullClaims.Add(1)
+		q.fullClaimed(r.plan, r.got)
 	}
 	var perBand bandCounts
 	for i := range r.got {
@@ -173,21 +182,43 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStr
 // due at T, every ready job of that band due before T was claimed too (or was locked by
 // another claimer at that instant). The next claims then start the band's index range at T:
 // the index entries left behind by claimed rows (dead versions only VACUUM removes, and which
-// pile up at the front of the range, faster still while a long transaction holds back the
-// xmin horizon) are never walked again. A job that becomes ready behind the watermark anyway
-// (inserted by a transaction that started earlier and committed later, an explicit RunAt in
-// the past, or a row an operator had locked) is found by the periodic full scan: the
-// watermarks reset every watermarkReset.
-const watermarkReset = time.Second
+// pile up at the front of the range, faster still while a long transaction or a report query
+// holds back the xmin horizon) are never walked again, so a claim's cost does not grow with
+// them (TestClaimCostFlatWhileHorizonHeld).
+//
+// A job can still become ready behind a watermark: inserted by a transaction that started
+// before the claim and committed after it, enqueued with an explicit RunAt in the past, or
+// left ready by a claimer whose claim rolled back. Full claims find those: a claim that
+// resets the watermarks and reads every band from its start, and so walks the dead entries
+// once. They run
+//   - when a NOTIFY announced a due job and the watermark claim that followed found nothing
+//     (at most once per watermarkReset): the notified job may be behind the watermark;
+//   - after the listener reconnects (notifications may have been lost);
+//   - periodically as the backstop for everything no notification announces: every
+//     watermarkReset at first, doubling up to watermarkResetMax while full claims find
+//     nothing behind the old watermarks, back to watermarkReset as soon as one does.
+//
+// So while nothing lands behind the watermarks, the walk over dead entries happens once per
+// watermarkResetMax instead of once per claim.
+const (
+	watermarkReset    = time.Second
+	watermarkResetMax = 16 * time.Second
+)
 
 type bandTimes [maxPriority + 1]int64 // unix microseconds per band; 0 = from the start
 
-// watermarks returns the bands' lower bounds for the next claim (loop only).
-func (q *queue) watermarks() bandTimes {
-	if time.Since(q.wmSince) >= watermarkReset {
-		q.wm, q.wmSince = bandTimes{}, time.Now()
+// watermarks returns the bands' lower bounds for the next claim, and whether that claim is
+// a full one (with the watermarks it replaces) (loop only).
+func (q *queue) watermarks() (after bandTimes, full bool, prev bandTimes) {
+	if q.wmEvery == 0 {
+		q.wmEvery = watermarkReset
 	}
-	return q.wm
+	if q.wmForce || time.Since(q.wmSince) >= q.wmEvery {
+		prev = q.wm
+		q.wm, q.wmSince, q.wmForce, q.notified = bandTimes{}, time.Now(), false, false
+		return q.wm, true, prev
+	}
+	return q.wm, false, prev
 }
 
 // advance moves each band's watermark to the newest due time it just claimed (loop only).
@@ -198,6 +229,26 @@ func (q *queue) advance(got []claimed) {
 			q.wm[p] = t
 		}
 	}
+}
+
+// fullClaimed adapts the backstop's period to what a full claim found: a job due before the
+// watermark it replaced had been missed by the watermark claims (loop only).
+func (q *queue) fullClaimed(p claimPlan, got []claimed) {
+	for i := range got {
+		b := got[i].priority
+		if b >= minPriority && b <= maxPriority && got[i].runAt.UnixMicro() < p.prev[b] {
+			q.w.m.claimedBehindWatermark.Add(1)
+			q.wmEvery = watermarkReset
+			return
+		}
+	}
+	q.wmEvery = min(2*q.wmEvery, watermarkResetMax)
+}
+
+// behindSuspected reports whether an empty watermark claim should be followed at once by a
+// full one: a NOTIFY arrived since the last full claim, which is at least watermarkReset old.
+func (q *queue) behindSuspected(p claimPlan) bool {
+	return !p.full && !p.ranked && q.notified && time.Since(q.wmSince) >= watermarkReset
 }
 
 func maxAgeUs(d time.Duration) int64 {

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"github.com/jackc/pgx/v5"
 	"testing"
 	"time"
 
@@ -282,6 +283,122 @@ func TestJobBehindWatermarkIsFound(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a job due before the watermark was never claimed")
 	}
+}
+
+// TestNotifiedJobBehindWatermarkFoundBeforeBackstop: while full claims find nothing behind
+// the watermarks, the backstop's period doubles (1 s, 2 s, 4 s, ...). A job announced by a
+// NOTIFY that the next watermark claim does not find (here: enqueued with a due time an hour
+// in the past) triggers a full claim at once (at most one per second) instead of waiting
+// for the backstop, and is counted as claimed behind the watermark.
+func TestNotifiedJobBehindWatermarkFoundBeforeBackstop(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("waits for the backstop's period to grow (~6 s)")
+	}
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	w, err := worker.New(pool, fastConfig(nil))
+	require.NoError(t, err)
+	seen := make(chan int, 100)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error {
+		seen <- job.Args.N
+		return nil
+	}, nil)
+	c := newClient(t, pool, w)
+	startWorker(t, w)
+	_, err = c.Insert(ctx, noopArgs{N: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, <-seen)
+	// Full claims at t0 (the first claim), t0+2 s and t0+6 s; the next is due at t0+14 s.
+	require.Eventually(t, func() bool { return w.Stats().FullClaims >= 3 }, 15*time.Second, 10*time.Millisecond)
+	full := w.Stats().FullClaims
+	// A job claimed after that full claim sets the watermark again.
+	_, err = c.Insert(ctx, noopArgs{N: 3}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, <-seen)
+	t0 := time.Now()
+	_, err = c.Insert(ctx, noopArgs{N: 2}, &jobs.InsertOpts{RunAt: time.Now().Add(-time.Hour)})
+	require.NoError(t, err)
+	select {
+	case n := <-seen:
+		require.Equal(t, 2, n)
+	case <-time.After(4 * time.Second):
+		t.Fatalf("a notified job behind the watermark waited for the backstop (full claims: %d)", w.Stats().FullClaims)
+	}
+	st := w.Stats()
+	t.Logf("found %v after its insert; full claims %d -> %d", time.Since(t0).Round(time.Millisecond), full, st.FullClaims)
+	require.Equal(t, int64(1), st.ClaimedBehindWatermark)
+	require.Equal(t, full+1, st.FullClaims, "one full claim, triggered by the NOTIFY")
+}
+
+// TestClaimCostFlatWhileHorizonHeld: a REPEATABLE READ transaction holds the xmin horizon
+// while 100,000 jobs are claimed, so their index entries stay in jobs_ready_idx as dead
+// entries no claim can skip cheaply. The engine's claim (from the band's watermark) reads as
+// many buffers after 100,000 claims as after 1,000; a claim from the start of the band (the
+// full claim of the backstop, at most every 1–16 s) walks them all.
+func TestClaimCostFlatWhileHorizonHeld(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("claims 100,000 jobs")
+	}
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	reader, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer reader.Rollback(ctx)
+	var n int64
+	require.NoError(t, reader.QueryRow(ctx, "SELECT count(*) FROM tenure.jobs").Scan(&n)) // takes the snapshot
+
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload, run_at)
+		SELECT 'noop', '{"n":0}', now() - interval '1 hour' + g * interval '10 microseconds' FROM generate_series(1, 102000) g`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "ANALYZE tenure.jobs")
+	require.NoError(t, err)
+	sql, _ := plantest.SQL(t, "ClaimOrdered")
+	bands := []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}
+	noAge := []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}
+	var mark int64 // the engine's watermark for the normal band: newest run_at claimed
+	claim := func(batch int, afterUs int64) []time.Time {
+		after := make([]int64, 9)
+		after[9-jobs.PriorityNormal] = afterUs
+		rows, err := pool.Query(ctx, sql, bands, after, make([]int64, 9), noAge, "default", []int32{1}, []string{"noop"}, batch, "w", []int32{0})
+		require.NoError(t, err)
+		var out []time.Time
+		for rows.Next() {
+			vals, err := rows.Values()
+			require.NoError(t, err)
+			out = append(out, vals[6].(time.Time)) // run_at
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	claimed := 0
+	claimUpTo := func(total int) {
+		for claimed < total {
+			got := claim(min(1000, total-claimed), mark)
+			require.NotEmpty(t, got)
+			for _, r := range got {
+				mark = max(mark, r.UnixMicro())
+			}
+			claimed += len(got)
+		}
+	}
+	cost := func(afterUs int64) int64 {
+		after := make([]int64, 9)
+		after[9-jobs.PriorityNormal] = afterUs
+		plan := plantest.Explain(t, pool, true, sql, bands, after, make([]int64, 9), noAge, "default", []int32{1}, []string{"noop"}, 10, "w", []int32{0})
+		return plan.Buffers()
+	}
+	claimUpTo(1000)
+	at1k := cost(mark)
+	claimUpTo(10000)
+	at10k := cost(mark)
+	claimUpTo(100000)
+	at100k, fullAt100k := cost(mark), cost(0)
+	t.Logf("claim of 10 (buffers) from the watermark after 1,000 / 10,000 / 100,000 dead entries: %d / %d / %d; from the start after 100,000: %d",
+		at1k, at10k, at100k, fullAt100k)
+	require.LessOrEqual(t, at100k, at1k+at1k/2+10, "the watermark claim's cost grew with the dead entries")
+	require.Greater(t, fullAt100k, 10*at100k, "the held horizon did not keep the dead entries (the test measures nothing)")
 }
 
 // TestClaimSkipsFutureJobsOfHigherBands: 300,000 jobs scheduled for tomorrow at priority 3 and

@@ -11,6 +11,7 @@ import (
 // metrics are the engine's in-process counters and histograms (bounded memory).
 type metrics struct {
 	claims, emptyClaims, claimErrors, claimed, claimAsked  atomic.Int64
+	fullClaims, claimedBehindWatermark                     atomic.Int64
 	succeeded, retried, dead, cancelled, released          atomic.Int64
 	staleRejected, finishRetries, finishAbandoned          atomic.Int64
 	heartbeats, heartbeatRows, heartbeatErrors, leasesLost atomic.Int64
@@ -96,6 +97,10 @@ type Stats struct {
 	// ClaimAsked is the sum of the batch sizes claims asked for (free slots at the time);
 	// Claimed/ClaimAsked is the fill ratio.
 	ClaimAsked int64
+	// FullClaims counts claims that read every priority band from its start instead of from
+	// its watermark (see "Watermarks" in claim.go); ClaimedBehindWatermark the jobs they found
+	// that the watermark claims had passed (late-committed inserts, backdated RunAt).
+	FullClaims, ClaimedBehindWatermark int64
 	// Outcomes confirmed by a fenced write.
 	Succeeded, Retried, Dead, Cancelled, Released int64
 	// StaleRejected counts fenced finishes that changed 0 rows: the worker had lost the job.

@@ -55,7 +55,10 @@ type queue struct {
 	hbAll      bool
 	wakeSaved  bool      // a wake-up came while no claimer slept: the next sleep is skipped
 	wm         bandTimes // see watermarks in claim.go
-	wmSince    time.Time
+	wmSince    time.Time // the last full claim (watermarks reset)
+	wmEvery    time.Duration
+	wmForce    bool // the next claim is a full claim
+	notified   bool // a NOTIFY arrived since the last full claim
 	stopping   bool
 	stopFlag   atomic.Bool                  // stopping, for claim goroutines
 	paused     bool                         // an operator paused the queue: start no claim (pause.go)
@@ -203,10 +206,13 @@ func (q *queue) loop(ctx context.Context) {
 				}
 			}
 		case <-q.resyncCh:
-			q.hbAll = true
+			// Notifications may have been lost while the listener was away: heartbeat every
+			// job now, and scan every band from its start.
+			q.hbAll, q.wmForce = true, true
 		case p := <-q.pauseCh:
 			q.pauseChanged(p)
 		case <-q.wakeCh:
+			q.notified = true
 			q.wakeOne()
 		case <-claimTimer.C:
 		case now := <-tick.C:
@@ -373,6 +379,12 @@ func (q *queue) claimed(r claimResult) {
 		q.sleep(c, c.idle, false)
 	case len(r.got) == 0:
 		w.m.emptyClaims.Add(1)
+		if q.behindSuspected(r.plan) {
+			// A NOTIFY announced a due job that this watermark claim did not find: it may
+			// sit behind the watermark. Claim again at once, from the start of every band.
+			q.wmForce, c.idle, c.sleepUntil = true, 0, time.Time{}
+			return
+		}
 		c.idle = q.backoff(c.idle)
 		q.sleep(c, c.idle, true)
 	case len(r.got) == r.n:

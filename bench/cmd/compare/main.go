@@ -65,6 +65,7 @@ type config struct {
 	outDir         string
 	analyze        bool
 	keepDBs        bool
+	phaseDur       time.Duration // phases: every phase this long (0 = the schedule's own)
 }
 
 // defaultSystems run when -systems is not given, in this order within each repetition.
@@ -117,6 +118,7 @@ func parseFlags() config {
 	flag.StringVar(&c.outDir, "out", envOr("BENCH_OUT", "results"), "directory for latest.json and latest.md (env BENCH_OUT)")
 	flag.BoolVar(&c.analyze, "analyze", true, "ANALYZE after pre-inserting a backlog (burn-down, few-workers), as autovacuum would")
 	flag.BoolVar(&c.keepDBs, "keep-dbs", false, "do not drop the per-run databases (debugging)")
+	flag.DurationVar(&c.phaseDur, "phase-duration", 0, "phases: run every phase this long instead of the schedule's own (120s, 120s, 60s, 60s; quick 8s)")
 	flag.Parse()
 	if c.reps <= 0 {
 		c.reps = 3
@@ -183,6 +185,15 @@ func (u unit) label() string {
 	return u.System + "/" + u.BatchAPI
 }
 
+// phaseSchedule is the phases scenario's schedule in a full run (quick: 8 s each): the phases of
+// the public postgresql-job-queue-benchmarking harness that Tenure's issue 17 table reports.
+var phaseSchedule = []scenario.Phase{
+	{Name: "clean", Duration: 120 * time.Second},
+	{Name: "idle-in-tx", Duration: 120 * time.Second, Disturb: scenario.DisturbIdleInTx},
+	{Name: "active-readers", Duration: 60 * time.Second, Disturb: scenario.DisturbReaders},
+	{Name: "recovery", Duration: 60 * time.Second},
+}
+
 // plan returns the Spec template of a scenario (DBURL and System filled in per run).
 func (c config) plan(name string) (scenario.Spec, error) {
 	s := scenario.Spec{Scenario: name, PayloadBytes: c.payload, Batch: 1000, Analyze: c.analyze}
@@ -211,6 +222,16 @@ func (c config) plan(name string) (scenario.Spec, error) {
 		s.Duration, s.Warmup = dur(60*time.Second, 5*time.Second), dur(2*time.Second, time.Second)
 	case scenario.BulkEnqueue:
 		s.Jobs = pick(100_000, 20_000)
+	case scenario.Phases:
+		s.Workers, s.Rate, s.Batch, s.Work = 32, 200, 0, time.Millisecond
+		s.Readers, s.ReaderHold = 4, dur(20*time.Second, 4*time.Second)
+		for _, p := range phaseSchedule {
+			p.Duration = dur(p.Duration, 8*time.Second)
+			if c.phaseDur > 0 {
+				p.Duration = c.phaseDur
+			}
+			s.Phases = append(s.Phases, p)
+		}
 	case scenario.FewWorkers:
 		s.Workers, s.Work = 8, time.Millisecond
 		s.Duration, s.Jobs = dur(30*time.Second, 5*time.Second), pick(250_000, 15_000)

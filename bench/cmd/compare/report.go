@@ -69,6 +69,24 @@ var scenarioDefs = map[string][]metricDef{
 	},
 }
 
+func init() {
+	var defs []metricDef
+	for _, p := range phaseSchedule {
+		for _, d := range []metricDef{
+			{scenario.MP50, "pickup latency p50", "ms", false},
+			{scenario.MP95, "pickup latency p95", "ms", false},
+			{scenario.MP99, "pickup latency p99", "ms", false},
+			{scenario.MCompletedPerS, "completed (offered 200)", "jobs/s", true},
+			{scenario.MDepthMax, "claimable backlog, max", "jobs", false},
+			{scenario.MBacklogEnd, "unfinished at phase end", "jobs", false},
+		} {
+			d.Key, d.Label = scenario.PhaseMetric(p.Name, d.Key), p.Name+": "+d.Label
+			defs = append(defs, d)
+		}
+	}
+	scenarioDefs[scenario.Phases] = defs
+}
+
 func metricValue(r *scenario.Result, key string) (float64, bool) {
 	switch key {
 	case dBenchCPU:
@@ -180,6 +198,8 @@ type scenarioConfig struct {
 	RatePerS      int     `json:"offered_rate_per_s,omitempty"`
 	HandlerWorkMS float64 `json:"handler_work_ms"`
 	HoldXmin      bool    `json:"hold_xmin,omitempty"`
+	// Phases describes the phases scenario's schedule, e.g. "clean 120s, idle-in-tx 120s (...)".
+	Phases string `json:"phases,omitempty"`
 }
 
 const latencyDefinition = "enqueue-commit → handler-start: from the moment the insert call returns " +
@@ -258,6 +278,18 @@ func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerI
 		if name == scenario.BurnDown {
 			sc.TimeLimitS, sc.DurationS = sc.DurationS, 0
 		}
+		var ph []string
+		for _, p := range s.Phases {
+			d := p.Name + " " + p.Duration.String()
+			switch p.Disturb {
+			case scenario.DisturbIdleInTx:
+				d += " (one session holds BEGIN; SELECT txid_current())"
+			case scenario.DisturbReaders:
+				d += fmt.Sprintf(" (%d sessions keep %s REPEATABLE READ transactions scanning the queue table every 100 ms)", s.Readers, s.ReaderHold)
+			}
+			ph = append(ph, d)
+		}
+		sc.Phases = strings.Join(ph, ", ")
 		rep.Config.Scenarios[name] = sc
 	}
 
@@ -718,6 +750,9 @@ func describeScenario(s scenarioConfig) string {
 	}
 	if s.HoldXmin {
 		p = append(p, "xmin held by an open transaction")
+	}
+	if s.Phases != "" {
+		p = append(p, "phases: "+s.Phases)
 	}
 	return strings.Join(p, ", ")
 }

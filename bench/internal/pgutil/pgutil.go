@@ -286,3 +286,60 @@ func HoldXmin(ctx context.Context, dbURL string) (release func(), err error) {
 		_ = conn.Close(c)
 	}, nil
 }
+
+// ActiveReaders starts n sessions on dbURL that each keep a REPEATABLE READ transaction open
+// for hold and scan qualifiedTable in it every 100 ms (a report query that reads the queue
+// table), then commit and begin the next. Their starts are staggered by hold/n, so at every
+// instant some snapshot up to hold old pins the xmin horizon while the sessions also compete
+// for the CPU. release stops them and waits until every session has ended.
+func ActiveReaders(ctx context.Context, dbURL, qualifiedTable string, n int, hold time.Duration) (release func(), err error) {
+	conns := make([]*pgx.Conn, 0, n)
+	for range n {
+		c, err := pgx.Connect(ctx, dbURL)
+		if err != nil {
+			for _, c := range conns {
+				_ = c.Close(ctx)
+			}
+			return nil, err
+		}
+		conns = append(conns, c)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{}, n)
+	query := "SELECT count(*), max(id) FROM " + qualifiedTable
+	for i, c := range conns {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			defer func() { _ = c.Close(context.Background()) }()
+			select { // stagger
+			case <-time.After(time.Duration(i) * hold / time.Duration(max(1, n))):
+			case <-rctx.Done():
+				return
+			}
+			for rctx.Err() == nil {
+				tx, err := c.BeginTx(rctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+				if err != nil {
+					return
+				}
+				end := time.Now().Add(hold)
+				for rctx.Err() == nil && time.Now().Before(end) {
+					var cnt, maxID *int64
+					if err := tx.QueryRow(rctx, query).Scan(&cnt, &maxID); err != nil {
+						break
+					}
+					select {
+					case <-time.After(100 * time.Millisecond):
+					case <-rctx.Done():
+					}
+				}
+				_ = tx.Rollback(context.Background())
+			}
+		}()
+	}
+	return func() {
+		cancel()
+		for range conns {
+			<-done
+		}
+	}, nil
+}

@@ -29,10 +29,11 @@ const (
 	BulkEnqueue = "bulk-enqueue"
 	HeldXmin    = "held-xmin"
 	FewWorkers  = "few-workers"
+	Phases      = "phases"
 )
 
 // All lists the scenarios in report order.
-var All = []string{BurnDown, Steady, Latency, BulkEnqueue, HeldXmin, FewWorkers}
+var All = []string{BurnDown, Steady, Latency, BulkEnqueue, HeldXmin, FewWorkers, Phases}
 
 // RunsWorkers says whether a scenario starts the queue's workers (bulk-enqueue only inserts).
 func RunsWorkers(name string) bool { return name != BulkEnqueue }
@@ -57,7 +58,37 @@ type Spec struct {
 	BatchAPI     string        `json:"batch_api"`
 	Analyze      bool          `json:"analyze"`      // ANALYZE after pre-inserting a backlog
 	StopTimeout  time.Duration `json:"stop_timeout"` // graceful stop budget after the measurement
+	// Phases: the phases scenario's schedule (latency's open-loop load throughout).
+	Phases []Phase `json:"phases,omitempty"`
+	// Readers and ReaderHold: the active-readers disturbance (sessions, transaction length).
+	Readers    int           `json:"readers,omitempty"`
+	ReaderHold time.Duration `json:"reader_hold,omitempty"`
 }
+
+// Phase is one interval of the phases scenario and the disturbance applied during it.
+type Phase struct {
+	Name     string        `json:"name"`
+	Duration time.Duration `json:"duration"`
+	Disturb  string        `json:"disturb,omitempty"` // "", DisturbIdleInTx or DisturbReaders
+}
+
+// Disturbances of a phase.
+const (
+	// DisturbIdleInTx: one session holds BEGIN; SELECT txid_current() for the whole phase.
+	DisturbIdleInTx = "idle-in-tx"
+	// DisturbReaders: Readers sessions keep REPEATABLE READ transactions of ReaderHold open,
+	// scanning the queue table every 100 ms (pgutil.ActiveReaders).
+	DisturbReaders = "active-readers"
+)
+
+// PhaseMetric names a per-phase metric: "<phase>/<metric>".
+func PhaseMetric(phase, metric string) string { return phase + "/" + metric }
+
+// Per-phase metric keys beyond the latency ones.
+const (
+	MDepthMax   = "depth_max"   // largest claimable backlog sampled (every 250 ms) in the phase
+	MBacklogEnd = "backlog_end" // jobs inserted but not started when the phase ended
+)
 
 // Result is one run's raw measurements.
 type Result struct {
@@ -136,6 +167,8 @@ func Run(ctx context.Context, spec Spec, publish func(*Result)) error {
 		err = r.bulk(ctx)
 	case FewWorkers:
 		err = r.fewWorkers(ctx)
+	case Phases:
+		err = r.phases(ctx)
 	default:
 		err = fmt.Errorf("unknown scenario %q", spec.Scenario)
 	}
@@ -619,6 +652,168 @@ func (r *runner) fewWorkers(ctx context.Context) error {
 	r.res.Metrics[MCompletedPerS] = float64(nDone) / elapsed.Seconds()
 	if nDone >= int64(r.spec.Jobs) {
 		r.note("backlog of %d ran out before the end of the run: throughput is a lower bound", r.spec.Jobs)
+	}
+	r.publish()
+	return nil
+}
+
+// phases offers Rate jobs/s (each inserted alone, open loop, as in latency) through a schedule
+// of phases, each with its own disturbance of the database (the phase schedule of the public
+// postgresql-job-queue-benchmarking harness: clean, idle-in-tx, active-readers, recovery), and
+// reports pickup latency, throughput and backlog per phase: a queue that falls behind under a
+// disturbance shows it as a growing backlog and as latency in the phases after it.
+func (r *runner) phases(ctx context.Context) error {
+	var done, inserted atomic.Int64
+	tr := newPickupTracker(0)
+	tr.usePhases(len(r.spec.Phases))
+	sys, err := r.newSystem(ctx, r.spec.Workers,
+		func(a *sut.BenchArgs) { tr.started(a.Seq) },
+		func(*sut.BenchArgs) { done.Add(1) })
+	if err != nil {
+		return err
+	}
+	if err := sys.Start(ctx); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	defer r.stopSystem(sys)
+	time.Sleep(500 * time.Millisecond)
+	m, err := r.startMeter(ctx)
+	if err != nil {
+		return err
+	}
+	tr.startClock(0)
+	seqCh := make(chan int64, 4096)
+	var wg sync.WaitGroup
+	var insertErrs atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seq := make([]int64, 1)
+			for s := range seqCh {
+				if err := sys.Insert(ctx, sut.BenchArgs{Pad: r.pad, Seq: s}); err != nil {
+					if insertErrs.Add(1) <= 3 {
+						logf("insert: %v", err)
+					}
+					continue
+				}
+				seq[0] = s
+				tr.committed(seq)
+				inserted.Add(1)
+			}
+		}()
+	}
+	// Depth sampler: the largest claimable backlog per phase.
+	var phaseIdx atomic.Int64
+	depthMax := make([]atomic.Int64, len(r.spec.Phases))
+	sampleStop := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sampleStop:
+				return
+			case <-t.C:
+			}
+			dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			d, err := sys.Depth(dctx)
+			cancel()
+			if err != nil {
+				continue
+			}
+			i := phaseIdx.Load()
+			if d > depthMax[i].Load() {
+				depthMax[i].Store(d)
+			}
+		}
+	}()
+	rate := max(1, r.spec.Rate)
+	interval := time.Second / time.Duration(rate)
+	var seq int64
+	var late int
+	for i, ph := range r.spec.Phases {
+		var release func()
+		switch ph.Disturb {
+		case DisturbIdleInTx:
+			release, err = pgutil.HoldXmin(ctx, r.spec.DBURL)
+		case DisturbReaders:
+			release, err = pgutil.ActiveReaders(ctx, r.spec.DBURL, r.drv.QueueTable, max(1, r.spec.Readers),
+				cmp.Or(r.spec.ReaderHold, 10*time.Second))
+		}
+		if err != nil {
+			close(seqCh)
+			wg.Wait()
+			return fmt.Errorf("phase %s: %w", ph.Name, err)
+		}
+		phaseIdx.Store(int64(i))
+		tr.beginPhase(i)
+		done0 := done.Load()
+		logf("phase %s (%s, %s)", ph.Name, cmp.Or(ph.Disturb, "no disturbance"), ph.Duration)
+		start := time.Now()
+		total := int(ph.Duration / interval)
+		for k := range total {
+			if ctx.Err() != nil {
+				break
+			}
+			if d := time.Until(start.Add(time.Duration(k) * interval)); d > 0 {
+				time.Sleep(d)
+			} else if d < -10*time.Millisecond {
+				late++
+			}
+			seqCh <- seq
+			seq++
+		}
+		if d := time.Until(start.Add(ph.Duration)); d > 0 {
+			time.Sleep(d)
+		}
+		elapsed := time.Since(start)
+		if release != nil {
+			release()
+		}
+		nDone := done.Load() - done0
+		r.res.Metrics[PhaseMetric(ph.Name, MCompletedPerS)] = float64(nDone) / elapsed.Seconds()
+		r.res.Metrics[PhaseMetric(ph.Name, MBacklogEnd)] = float64(max(0, inserted.Load()-done.Load()))
+		logf("  completed %.0f/s, backlog %d", float64(nDone)/elapsed.Seconds(), inserted.Load()-done.Load())
+		if ctx.Err() != nil {
+			close(seqCh)
+			wg.Wait()
+			return fmt.Errorf("interrupted: %w", ctx.Err())
+		}
+	}
+	close(seqCh)
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for done.Load() < inserted.Load() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(sampleStop)
+	sampler.Wait()
+	nDone := done.Load()
+	elapsed := r.stopMeter(ctx, m, nDone)
+	for i, ph := range r.spec.Phases {
+		h := tr.phaseSnapshot(i)
+		r.res.Metrics[PhaseMetric(ph.Name, MP50)] = h.Quantile(0.50) / 1000
+		r.res.Metrics[PhaseMetric(ph.Name, MP95)] = h.Quantile(0.95) / 1000
+		r.res.Metrics[PhaseMetric(ph.Name, MP99)] = h.Quantile(0.99) / 1000
+		r.res.Metrics[PhaseMetric(ph.Name, MDepthMax)] = float64(depthMax[i].Load())
+	}
+	h := tr.snapshot()
+	r.res.Metrics[MP50] = h.Quantile(0.50) / 1000
+	r.res.Metrics[MP99] = h.Quantile(0.99) / 1000
+	r.res.Metrics[MLatencyN] = float64(h.Count())
+	r.res.Metrics[MCompletedPerS] = float64(nDone) / elapsed.Seconds()
+	if late > 0 {
+		r.note("%d of %d inserts were dispatched more than 10ms late", late, seq)
+	}
+	if n := insertErrs.Load(); n > 0 {
+		r.note("%d inserts failed", n)
+	}
+	if nDone < inserted.Load() {
+		r.note("%d jobs had not started 10s after the last insert", inserted.Load()-nDone)
 	}
 	r.publish()
 	return nil

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +20,27 @@ type pickupTracker struct {
 	from   atomic.Int64 // jobs committed before base+from (ns) are not recorded (warm-up)
 	shards [64]trackerShard
 	rec    *hist.Recorder
+	// Phases (optional, see usePhases): jobs committed from phaseAt[i] (ns since base) on are
+	// recorded in phaseRec[i] as well as in rec.
+	phaseAt  []atomic.Int64
+	phaseRec []*hist.Recorder
 }
+
+// usePhases prepares n per-phase histograms; beginPhase(i) starts phase i's interval.
+func (t *pickupTracker) usePhases(n int) {
+	t.phaseAt = make([]atomic.Int64, n)
+	t.phaseRec = make([]*hist.Recorder, n)
+	for i := range n {
+		t.phaseAt[i].Store(math.MaxInt64)
+		t.phaseRec[i] = hist.NewRecorder()
+	}
+}
+
+// beginPhase makes jobs committed from now on count for phase i.
+func (t *pickupTracker) beginPhase(i int) { t.phaseAt[i].Store(int64(time.Since(t.base))) }
+
+// phaseSnapshot returns phase i's histogram.
+func (t *pickupTracker) phaseSnapshot(i int) *hist.Histogram { return t.phaseRec[i].Snapshot() }
 
 type trackerShard struct {
 	mu sync.Mutex
@@ -77,6 +98,12 @@ func (t *pickupTracker) record(commitAt, startAt int64) {
 		return
 	}
 	t.rec.RecordDuration(time.Duration(startAt - commitAt))
+	for i := len(t.phaseAt) - 1; i >= 0; i-- {
+		if commitAt >= t.phaseAt[i].Load() {
+			t.phaseRec[i].RecordDuration(time.Duration(startAt - commitAt))
+			break
+		}
+	}
 }
 
 func (t *pickupTracker) snapshot() *hist.Histogram { return t.rec.Snapshot() }
