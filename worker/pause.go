@@ -87,6 +87,7 @@ func (q *queue) pauseChanged(p bool) {
 		return
 	}
 	q.w.log.Info("tenure: queue resumed", "queue", q.name)
+	q.wmForce = true // the first claim after a pause scans every band from its start
 	for i := range q.claimers {
 		if c := &q.claimers[i]; !c.busy {
 			c.sleepUntil, c.idle = time.Time{}, 0
