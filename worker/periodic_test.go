@@ -151,15 +151,23 @@ func TestPeriodicOneJobPerTickAcrossWorkers(t *testing.T) {
 	got := tickJobs(t, pool, "every-second")
 	require.GreaterOrEqual(t, len(got), 4, "ticks in 6 s")
 	require.Equal(t, int64(len(got)), enqueued, "jobs in the table = enqueues the workers counted")
+	missed := 0
 	for i, r := range got {
-		require.Zero(t, r.Args.Missed)
+		missed += r.Args.Missed
 		require.Equal(t, r.Args.At, r.Args.At.Truncate(time.Second), "ticks are whole seconds")
 		d := r.RunAt.Sub(r.Args.At)
 		require.True(t, d >= 0 && d < jitter, "run_at %v is tick %v + %v, want [0, %v)", r.RunAt, r.Args.At, d, jitter)
 		if i > 0 {
-			require.Equal(t, time.Second, r.Args.At.Sub(got[i-1].Args.At), "tick %d follows tick %d by one period (no gap, no duplicate)", i, i-1)
+			// One period after the previous tick, or, if every worker fell more than a period
+			// behind (a starved machine), the catch-up job's Missed accounts for the rest.
+			require.Equal(t, time.Duration(1+r.Args.Missed)*time.Second, r.Args.At.Sub(got[i-1].Args.At),
+				"tick %d follows tick %d with no gap and no duplicate", i, i-1)
 		}
 	}
+	if missed > 0 {
+		t.Logf("%d ticks were caught up (CatchUpOnce) rather than enqueued on their own: the workers fell behind", missed)
+	}
+	require.LessOrEqual(t, missed, 2)
 	require.Empty(t, tickJobs(t, pool, "hourly"), "no hourly tick passed")
 	c := newClient(t, pool, nil)
 	ps, err := c.Periodic(context.Background())
