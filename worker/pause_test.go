@@ -156,3 +156,22 @@ func countQueueState(t testing.TB, pool *pgxpool.Pool, queue, state string) int 
 	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM tenure.jobs WHERE queue = $1 AND state = $2", queue, state).Scan(&n))
 	return n
 }
+
+// The poll is the backstop of the NOTIFY: a pause written without a notification (as if it was
+// lost) is seen within QueueStateEvery, and so is the resume.
+func TestPausePollBackstop(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	w := pauseWorker(t, pool, "poller", 200*time.Millisecond)
+	startWorker(t, w)
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.queues (name, paused, paused_at, updated_by, reason) VALUES ('other', true, now(), 'sql', 'no notify')`)
+	require.NoError(t, err)
+	start := time.Now()
+	waitFor(t, 2*time.Second, "the poll to see the pause", func() bool { return len(w.Stats().PausedQueues) == 1 })
+	require.Equal(t, []string{"other"}, w.Stats().PausedQueues)
+	require.Less(t, time.Since(start), time.Second)
+	_, err = pool.Exec(ctx, `UPDATE tenure.queues SET paused = false, paused_at = NULL WHERE name = 'other'`)
+	require.NoError(t, err)
+	waitFor(t, 2*time.Second, "the poll to see the resume", func() bool { return len(w.Stats().PausedQueues) == 0 })
+}
