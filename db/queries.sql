@@ -570,3 +570,105 @@ SELECT queue, kind, priority, coalesce(last_error_code, 'NONE')::text AS code, c
 FROM tenure.jobs
 WHERE state = 'dead'
 GROUP BY queue, kind, priority, last_error_code;
+
+-- ---------------------------------------------------------------------------------------------
+-- Periodic schedules (worker/periodic.go; migration 0006). Each tick is enqueued at most once:
+-- PeriodicAdvance moves next_run_at from the tick to the next one only if it still holds the
+-- tick (and skips a row another worker has locked), and the job is inserted in that same
+-- transaction.
+-- ---------------------------------------------------------------------------------------------
+
+-- name: DatabaseNow :one
+SELECT now()::timestamptz AS now;
+
+-- name: PeriodicUpsert :one
+-- Registers a schedule at worker start. An existing row keeps its next tick unless its spec
+-- changed (then the schedule restarts at the new spec's first tick, @next_run_at).
+INSERT INTO tenure.periodic (name, spec, kind, queue, next_run_at)
+VALUES (@name, @spec, @kind, @queue, @next_run_at)
+ON CONFLICT (name) DO UPDATE
+SET spec        = excluded.spec,
+    kind        = excluded.kind,
+    queue       = excluded.queue,
+    next_run_at = CASE WHEN periodic.spec = excluded.spec THEN periodic.next_run_at ELSE excluded.next_run_at END,
+    updated_at  = now()
+WHERE periodic.spec <> excluded.spec OR periodic.kind <> excluded.kind OR periodic.queue <> excluded.queue
+RETURNING next_run_at;
+
+-- name: PeriodicDue :many
+-- The next tick of each named schedule, with the database clock.
+SELECT name, next_run_at, now()::timestamptz AS db_now
+FROM tenure.periodic WHERE name = ANY(@names::text[])
+ORDER BY name;
+
+-- name: PeriodicAdvance :one
+-- Moves a schedule from tick @tick to @next_run_at, if it is still at @tick and no other
+-- worker holds the row. No row: another worker took (or is taking) this tick.
+UPDATE tenure.periodic
+SET next_run_at      = @next_run_at,
+    last_tick_at     = @tick,
+    last_enqueued_at = CASE WHEN sqlc.arg(enqueue)::boolean THEN now() ELSE periodic.last_enqueued_at END,
+    missed           = periodic.missed + sqlc.arg(missed)::bigint,
+    updated_at       = now()
+WHERE periodic.name = (SELECT c.name FROM tenure.periodic c
+                WHERE c.name = @name AND c.next_run_at = @tick
+                FOR UPDATE SKIP LOCKED)
+RETURNING periodic.name;
+
+-- name: PeriodicRunOnStart :one
+-- A worker's run-on-start tick: taken only if nothing was enqueued for the schedule within
+-- @gap_us (the row lock serializes workers starting together; the later ones see the first's
+-- last_enqueued_at). No row: not taken.
+UPDATE tenure.periodic
+SET last_enqueued_at = now(),
+    last_tick_at     = now(),
+    updated_at       = now()
+WHERE periodic.name = @name
+  AND (periodic.last_enqueued_at IS NULL OR periodic.last_enqueued_at <= now() - sqlc.arg(gap_us)::bigint * interval '1 microsecond')
+RETURNING periodic.last_tick_at;
+
+-- name: PeriodicSetJob :exec
+UPDATE tenure.periodic SET last_job_id = @job_id WHERE name = @name;
+
+-- name: ListPeriodic :many
+SELECT name, spec, kind, queue, next_run_at, last_tick_at, last_enqueued_at, last_job_id, missed,
+       created_at, updated_at, now()::timestamptz AS db_now
+FROM tenure.periodic ORDER BY name;
+
+-- ---------------------------------------------------------------------------------------------
+-- Queue pause (jobs/queues.go, worker/pause.go; migration 0006). Workers read the paused set at
+-- Start, on every NOTIFY tenure_queues (sent by SetQueuePaused's transaction) and on a poll.
+-- ---------------------------------------------------------------------------------------------
+
+-- name: LockQueueState :many
+SELECT paused FROM tenure.queues WHERE name = @name FOR UPDATE;
+
+-- name: SetQueuePaused :one
+INSERT INTO tenure.queues AS q (name, paused, paused_at, updated_by, reason)
+VALUES (@name, @paused::boolean, CASE WHEN @paused::boolean THEN now() END, @actor, @reason)
+ON CONFLICT (name) DO UPDATE
+SET paused     = excluded.paused,
+    paused_at  = CASE WHEN NOT excluded.paused THEN NULL ELSE coalesce(q.paused_at, now()) END,
+    updated_by = excluded.updated_by,
+    reason     = excluded.reason,
+    updated_at = now()
+RETURNING q.name, q.paused, q.paused_at, q.updated_by, q.reason, q.updated_at;
+
+-- name: NotifyQueueState :exec
+SELECT pg_notify('tenure_queues', @queue::text);
+
+-- name: PausedQueues :many
+SELECT name FROM tenure.queues WHERE paused AND name = ANY(@names::text[]) ORDER BY name;
+
+-- name: ListQueueStates :many
+-- Queues an operator acted on, or that a live worker serves, with their pause state and the
+-- number of live workers serving each.
+WITH names AS (
+    SELECT name FROM tenure.queues
+    UNION
+    SELECT jsonb_object_keys(w.queues) FROM tenure.workers w WHERE w.expires_at > now()
+)
+SELECT n.name::text AS name, coalesce(q.paused, false) AS paused, q.paused_at, q.updated_by, q.reason, q.updated_at,
+       (SELECT count(*) FROM tenure.workers w WHERE w.expires_at > now() AND w.queues ? n.name)::integer AS workers
+FROM names n LEFT JOIN tenure.queues q ON q.name = n.name
+ORDER BY n.name;

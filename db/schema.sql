@@ -111,7 +111,7 @@ CREATE TABLE tenure.audit (
 
     CONSTRAINT audit_actor_len  CHECK (char_length(actor) BETWEEN 1 AND 200),
     CONSTRAINT audit_reason_len CHECK (char_length(reason) BETWEEN 1 AND 2000),
-    CONSTRAINT audit_action     CHECK (action IN ('reinject', 'cancel', 'purge', 'prune', 'retry', 'delete'))
+    CONSTRAINT audit_action     CHECK (action IN ('reinject', 'cancel', 'purge', 'prune', 'retry', 'delete', 'pause', 'resume'))
 );
 
 CREATE INDEX audit_job_idx ON tenure.audit (job_id, id);
@@ -138,4 +138,40 @@ CREATE TABLE tenure.workers (
     CONSTRAINT workers_queues_object  CHECK (jsonb_typeof(queues) = 'object'),
     CONSTRAINT workers_counters_object CHECK (jsonb_typeof(counters) = 'object'),
     CONSTRAINT workers_expiry_after   CHECK (expires_at > heartbeat_at)
+);
+
+-- Periodic schedules (migration 0006): one row per schedule name, holding its next tick. A
+-- worker enqueues tick T only in the transaction whose conditional UPDATE moved next_run_at
+-- from T to a later tick, so each tick is enqueued at most once whatever the number of workers.
+CREATE TABLE tenure.periodic (
+    name             text        PRIMARY KEY,
+    spec             text        NOT NULL,
+    kind             text        NOT NULL,
+    queue            text        NOT NULL,
+    next_run_at      timestamptz NOT NULL,
+    last_tick_at     timestamptz,
+    last_enqueued_at timestamptz,
+    last_job_id      bigint,
+    missed           bigint      NOT NULL DEFAULT 0,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+
+    CONSTRAINT periodic_name_len CHECK (char_length(name) BETWEEN 1 AND 200),
+    CONSTRAINT periodic_spec_len CHECK (char_length(spec) BETWEEN 1 AND 300),
+    CONSTRAINT periodic_missed   CHECK (missed >= 0)
+);
+
+-- Operator state per queue (migration 0006). A paused queue is not claimed from by any worker.
+CREATE TABLE tenure.queues (
+    name       text        PRIMARY KEY,
+    paused     boolean     NOT NULL DEFAULT false,
+    paused_at  timestamptz,
+    updated_by text        NOT NULL,
+    reason     text        NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+
+    CONSTRAINT queues_name_len    CHECK (char_length(name) BETWEEN 1 AND 128),
+    CONSTRAINT queues_paused_at   CHECK (paused = (paused_at IS NOT NULL)),
+    CONSTRAINT queues_actor_len   CHECK (char_length(updated_by) BETWEEN 1 AND 200),
+    CONSTRAINT queues_reason_len  CHECK (char_length(reason) BETWEEN 1 AND 2000)
 );

@@ -80,6 +80,6 @@ func ExampleClient_Workers() {
 	ws, _ = client.Workers(ctx)
 	fmt.Println(len(ws), "registered after a graceful stop")
 	// Output:
-	// billing-1 map[billing:{8}] expired: false heartbeat under 5s: true
+	// billing-1 map[billing:{8 false}] expired: false heartbeat under 5s: true
 	// 0 registered after a graceful stop
 }

@@ -10,6 +10,9 @@ import (
 // WorkerQueue is one queue a registered worker works, as it registered it.
 type WorkerQueue struct {
 	Concurrency int `json:"concurrency"`
+	// Paused reports that the worker saw the queue paused (jobs.Client.PauseQueue) at its
+	// last registry write, and claims nothing from it.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // WorkerInfo is one row of the worker registry (tenure.workers): a worker process that is

@@ -123,8 +123,19 @@ type Config struct {
 	// lease. Default 2s.
 	FinishRetryMax time.Duration
 	// Middleware wraps every handler, Middleware[0] outermost (see Middleware): the seam for
-	// tracing (package tenureotel), logging or metrics around attempts. Default none.
+	// tracing (package tenureotel), logging or metrics around attempts. Default none. Per-kind
+	// middleware goes in HandlerOptions.Middleware (inside these; docs/guide.md §13 has the
+	// order of every hook).
 	Middleware []Middleware
+
+	// Periodic lists the periodic jobs (cron or interval schedules) this worker enqueues; build
+	// them with NewPeriodicJob. Workers that list the same name share the schedule and each tick
+	// is enqueued once between them (see PeriodicJob). A schedule's kind must be registered in
+	// Registry by Start. Default none.
+	Periodic []PeriodicJob
+	// QueueStateEvery is how often the worker reads which of its queues an operator paused
+	// (jobs.Client.PauseQueue), as a backstop for the NOTIFY that tells it at once. Default 1s.
+	QueueStateEvery time.Duration
 }
 
 // QueueConfig configures one queue.
@@ -156,6 +167,9 @@ type HandlerOptions struct {
 	Priority    int
 	// Upgraders convert payloads stored by older versions of the args type.
 	Upgraders []generics.Upgrader
+	// Middleware wraps this kind's handler only, inside Config.Middleware (Middleware[0]
+	// outermost of these). Default none.
+	Middleware []Middleware
 }
 
 const (
@@ -231,6 +245,9 @@ func (c *Config) withDefaults() (Config, error) {
 			out.EngineConns += q.Claimers
 		}
 	}
+	if len(out.Periodic) > 0 && c != nil && c.EngineConns == 0 {
+		out.EngineConns++ // the periodic service's enqueue transactions
+	}
 	if out.EngineConns < 3 {
 		return out, fmt.Errorf("%w: EngineConns %d cannot hold LISTEN plus claims and finishes (need >= 3)", ErrInvalidConfig, out.EngineConns)
 	}
@@ -250,6 +267,25 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.HardStopGrace, 5*time.Second)
 	def(&out.ShutdownTimeout, 30*time.Second)
 	def(&out.FinishRetryMax, 2*time.Second)
+	def(&out.QueueStateEvery, time.Second)
+	if out.QueueStateEvery < 10*time.Millisecond {
+		return out, fmt.Errorf("%w: QueueStateEvery below 10ms", ErrInvalidConfig)
+	}
+	if len(out.Periodic) > 0 {
+		ps := make([]PeriodicJob, len(out.Periodic))
+		seen := map[string]bool{}
+		for i, p := range out.Periodic {
+			if err := p.validate(); err != nil {
+				return out, fmt.Errorf("%w: %w: %w", ErrInvalidConfig, ErrInvalidSchedule, err)
+			}
+			if seen[p.name] {
+				return out, fmt.Errorf("%w: %w: periodic name %q listed twice", ErrInvalidConfig, ErrInvalidSchedule, p.name)
+			}
+			seen[p.name] = true
+			ps[i] = p
+		}
+		out.Periodic = ps
+	}
 	if out.FetchPollMin < time.Millisecond || out.FetchPollMax < out.FetchPollMin {
 		return out, fmt.Errorf("%w: FetchPollMin/FetchPollMax", ErrInvalidConfig)
 	}

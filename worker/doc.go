@@ -14,8 +14,12 @@
 //     stale-write accounting, retry of writes the database did not answer, CompleteTx.
 //   - heartbeat.go: batched fenced lease extensions, lease loss, stuck handlers, cancel.
 //   - reclaim.go: the lease-expiry sweep (LEASE_EXPIRED) and retention pruning.
-//   - listener.go: LISTEN/NOTIFY wake-ups (new jobs, cancel requests).
+//   - listener.go: LISTEN/NOTIFY wake-ups (new jobs, cancel requests, queue pause changes).
 //   - effect.go: the effect ledger (stable idempotency keys, fenced records).
+//   - pause.go: cluster-wide queue pause (jobs.Client.PauseQueue): the paused set is read at
+//     Start, on NOTIFY and every QueueStateEvery; a paused queue's loop starts no claim.
+//   - periodic.go: periodic jobs (Config.Periodic, NewPeriodicJob, Every, Cron): each tick is
+//     enqueued once across workers, in the transaction that advances the schedule's row.
 //
 // Usage:
 //

@@ -188,3 +188,91 @@ func ExampleWorker_cancel() {
 	// handler stopped: tenure: job cancelled by operator
 	// state: cancelled CANCELLED
 }
+
+// NightlyReport is the args of a periodic job: the tick it reports on.
+type NightlyReport struct {
+	Day time.Time `json:"day"`
+}
+
+func (NightlyReport) Kind() string        { return "nightly_report" }
+func (NightlyReport) PayloadVersion() int { return 1 }
+
+// Periodic jobs: every worker that lists a schedule takes part, and each tick is enqueued
+// once between them. Here a cron schedule runs a report at 02:30 Berlin time (CatchUpOnce: if
+// no worker ran then, the first one up enqueues one job for the missed nights), and a 1-second
+// interval shows ticks.
+func ExampleNewPeriodicJob() {
+	pool, cleanup := pgtest.ExamplePool()
+	defer cleanup()
+	ctx := context.Background()
+	ticks := make(chan time.Time, 10)
+	w, err := worker.New(pool, &worker.Config{
+		Periodic: []worker.PeriodicJob{
+			worker.NewPeriodicJob("nightly-report", worker.Cron("30 2 * * *", "Europe/Berlin"),
+				func(ctx context.Context, t worker.Tick) (NightlyReport, error) {
+					return NightlyReport{Day: t.At}, nil
+				}, &worker.PeriodicOptions{CatchUp: worker.CatchUpOnce, Jitter: time.Minute}),
+			worker.NewPeriodicJob("heartbeat-report", worker.Every(time.Second),
+				func(ctx context.Context, t worker.Tick) (NightlyReport, error) {
+					return NightlyReport{Day: t.At}, nil
+				}, &worker.PeriodicOptions{Insert: &jobs.InsertOpts{Priority: jobs.PriorityLow}}),
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[NightlyReport]) error {
+		ticks <- job.Args.Day
+		return nil
+	}, nil)
+	if err := w.Start(ctx); err != nil {
+		panic(err)
+	}
+	a, b := <-ticks, <-ticks
+	_ = w.Stop(ctx)
+	fmt.Println("whole seconds:", a.Equal(a.Truncate(time.Second)), "one second apart:", b.Sub(a) == time.Second)
+
+	client, _ := jobs.NewClient(pool, nil)
+	schedules, _ := client.Periodic(ctx)
+	for _, s := range schedules {
+		fmt.Printf("%s: %s, kind %s\n", s.Name, s.Spec, s.Kind)
+	}
+	// Output:
+	// whole seconds: true one second apart: true
+	// heartbeat-report: every 1s, kind nightly_report
+	// nightly-report: cron 30 2 * * * Europe/Berlin, kind nightly_report
+}
+
+// Pausing a queue stops every worker's claims from it within about a second; running jobs
+// finish. The state is a row, so it survives restarts, until ResumeQueue.
+func ExampleWorker_pauseQueue() {
+	pool, cleanup := pgtest.ExamplePool()
+	defer cleanup()
+	ctx := context.Background()
+	client, _ := jobs.NewClient(pool, nil)
+	act := jobs.Action{Actor: "ops@example.com", Reason: "mail relay maintenance"}
+	out, _ := client.PauseQueue(ctx, "default", act)
+	fmt.Println(out)
+
+	w, _ := worker.New(pool, nil)
+	done := make(chan struct{})
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[SendReceipt]) error {
+		close(done)
+		return nil
+	}, nil)
+	_, _ = client.Insert(ctx, SendReceipt{OrderID: 1, Email: "x@example.com"}, nil)
+	_ = w.Start(ctx)
+	time.Sleep(500 * time.Millisecond)
+	fmt.Println("paused:", w.Stats().PausedQueues, "claimed:", w.Stats().Claimed)
+
+	out, _ = client.ResumeQueue(ctx, "default", jobs.Action{Actor: "ops@example.com", Reason: "relay is back"})
+	fmt.Println(out)
+	<-done
+	_ = w.Stop(ctx)
+	fmt.Println("claimed:", w.Stats().Claimed)
+	// Output:
+	// paused
+	// paused: [default] claimed: 0
+	// resumed
+	// claimed: 1
+}

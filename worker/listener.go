@@ -11,7 +11,8 @@ import (
 
 // listenService holds one connection in LISTEN on the new-job channel (payload: a queue name,
 // sent by the insert statements inside the inserting transaction) and the cancel channel
-// (payload: a job id). The connection is taken out of the engine pool (Hijack) and closed by
+// (payload: a job id), and the queue state channel (payload: a queue an operator paused or
+// resumed; forwarded to the queue state service). The connection is taken out of the engine pool (Hijack) and closed by
 // this service alone. It proves it is alive: after listenIdle without a notification it pings
 // with a deadline, so a half-open connection (a network that drops packets without a reset)
 // is found within listenIdle + listenPingTimeout and replaced. A broken connection is replaced
@@ -33,6 +34,8 @@ func (w *Worker) listenService(ctx context.Context) {
 				q.wake()
 				signal(q.resyncCh)
 			}
+			signal(w.queueStateCh) // pauses sent meanwhile were missed
+
 		})
 		if ctx.Err() != nil {
 			return
@@ -67,7 +70,7 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(cctx, "LISTEN tenure_jobs; LISTEN tenure_cancel"); err != nil {
+	if _, err := conn.Exec(cctx, "LISTEN tenure_jobs; LISTEN tenure_cancel; LISTEN tenure_queues"); err != nil {
 		return err
 	}
 	connected()
@@ -91,6 +94,10 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 		case "tenure_jobs":
 			if q := w.queues[n.Payload]; q != nil {
 				q.wake()
+			}
+		case "tenure_queues":
+			if _, ok := w.queues[n.Payload]; ok {
+				signal(w.queueStateCh)
 			}
 		case "tenure_cancel":
 			if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {

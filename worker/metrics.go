@@ -20,6 +20,7 @@ type metrics struct {
 	deferred, finishSplits, stillRunning                   atomic.Int64
 	registryWrites                                         atomic.Int64
 	reclaimErrors, pruneErrors                             atomic.Int64
+	periodicEnqueued, periodicSkipped, periodicErrors      atomic.Int64
 	owned, handlersRunning                                 atomic.Int64 // gauges
 	claimLatency, finishLatency                            hist.H
 	mu                                                     sync.Mutex
@@ -144,6 +145,13 @@ type Stats struct {
 	// kind; these and the error counters show every one.
 	LastError   string
 	LastErrorAt time.Time
+	// PausedQueues lists this worker's queues that an operator paused (jobs.Client.PauseQueue),
+	// as the worker last saw them: it claims from none of them.
+	PausedQueues []string
+	// PeriodicEnqueued counts the periodic jobs this worker enqueued (ticks it won, and
+	// run-on-start jobs); PeriodicSkipped the ticks it dropped under CatchUpSkip;
+	// PeriodicErrors failed attempts to read or enqueue its schedules (retried).
+	PeriodicEnqueued, PeriodicSkipped, PeriodicErrors int64
 	// Outcomes break the attempts this worker finished down by queue, kind, outcome
 	// (Outcome* constants) and attempt number (capped at MaxOutcomeAttempt), sorted.
 	Outcomes []OutcomeCount

@@ -20,16 +20,20 @@ type HandlerFunc func(ctx context.Context, job *generics.JobMeta) error
 // engine recovers it as a handler panic.
 type Middleware func(next HandlerFunc) HandlerFunc
 
-// runWrapped runs e's handler behind the configured middleware.
+// runWrapped runs e's handler behind the configured middleware: Config.Middleware outermost
+// (index 0 first), then the kind's HandlerOptions.Middleware (index 0 first), then the
+// handler (payload decoding included).
 func (w *Worker) runWrapped(e *execution) error {
-	if len(w.cfg.Middleware) == 0 {
-		return e.h.run(e.ctx, e)
-	}
 	h := e.h
+	if len(w.cfg.Middleware) == 0 && len(h.opts.Middleware) == 0 {
+		return h.run(e.ctx, e)
+	}
 	next := HandlerFunc(func(ctx context.Context, _ *generics.JobMeta) error { return h.run(ctx, e) })
-	for i := len(w.cfg.Middleware) - 1; i >= 0; i-- {
-		if mw := w.cfg.Middleware[i]; mw != nil {
-			next = mw(next)
+	for _, chain := range [][]Middleware{h.opts.Middleware, w.cfg.Middleware} {
+		for i := len(chain) - 1; i >= 0; i-- {
+			if mw := chain[i]; mw != nil {
+				next = mw(next)
+			}
 		}
 	}
 	c := &e.c

@@ -104,3 +104,50 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 		require.Equal(t, code, r.LastErrorCode)
 	}
 }
+
+// TestPerKindMiddleware: HandlerOptions.Middleware wraps only its kind, inside
+// Config.Middleware (global outermost, then the kind's in order, then the handler).
+func TestPerKindMiddleware(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	var mu sync.Mutex
+	trace := map[string][]string{}
+	mw := func(name string) worker.Middleware {
+		return func(next worker.HandlerFunc) worker.HandlerFunc {
+			return func(ctx context.Context, job *generics.JobMeta) error {
+				mu.Lock()
+				trace[job.Kind] = append(trace[job.Kind], name)
+				mu.Unlock()
+				return next(ctx, job)
+			}
+		}
+	}
+	cfg := fastConfig(nil)
+	cfg.Middleware = []worker.Middleware{mw("global-1"), mw("global-2")}
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.MustRegister(w, func(ctx context.Context, j *generics.Job[failArgs]) error {
+		mu.Lock()
+		trace["fail"] = append(trace["fail"], "handler")
+		mu.Unlock()
+		return nil
+	}, &worker.HandlerOptions{Middleware: []worker.Middleware{mw("kind-1"), nil, mw("kind-2")}})
+	worker.MustRegister(w, func(ctx context.Context, j *generics.Job[noopArgs]) error {
+		mu.Lock()
+		trace["noop"] = append(trace["noop"], "handler")
+		mu.Unlock()
+		return nil
+	}, nil)
+	c := newClient(t, pool, w)
+	ctx := context.Background()
+	_, err = c.Insert(ctx, failArgs{}, nil)
+	require.NoError(t, err)
+	_, err = c.Insert(ctx, noopArgs{}, nil)
+	require.NoError(t, err)
+	startWorker(t, w)
+	waitFor(t, 10*time.Second, "both jobs", func() bool { return w.Stats().Succeeded == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"global-1", "global-2", "kind-1", "kind-2", "handler"}, trace["fail"])
+	require.Equal(t, []string{"global-1", "global-2", "handler"}, trace["noop"])
+}

@@ -20,6 +20,7 @@ import (
 //	heartbeat stmt    --hbResult------>  loop   (at most one in flight)
 //	finishers         --settled------->  loop   (shared by all queues)
 //	listener          --wake/cancel/resync--> loop
+//	queue state svc   --pauseCh-------> loop   (paused or not; pause.go)
 //	loop              --*execution-->    finishers (finishCh; never blocks the loop)
 //
 // Stop sends the loop a stopPlan; the loop stops claiming, lets handlers finish, cancels them
@@ -40,6 +41,7 @@ type queue struct {
 	wakeCh     chan struct{} // NOTIFY: new jobs in this queue (1-buffered)
 	resyncCh   chan struct{} // the listener reconnected: heartbeat every job now (1-buffered)
 	stopCh     chan stopPlan // 1-buffered
+	pauseCh    chan bool     // the queue state service: paused or not (1-buffered, latest wins)
 	done       chan struct{} // closed when the loop returns
 
 	// Owned by the loop goroutine.
@@ -59,6 +61,8 @@ type queue struct {
 	notified   bool // a NOTIFY arrived since the last full claim
 	stopping   bool
 	stopFlag   atomic.Bool                  // stopping, for claim goroutines
+	paused     bool                         // an operator paused the queue: start no claim (pause.go)
+	pausedFlag atomic.Bool                  // paused, for Stats and the registry (written by the loop)
 	early      map[*execution]handlerResult // results that arrived before their claim's
 }
 
@@ -120,7 +124,7 @@ func newQueue(w *Worker, name string, cfg QueueConfig) *queue {
 	return &queue{w: w, name: name, cfg: cfg, pol: newPolicy(cfg.Fairness),
 		claimedCh: make(chan claimResult, cfg.Claimers), returnedCh: make(chan handlerResult, cfg.Concurrency), settledCh: make(chan []settled),
 		hbCh: make(chan hbResult), cancelCh: make(chan int64, 16), wakeCh: make(chan struct{}, 1),
-		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), done: make(chan struct{}),
+		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), pauseCh: make(chan bool, 1), done: make(chan struct{}),
 		active: map[*execution]struct{}{}, early: map[*execution]handlerResult{}, claimers: make([]claimer, cfg.Claimers)}
 }
 
@@ -149,7 +153,9 @@ func (q *queue) loop(ctx context.Context) {
 	hardDone, releaseDone := false, false
 	for {
 		if !q.stopping {
-			q.claimMore(ctx)
+			if !q.paused {
+				q.claimMore(ctx)
+			}
 		} else if len(q.active) == 0 && q.inFlight == 0 {
 			return
 		}
@@ -203,6 +209,8 @@ func (q *queue) loop(ctx context.Context) {
 			// Notifications may have been lost while the listener was away: heartbeat every
 			// job now, and scan every band from its start.
 			q.hbAll, q.wmForce = true, true
+		case p := <-q.pauseCh:
+			q.pauseChanged(p)
 		case <-q.wakeCh:
 			q.notified = true
 			q.wakeOne()

@@ -50,9 +50,12 @@ func (w *Worker) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	qs := map[string]map[string]int{}
+	qs := map[string]map[string]any{}
 	for name, q := range w.cfg.Queues {
-		qs[name] = map[string]int{"concurrency": q.Concurrency}
+		qs[name] = map[string]any{"concurrency": q.Concurrency}
+		if w.queues[name].pausedFlag.Load() {
+			qs[name]["paused"] = true
+		}
 	}
 	qj, err := json.Marshal(qs)
 	if err != nil {

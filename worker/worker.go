@@ -29,7 +29,8 @@ import (
 //   - claim and heartbeat statements run on short-lived goroutines that report to their loop;
 //   - one goroutine per running handler (execute.go) reports its result to its loop;
 //   - Finishers goroutines (finish.go) write finishes in batches and report back to the loops;
-//   - four services (reclaim, prune, listen, registry) run until Stop begins.
+//   - six services (reclaim, prune, listen, registry, queue state, periodic) run until Stop
+//     begins.
 //
 // The Worker itself holds only what is fixed at Start (configuration, pools, handlers) and
 // the lifecycle below.
@@ -49,6 +50,11 @@ type Worker struct {
 	kinds    claimKinds          // what the claim may take, fixed at Start
 	queues   map[string]*queue
 	finishCh chan *execution
+	periodic []*PeriodicJob // Config.Periodic, validated
+
+	// queueStateCh asks the queue state service to read the paused queues now (the listener
+	// got a NOTIFY tenure_queues, or reconnected).
+	queueStateCh chan struct{}
 
 	// base is the parent of handler contexts (Start's context without its cancellation);
 	// engCtx bounds every engine statement and goroutine (cancelled at the end of Stop, or at
@@ -62,7 +68,7 @@ type Worker struct {
 	started        time.Time // when Start ran, for the registry
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
 	// Repeated engine failures are logged at most once per errorLogEvery per source.
-	claimLog, heartbeatLog, reclaimLog, pruneLog logThrottle
+	claimLog, heartbeatLog, reclaimLog, pruneLog, periodicLog, pauseLog logThrottle
 
 	mu       sync.Mutex
 	state    int // 0 new, 1 started, 2 stopping/stopped
@@ -112,8 +118,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	w := &Worker{
 		cfg: c, pool: pool, log: c.Logger.With("worker", c.ID), reg: c.Registry, m: newMetrics(),
 		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
+		queueStateCh: make(chan struct{}, 1),
 	}
-	for _, t := range []*logThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog} {
+	for i := range w.cfg.Periodic {
+		w.periodic = append(w.periodic, &w.cfg.Periodic[i])
+	}
+	for _, t := range []*logThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.periodicLog, &w.pauseLog} {
 		t.every = errorLogEvery
 	}
 	for name, qc := range c.Queues {
@@ -235,10 +245,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.eng, w.ownEng = eng, true
 	}
 	if err := w.checkDatabase(ctx); err != nil {
-		if w.ownEng {
-			w.eng.Close()
-		}
-		w.eng, w.ownEng = nil, false
+		w.closeEngine()
 		return err
 	}
 	w.q = gen.New(w.eng)
@@ -247,6 +254,28 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("tenure: engine client: %w", err)
 	}
 	w.client = client
+	for _, p := range w.periodic {
+		if _, ok := w.reg.Lookup(p.kind); !ok {
+			w.closeEngine()
+			return fmt.Errorf("%w: %w: periodic %q: kind %q is not registered (register a handler, or generics.Register it in Config.Registry)",
+				ErrInvalidConfig, ErrInvalidSchedule, p.name, p.kind)
+		}
+	}
+	// Before any loop claims: a queue paused now is never claimed from by this worker.
+	pctx, cancel := context.WithTimeout(ctx, startCheckTimeout)
+	paused, err := w.pausedQueues(pctx)
+	if err == nil {
+		err = w.registerPeriodic(pctx)
+	}
+	cancel()
+	if err != nil {
+		w.closeEngine()
+		return fmt.Errorf("tenure: start: %w", err)
+	}
+	for name, q := range w.queues {
+		q.paused = paused[name]
+		q.pausedFlag.Store(q.paused)
+	}
 	w.kinds = claimKinds{}
 	names := make([]string, 0, len(w.handlers))
 	for k := range w.handlers {
@@ -269,7 +298,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	for range w.cfg.Finishers {
 		w.spawn(func() { w.finisher(w.engCtx) })
 	}
-	for _, svc := range []func(context.Context){w.reclaimService, w.pruneService, w.listenService, w.registryService} {
+	for _, svc := range []func(context.Context){w.reclaimService, w.pruneService, w.listenService, w.registryService,
+		w.queueStateService, w.periodicService} {
 		w.spawn(func() { svc(w.svcCtx) })
 	}
 	for _, q := range w.queues {
@@ -285,6 +315,14 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.warnUnservedQueues()
 	w.log.Info("tenure: worker started", "queues", len(w.queues), "kinds", len(w.handlers))
 	return nil
+}
+
+// closeEngine undoes Start's engine pool when Start fails.
+func (w *Worker) closeEngine() {
+	if w.ownEng {
+		w.eng.Close()
+	}
+	w.eng, w.ownEng, w.q, w.client = nil, false, nil, nil
 }
 
 // warnUnservedQueues logs, at Start, each registered kind whose default queue this worker does
@@ -528,6 +566,13 @@ func (w *Worker) Stats() Stats {
 		ErrorCodes: map[ErrorCode]int64{},
 	}
 	s.ReclaimErrors, s.PruneErrors = m.reclaimErrors.Load(), m.pruneErrors.Load()
+	s.PeriodicEnqueued, s.PeriodicSkipped, s.PeriodicErrors = m.periodicEnqueued.Load(), m.periodicSkipped.Load(), m.periodicErrors.Load()
+	for name, q := range w.queues {
+		if q.pausedFlag.Load() {
+			s.PausedQueues = append(s.PausedQueues, name)
+		}
+	}
+	sort.Strings(s.PausedQueues)
 	if ns := m.lastSuccess.Load(); ns != 0 {
 		s.LastSuccess = time.Unix(0, ns)
 	}

@@ -59,4 +59,21 @@
 // -json prints list (a page: Jobs and NextAfterID), get (the job) and stats (Bands,
 // TopDeadCodes and Unserved) as JSON, with the field names of package jobs' types; durations
 // are in nanoseconds.
+//
+// # queue
+//
+//	tenure queue list
+//	    queues an operator paused or resumed and queues live workers serve: state (running or
+//	    PAUSED), live workers serving it, since when, by whom and why.
+//	tenure queue pause QUEUE -actor A -reason R
+//	    every worker stops starting claims from QUEUE within about a second (NOTIFY, else its
+//	    1 s poll); running jobs finish normally; enqueues are still accepted. Survives restarts.
+//	tenure queue resume QUEUE -actor A -reason R
+//	    workers claim from QUEUE again. Both are audited (actions pause and resume).
+//
+// # periodic
+//
+//	tenure periodic list
+//	    the periodic schedules (worker.Config.Periodic): name, spec, kind, queue, next run,
+//	    last job id, its tick and enqueue time, missed ticks; OVERDUE when no worker runs it.
 package main

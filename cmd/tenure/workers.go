@@ -57,7 +57,11 @@ func runWorkers(ctx context.Context, e *env, args []string) int {
 	for _, w := range ws {
 		qs := make([]string, 0, len(w.Queues))
 		for name, q := range w.Queues {
-			qs = append(qs, fmt.Sprintf("%s:%d", name, q.Concurrency))
+			s := fmt.Sprintf("%s:%d", name, q.Concurrency)
+			if q.Paused {
+				s += "(paused)"
+			}
+			qs = append(qs, s)
 		}
 		sort.Strings(qs)
 		last := "never"

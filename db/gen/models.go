@@ -103,6 +103,29 @@ type TenureJob struct {
 	Metadata          []byte
 }
 
+type TenurePeriodic struct {
+	Name           string
+	Spec           string
+	Kind           string
+	Queue          string
+	NextRunAt      time.Time
+	LastTickAt     *time.Time
+	LastEnqueuedAt *time.Time
+	LastJobID      *int64
+	Missed         int64
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+type TenureQueue struct {
+	Name      string
+	Paused    bool
+	PausedAt  *time.Time
+	UpdatedBy string
+	Reason    string
+	UpdatedAt time.Time
+}
+
 type TenureWorker struct {
 	ID            string
 	Host          string

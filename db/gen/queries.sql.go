@@ -635,6 +635,24 @@ func (q *Queries) CompleteOne(ctx context.Context, arg CompleteOneParams) (int64
 	return result.RowsAffected(), nil
 }
 
+const databaseNow = `-- name: DatabaseNow :one
+
+SELECT now()::timestamptz AS now
+`
+
+// ---------------------------------------------------------------------------------------------
+// Periodic schedules (worker/periodic.go; migration 0006). Each tick is enqueued at most once:
+// PeriodicAdvance moves next_run_at from the tick to the next one only if it still holds the
+// tick (and skips a row another worker has locked), and the job is inserted in that same
+// transaction.
+// ---------------------------------------------------------------------------------------------
+func (q *Queries) DatabaseNow(ctx context.Context) (time.Time, error) {
+	row := q.db.QueryRow(ctx, databaseNow)
+	var now time.Time
+	err := row.Scan(&now)
+	return now, err
+}
+
 const deadErrorCodes = `-- name: DeadErrorCodes :many
 SELECT queue, kind, coalesce(last_error_code, 'NONE')::text AS code, count(*)::bigint AS jobs
 FROM tenure.jobs
@@ -1255,6 +1273,112 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 	return items, nil
 }
 
+const listPeriodic = `-- name: ListPeriodic :many
+SELECT name, spec, kind, queue, next_run_at, last_tick_at, last_enqueued_at, last_job_id, missed,
+       created_at, updated_at, now()::timestamptz AS db_now
+FROM tenure.periodic ORDER BY name
+`
+
+type ListPeriodicRow struct {
+	Name           string
+	Spec           string
+	Kind           string
+	Queue          string
+	NextRunAt      time.Time
+	LastTickAt     *time.Time
+	LastEnqueuedAt *time.Time
+	LastJobID      *int64
+	Missed         int64
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	DbNow          time.Time
+}
+
+func (q *Queries) ListPeriodic(ctx context.Context) ([]ListPeriodicRow, error) {
+	rows, err := q.db.Query(ctx, listPeriodic)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListPeriodicRow{}
+	for rows.Next() {
+		var i ListPeriodicRow
+		if err := rows.Scan(
+			&i.Name,
+			&i.Spec,
+			&i.Kind,
+			&i.Queue,
+			&i.NextRunAt,
+			&i.LastTickAt,
+			&i.LastEnqueuedAt,
+			&i.LastJobID,
+			&i.Missed,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.DbNow,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listQueueStates = `-- name: ListQueueStates :many
+WITH names AS (
+    SELECT name FROM tenure.queues
+    UNION
+    SELECT jsonb_object_keys(w.queues) FROM tenure.workers w WHERE w.expires_at > now()
+)
+SELECT n.name::text AS name, coalesce(q.paused, false) AS paused, q.paused_at, q.updated_by, q.reason, q.updated_at,
+       (SELECT count(*) FROM tenure.workers w WHERE w.expires_at > now() AND w.queues ? n.name)::integer AS workers
+FROM names n LEFT JOIN tenure.queues q ON q.name = n.name
+ORDER BY n.name
+`
+
+type ListQueueStatesRow struct {
+	Name      string
+	Paused    bool
+	PausedAt  *time.Time
+	UpdatedBy *string
+	Reason    *string
+	UpdatedAt *time.Time
+	Workers   int32
+}
+
+// Queues an operator acted on, or that a live worker serves, with their pause state and the
+// number of live workers serving each.
+func (q *Queries) ListQueueStates(ctx context.Context) ([]ListQueueStatesRow, error) {
+	rows, err := q.db.Query(ctx, listQueueStates)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListQueueStatesRow{}
+	for rows.Next() {
+		var i ListQueueStatesRow
+		if err := rows.Scan(
+			&i.Name,
+			&i.Paused,
+			&i.PausedAt,
+			&i.UpdatedBy,
+			&i.Reason,
+			&i.UpdatedAt,
+			&i.Workers,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listWorkers = `-- name: ListWorkers :many
 SELECT id, host, pid, version, queues, started_at, heartbeat_at, expires_at, last_success_at, counters,
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age_s,
@@ -1468,6 +1592,35 @@ func (q *Queries) LockJob(ctx context.Context, id int64) (TenureJob, error) {
 	return i, err
 }
 
+const lockQueueState = `-- name: LockQueueState :many
+
+SELECT paused FROM tenure.queues WHERE name = $1 FOR UPDATE
+`
+
+// ---------------------------------------------------------------------------------------------
+// Queue pause (jobs/queues.go, worker/pause.go; migration 0006). Workers read the paused set at
+// Start, on every NOTIFY tenure_queues (sent by SetQueuePaused's transaction) and on a poll.
+// ---------------------------------------------------------------------------------------------
+func (q *Queries) LockQueueState(ctx context.Context, name string) ([]bool, error) {
+	rows, err := q.db.Query(ctx, lockQueueState, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []bool{}
+	for rows.Next() {
+		var paused bool
+		if err := rows.Scan(&paused); err != nil {
+			return nil, err
+		}
+		items = append(items, paused)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const notifyCancel = `-- name: NotifyCancel :exec
 SELECT pg_notify('tenure_cancel', to_char($1::bigint, 'FM99999999999999999999'))
 `
@@ -1484,6 +1637,183 @@ SELECT pg_notify('tenure_jobs', $1::text)
 func (q *Queries) NotifyQueue(ctx context.Context, queue string) error {
 	_, err := q.db.Exec(ctx, notifyQueue, queue)
 	return err
+}
+
+const notifyQueueState = `-- name: NotifyQueueState :exec
+SELECT pg_notify('tenure_queues', $1::text)
+`
+
+func (q *Queries) NotifyQueueState(ctx context.Context, queue string) error {
+	_, err := q.db.Exec(ctx, notifyQueueState, queue)
+	return err
+}
+
+const pausedQueues = `-- name: PausedQueues :many
+SELECT name FROM tenure.queues WHERE paused AND name = ANY($1::text[]) ORDER BY name
+`
+
+func (q *Queries) PausedQueues(ctx context.Context, names []string) ([]string, error) {
+	rows, err := q.db.Query(ctx, pausedQueues, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const periodicAdvance = `-- name: PeriodicAdvance :one
+UPDATE tenure.periodic
+SET next_run_at      = $1,
+    last_tick_at     = $2,
+    last_enqueued_at = CASE WHEN $3::boolean THEN now() ELSE periodic.last_enqueued_at END,
+    missed           = periodic.missed + $4::bigint,
+    updated_at       = now()
+WHERE periodic.name = (SELECT c.name FROM tenure.periodic c
+                WHERE c.name = $5 AND c.next_run_at = $2
+                FOR UPDATE SKIP LOCKED)
+RETURNING periodic.name
+`
+
+type PeriodicAdvanceParams struct {
+	NextRunAt time.Time
+	Tick      *time.Time
+	Enqueue   bool
+	Missed    int64
+	Name      string
+}
+
+// Moves a schedule from tick @tick to @next_run_at, if it is still at @tick and no other
+// worker holds the row. No row: another worker took (or is taking) this tick.
+func (q *Queries) PeriodicAdvance(ctx context.Context, arg PeriodicAdvanceParams) (string, error) {
+	row := q.db.QueryRow(ctx, periodicAdvance,
+		arg.NextRunAt,
+		arg.Tick,
+		arg.Enqueue,
+		arg.Missed,
+		arg.Name,
+	)
+	var name string
+	err := row.Scan(&name)
+	return name, err
+}
+
+const periodicDue = `-- name: PeriodicDue :many
+SELECT name, next_run_at, now()::timestamptz AS db_now
+FROM tenure.periodic WHERE name = ANY($1::text[])
+ORDER BY name
+`
+
+type PeriodicDueRow struct {
+	Name      string
+	NextRunAt time.Time
+	DbNow     time.Time
+}
+
+// The next tick of each named schedule, with the database clock.
+func (q *Queries) PeriodicDue(ctx context.Context, names []string) ([]PeriodicDueRow, error) {
+	rows, err := q.db.Query(ctx, periodicDue, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PeriodicDueRow{}
+	for rows.Next() {
+		var i PeriodicDueRow
+		if err := rows.Scan(&i.Name, &i.NextRunAt, &i.DbNow); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const periodicRunOnStart = `-- name: PeriodicRunOnStart :one
+UPDATE tenure.periodic
+SET last_enqueued_at = now(),
+    last_tick_at     = now(),
+    updated_at       = now()
+WHERE periodic.name = $1
+  AND (periodic.last_enqueued_at IS NULL OR periodic.last_enqueued_at <= now() - $2::bigint * interval '1 microsecond')
+RETURNING periodic.last_tick_at
+`
+
+type PeriodicRunOnStartParams struct {
+	Name  string
+	GapUs int64
+}
+
+// A worker's run-on-start tick: taken only if nothing was enqueued for the schedule within
+// @gap_us (the row lock serializes workers starting together; the later ones see the first's
+// last_enqueued_at). No row: not taken.
+func (q *Queries) PeriodicRunOnStart(ctx context.Context, arg PeriodicRunOnStartParams) (*time.Time, error) {
+	row := q.db.QueryRow(ctx, periodicRunOnStart, arg.Name, arg.GapUs)
+	var last_tick_at *time.Time
+	err := row.Scan(&last_tick_at)
+	return last_tick_at, err
+}
+
+const periodicSetJob = `-- name: PeriodicSetJob :exec
+UPDATE tenure.periodic SET last_job_id = $1 WHERE name = $2
+`
+
+type PeriodicSetJobParams struct {
+	JobID *int64
+	Name  string
+}
+
+func (q *Queries) PeriodicSetJob(ctx context.Context, arg PeriodicSetJobParams) error {
+	_, err := q.db.Exec(ctx, periodicSetJob, arg.JobID, arg.Name)
+	return err
+}
+
+const periodicUpsert = `-- name: PeriodicUpsert :one
+INSERT INTO tenure.periodic (name, spec, kind, queue, next_run_at)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (name) DO UPDATE
+SET spec        = excluded.spec,
+    kind        = excluded.kind,
+    queue       = excluded.queue,
+    next_run_at = CASE WHEN periodic.spec = excluded.spec THEN periodic.next_run_at ELSE excluded.next_run_at END,
+    updated_at  = now()
+WHERE periodic.spec <> excluded.spec OR periodic.kind <> excluded.kind OR periodic.queue <> excluded.queue
+RETURNING next_run_at
+`
+
+type PeriodicUpsertParams struct {
+	Name      string
+	Spec      string
+	Kind      string
+	Queue     string
+	NextRunAt time.Time
+}
+
+// Registers a schedule at worker start. An existing row keeps its next tick unless its spec
+// changed (then the schedule restarts at the new spec's first tick, @next_run_at).
+func (q *Queries) PeriodicUpsert(ctx context.Context, arg PeriodicUpsertParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, periodicUpsert,
+		arg.Name,
+		arg.Spec,
+		arg.Kind,
+		arg.Queue,
+		arg.NextRunAt,
+	)
+	var next_run_at time.Time
+	err := row.Scan(&next_run_at)
+	return next_run_at, err
 }
 
 const pruneDeadBatch = `-- name: PruneDeadBatch :one
@@ -1853,6 +2183,44 @@ func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+	)
+	return i, err
+}
+
+const setQueuePaused = `-- name: SetQueuePaused :one
+INSERT INTO tenure.queues AS q (name, paused, paused_at, updated_by, reason)
+VALUES ($1, $2::boolean, CASE WHEN $2::boolean THEN now() END, $3, $4)
+ON CONFLICT (name) DO UPDATE
+SET paused     = excluded.paused,
+    paused_at  = CASE WHEN NOT excluded.paused THEN NULL ELSE coalesce(q.paused_at, now()) END,
+    updated_by = excluded.updated_by,
+    reason     = excluded.reason,
+    updated_at = now()
+RETURNING q.name, q.paused, q.paused_at, q.updated_by, q.reason, q.updated_at
+`
+
+type SetQueuePausedParams struct {
+	Name   string
+	Paused bool
+	Actor  string
+	Reason string
+}
+
+func (q *Queries) SetQueuePaused(ctx context.Context, arg SetQueuePausedParams) (TenureQueue, error) {
+	row := q.db.QueryRow(ctx, setQueuePaused,
+		arg.Name,
+		arg.Paused,
+		arg.Actor,
+		arg.Reason,
+	)
+	var i TenureQueue
+	err := row.Scan(
+		&i.Name,
+		&i.Paused,
+		&i.PausedAt,
+		&i.UpdatedBy,
+		&i.Reason,
+		&i.UpdatedAt,
 	)
 	return i, err
 }

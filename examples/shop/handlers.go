@@ -132,6 +132,19 @@ func (s *shop) BuildReport(ctx context.Context, job *generics.Job[shopjobs.Build
 	return nil
 }
 
+// SalesSummary records the sales up to its tick. It runs at least once per tick (a retry
+// repeats it): the tick is the key of its row, so a repeat updates the same row.
+func (s *shop) SalesSummary(ctx context.Context, job *generics.Job[shopjobs.SalesSummary]) error {
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO sales_summaries (tick, missed, orders, paid, revenue_cents)
+		SELECT $1, $2, count(*), count(*) FILTER (WHERE status = 'paid'), coalesce(sum(amount_cents) FILTER (WHERE status = 'paid'), 0)
+		FROM orders WHERE created_at <= $1
+		ON CONFLICT (tick) DO UPDATE SET orders = excluded.orders, paid = excluded.paid,
+			revenue_cents = excluded.revenue_cents, built_at = now()`,
+		job.Args.Tick, job.Args.Missed)
+	return err
+}
+
 // CleanupCart clears the cart and completes the job in one transaction: either both happen
 // or neither does.
 func (s *shop) CleanupCart(ctx context.Context, job *generics.Job[shopjobs.CleanupCart]) error {

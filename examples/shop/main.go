@@ -14,6 +14,9 @@
 //   - and every -report-every orders, shop.build_report on its own queue: it works longer
 //     than its 2 s lease, which the engine's heartbeat keeps alive.
 //
+// And a periodic job: shop.sales_summary every -summary-every (a nightly report in
+// production, on a short interval here), one job per tick, plus one at start.
+//
 // The main queue shares its handlers between priorities with quotas and aging. The program
 // shows progress once a second, stops by itself when every job is final (or on SIGINT /
 // SIGTERM, gracefully), and prints a summary; it exits 1 if a job died or a charge was not
@@ -48,7 +51,9 @@ type config struct {
 	Producers   int
 	ReportEvery int
 	ReportWork  time.Duration
-	Concurrency int // handlers of the main queue
+	// SummaryEvery is the interval of the periodic sales summary.
+	SummaryEvery time.Duration
+	Concurrency  int // handlers of the main queue
 
 	LostRate     float64 // payment responses lost after the charge was applied
 	CrashRate    float64 // charge attempts that fail after the charge was recorded
@@ -66,7 +71,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		DB: "tenure_demo", Orders: 1500, Producers: 4, ReportEvery: 100, ReportWork: 5 * time.Second,
+		DB: "tenure_demo", Orders: 1500, Producers: 4, ReportEvery: 100, ReportWork: 5 * time.Second, SummaryEvery: 2 * time.Second,
 		Concurrency: 16, LostRate: 0.03, CrashRate: 0.03, MailFailRate: 0.15, MaxRun: 5 * time.Minute,
 		Out: os.Stdout, Log: os.Stderr,
 	}
@@ -86,6 +91,8 @@ func (c config) validate() error {
 		return fmt.Errorf("-report-every must be >= 1")
 	case c.ReportWork < 0 || c.ReportWork > 25*time.Second:
 		return fmt.Errorf("-report-work must be within 0..25s")
+	case c.SummaryEvery < time.Second || c.SummaryEvery > time.Hour:
+		return fmt.Errorf("-summary-every must be within 1s..1h")
 	case c.MetricsLinger < 0 || c.MetricsLinger > time.Hour:
 		return fmt.Errorf("-metrics-linger must be within 0..1h")
 	case c.Concurrency < 1 || c.Concurrency > 200:
@@ -104,6 +111,7 @@ func main() {
 	flag.IntVar(&cfg.Producers, "producers", cfg.Producers, "concurrent order writers")
 	flag.IntVar(&cfg.ReportEvery, "report-every", cfg.ReportEvery, "enqueue one slow report per this many orders")
 	flag.DurationVar(&cfg.ReportWork, "report-work", cfg.ReportWork, "how long a report works (its lease is 2s)")
+	flag.DurationVar(&cfg.SummaryEvery, "summary-every", cfg.SummaryEvery, "interval of the periodic sales summary (whole seconds; >= 1s)")
 	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "handlers of the main queue")
 	flag.Float64Var(&cfg.LostRate, "lost-rate", cfg.LostRate, "fraction of payment responses lost after the charge was applied")
 	flag.Float64Var(&cfg.CrashRate, "crash-rate", cfg.CrashRate, "fraction of charge attempts failing after the charge was recorded")

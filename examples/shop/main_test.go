@@ -67,8 +67,11 @@ func TestShop(t *testing.T) {
 	require.Empty(t, sum.problems())
 	require.Empty(t, sum.Interrupted)
 	require.EqualValues(t, 120, sum.Placed)
-	require.EqualValues(t, 120*3+3, sum.States.total)
-	require.EqualValues(t, sum.States.total, sum.States.succeeded)
+	require.EqualValues(t, 120*3+3+sum.SummaryJobs, sum.States.total)
+	require.GreaterOrEqual(t, sum.SummaryJobs, int64(2), "one at start, then one every 2 s")
+	require.Equal(t, sum.SummaryJobs, sum.SummaryTicks, "one job per tick")
+	require.Equal(t, sum.SummaryJobs-sum.SummaryPending, sum.Summaries)
+	require.EqualValues(t, sum.States.total-sum.SummaryPending, sum.States.succeeded)
 	require.True(t, sum.exactlyOnce())
 	require.EqualValues(t, 120, sum.ChargesApplied)
 

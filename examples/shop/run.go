@@ -117,6 +117,12 @@ func run(ctx context.Context, cfg config) (*summary, error) {
 			// main queue's slots.
 			shopjobs.QueueReports: {Concurrency: 4},
 		},
+		// The periodic sales summary ("nightly" in production: worker.Cron("0 2 * * *", tz)):
+		// every SummaryEvery, one job per tick whatever the number of workers, and one at start.
+		Periodic: []worker.PeriodicJob{worker.NewPeriodicJob("sales-summary", worker.Every(cfg.SummaryEvery),
+			func(ctx context.Context, t worker.Tick) (shopjobs.SalesSummary, error) {
+				return shopjobs.SalesSummary{Tick: t.At, Missed: t.Missed}, nil
+			}, &worker.PeriodicOptions{RunOnStart: true})},
 		Logger:       slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),
 		FetchPollMin: 20 * time.Millisecond,
 		FetchPollMax: 500 * time.Millisecond,
@@ -285,6 +291,14 @@ CREATE TABLE orders (
     cleaned_at      timestamptz,
     created_at      timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE sales_summaries (
+    tick          timestamptz PRIMARY KEY,
+    missed        integer NOT NULL,
+    orders        bigint  NOT NULL,
+    paid          bigint  NOT NULL,
+    revenue_cents bigint  NOT NULL,
+    built_at      timestamptz NOT NULL DEFAULT now()
+);
 CREATE TABLE reports (
     from_order    bigint PRIMARY KEY,
     to_order      bigint NOT NULL,
@@ -414,6 +428,10 @@ type summary struct {
 	Reports                                                         int
 	ReportShortest, ReportLongest, ReportLease                      time.Duration
 	LegacyReceipts                                                  int64
+	// SummaryJobs: periodic sales-summary jobs enqueued; SummaryTicks: distinct ticks among
+	// them (equal: one job per tick); SummaryPending: those still ready (a tick enqueued as the
+	// worker stopped claiming); Summaries: summary rows written.
+	SummaryJobs, SummaryTicks, SummaryPending, Summaries int64
 }
 
 type kindStats struct {
@@ -457,6 +475,11 @@ func (s *summary) collect(ctx context.Context, pool *pgxpool.Pool, w *worker.Wor
 		shopjobs.KindSendReceipt).Scan(&s.LegacyReceipts); err != nil {
 		return err
 	}
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT payload->>'tick'), count(*) FILTER (WHERE state = 'ready'),
+		(SELECT count(*) FROM sales_summaries) FROM tenure.jobs WHERE kind = $1`,
+		shopjobs.KindSalesSummary).Scan(&s.SummaryJobs, &s.SummaryTicks, &s.SummaryPending, &s.Summaries); err != nil {
+		return err
+	}
 	s.Worker = w.Stats()
 	s.PaymentRequests, s.PaymentReplayed, s.LostResponses = pay.requests.Load(), pay.replayed.Load(), pay.lost.Load()
 	s.ChargesApplied = int64(pay.count())
@@ -491,12 +514,17 @@ func (s *summary) problems() []string {
 	if s.States.dead > 0 || s.States.cancelled > 0 {
 		out = append(out, fmt.Sprintf("%d jobs dead, %d cancelled", s.States.dead, s.States.cancelled))
 	}
-	if s.States.final() != s.States.total {
+	// A periodic tick can be enqueued between the last progress check and the stop; it waits
+	// for the next run (ready), which is not a failure.
+	if s.States.final() != s.States.total-s.SummaryPending {
 		out = append(out, fmt.Sprintf("%d of %d jobs not final", s.States.total-s.States.final(), s.States.total))
 	}
 	if !s.exactlyOnce() {
 		out = append(out, fmt.Sprintf("charges applied %d, ledger rows %d, orders paid %d (distinct charge ids %d), orders %d: not exactly once",
 			s.ChargesApplied, s.LedgerRows, s.OrdersPaid, s.DistinctCharges, s.Placed))
+	}
+	if s.SummaryJobs != s.SummaryTicks {
+		out = append(out, fmt.Sprintf("%d sales-summary jobs for %d ticks: a tick was enqueued twice", s.SummaryJobs, s.SummaryTicks))
 	}
 	if s.ReceiptsSent != s.Placed || s.Cleaned != s.Placed {
 		out = append(out, fmt.Sprintf("receipts sent for %d and carts cleaned for %d of %d orders", s.ReceiptsSent, s.Cleaned, s.Placed))
@@ -533,6 +561,8 @@ func (s *summary) print(out io.Writer) {
 		fmt.Fprintf(tw, "slow reports\t%d built on a %v lease, each working %.1fs-%.1fs: kept alive by heartbeats\n",
 			s.Reports, s.ReportLease, s.ReportShortest.Seconds(), s.ReportLongest.Seconds())
 	}
+	fmt.Fprintf(tw, "periodic summaries\t%d sales-summary jobs for %d ticks (every %v, one at start), %d summary rows, %d left ready at the stop\n",
+		s.SummaryJobs, s.SummaryTicks, s.cfg.SummaryEvery, s.Summaries, s.SummaryPending)
 	fmt.Fprintf(tw, "payload upgrades\t%d receipts stored at version 1 by the legacy checkout, handled as version 2\n", s.LegacyReceipts)
 	fmt.Fprintf(tw, "receipts\t%d sent, %d attempts failed transiently and were retried\n", s.MailsSent, s.MailFailures)
 	var waits []string

@@ -35,7 +35,7 @@ import (
 const (
 	envChild        = "TENURE_FAULTS_CHILD"        // "worker"
 	envChildDB      = "TENURE_FAULTS_DB"           // database URL
-	envChildHandler = "TENURE_FAULTS_HANDLER"      // "record" or "effect"
+	envChildHandler = "TENURE_FAULTS_HANDLER"      // "record", "effect" or "periodic"
 	envChildRemote  = "TENURE_FAULTS_REMOTE"       // dedup server base URL
 	envChildConc    = "TENURE_FAULTS_CONCURRENCY"  // handler slots
 	envChildID      = "TENURE_FAULTS_ID"           // worker id
@@ -110,10 +110,22 @@ func childWorker(out *childOut) error {
 		out.printf("outcome %d %d %s code=%s stale=%t err=%q", o.JobID, o.Generation, o.Transition, o.Code,
 			errors.Is(o.Err, worker.ErrLostOwnership), errText(o.Err))
 	}
+	if mode == "periodic" {
+		// A 1-second schedule shared by every child; the args function reports the tick, then
+		// dawdles inside the enqueueing transaction (the schedule's row locked, its next tick
+		// written, the job not yet inserted) so that a SIGKILL can land there.
+		cfg.Periodic = []worker.PeriodicJob{worker.NewPeriodicJob("every-second", worker.Every(time.Second),
+			func(_ context.Context, t worker.Tick) (tickArgs, error) {
+				out.printf("enqueuing %d missed=%d", t.At.UnixMicro(), t.Missed)
+				time.Sleep(100 * time.Millisecond)
+				return tickArgs{AtUs: t.At.UnixMicro(), Missed: t.Missed}, nil
+			}, nil)}
+	}
 	w, err := worker.New(pool, cfg)
 	if err != nil {
 		return err
 	}
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[tickArgs]) error { return nil }, nil)
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[faultArgs]) error {
 		out.printf("claimed %d %d %d %s", job.ID, job.Generation, job.Attempt, job.ClaimToken)
 		nap()
@@ -131,7 +143,7 @@ func childWorker(out *childOut) error {
 		nap()
 		return nil
 	}, &worker.HandlerOptions{Retry: fastRetry})
-	if mode != "record" && mode != "effect" {
+	if mode != "record" && mode != "effect" && mode != "periodic" {
 		return fmt.Errorf("unknown handler mode %q", mode)
 	}
 	if err := w.Start(ctx); err != nil {

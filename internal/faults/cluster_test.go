@@ -123,6 +123,8 @@ var (
 		`GRANT SELECT, INSERT ON tenure.audit TO tenure_app`,
 		`GRANT SELECT, INSERT, UPDATE, DELETE ON tenure.workers TO tenure_app`,
 		`GRANT SELECT ON tenure.schema_migrations TO tenure_app`,
+		`GRANT SELECT, INSERT, UPDATE ON tenure.periodic TO tenure_app`,
+		`GRANT SELECT, INSERT, UPDATE ON tenure.queues TO tenure_app`,
 	}
 )
 
@@ -254,6 +256,30 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	require.GreaterOrEqual(t, len(entries), 3, "cancel, re-inject and cancel request are audited")
 	require.Zero(t, st.ClaimErrors)
 	require.Zero(t, st.HeartbeatErrors)
+
+	// Periodic schedules and queue pause, as the application role.
+	pcfg := fastConfig(map[string]worker.QueueConfig{"ticks": {Concurrency: 1}})
+	pcfg.Periodic = []worker.PeriodicJob{worker.NewPeriodicJob("every-second", worker.Every(time.Second),
+		func(_ context.Context, t worker.Tick) (tickArgs, error) { return tickArgs{AtUs: t.At.UnixMicro()}, nil },
+		&worker.PeriodicOptions{RunOnStart: true, Insert: &jobs.InsertOpts{Queue: "ticks"}})}
+	pw, err := worker.New(pool, pcfg)
+	require.NoError(t, err)
+	worker.MustRegister(pw, func(context.Context, *generics.Job[tickArgs]) error { return nil }, nil)
+	_, err = c.PauseQueue(ctx, "ticks", act)
+	require.NoError(t, err)
+	startWorker(t, pw)
+	waitFor(t, 10*time.Second, "two periodic jobs", func() bool { return pw.Stats().PeriodicEnqueued >= 2 })
+	require.Equal(t, []string{"ticks"}, pw.Stats().PausedQueues)
+	_, err = c.ResumeQueue(ctx, "ticks", act)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "a periodic job to run", func() bool { return pw.Stats().Succeeded >= 1 })
+	qs, err := c.ListQueues(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, qs)
+	ps, err := c.Periodic(ctx)
+	require.NoError(t, err)
+	require.Len(t, ps, 1)
+	require.Zero(t, pw.Stats().PeriodicErrors)
 
 	// What the application role must not be able to do.
 	for _, s := range []string{

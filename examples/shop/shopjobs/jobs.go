@@ -66,6 +66,15 @@ type BuildReport struct {
 	Work      time.Duration `json:"work" tenure:"min=0s,max=25s"`
 }
 
+// SalesSummary is the periodic "nightly" report, on a short interval for the demo: the sales
+// up to its tick (worker.Config.Periodic schedules it; each tick is enqueued once).
+//
+//tenure:job kind=shop.sales_summary queue=reports priority=1 max_attempts=5 lease=30s timeout=10s
+type SalesSummary struct {
+	Tick   time.Time `json:"tick"`
+	Missed int       `json:"missed" tenure:"min=0"`
+}
+
 // CleanupCart clears an order's cart: low priority, completed in the same transaction as
 // its write (worker.CompleteTx).
 //

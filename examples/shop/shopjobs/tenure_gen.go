@@ -18,10 +18,11 @@ import (
 
 // Job kinds declared by the //tenure:job directives of this package.
 const (
-	KindBuildReport = "shop.build_report"
-	KindChargeCard  = "shop.charge_card"
-	KindCleanupCart = "shop.cleanup_cart"
-	KindSendReceipt = "shop.send_receipt"
+	KindBuildReport  = "shop.build_report"
+	KindChargeCard   = "shop.charge_card"
+	KindCleanupCart  = "shop.cleanup_cart"
+	KindSalesSummary = "shop.sales_summary"
+	KindSendReceipt  = "shop.send_receipt"
 )
 
 // Kind implements generics.Args: kind "shop.build_report".
@@ -240,6 +241,68 @@ func RegisterCleanupCart(w *worker.Worker, fn func(ctx context.Context, job *gen
 	return nil
 }
 
+// Kind implements generics.Args: kind "shop.sales_summary".
+func (SalesSummary) Kind() string { return KindSalesSummary }
+
+// PayloadVersion implements generics.Args.
+func (SalesSummary) PayloadVersion() int { return 1 }
+
+// Validate implements generics.Validator with the tenure rules of SalesSummary's fields. Every field
+// is checked; the first failing rule of each field is reported as a *generics.FieldError,
+// and the failures are joined with errors.Join (nil when there are none).
+func (a SalesSummary) Validate() error {
+	var errs []error
+	if a.Missed < 0 {
+		errs = append(errs, &generics.FieldError{Field: "missed", Rule: "min", Msg: "must be at least 0"})
+	}
+	return errors.Join(errs...)
+}
+
+// EnqueueSalesSummary validates args and enqueues one "shop.sales_summary" job in its own transaction.
+// Zero fields of opts (which may be nil) take the directive's defaults: queue "reports", priority 1, max attempts 5, lease 30s.
+func EnqueueSalesSummary(ctx context.Context, c *jobs.Client, args SalesSummary, opts *jobs.InsertOpts) (*jobs.Row, error) {
+	return c.Insert(ctx, args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second}))
+}
+
+// EnqueueSalesSummaryTx validates args and enqueues one "shop.sales_summary" job inside tx: the job exists, and
+// workers are woken, only if tx commits.
+// Zero fields of opts (which may be nil) take the directive's defaults: queue "reports", priority 1, max attempts 5, lease 30s.
+func EnqueueSalesSummaryTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args SalesSummary, opts *jobs.InsertOpts) (*jobs.Row, error) {
+	return c.InsertTx(ctx, tx, args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second}))
+}
+
+// EnqueueManySalesSummary validates every args value (one invalid value writes nothing) and enqueues
+// one "shop.sales_summary" job per value in one transaction, returning their ids in order.
+// Zero fields of opts (which may be nil) take the directive's defaults: queue "reports", priority 1, max attempts 5, lease 30s.
+func EnqueueManySalesSummary(ctx context.Context, c *jobs.Client, args []SalesSummary, opts *jobs.InsertOpts) ([]int64, error) {
+	return c.InsertMany(ctx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})))
+}
+
+// EnqueueManySalesSummaryTx is EnqueueManySalesSummary inside tx.
+func EnqueueManySalesSummaryTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []SalesSummary, opts *jobs.InsertOpts) ([]int64, error) {
+	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})))
+}
+
+// RegisterSalesSummary registers fn as the handler of kind "shop.sales_summary" on w, with the options of its
+// //tenure:job directive and its //tenure:upgrade functions. Each adjust function may change
+// the options before registration.
+func RegisterSalesSummary(w *worker.Worker, fn func(ctx context.Context, job *generics.Job[SalesSummary]) error, adjust ...func(kind string, o *worker.HandlerOptions)) error {
+	o := &worker.HandlerOptions{
+		Timeout:     10 * time.Second,
+		Lease:       30 * time.Second,
+		MaxAttempts: 5,
+		Queue:       "reports",
+		Priority:    1,
+	}
+	for _, f := range adjust {
+		f(KindSalesSummary, o)
+	}
+	if err := worker.Register(w, fn, o); err != nil {
+		return fmt.Errorf("tenure: register %s: %w", KindSalesSummary, err)
+	}
+	return nil
+}
+
 // Kind implements generics.Args: kind "shop.send_receipt".
 func (SendReceipt) Kind() string { return KindSendReceipt }
 
@@ -338,6 +401,9 @@ type Handlers interface {
 	// CleanupCart handles kind "shop.cleanup_cart".
 	CleanupCart(ctx context.Context, job *generics.Job[CleanupCart]) error
 
+	// SalesSummary handles kind "shop.sales_summary".
+	SalesSummary(ctx context.Context, job *generics.Job[SalesSummary]) error
+
 	// SendReceipt handles kind "shop.send_receipt".
 	SendReceipt(ctx context.Context, job *generics.Job[SendReceipt]) error
 }
@@ -358,6 +424,9 @@ func RegisterHandlers(w *worker.Worker, h Handlers, adjust ...func(kind string, 
 	if err := RegisterCleanupCart(w, h.CleanupCart, adjust...); err != nil {
 		return err
 	}
+	if err := RegisterSalesSummary(w, h.SalesSummary, adjust...); err != nil {
+		return err
+	}
 	if err := RegisterSendReceipt(w, h.SendReceipt, adjust...); err != nil {
 		return err
 	}
@@ -376,6 +445,9 @@ func RegisterKinds(r *generics.Registry) error {
 	}
 	if _, err := generics.Register[CleanupCart](r, generics.WithDefaults(generics.KindDefaults{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})); err != nil {
 		return fmt.Errorf("tenure: register kind %s: %w", KindCleanupCart, err)
+	}
+	if _, err := generics.Register[SalesSummary](r, generics.WithDefaults(generics.KindDefaults{Queue: "reports", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})); err != nil {
+		return fmt.Errorf("tenure: register kind %s: %w", KindSalesSummary, err)
 	}
 	if _, err := generics.Register[SendReceipt](r, generics.WithDefaults(generics.KindDefaults{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second}), generics.WithUpgrader(tenureUpgradersSendReceipt()...)); err != nil {
 		return fmt.Errorf("tenure: register kind %s: %w", KindSendReceipt, err)

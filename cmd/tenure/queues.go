@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tenureq/tenure/jobs"
+)
+
+func init() {
+	register(&command{
+		name:    "queue",
+		summary: "pause or resume a queue cluster-wide (audited), or list queues with their pause state",
+		run:     runQueue,
+	})
+	register(&command{
+		name:    "periodic",
+		summary: "list the periodic (cron and interval) schedules: spec, next run, last job",
+		run:     runPeriodic,
+	})
+}
+
+const queueUsage = `Usage: tenure queue <action> [flags] [queue]
+
+  list          queues an operator paused or resumed, and queues live workers serve, with their
+                pause state and the number of live workers serving them
+  pause QUEUE   stop every worker from claiming from QUEUE (within about a second; running
+                jobs finish normally; enqueues are still accepted); survives restarts
+  resume QUEUE  let workers claim from QUEUE again
+
+pause and resume are audited: -actor (who) and -reason (why) are required.`
+
+func runQueue(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+		fmt.Fprintln(e.stdout, queueUsage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	action := args[0]
+	switch action {
+	case "list", "pause", "resume":
+	default:
+		return exitCode(e, "tenure queue", usageErrorf("unknown action %q (list, pause, resume; see tenure queue -h)", action))
+	}
+	prefix := "tenure queue " + action
+	fs := newFlagSet(e, "queue "+action, queueUsage)
+	dbURL := databaseFlag(fs)
+	actor := fs.String("actor", "", "(pause, resume) who acts, for the audit trail")
+	reason := fs.String("reason", "", "(pause, resume) why, for the audit trail")
+	if code, done := parseFlags(e, fs, args[1:]); done {
+		return code
+	}
+	var queue string
+	if fs.NArg() > 0 {
+		queue = fs.Arg(0)
+		if code, done := parseFlags(e, fs, fs.Args()[1:]); done { // flags after the queue
+			return code
+		}
+		if fs.NArg() > 0 {
+			return exitCode(e, prefix, usageErrorf("unexpected arguments %q", fs.Args()))
+		}
+	}
+	if action == "list" && queue != "" {
+		return exitCode(e, prefix, usageErrorf("list takes no queue"))
+	}
+	if action != "list" {
+		if queue == "" {
+			return exitCode(e, prefix, usageErrorf("missing queue name"))
+		}
+		if !jobs.ValidQueueName(queue) {
+			return exitCode(e, prefix, usageErrorf("%q is not a valid queue name", queue))
+		}
+		var missing []string
+		if *actor == "" {
+			missing = append(missing, "-actor (who acts)")
+		}
+		if *reason == "" {
+			missing = append(missing, "-reason (why)")
+		}
+		if len(missing) > 0 {
+			return exitCode(e, prefix, usageErrorf("%s is audited: %s required, e.g. tenure queue %s %s -actor ops@example.com -reason \"...\"",
+				action, strings.Join(missing, " and "), action, queue))
+		}
+	}
+	url, err := databaseURL(e, *dbURL)
+	if err != nil {
+		return exitCode(e, prefix, err)
+	}
+	pool, err := openPool(ctx, url)
+	if err != nil {
+		return exitCode(e, prefix, err)
+	}
+	defer pool.Close()
+	c, err := jobs.NewClient(pool, nil)
+	if err != nil {
+		return exitCode(e, prefix, err)
+	}
+	act := jobs.Action{Actor: *actor, Reason: *reason}
+	switch action {
+	case "pause", "resume":
+		f := c.PauseQueue
+		if action == "resume" {
+			f = c.ResumeQueue
+		}
+		out, err := f(ctx, queue, act)
+		if err != nil {
+			return exitCode(e, prefix, err)
+		}
+		switch out {
+		case jobs.QueueUnchanged:
+			fmt.Fprintf(e.stdout, "queue %s was already %s (recorded in the audit trail)\n", queue, map[string]string{"pause": "paused", "resume": "running"}[action])
+		default:
+			fmt.Fprintf(e.stdout, "queue %s %s\n", queue, out)
+		}
+		return exitOK
+	}
+	qs, err := c.ListQueues(ctx)
+	if err != nil {
+		return exitCode(e, prefix, err)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintln(tw, "QUEUE\tSTATE\tWORKERS\tSINCE\tBY\tREASON")
+	for _, q := range qs {
+		state, since := "running", "-"
+		if q.Paused {
+			state = "PAUSED"
+			since = q.PausedAt.UTC().Format(time.RFC3339)
+		} else if q.UpdatedAt != nil {
+			since = q.UpdatedAt.UTC().Format(time.RFC3339)
+		}
+		by, why := orDash(q.UpdatedBy), orDash(q.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", q.Name, state, q.Workers, since, by, why)
+	}
+	if len(qs) == 0 {
+		fmt.Fprintln(tw, "(no queues: none paused or resumed, no live workers)")
+	}
+	return exitOK
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+const periodicUsage = `Usage: tenure periodic list [flags]
+
+Lists the periodic schedules (tenure.periodic) workers registered: name, schedule, kind and
+queue, the next tick (due when the database clock reaches it), the last enqueued job and its
+tick, and the ticks missed while no worker ran. A schedule OVERDUE by more than a few seconds
+has no running worker.`
+
+func runPeriodic(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+		fmt.Fprintln(e.stdout, periodicUsage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	if args[0] != "list" {
+		return exitCode(e, "tenure periodic", usageErrorf("unknown action %q (list; see tenure periodic -h)", args[0]))
+	}
+	prefix := "tenure periodic list"
+	fs := newFlagSet(e, "periodic list", periodicUsage)
+	dbURL := databaseFlag(fs)
+	if code, done := parseFlags(e, fs, args[1:]); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return exitCode(e, prefix, usageErrorf("unexpected arguments %q", fs.Args()))
+	}
+	url, err := databaseURL(e, *dbURL)
+	if err != nil {
+		return exitCode(e, prefix, err)
+	}
+	pool, err := openPool(ctx, url)
+	if err != nil {
+		return exitCode(e, prefix, err)
+	}
+	defer pool.Close()
+	c, err := jobs.NewClient(pool, nil)
+	if err != nil {
+		return exitCode(e, prefix, err)
+	}
+	ps, err := c.Periodic(ctx)
+	if err != nil {
+		return exitCode(e, prefix, err)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintln(tw, "NAME\tSPEC\tKIND\tQUEUE\tNEXT_RUN\tLAST_JOB\tLAST_TICK\tLAST_ENQUEUED\tMISSED\tSTATUS")
+	ts := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	for _, p := range ps {
+		job := "-"
+		if p.LastJobID != nil {
+			job = fmt.Sprint(*p.LastJobID)
+		}
+		status := "ok"
+		if p.Overdue > 5*time.Second {
+			status = "OVERDUE " + p.Overdue.Round(time.Second).String()
+		}
+		next := p.NextRunAt
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", p.Name, p.Spec, p.Kind, p.Queue, ts(&next), job,
+			ts(p.LastTickAt), ts(p.LastEnqueuedAt), p.Missed, status)
+	}
+	if len(ps) == 0 {
+		fmt.Fprintln(tw, "(no periodic schedules)")
+	}
+	return exitOK
+}
