@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -67,6 +68,7 @@ type config struct {
 	analyze        bool
 	keepDBs        bool
 	phaseDur       time.Duration // phases: every phase this long (0 = the schedule's own)
+	together       bool          // run the sides of each repetition at the same time
 	// server: "own" starts a production-like cluster for the comparison (stock settings,
 	// autovacuum on, pg_stat_statements); "url" uses the server of adminURL.
 	server string
@@ -123,6 +125,7 @@ func parseFlags() config {
 	flag.StringVar(&c.outDir, "out", envOr("BENCH_OUT", "results"), "directory for latest.json and latest.md (env BENCH_OUT)")
 	flag.BoolVar(&c.analyze, "analyze", true, "ANALYZE after pre-inserting a backlog (burn-down, few-workers), as autovacuum would")
 	flag.BoolVar(&c.keepDBs, "keep-dbs", false, "do not drop the per-run databases (debugging)")
+	flag.BoolVar(&c.together, "together", envBool("BENCH_TOGETHER"), "run the systems of each repetition at the same time on the one server, each in its own database (as the public postgresql-job-queue-benchmarking harness does), instead of one after the other (env BENCH_TOGETHER=1)")
 	flag.DurationVar(&c.phaseDur, "phase-duration", 0, "phases: run every phase this long instead of the schedule's own (120s, 120s, 60s, 60s; quick 8s)")
 	flag.Parse()
 	if c.server == "" {
@@ -358,6 +361,41 @@ func runCompare(ctx context.Context, c config) error {
 	for _, name := range c.scenarios {
 		spec := specs[name]
 		for rep := 1; rep <= c.reps; rep++ {
+			if c.together {
+				// Every side at the same time, each in its own database on the one server, as
+				// the public harness runs its adapters: they compete for the same CPUs and the
+				// same server, and each side's "unrelated CPU" is mostly the other side.
+				type out struct {
+					u   unit
+					res *scenario.Result
+					err error
+				}
+				var wg sync.WaitGroup
+				outs := make([]out, len(c.units(name)))
+				for i, u := range c.units(name) {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						res, err := runOne(ctx, c, exe, spec, u, rep, drops)
+						outs[i] = out{u, res, err}
+					}()
+				}
+				wg.Wait()
+				for _, o := range outs {
+					if o.res != nil {
+						results[runKey{name, o.u}] = append(results[runKey{name, o.u}], o.res)
+						if settings[o.u.System] == nil {
+							settings[o.u.System] = o.res.Settings
+						}
+					}
+					if o.err != nil {
+						msg := fmt.Sprintf("%s rep %d %s: %v", name, rep, o.u.label(), o.err)
+						fmt.Fprintln(os.Stderr, "compare: FAILED", msg)
+						failures = append(failures, msg)
+					}
+				}
+				continue
+			}
 			for _, u := range c.units(name) {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -396,13 +434,16 @@ var errAfterMeasurement = errors.New("shutdown failure")
 // only starts once the previous drop has finished, so the drop never overlaps a measurement.
 type dropper struct {
 	adminURL string
-	pending  chan struct{}
+	mu       sync.Mutex
+	pending  []chan struct{}
 }
 
 func (d *dropper) drop(name string) {
 	d.wait()
 	done := make(chan struct{})
-	d.pending = done
+	d.mu.Lock()
+	d.pending = append(d.pending, done)
+	d.mu.Unlock()
 	go func() {
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -413,10 +454,14 @@ func (d *dropper) drop(name string) {
 	}()
 }
 
+// wait returns when every drop started so far has finished (safe for concurrent use).
 func (d *dropper) wait() {
-	if d.pending != nil {
-		<-d.pending
-		d.pending = nil
+	d.mu.Lock()
+	p := d.pending
+	d.pending = nil
+	d.mu.Unlock()
+	for _, ch := range p {
+		<-ch
 	}
 }
 

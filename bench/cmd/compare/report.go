@@ -473,6 +473,9 @@ func workersBySpec(specs map[string]scenario.Spec) string {
 }
 
 func orderString(c config) string {
+	if c.together {
+		return strings.Join(c.systems, " + ") + " at the same time within each repetition (-together), each in its own database on the one server"
+	}
 	return strings.Join(c.systems, " → ") + " (in turn within each repetition; a system a scenario does not run is skipped)"
 }
 
