@@ -8,8 +8,11 @@
 
 -- name: InsertJob :one
 -- One job. When notify is true the statement also sends the new-job signal for its queue: a
--- NOTIFY inside the inserting transaction, delivered only on commit, whose payload is the
--- queue name. (The uncorrelated sub-select runs once, as an InitPlan.)
+-- NOTIFY inside the inserting transaction, delivered only on commit, whose payload is
+-- "queue<US>priority<US>run_at_us" (US = the unit separator, chr(31)): workers wake, and start
+-- the band's next claim at that due time if it lies behind the band's watermark (a transaction
+-- that commits after newer jobs were claimed; worker/claim.go, "Watermarks"). (The sub-select
+-- runs once, as an InitPlan.)
 WITH ins AS (
     INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata)
     VALUES (@queue, @kind, @payload, @payload_version, @priority,
@@ -18,11 +21,14 @@ WITH ins AS (
     RETURNING *
 )
 SELECT * FROM ins
-WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', @queue::text) WHERE sqlc.arg(notify)::boolean) n) >= 0;
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
+                                              || (extract(epoch FROM i.run_at) * 1000000)::bigint)
+                             FROM ins i WHERE sqlc.arg(notify)::boolean) n) >= 0;
 
 -- name: InsertJobs :many
--- Many jobs in one round trip, plus the new-job signal for each queue in notify_queues
--- (the queues given jobs that are due now; sent once, inside the inserting transaction).
+-- Many jobs in one round trip, plus the new-job signal (as InsertJob's) for each queue in
+-- notify_queues (the queues given jobs that are due now) and priority band with due jobs,
+-- carrying the band's oldest due time; sent inside the inserting transaction.
 -- run_at_us is an absolute time in microseconds since the Unix
 -- epoch; 0 means "now + delay_us" on the database clock.
 WITH ins AS (
@@ -41,10 +47,14 @@ FROM (SELECT unnest(@queues::text[]) AS queue,
             unnest(@max_attempts::integer[]) AS max_attempts,
             unnest(@lease_ms::integer[]) AS lease_ms,
             unnest(@metadata::jsonb[]) AS metadata) AS i
-RETURNING id
+RETURNING id, queue, priority, run_at
 )
 SELECT id FROM ins
-WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', q) FROM unnest(@notify_queues::text[]) AS q) n) >= 0
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) || d.priority || chr(31)
+                                              || (extract(epoch FROM d.run_at) * 1000000)::bigint)
+                             FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins
+                                   WHERE queue = ANY(@notify_queues::text[]) AND run_at <= now()
+                                   GROUP BY queue, priority) d) n) >= 0
 ORDER BY id;
 
 -- ---------------------------------------------------------------------------------------------
@@ -334,7 +344,9 @@ WITH gone AS (
 SELECT id FROM gone;
 
 -- name: NotifyQueue :exec
-SELECT pg_notify('tenure_jobs', @queue::text);
+-- The new-job signal for one job made ready by an operator (same payload as InsertJob's).
+SELECT pg_notify('tenure_jobs', @queue::text || chr(31) || @priority::smallint || chr(31)
+                                || (extract(epoch FROM @run_at::timestamptz) * 1000000)::bigint);
 
 -- name: InsertAudit :one
 INSERT INTO tenure.audit (actor, action, reason, job_id, detail)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,7 +115,13 @@ func TestInsertNotifiesOnCommitOnly(t *testing.T) {
 	defer cancel()
 	n, err := conn.WaitForNotification(wait)
 	require.NoError(t, err)
-	require.Equal(t, "mail", n.Payload)
+	// queue, priority band and the job's due time (unix µs), separated by chr(31)
+	parts := strings.Split(n.Payload, "\x1f")
+	require.Len(t, parts, 3, n.Payload)
+	require.Equal(t, []string{"mail", strconv.Itoa(jobs.PriorityNormal)}, parts[:2])
+	us, err := strconv.ParseInt(parts[2], 10, 64)
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now(), time.UnixMicro(us), time.Minute)
 
 	// a scheduled job does not wake anyone
 	_, err = c.Insert(ctx, emailArgs{To: "a@b.c"}, &jobs.InsertOpts{Queue: "later", Delay: time.Hour})

@@ -112,7 +112,7 @@ func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *Reinj
 		if err != nil {
 			return err
 		}
-		if err := q.NotifyQueue(ctx, nj.Queue); err != nil {
+		if err := q.NotifyQueue(ctx, gen.NotifyQueueParams{Queue: nj.Queue, Priority: nj.Priority, RunAt: nj.RunAt}); err != nil {
 			return err
 		}
 		if row, err = rowFromGen(nj); err != nil {
@@ -160,7 +160,7 @@ func (c *Client) Retry(ctx context.Context, id int64, act Action) (*Row, error) 
 		if err != nil {
 			return err
 		}
-		if err := q.NotifyQueue(ctx, nj.Queue); err != nil {
+		if err := q.NotifyQueue(ctx, gen.NotifyQueueParams{Queue: nj.Queue, Priority: nj.Priority, RunAt: nj.RunAt}); err != nil {
 			return err
 		}
 		if row, err = rowFromGen(nj); err != nil {

@@ -214,11 +214,34 @@ func (q *queue) watermarks() (after bandTimes, full bool, prev bandTimes) {
 		q.wmEvery = watermarkReset
 	}
 	if q.wmForce || time.Since(q.wmSince) >= q.wmEvery {
+		for b := range q.dueHint {
+			q.dueHint[b].Store(0)
+		}
 		prev = q.wm
 		q.wm, q.wmSince, q.wmForce, q.notified = bandTimes{}, time.Now(), false, false
 		return q.wm, true, prev
 	}
+	for b := range q.dueHint {
+		if h := q.dueHint[b].Swap(0); h != 0 && h < q.wm[b] {
+			q.wm[b] = h // a job committed behind the watermark: start the band there
+			q.w.m.watermarkHints.Add(1)
+		}
+	}
 	return q.wm, false, prev
+}
+
+// hintDue records that a job of band prio due at runAtUs was just committed (listener).
+func (q *queue) hintDue(prio int, runAtUs int64) {
+	h := &q.dueHint[prio]
+	for {
+		cur := h.Load()
+		if cur != 0 && cur <= runAtUs {
+			return
+		}
+		if h.CompareAndSwap(cur, runAtUs) {
+			return
+		}
+	}
 }
 
 // advance moves each band's watermark to the newest due time it just claimed (loop only).

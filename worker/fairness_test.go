@@ -287,9 +287,10 @@ func TestJobBehindWatermarkIsFound(t *testing.T) {
 
 // TestNotifiedJobBehindWatermarkFoundBeforeBackstop: while full claims find nothing behind
 // the watermarks, the backstop's period doubles (1 s, 2 s, 4 s, ...). A job announced by a
-// NOTIFY that the next watermark claim does not find (here: enqueued with a due time an hour
-// in the past) triggers a full claim at once (at most one per second) instead of waiting
-// for the backstop, and is counted as claimed behind the watermark.
+// NOTIFY without a due-time hint (the payload of inserters before December 2026, or SQL that
+// enqueues by hand) that the next watermark claim does not find (here: due an hour ago)
+// triggers a full claim at once (at most one per second) instead of waiting for the
+// backstop, and is counted as claimed behind the watermark.
 func TestNotifiedJobBehindWatermarkFoundBeforeBackstop(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -317,7 +318,9 @@ func TestNotifiedJobBehindWatermarkFoundBeforeBackstop(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, <-seen)
 	t0 := time.Now()
-	_, err = c.Insert(ctx, noopArgs{N: 2}, &jobs.InsertOpts{RunAt: time.Now().Add(-time.Hour)})
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload, run_at) VALUES ('noop', '{"n":2}', now() - interval '1 hour')`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `SELECT pg_notify('tenure_jobs', 'default')`)
 	require.NoError(t, err)
 	select {
 	case n := <-seen:
@@ -329,6 +332,52 @@ func TestNotifiedJobBehindWatermarkFoundBeforeBackstop(t *testing.T) {
 	t.Logf("found %v after its insert; full claims %d -> %d", time.Since(t0).Round(time.Millisecond), full, st.FullClaims)
 	require.Equal(t, int64(1), st.ClaimedBehindWatermark)
 	require.Equal(t, full+1, st.FullClaims, "one full claim, triggered by the NOTIFY")
+}
+
+// TestLateCommitFoundThroughNotifyHint: a job inserted by a transaction that commits after a
+// newer job was claimed sits behind the band's watermark (its run_at is its transaction's
+// start). Its NOTIFY carries its band and due time, so the next claim starts the band there:
+// it runs at once, without a full claim.
+func TestLateCommitFoundThroughNotifyHint(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	w, err := worker.New(pool, fastConfig(nil))
+	require.NoError(t, err)
+	seen := make(chan int, 100)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error {
+		seen <- job.Args.N
+		return nil
+	}, nil)
+	c := newClient(t, pool, w)
+	startWorker(t, w)
+	// Wait for the start-up full claim, so that the next one is at least a second away.
+	require.Eventually(t, func() bool { return w.Stats().FullClaims >= 1 }, 5*time.Second, 5*time.Millisecond)
+
+	late, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer late.Rollback(ctx)
+	_, err = c.InsertTx(ctx, late, noopArgs{N: 1}, nil) // run_at = this transaction's start
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond)
+	_, err = c.Insert(ctx, noopArgs{N: 2}, nil) // newer, committed first: moves the watermark
+	require.NoError(t, err)
+	require.Equal(t, 2, <-seen)
+	full := w.Stats().FullClaims
+	t0 := time.Now()
+	require.NoError(t, late.Commit(ctx))
+	select {
+	case n := <-seen:
+		require.Equal(t, 1, n)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the late-committed job was not claimed")
+	}
+	st := w.Stats()
+	t.Logf("late-committed job claimed %v after its commit; watermark hints %d, full claims %d -> %d",
+		time.Since(t0).Round(time.Millisecond), st.WatermarkHints, full, st.FullClaims)
+	require.Equal(t, full, st.FullClaims, "found by a full claim, not through the hint")
+	require.GreaterOrEqual(t, st.WatermarkHints, int64(1))
+	require.Zero(t, st.ClaimedBehindWatermark)
 }
 
 // TestClaimCostFlatWhileHorizonHeld: a REPEATABLE READ transaction holds the xmin horizon

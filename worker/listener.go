@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,7 +93,11 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 		}
 		switch n.Channel {
 		case "tenure_jobs":
-			if q := w.queues[n.Payload]; q != nil {
+			name, prio, runAt, hinted := parseJobsPayload(n.Payload)
+			if q := w.queues[name]; q != nil {
+				if hinted {
+					q.hintDue(prio, runAt)
+				}
 				q.wake()
 			}
 		case "tenure_queues":
@@ -116,4 +121,25 @@ func ping(ctx context.Context, conn *pgx.Conn) error {
 	pctx, cancel := context.WithTimeout(ctx, listenPingTimeout)
 	defer cancel()
 	return conn.Ping(pctx)
+}
+
+// parseJobsPayload reads a tenure_jobs notification: "queue" (inserters before December 2026,
+// and SQL that enqueues without the hint), or "queue\x1fpriority\x1frun_at_us": the
+// priority band and the oldest due time of the jobs just committed there, which may lie
+// behind the band's watermark (claim.go, "Watermarks").
+func parseJobsPayload(p string) (queue string, prio int, runAtUs int64, hinted bool) {
+	q, rest, ok := strings.Cut(p, "\x1f")
+	if !ok {
+		return p, 0, 0, false
+	}
+	ps, ts, ok := strings.Cut(rest, "\x1f")
+	if !ok {
+		return p, 0, 0, false
+	}
+	pr, err1 := strconv.Atoi(ps)
+	t, err2 := strconv.ParseInt(ts, 10, 64)
+	if err1 != nil || err2 != nil || pr < minPriority || pr > maxPriority || t <= 0 {
+		return p, 0, 0, false
+	}
+	return q, pr, t, true
 }

@@ -11,7 +11,7 @@ import (
 // metrics are the engine's in-process counters and histograms (bounded memory).
 type metrics struct {
 	claims, emptyClaims, claimErrors, claimed, claimAsked  atomic.Int64
-	fullClaims, claimedBehindWatermark                     atomic.Int64
+	fullClaims, claimedBehindWatermark, watermarkHints     atomic.Int64
 	succeeded, retried, dead, cancelled, released          atomic.Int64
 	staleRejected, finishRetries, finishAbandoned          atomic.Int64
 	heartbeats, heartbeatRows, heartbeatErrors, leasesLost atomic.Int64
@@ -101,6 +101,9 @@ type Stats struct {
 	// its watermark (see "Watermarks" in claim.go); ClaimedBehindWatermark the jobs they found
 	// that the watermark claims had passed (late-committed inserts, backdated RunAt).
 	FullClaims, ClaimedBehindWatermark int64
+	// WatermarkHints counts band watermarks lowered by a NOTIFY that announced a job committed
+	// behind them (an insert transaction that committed after a newer job was claimed).
+	WatermarkHints int64
 	// Outcomes confirmed by a fenced write.
 	Succeeded, Retried, Dead, Cancelled, Released int64
 	// StaleRejected counts fenced finishes that changed 0 rows: the worker had lost the job.

@@ -39,10 +39,14 @@ type queue struct {
 	hbCh       chan hbResult
 	cancelCh   chan int64
 	wakeCh     chan struct{} // NOTIFY: new jobs in this queue (1-buffered)
-	resyncCh   chan struct{} // the listener reconnected: heartbeat every job now (1-buffered)
-	stopCh     chan stopPlan // 1-buffered
-	pauseCh    chan bool     // the queue state service: paused or not (1-buffered, latest wins)
-	done       chan struct{} // closed when the loop returns
+	// dueHint: per band, the oldest due time (unix µs; 0 = none) that NOTIFYs announced since
+	// the loop last planned a claim. The listener lowers it, the loop takes it (claim.go,
+	// "Watermarks").
+	dueHint  [maxPriority + 1]atomic.Int64
+	resyncCh chan struct{} // the listener reconnected: heartbeat every job now (1-buffered)
+	stopCh   chan stopPlan // 1-buffered
+	pauseCh  chan bool     // the queue state service: paused or not (1-buffered, latest wins)
+	done     chan struct{} // closed when the loop returns
 
 	// Owned by the loop goroutine.
 	active     map[*execution]struct{} // a job can appear twice: a stuck attempt and its successor

@@ -984,18 +984,20 @@ const insertJob = `-- name: InsertJob :one
 
 WITH ins AS (
     INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata)
-    VALUES ($1, $3, $4, $5, $6,
+    VALUES ($2, $3, $4, $5, $6,
             coalesce($7::timestamptz, now() + $8::bigint * interval '1 microsecond'),
             $9, $10, $11)
     RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
 )
 SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM ins
-WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', $1::text) WHERE $2::boolean) n) >= 0
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
+                                              || (extract(epoch FROM i.run_at) * 1000000)::bigint)
+                             FROM ins i WHERE $1::boolean) n) >= 0
 `
 
 type InsertJobParams struct {
-	Queue          string
 	Notify         bool
+	Queue          string
 	Kind           string
 	Payload        []byte
 	PayloadVersion int32
@@ -1040,12 +1042,15 @@ type InsertJobRow struct {
 // Enqueue
 // ---------------------------------------------------------------------------------------------
 // One job. When notify is true the statement also sends the new-job signal for its queue: a
-// NOTIFY inside the inserting transaction, delivered only on commit, whose payload is the
-// queue name. (The uncorrelated sub-select runs once, as an InitPlan.)
+// NOTIFY inside the inserting transaction, delivered only on commit, whose payload is
+// "queue<US>priority<US>run_at_us" (US = the unit separator, chr(31)): workers wake, and start
+// the band's next claim at that due time if it lies behind the band's watermark (a transaction
+// that commits after newer jobs were claimed; worker/claim.go, "Watermarks"). (The sub-select
+// runs once, as an InitPlan.)
 func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJobRow, error) {
 	row := q.db.QueryRow(ctx, insertJob,
-		arg.Queue,
 		arg.Notify,
+		arg.Queue,
 		arg.Kind,
 		arg.Payload,
 		arg.PayloadVersion,
@@ -1102,10 +1107,14 @@ FROM (SELECT unnest($2::text[]) AS queue,
             unnest($9::integer[]) AS max_attempts,
             unnest($10::integer[]) AS lease_ms,
             unnest($11::jsonb[]) AS metadata) AS i
-RETURNING id
+RETURNING id, queue, priority, run_at
 )
 SELECT id FROM ins
-WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', q) FROM unnest($1::text[]) AS q) n) >= 0
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) || d.priority || chr(31)
+                                              || (extract(epoch FROM d.run_at) * 1000000)::bigint)
+                             FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins
+                                   WHERE queue = ANY($1::text[]) AND run_at <= now()
+                                   GROUP BY queue, priority) d) n) >= 0
 ORDER BY id
 `
 
@@ -1123,8 +1132,9 @@ type InsertJobsParams struct {
 	Metadata        [][]byte
 }
 
-// Many jobs in one round trip, plus the new-job signal for each queue in notify_queues
-// (the queues given jobs that are due now; sent once, inside the inserting transaction).
+// Many jobs in one round trip, plus the new-job signal (as InsertJob's) for each queue in
+// notify_queues (the queues given jobs that are due now) and priority band with due jobs,
+// carrying the band's oldest due time; sent inside the inserting transaction.
 // run_at_us is an absolute time in microseconds since the Unix
 // epoch; 0 means "now + delay_us" on the database clock.
 func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64, error) {
@@ -1631,11 +1641,19 @@ func (q *Queries) NotifyCancel(ctx context.Context, jobID int64) error {
 }
 
 const notifyQueue = `-- name: NotifyQueue :exec
-SELECT pg_notify('tenure_jobs', $1::text)
+SELECT pg_notify('tenure_jobs', $1::text || chr(31) || $2::smallint || chr(31)
+                                || (extract(epoch FROM $3::timestamptz) * 1000000)::bigint)
 `
 
-func (q *Queries) NotifyQueue(ctx context.Context, queue string) error {
-	_, err := q.db.Exec(ctx, notifyQueue, queue)
+type NotifyQueueParams struct {
+	Queue    string
+	Priority int16
+	RunAt    time.Time
+}
+
+// The new-job signal for one job made ready by an operator (same payload as InsertJob's).
+func (q *Queries) NotifyQueue(ctx context.Context, arg NotifyQueueParams) error {
+	_, err := q.db.Exec(ctx, notifyQueue, arg.Queue, arg.Priority, arg.RunAt)
 	return err
 }
 
