@@ -73,7 +73,14 @@ func Effect[T any](ctx context.Context, job generics.AnyJob, name string,
 	e, _ := ctx.Value(execKey{}).(*execution)
 	meta := job.Meta()
 	if e == nil || e.c.id != meta.ID || e.c.token != meta.ClaimToken {
-		return out, ErrNotInHandler
+		a := externalAttempt(ctx, meta)
+		if a == nil {
+			return out, ErrNotInHandler
+		}
+		if name == "" || len(name) > 200 {
+			return out, fmt.Errorf("%w: effect name must be 1..200 bytes", ErrInvalidConfig)
+		}
+		return externalEffect(ctx, a, meta, name, fn) // another engine runs the handler (ledger.go)
 	}
 	if name == "" || len(name) > 200 {
 		return out, fmt.Errorf("%w: effect name must be 1..200 bytes", ErrInvalidConfig)

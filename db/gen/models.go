@@ -103,6 +103,33 @@ type TenureJob struct {
 	Metadata          []byte
 }
 
+type TenureOutbox struct {
+	ID           int64
+	MsgID        string
+	Subject      string
+	Payload      []byte
+	Headers      []byte
+	CreatedAt    time.Time
+	Attempts     int32
+	ClaimedBy    *string
+	ClaimToken   *uuid.UUID
+	ClaimedUntil *time.Time
+	LastError    *string
+	SentAt       *time.Time
+	Stream       *string
+	StreamSeq    *int64
+}
+
+type TenureStreamEffect struct {
+	Key        string
+	Stream     string
+	Seq        int64
+	Name       string
+	Generation int64
+	Result     []byte
+	CreatedAt  time.Time
+}
+
 type TenureWorker struct {
 	ID            string
 	Host          string
