@@ -295,4 +295,3 @@ func TestRelayRefusesShortDuplicateWindow(t *testing.T) {
 		t.Fatalf("PublishTimeout above Lease: %v, want ErrInvalidConfig", err)
 	}
 }
-

@@ -108,3 +108,9 @@ func externalEffect[T any](ctx context.Context, a *ExternalAttempt, meta generic
 	out.Value, out.Generation = v, meta.Generation
 	return out, nil
 }
+
+// Classify maps a handler's result and its context to the error code and the explicit retry
+// delay (0: use the retry policy) exactly as this engine does: a *JobError's code (Permanent,
+// RetryAfter, WithCode), TIMEOUT when the context ended with ErrHandlerTimeout, LEASE_EXPIRED
+// with ErrLeaseLost, else HANDLER_ERROR. For other engines running the same handlers.
+func Classify(ctx context.Context, err error) (ErrorCode, time.Duration) { return classify(ctx, err) }
