@@ -19,8 +19,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/testkit"
 	"github.com/tenureq/tenure/tenurenats"
+	"github.com/tenureq/tenure/worker"
 )
 
 const (
@@ -87,6 +89,38 @@ func childRelay(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream,
 	return 0
 }
 
+const envChildRemote = "TENURE_NATS_CHILD_REMOTE"
+
+// childWorker runs a JetStream worker whose handler applies the "send" effect through
+// worker.Effect, prints "effect-done <seq> <attempt>" and blocks until killed.
 func childWorker(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, lease time.Duration, logger *slog.Logger) int {
-	return 2 // filled in with the JetStream worker
+	prefix := os.Getenv(envChildPrefix)
+	w, err := tenurenats.NewWorker(js, &tenurenats.Config{Stream: os.Getenv(envChildStream), SubjectPrefix: prefix + ".jobs",
+		DeadLetterPrefix: prefix + ".dead", Pool: pool, FetchWait: 200 * time.Millisecond, Logger: logger})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	remote := os.Getenv(envChildRemote)
+	err = tenurenats.Register(w, func(ctx context.Context, job *generics.Job[mailArgs]) error {
+		r, err := worker.Effect(ctx, job, "send", func(ctx context.Context, call worker.EffectCall) (string, error) {
+			return testkit.CallRemote(ctx, remote, call.Key, call.Generation)
+		})
+		if err != nil {
+			testkit.ChildPrintf("effect-err %d %v", job.ID, err)
+			return err
+		}
+		testkit.ChildPrintf("effect-done %d %d %s", job.ID, job.Attempt, r.Value)
+		select {} // wait for SIGKILL
+	}, &worker.HandlerOptions{Lease: lease})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	testkit.ChildPrintf("ready %d", os.Getpid())
+	if err := w.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	return 0
 }
