@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -563,5 +564,120 @@ func TestSameHandlerOnBothEngines(t *testing.T) {
 	}
 	if keys, _, _ := remote.Totals(); keys != 2 {
 		t.Errorf("remote saw %d keys, want 2", keys)
+	}
+}
+
+// TestInsertTxThroughTheOutbox: a typed job enqueued in a transaction runs only when the
+// transaction commits — through the outbox, the relay and the JetStream worker.
+func TestInsertTxThroughTheOutbox(t *testing.T) {
+	e := newEnv(t)
+	pool, _ := newPoolURL(t)
+	var oc outcomes
+	w, err := tenurenats.NewWorker(e.js, e.config(oc.add))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 4)
+	if err := tenurenats.Register(w, func(ctx context.Context, job *generics.Job[mailArgs]) error {
+		got <- job.Args.To
+		return nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	c := e.client(t, w.Registry())
+	ctx := context.Background()
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tenurenats.InsertTx(ctx, tx, c, mailArgs{To: "rolled-back@x"}, nil); err != nil {
+			return err
+		}
+		return errors.New("the business write failed")
+	}); err == nil {
+		t.Fatal("expected the rollback")
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { // invalid args: nothing written
+		_, err := tenurenats.InsertTx(ctx, tx, c, mailArgs{}, nil)
+		return err
+	}); !errors.Is(err, generics.ErrInvalidPayload) {
+		t.Fatalf("InsertTx with invalid args: %v", err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tenurenats.InsertTx(ctx, tx, c, mailArgs{To: "committed@x"}, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r, err := tenurenats.NewRelay(pool, e.js, &tenurenats.RelayConfig{Stream: e.name, PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.Run(rctx) }()
+	select {
+	case to := <-got:
+		if to != "committed@x" {
+			t.Fatalf("handler got %q", to)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the committed job never ran")
+	}
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case to := <-got:
+		t.Fatalf("a second job ran: %q", to)
+	default:
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM tenure.outbox").Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("outbox rows %d (%v), want the committed one", rows, err)
+	}
+}
+
+// TestStreamLedgerFirstRecordWins: two attempts of one JetStream job that both ran the effect
+// (a stalled attempt whose message was redelivered meanwhile) both end with the result the
+// first recorder wrote; the later recorder sees it as replayed.
+func TestStreamLedgerFirstRecordWins(t *testing.T) {
+	pool, _ := newPoolURL(t)
+	ctx := context.Background()
+	ledger := tenurenats.NewStreamLedger(pool, "S", 7)
+	attempt := func(n int) (*generics.Job[mailArgs], context.Context) {
+		job := &generics.Job[mailArgs]{ID: 7, Attempt: n, Generation: int64(n), ClaimToken: uuid.New()}
+		return job, worker.WithExternalAttempt(ctx, worker.ExternalAttempt{Job: job.Meta(), KeyPrefix: "nats:S:", Ledger: ledger})
+	}
+	j1, ctx1 := attempt(1)
+	j2, ctx2 := attempt(2)
+	second := make(chan worker.EffectResult[string], 1)
+	r1, err := worker.Effect(ctx1, j1, "send", func(context.Context, worker.EffectCall) (string, error) {
+		// Attempt 1 ran its effect; before it records, attempt 2 runs and records first.
+		r2, err := worker.Effect(ctx2, j2, "send", func(_ context.Context, call worker.EffectCall) (string, error) {
+			if call.Key != "nats:S:job:7:effect:send" || call.Generation != 2 {
+				t.Errorf("attempt 2 call %+v", call)
+			}
+			return "by-2", nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		second <- r2
+		return "by-1", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2 := <-second
+	if r2.Value != "by-2" || r2.Replayed || r2.Generation != 2 {
+		t.Errorf("attempt 2: %+v, want its own result", r2)
+	}
+	if r1.Value != "by-2" || !r1.Replayed || r1.Generation != 2 {
+		t.Errorf("attempt 1: %+v, want attempt 2's recorded result, replayed", r1)
+	}
+	_, ctx3 := attempt(3)
+	j3 := &generics.Job[mailArgs]{ID: 7, Attempt: 3, Generation: 3, ClaimToken: uuid.New()}
+	if _, err := worker.Effect(ctx3, j3, "send", func(context.Context, worker.EffectCall) (string, error) { return "", nil }); !errors.Is(err, worker.ErrNotInHandler) {
+		t.Errorf("Effect with a job that is not the context's attempt: %v, want ErrNotInHandler", err)
+	}
+	if _, err := worker.Effect(ctx, j3, "send", func(context.Context, worker.EffectCall) (string, error) { return "", nil }); !errors.Is(err, worker.ErrNotInHandler) {
+		t.Errorf("Effect outside any handler: %v, want ErrNotInHandler", err)
 	}
 }

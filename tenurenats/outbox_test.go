@@ -295,3 +295,30 @@ func TestRelayRefusesShortDuplicateWindow(t *testing.T) {
 		t.Fatalf("PublishTimeout above Lease: %v, want ErrInvalidConfig", err)
 	}
 }
+
+// TestPruneSent deletes sent rows past the retention and keeps pending and recent ones.
+func TestPruneSent(t *testing.T) {
+	pool, _ := newPoolURL(t)
+	ctx := context.Background()
+	ids := publishN(t, pool, "orders.paid", 6)
+	// Rows 0-2 sent 2 h ago, row 3 sent now, rows 4-5 pending.
+	if _, err := pool.Exec(ctx, `UPDATE tenure.outbox SET sent_at = now() - interval '2 hours', stream = 'S', stream_seq = id
+		WHERE id = ANY($1)`, ids[:3]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE tenure.outbox SET sent_at = now(), stream = 'S', stream_seq = id WHERE id = $1`, ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	n, err := tenurenats.PruneSent(ctx, pool, time.Hour)
+	if err != nil || n != 3 {
+		t.Fatalf("PruneSent deleted %d (%v), want 3", n, err)
+	}
+	pending, age, err := tenurenats.Pending(ctx, pool)
+	if err != nil || pending != 2 || age < 0 {
+		t.Fatalf("Pending: %d, %v (%v); want 2", pending, age, err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM tenure.outbox").Scan(&left); err != nil || left != 3 {
+		t.Fatalf("%d rows left (%v), want 3", left, err)
+	}
+}
