@@ -681,3 +681,38 @@ func TestStreamLedgerFirstRecordWins(t *testing.T) {
 		t.Errorf("Effect outside any handler: %v, want ErrNotInHandler", err)
 	}
 }
+
+// TestJobNewerPayloadVersionRetried: a payload newer than the worker's version is not handed
+// to the handler and not killed as undecodable at once: it is retried (UNKNOWN_KIND) and ends
+// dead at its attempt budget.
+func TestJobNewerPayloadVersionRetried(t *testing.T) {
+	e := newEnv(t)
+	var oc outcomes
+	w, err := tenurenats.NewWorker(e.js, e.config(oc.add))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tenurenats.Register(w, func(ctx context.Context, job *generics.Job[mailArgs]) error {
+		t.Errorf("handler called with %+v", job.Args)
+		return nil
+	}, &worker.HandlerOptions{Retry: worker.FullJitter{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond}}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	m := nats.NewMsg(e.prefix + ".jobs.mail")
+	m.Header.Set(tenurenats.HeaderKind, "mail")
+	m.Header.Set(tenurenats.HeaderVersion, "3")
+	m.Header.Set(tenurenats.HeaderMaxAttempts, "3")
+	m.Data = []byte(`{"to":"a@b","new_field":1}`)
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the job to end", oc.final(1))
+	var got []string
+	for _, o := range oc.list() {
+		got = append(got, fmt.Sprintf("%d:%s:%s", o.Attempt, o.Transition, o.Code))
+	}
+	if fmt.Sprint(got) != "[1:retry:UNKNOWN_KIND 2:retry:UNKNOWN_KIND 3:dead:UNKNOWN_KIND]" {
+		t.Fatalf("outcomes %v", got)
+	}
+}

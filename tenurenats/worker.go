@@ -239,6 +239,13 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 		return err
 	}
 	w.h[kind] = &handler{kind: kind, version: zero.PayloadVersion(), opts: o, run: func(ctx context.Context, a jobAttempt) error {
+		if a.version > zero.PayloadVersion() {
+			// The PostgreSQL engine leaves such a job for a newer worker; a stream delivers it
+			// anyway. Retry it (a rolling deploy may bring a newer worker) instead of killing
+			// it as undecodable; it still ends dead at its attempt budget.
+			return worker.WithCode(worker.CodeUnknownKind, &generics.PayloadError{Kind: kind, Version: a.version,
+				Reason: generics.ErrUnsupportedVersion, Err: fmt.Errorf("newer than this worker's version %d", zero.PayloadVersion())})
+		}
 		args, err := generics.Decode[A](w.reg, a.payload, a.version)
 		if err != nil {
 			return worker.WithCode(worker.CodeInvalidPayload, err)
