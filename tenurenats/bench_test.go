@@ -16,7 +16,7 @@ import (
 //
 //	go test -run '^$' -bench RelayThroughput -benchtime 20000x ./tenurenats/
 func BenchmarkRelayThroughput(b *testing.B) {
-	for _, c := range []struct{ batch, pipelines int }{{100, 2}, {500, 4}} {
+	for _, c := range []struct{ batch, pipelines int }{{100, 1}, {100, 2}, {500, 4}} {
 		b.Run(fmt.Sprintf("batch=%d/pipelines=%d", c.batch, c.pipelines), func(b *testing.B) {
 			_, js := connect(b)
 			pool := pgtest.NewPool(b)
