@@ -716,3 +716,71 @@ func TestJobNewerPayloadVersionRetried(t *testing.T) {
 		t.Fatalf("outcomes %v", got)
 	}
 }
+
+// TestWorkerStopReleasesRunningJobs: when Run's context ends, a handler that does not finish
+// within StopTimeout has its context cancelled (worker.ErrWorkerStopping), its message is
+// Nak'ed, Run returns, and the job runs again on the next worker (attempt 2).
+func TestWorkerStopReleasesRunningJobs(t *testing.T) {
+	e := newEnv(t)
+	var oc outcomes
+	cfg := e.config(oc.add)
+	cfg.StopTimeout = 200 * time.Millisecond
+	w1, err := tenurenats.NewWorker(e.js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan int, 4)
+	causes := make(chan error, 4)
+	handler := func(ctx context.Context, job *generics.Job[mailArgs]) error {
+		started <- job.Attempt
+		if job.Attempt == 1 {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		}
+		return nil
+	}
+	if err := tenurenats.Register(w1, handler, &worker.HandlerOptions{Lease: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w1.Run(ctx) }()
+	if _, err := tenurenats.Insert(context.Background(), e.client(t, nil), mailArgs{To: "stop@x"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-started; a != 1 {
+		t.Fatalf("first attempt %d", a)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after StopTimeout")
+	}
+	if c := <-causes; !errors.Is(c, worker.ErrWorkerStopping) {
+		t.Fatalf("handler context cause %v, want ErrWorkerStopping", c)
+	}
+	if o := oc.list(); len(o) != 1 || o[0].Transition != "release" {
+		t.Fatalf("outcomes %+v, want one release", o)
+	}
+	w2, err := tenurenats.NewWorker(e.js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tenurenats.Register(w2, handler, &worker.HandlerOptions{Lease: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, w2)
+	select {
+	case a := <-started: // the Nak made it available at once, well before the 5 s AckWait
+		if a != 2 {
+			t.Fatalf("next attempt %d, want 2", a)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the released job did not come back before its AckWait")
+	}
+}

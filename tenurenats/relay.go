@@ -357,8 +357,10 @@ wait:
 			ID: row.ID, ClaimToken: token}); err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("retry later: %w", err)
 		}
-		r.cfg.Logger.Warn("tenurenats: publish failed", "relay", r.cfg.ID, "outbox_id", row.ID, "subject", row.Subject,
-			"attempt", row.Attempts, "retry_in", delay, "err", errs[i])
+	}
+	if len(failed) > 0 { // one line per batch, not per row
+		r.cfg.Logger.Warn("tenurenats: publish failed; rows retried after a backoff", "relay", r.cfg.ID, "rows", len(failed),
+			"first_outbox_id", failed[0].ID, "subject", failed[0].Subject, "attempt", failed[0].Attempts, "err", errs[0])
 	}
 	return len(rows), firstErr
 }
