@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenureq/tenure/internal/testkit"
 	"github.com/tenureq/tenure/tenurenats"
+	"github.com/tenureq/tenure/worker"
 )
 
 // publishN commits n messages "m<i>" to subject in transactions of up to 50, and one rolled
@@ -320,5 +321,53 @@ func TestPruneSent(t *testing.T) {
 	var left int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM tenure.outbox").Scan(&left); err != nil || left != 3 {
 		t.Fatalf("%d rows left (%v), want 3", left, err)
+	}
+}
+
+// TestRelayRetriesFailedPublish: rows whose subject no stream captures fail to publish; they
+// keep their error, wait out a full-jitter delay, and are published once a stream captures
+// the subject.
+func TestRelayRetriesFailedPublish(t *testing.T) {
+	_, js := connect(t)
+	pool, _ := newPoolURL(t)
+	ctx := context.Background()
+	const n = 5
+	subject := fmt.Sprintf("tenurenocap%d.orders", time.Now().UnixNano())
+	publishN(t, pool, subject, n)
+	r, err := tenurenats.NewRelay(pool, js, &tenurenats.RelayConfig{Lease: 2 * time.Second, PublishTimeout: time.Second,
+		Retry: worker.FullJitter{Base: 50 * time.Millisecond, Cap: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.RunOnce(ctx); err != nil || got != n {
+		t.Fatalf("RunOnce: %d rows (%v)", got, err)
+	}
+	if st := r.Stats(); st.PublishErrors != n || st.Marked != 0 {
+		t.Fatalf("stats %+v: want %d publish errors, nothing marked", st, n)
+	}
+	var withErr int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM tenure.outbox WHERE last_error <> '' AND sent_at IS NULL AND attempts = 1").Scan(&withErr); err != nil || withErr != n {
+		t.Fatalf("%d rows keep their error (%v), want %d", withErr, err, n)
+	}
+	// Each row waits a full-jitter delay in [0, 100ms) (Base 50ms · 2^1) before a claim sees it.
+	var maxWait float64
+	if err := pool.QueryRow(ctx, "SELECT extract(epoch FROM max(claimed_until) - now())::float8 FROM tenure.outbox").Scan(&maxWait); err != nil || maxWait > 0.1 {
+		t.Fatalf("rows wait up to %.3fs (%v), want below the 100ms bound", maxWait, err)
+	}
+	name := fmt.Sprintf("TENURE_NOCAP%d", time.Now().UnixNano())
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Duplicates: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	waitFor(t, 10*time.Second, "the retried rows to be published", func() bool {
+		_, _ = r.RunOnce(ctx)
+		p, _, err := tenurenats.Pending(ctx, pool)
+		return err == nil && p == 0
+	})
+	checkExactlyOnce(t, pool, s, n)
+	var cleared int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM tenure.outbox WHERE last_error IS NULL AND attempts >= 2").Scan(&cleared); err != nil || cleared != n {
+		t.Fatalf("%d rows sent on a later attempt with the error cleared (%v), want %d", cleared, err, n)
 	}
 }
