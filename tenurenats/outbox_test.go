@@ -164,7 +164,7 @@ func TestRelayStaleMarkIsFenced(t *testing.T) {
 	stream := s.CachedInfo().Config.Name
 	const n = 40
 	publishN(t, pool, prefix+".orders", n)
-	lease := 400 * time.Millisecond
+	lease := time.Second // A skips a batch whose claim is older than lease/2 when it publishes
 	b, err := tenurenats.NewRelay(pool, js, &tenurenats.RelayConfig{ID: "B", Stream: stream, Lease: lease, PublishTimeout: lease / 2})
 	if err != nil {
 		t.Fatal(err)
