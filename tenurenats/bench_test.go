@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/tenurenats"
 )
@@ -59,4 +62,29 @@ func BenchmarkRelayThroughput(b *testing.B) {
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 		})
 	}
+}
+
+// BenchmarkJetStreamPublishBaseline is the ceiling the relay works under: asynchronous
+// publishes of 256-byte messages with message ids into a file-storage stream, no database.
+//
+//	go test -run '^$' -bench JetStreamPublishBaseline -benchtime 20000x ./tenurenats/
+func BenchmarkJetStreamPublishBaseline(b *testing.B) {
+	_, js := connect(b)
+	_, prefix := testStream(b, js, 2*time.Minute)
+	payload := make([]byte, 256)
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		m := nats.NewMsg(prefix + ".orders")
+		m.Data = payload
+		if _, err := js.PublishMsgAsync(m, jetstream.WithMsgID(fmt.Sprint("id-", i))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		b.Fatal("acknowledgements did not arrive")
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 }
