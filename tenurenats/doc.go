@@ -34,7 +34,8 @@
 // registered with the same worker.HandlerOptions:
 //
 //   - the job's identity is its stream sequence: generics.Job.ID is the sequence, Attempt and
-//     Generation are the delivery count (NumDelivered), ClaimToken is new per delivery;
+//     Generation are the delivery count (NumDelivered), ClaimToken is new per delivery, Queue
+//     is the stream's name and Priority is 0;
 //   - failures are classified by worker.Classify (worker.Permanent, worker.RetryAfter,
 //     worker.WithCode, timeouts, panics) and retried with NakWithDelay by the kind's
 //     worker.RetryPolicy (default worker.FullJitter, the PostgreSQL engine's backoff);
