@@ -90,3 +90,9 @@ bench:
 ## promised bound on normal's oldest ready age breaks. ARGS='-duration 30s' to shorten.
 bench-fairness:
 	$(GO) run ./cmd/tenure-fairness -out bench/results/fairness.json $(ARGS)
+
+## bench-relay: the outbox relay's throughput into NATS JetStream (tenurenats; needs a NATS
+## server with JetStream on 127.0.0.1:4222 or $$TENURE_NATS_URL; a 20,000-row backlog per case)
+.PHONY: bench-relay
+bench-relay:
+	$(GO) test -run '^$$' -bench RelayThroughput -benchtime 20000x ./tenurenats/

@@ -67,13 +67,22 @@ type EffectResult[T any] struct {
 // Between fn's remote success and the ledger write a crash can happen; the next attempt then
 // calls fn again with the same key, so the remote must deduplicate by Key for exactly-once.
 // Call Effect from the job's handler, with the handler's context.
+// Handlers run by another engine (package tenurenats) use that engine's ledger instead, when
+// it put the attempt in the context with WithExternalAttempt.
 func Effect[T any](ctx context.Context, job generics.AnyJob, name string,
 	fn func(ctx context.Context, call EffectCall) (T, error)) (EffectResult[T], error) {
 	var out EffectResult[T]
 	e, _ := ctx.Value(execKey{}).(*execution)
 	meta := job.Meta()
 	if e == nil || e.c.id != meta.ID || e.c.token != meta.ClaimToken {
-		return out, ErrNotInHandler
+		a := externalAttempt(ctx, meta)
+		if a == nil {
+			return out, ErrNotInHandler
+		}
+		if name == "" || len(name) > 200 {
+			return out, fmt.Errorf("%w: effect name must be 1..200 bytes", ErrInvalidConfig)
+		}
+		return externalEffect(ctx, a, meta, name, fn) // another engine runs the handler (external.go)
 	}
 	if name == "" || len(name) > 200 {
 		return out, fmt.Errorf("%w: effect name must be 1..200 bytes", ErrInvalidConfig)

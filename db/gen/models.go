@@ -103,6 +103,23 @@ type TenureJob struct {
 	Metadata          []byte
 }
 
+type TenureOutbox struct {
+	ID           int64
+	MsgID        string
+	Subject      string
+	Payload      []byte
+	Headers      []byte
+	CreatedAt    time.Time
+	Attempts     int32
+	ClaimedBy    *string
+	ClaimToken   *uuid.UUID
+	ClaimedUntil *time.Time
+	LastError    *string
+	SentAt       *time.Time
+	Stream       *string
+	StreamSeq    *int64
+}
+
 type TenurePeriodic struct {
 	Name           string
 	Spec           string
@@ -124,6 +141,16 @@ type TenureQueue struct {
 	UpdatedBy string
 	Reason    string
 	UpdatedAt time.Time
+}
+
+type TenureStreamEffect struct {
+	Key        string
+	Stream     string
+	Seq        int64
+	Name       string
+	Generation int64
+	Result     []byte
+	CreatedAt  time.Time
 }
 
 type TenureWorker struct {

@@ -1666,6 +1666,213 @@ func (q *Queries) NotifyQueueState(ctx context.Context, queue string) error {
 	return err
 }
 
+const outboxClaim = `-- name: OutboxClaim :many
+WITH picked AS (
+    SELECT o.id FROM tenure.outbox o
+    WHERE o.sent_at IS NULL AND (o.claimed_until IS NULL OR o.claimed_until <= now())
+    ORDER BY o.id
+    FOR UPDATE SKIP LOCKED
+    LIMIT $4::int
+)
+UPDATE tenure.outbox o
+SET claim_token = $1::uuid, claimed_by = $2::text,
+    claimed_until = now() + make_interval(secs => $3::float8), attempts = o.attempts + 1
+FROM picked WHERE o.id = picked.id
+RETURNING o.id, o.msg_id, o.subject, o.payload, o.headers, o.attempts
+`
+
+type OutboxClaimParams struct {
+	ClaimToken uuid.UUID
+	ClaimedBy  string
+	LeaseS     float64
+	Batch      int32
+}
+
+type OutboxClaimRow struct {
+	ID       int64
+	MsgID    string
+	Subject  string
+	Payload  []byte
+	Headers  []byte
+	Attempts int32
+}
+
+// Claims up to @batch pending rows, oldest first, for one relay: a fresh claim token and a
+// lease on the database clock, committed by this autocommitted statement. Rows another relay
+// holds (live lease) or that wait out a failed publish's delay (claimed_until in the future)
+// are skipped; SKIP LOCKED keeps concurrent relays from waiting on each other.
+func (q *Queries) OutboxClaim(ctx context.Context, arg OutboxClaimParams) ([]OutboxClaimRow, error) {
+	rows, err := q.db.Query(ctx, outboxClaim,
+		arg.ClaimToken,
+		arg.ClaimedBy,
+		arg.LeaseS,
+		arg.Batch,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OutboxClaimRow{}
+	for rows.Next() {
+		var i OutboxClaimRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.MsgID,
+			&i.Subject,
+			&i.Payload,
+			&i.Headers,
+			&i.Attempts,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxInsert = `-- name: OutboxInsert :one
+
+INSERT INTO tenure.outbox (msg_id, subject, payload, headers)
+VALUES ($1::text, $2::text, $3::bytea, $4::jsonb)
+RETURNING id
+`
+
+type OutboxInsertParams struct {
+	MsgID   string
+	Subject string
+	Payload []byte
+	Headers []byte
+}
+
+// Outbox to NATS JetStream and the ledger of JetStream jobs (package tenurenats, migration 0008)
+// ---------------------------------------------------------------------------------------------
+// One message to publish, in the caller's transaction (tenurenats.Publish).
+func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) (int64, error) {
+	row := q.db.QueryRow(ctx, outboxInsert,
+		arg.MsgID,
+		arg.Subject,
+		arg.Payload,
+		arg.Headers,
+	)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
+const outboxMarkSent = `-- name: OutboxMarkSent :many
+UPDATE tenure.outbox o
+SET sent_at = now(), stream = u.stream, stream_seq = u.seq, claim_token = NULL, claimed_by = NULL,
+    claimed_until = NULL, last_error = NULL
+FROM (SELECT unnest($2::bigint[]) AS id, unnest($3::text[]) AS stream,
+             unnest($4::bigint[]) AS seq) AS u
+WHERE o.id = u.id AND o.claim_token = $1::uuid AND o.sent_at IS NULL
+RETURNING o.id
+`
+
+type OutboxMarkSentParams struct {
+	ClaimToken uuid.UUID
+	Ids        []int64
+	Streams    []string
+	Seqs       []int64
+}
+
+// Fenced: marks the published rows sent only while this relay's claim still holds them (same
+// token, not sent). Returns the ids it changed; a missing id means another relay took the row
+// over after this claim's lease ran out (JetStream drops its duplicate by Nats-Msg-Id).
+func (q *Queries) OutboxMarkSent(ctx context.Context, arg OutboxMarkSentParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, outboxMarkSent,
+		arg.ClaimToken,
+		arg.Ids,
+		arg.Streams,
+		arg.Seqs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxPending = `-- name: OutboxPending :one
+SELECT count(*)::bigint AS pending,
+       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_s
+FROM tenure.outbox WHERE sent_at IS NULL
+`
+
+type OutboxPendingRow struct {
+	Pending    int64
+	OldestAgeS float64
+}
+
+// Rows not sent yet, and the oldest one's age in seconds on the database clock.
+func (q *Queries) OutboxPending(ctx context.Context) (OutboxPendingRow, error) {
+	row := q.db.QueryRow(ctx, outboxPending)
+	var i OutboxPendingRow
+	err := row.Scan(&i.Pending, &i.OldestAgeS)
+	return i, err
+}
+
+const outboxPruneSent = `-- name: OutboxPruneSent :execrows
+DELETE FROM tenure.outbox
+WHERE id IN (SELECT id FROM tenure.outbox WHERE sent_at < $1::timestamptz
+             ORDER BY sent_at LIMIT $2::int FOR UPDATE SKIP LOCKED)
+`
+
+type OutboxPruneSentParams struct {
+	Before time.Time
+	Batch  int32
+}
+
+// Deletes up to @batch rows sent before @before (retention), oldest first.
+func (q *Queries) OutboxPruneSent(ctx context.Context, arg OutboxPruneSentParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxPruneSent, arg.Before, arg.Batch)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const outboxRetryLater = `-- name: OutboxRetryLater :execrows
+UPDATE tenure.outbox
+SET claimed_until = now() + make_interval(secs => $1::float8), last_error = $2::text
+WHERE id = $3::bigint AND claim_token = $4::uuid AND sent_at IS NULL
+`
+
+type OutboxRetryLaterParams struct {
+	DelayS     float64
+	LastError  string
+	ID         int64
+	ClaimToken uuid.UUID
+}
+
+// Fenced: a publish failed; the row becomes claimable again after @delay_s seconds.
+func (q *Queries) OutboxRetryLater(ctx context.Context, arg OutboxRetryLaterParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxRetryLater,
+		arg.DelayS,
+		arg.LastError,
+		arg.ID,
+		arg.ClaimToken,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const pausedQueues = `-- name: PausedQueues :many
 SELECT name FROM tenure.queues WHERE paused AND name = ANY($1::text[]) ORDER BY name
 `
@@ -2240,6 +2447,86 @@ func (q *Queries) SetQueuePaused(ctx context.Context, arg SetQueuePausedParams) 
 		&i.Reason,
 		&i.UpdatedAt,
 	)
+	return i, err
+}
+
+const streamEffectGet = `-- name: StreamEffectGet :one
+SELECT key, generation, result FROM tenure.stream_effects WHERE key = $1::text
+`
+
+type StreamEffectGetRow struct {
+	Key        string
+	Generation int64
+	Result     []byte
+}
+
+func (q *Queries) StreamEffectGet(ctx context.Context, key string) (StreamEffectGetRow, error) {
+	row := q.db.QueryRow(ctx, streamEffectGet, key)
+	var i StreamEffectGetRow
+	err := row.Scan(&i.Key, &i.Generation, &i.Result)
+	return i, err
+}
+
+const streamEffectPrune = `-- name: StreamEffectPrune :execrows
+DELETE FROM tenure.stream_effects
+WHERE key IN (SELECT key FROM tenure.stream_effects WHERE created_at < $1::timestamptz
+              ORDER BY created_at LIMIT $2::int FOR UPDATE SKIP LOCKED)
+`
+
+type StreamEffectPruneParams struct {
+	Before time.Time
+	Batch  int32
+}
+
+// Deletes up to @batch ledger rows of JetStream jobs recorded before @before.
+func (q *Queries) StreamEffectPrune(ctx context.Context, arg StreamEffectPruneParams) (int64, error) {
+	result, err := q.db.Exec(ctx, streamEffectPrune, arg.Before, arg.Batch)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const streamEffectRecord = `-- name: StreamEffectRecord :one
+WITH ins AS (
+    INSERT INTO tenure.stream_effects (key, stream, seq, name, generation, result)
+    VALUES ($1::text, $2::text, $3::bigint, $4::text, $5::bigint, $6::jsonb)
+    ON CONFLICT (key) DO NOTHING
+    RETURNING generation, result
+)
+SELECT generation, result FROM ins
+UNION ALL
+SELECT e.generation, e.result FROM tenure.stream_effects e
+WHERE e.key = $1::text AND NOT EXISTS (SELECT 1 FROM ins)
+`
+
+type StreamEffectRecordParams struct {
+	Key        string
+	Stream     string
+	Seq        int64
+	Name       string
+	Generation int64
+	Result     []byte
+}
+
+type StreamEffectRecordRow struct {
+	Generation int64
+	Result     []byte
+}
+
+// Records a JetStream job's effect result unless the key has one already; either way returns
+// the record that holds (the first attempt to record wins).
+func (q *Queries) StreamEffectRecord(ctx context.Context, arg StreamEffectRecordParams) (StreamEffectRecordRow, error) {
+	row := q.db.QueryRow(ctx, streamEffectRecord,
+		arg.Key,
+		arg.Stream,
+		arg.Seq,
+		arg.Name,
+		arg.Generation,
+		arg.Result,
+	)
+	var i StreamEffectRecordRow
+	err := row.Scan(&i.Generation, &i.Result)
 	return i, err
 }
 
