@@ -191,8 +191,10 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStr
 // left ready by a claimer whose claim rolled back. Full claims find those: a claim that
 // resets the watermarks and reads every band from its start, and so walks the dead entries
 // once. They run
-//   - when a NOTIFY announced a due job and the watermark claim that followed found nothing
-//     (at most once per watermarkReset): the notified job may be behind the watermark;
+//   - when a NOTIFY without a due-time hint announced a due job and the watermark claim that
+//     followed found nothing (at most once per watermarkReset): the notified job may be behind
+//     the watermark (a hinted NOTIFY lowers the band's watermark to its due time instead:
+//     dueHint);
 //   - after the listener reconnects (notifications may have been lost);
 //   - periodically as the backstop for everything no notification announces: every
 //     watermarkReset at first, doubling up to watermarkResetMax while full claims find
@@ -218,7 +220,8 @@ func (q *queue) watermarks() (after bandTimes, full bool, prev bandTimes) {
 			q.dueHint[b].Store(0)
 		}
 		prev = q.wm
-		q.wm, q.wmSince, q.wmForce, q.notified = bandTimes{}, time.Now(), false, false
+		q.wm, q.wmSince, q.wmForce = bandTimes{}, time.Now(), false
+		q.plainNotified.Store(false)
 		return q.wm, true, prev
 	}
 	for b := range q.dueHint {
@@ -269,9 +272,10 @@ func (q *queue) fullClaimed(p claimPlan, got []claimed) {
 }
 
 // behindSuspected reports whether an empty watermark claim should be followed at once by a
-// full one: a NOTIFY arrived since the last full claim, which is at least watermarkReset old.
+// full one: a NOTIFY without a due-time hint arrived since the last full claim, which is at
+// least watermarkReset old.
 func (q *queue) behindSuspected(p claimPlan) bool {
-	return !p.full && !p.ranked && q.notified && time.Since(q.wmSince) >= watermarkReset
+	return !p.full && !p.ranked && q.plainNotified.Load() && time.Since(q.wmSince) >= watermarkReset
 }
 
 func maxAgeUs(d time.Duration) int64 {

@@ -97,6 +97,8 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 			if q := w.queues[name]; q != nil {
 				if hinted {
 					q.hintDue(prio, runAt)
+				} else {
+					q.plainNotified.Store(true)
 				}
 				q.wake()
 			}

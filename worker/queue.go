@@ -42,11 +42,14 @@ type queue struct {
 	// dueHint: per band, the oldest due time (unix µs; 0 = none) that NOTIFYs announced since
 	// the loop last planned a claim. The listener lowers it, the loop takes it (claim.go,
 	// "Watermarks").
-	dueHint  [maxPriority + 1]atomic.Int64
-	resyncCh chan struct{} // the listener reconnected: heartbeat every job now (1-buffered)
-	stopCh   chan stopPlan // 1-buffered
-	pauseCh  chan bool     // the queue state service: paused or not (1-buffered, latest wins)
-	done     chan struct{} // closed when the loop returns
+	dueHint [maxPriority + 1]atomic.Int64
+	// plainNotified: a NOTIFY without a due-time hint arrived since the last full claim (the
+	// listener sets it, the loop clears it when it plans a full claim).
+	plainNotified atomic.Bool
+	resyncCh      chan struct{} // the listener reconnected: heartbeat every job now (1-buffered)
+	stopCh        chan stopPlan // 1-buffered
+	pauseCh       chan bool     // the queue state service: paused or not (1-buffered, latest wins)
+	done          chan struct{} // closed when the loop returns
 
 	// Owned by the loop goroutine.
 	active     map[*execution]struct{} // a job can appear twice: a stuck attempt and its successor
@@ -62,7 +65,6 @@ type queue struct {
 	wmSince    time.Time // the last full claim (watermarks reset)
 	wmEvery    time.Duration
 	wmForce    bool // the next claim is a full claim
-	notified   bool // a NOTIFY arrived since the last full claim
 	stopping   bool
 	stopFlag   atomic.Bool                  // stopping, for claim goroutines
 	paused     bool                         // an operator paused the queue: start no claim (pause.go)
@@ -216,7 +218,6 @@ func (q *queue) loop(ctx context.Context) {
 		case p := <-q.pauseCh:
 			q.pauseChanged(p)
 		case <-q.wakeCh:
-			q.notified = true
 			q.wakeOne()
 		case <-claimTimer.C:
 		case now := <-tick.C:
