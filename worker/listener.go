@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tenureq/tenure/internal/logkey"
 )
 
 // listenService holds one connection in LISTEN on the new-job channel (payload: a queue name,
@@ -37,7 +39,7 @@ func (w *Worker) listenService(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		w.log.Warn("tenure: listener connection lost; polling continues", "err", err, "retry_in", backoff)
+		w.log.Warn("tenure: listener connection lost; polling continues", logkey.Err, err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
 			return

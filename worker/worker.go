@@ -17,6 +17,7 @@ import (
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/logkey"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -62,7 +63,7 @@ type Worker struct {
 	started        time.Time // when Start ran, for the registry
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
 	// Repeated engine failures are logged at most once per errorLogEvery per source.
-	claimLog, heartbeatLog, reclaimLog, pruneLog logThrottle
+	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog logThrottle
 
 	mu       sync.Mutex
 	state    int // 0 new, 1 started, 2 stopping/stopped
@@ -107,10 +108,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		cfg: c, pool: pool, log: c.Logger.With("worker", c.ID), reg: c.Registry, m: newMetrics(),
+		cfg: c, pool: pool, log: c.Logger.With(logkey.Worker, c.ID), reg: c.Registry, m: newMetrics(),
 		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
 	}
-	for _, t := range []*logThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog} {
+	for _, t := range []*logThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.finishLog, &w.registryLog} {
 		t.every = errorLogEvery
 	}
 	for name, qc := range c.Queues {
@@ -301,7 +302,7 @@ func (w *Worker) warnUnservedQueues() {
 		}
 		if _, ok := w.queues[q]; !ok {
 			w.log.Warn("tenure: a registered kind's queue is not served by this worker: its jobs wait for a worker that serves it (add the queue to Config.Queues, or run one elsewhere)",
-				"kind", k, "queue", q, "served", served)
+				logkey.Kind, k, logkey.Queue, q, "served", served)
 		}
 	}
 }
