@@ -30,7 +30,7 @@ type ClusterConfig struct {
 	MaxDeadCodeSeries int
 	// MaxAge is how long a snapshot (the result of one run of the statements) is served
 	// without running the statements again: whatever the number of scrapers, the database
-	// runs them at most once per MaxAge. Default 5s. Negative: every scrape starts a refresh
+	// runs them at most once per MaxAge. Default 1s. Negative: every scrape starts a refresh
 	// (unless one is already running).
 	MaxAge time.Duration
 	// Wait bounds how long a scrape waits for the refresh it started (or found running)
@@ -90,7 +90,7 @@ func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollec
 		c.MaxDeadCodeSeries = 100
 	}
 	if c.MaxAge == 0 {
-		c.MaxAge = 5 * time.Second
+		c.MaxAge = time.Second
 	}
 	if c.Wait == 0 {
 		c.Wait = 25 * time.Millisecond
