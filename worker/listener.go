@@ -39,7 +39,13 @@ func (w *Worker) listenService(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		w.log.Warn("tenure: listener connection lost; polling continues", logkey.Err, err, "retry_in", backoff)
+		if ok, n := w.listenLog.allow(time.Now()); ok { // at most one line per errorLogEvery
+			attrs := []any{logkey.Err, err, "retry_in", backoff}
+			if n > 0 {
+				attrs = append(attrs, logkey.NotLogged, n)
+			}
+			w.log.Warn("tenure: listener connection lost; polling continues (repeats are logged at most every "+errorLogEvery.String()+")", attrs...)
+		}
 		select {
 		case <-ctx.Done():
 			return

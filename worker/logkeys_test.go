@@ -4,11 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/generics"
@@ -126,4 +132,137 @@ func TestJobLogRecordsCarryTheJobKeys(t *testing.T) {
 	for _, s := range byJob[slow.ID] { // its dead finish was rejected: it is not reported as dead
 		require.NotContains(t, s.msg, "job is dead")
 	}
+}
+
+// cutProxy forwards TCP connections to a PostgreSQL server until Cut, which closes every
+// connection and refuses new ones: the database becomes unreachable, as in a network outage.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func startCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &cutProxy{ln: ln, target: target}
+	t.Cleanup(func() { _ = ln.Close(); p.Cut() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.cut {
+				p.mu.Unlock()
+				_ = c.Close()
+				continue
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				p.mu.Unlock()
+				_ = c.Close()
+				continue
+			}
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// TestFailingDatabaseDoesNotFloodTheLog: with the database unreachable (every connection
+// cut, new ones refused) while jobs run, the claim loop, heartbeats, sweeps, registry
+// heartbeats, finish-write retries and the listener fail hundreds of times in a few seconds;
+// the log gets at most one line per source per 10 s (plus one per job abandoned), and Stats
+// still count every failure.
+func TestFailingDatabaseDoesNotFloodTheLog(t *testing.T) {
+	t.Parallel()
+	admin, err := pgx.ParseConfig(pgtest.AdminURL(t))
+	require.NoError(t, err)
+	proxy := startCutProxy(t, net.JoinHostPort(admin.Host, strconv.Itoa(int(admin.Port))))
+	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) {
+		host, port, err := net.SplitHostPort(proxy.ln.Addr().String())
+		require.NoError(t, err)
+		p, err := strconv.Atoi(port)
+		require.NoError(t, err)
+		c.ConnConfig.Host, c.ConnConfig.Port = host, uint16(p)
+		c.ConnConfig.Fallbacks, c.ConnConfig.TLSConfig = nil, nil
+		c.ConnConfig.ConnectTimeout = time.Second
+	})
+	ctx := context.Background()
+	buf := &syncBuffer{}
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 2}})
+	cfg.Logger = slog.New(slog.NewJSONHandler(buf, nil))
+	cfg.FetchPollMax = 20 * time.Millisecond
+	cfg.ReclaimEvery = 20 * time.Millisecond
+	cfg.RegistryEvery = 10 * time.Millisecond
+	cfg.FinishRetryMax = 20 * time.Millisecond
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	running := make(chan struct{}, 2)
+	release := make(chan struct{})
+	worker.MustRegister(w, func(context.Context, *generics.Job[slowArgs]) error {
+		running <- struct{}{}
+		<-release
+		return nil
+	}, &worker.HandlerOptions{Lease: 3 * time.Second})
+	c := newClient(t, pool, w)
+	for range 2 {
+		_, err := c.Insert(ctx, slowArgs{}, nil)
+		require.NoError(t, err)
+	}
+	startWorker(t, w)
+	for range 2 {
+		select {
+		case <-running:
+		case <-time.After(20 * time.Second):
+			t.Fatal("jobs not claimed")
+		}
+	}
+	proxy.Cut()
+	close(release) // their finishes now fail and are retried until the lease runs out
+	time.Sleep(4 * time.Second)
+	logged := buf.String()
+	st := w.Stats()
+	failures := st.ClaimErrors + st.HeartbeatErrors + st.ReclaimErrors + st.RegistryErrors + st.FinishRetries
+	require.Greater(t, failures, int64(100), "sanity: the database failed often: %+v", st)
+	require.Positive(t, st.ClaimErrors, "%+v", st)
+	require.Positive(t, st.RegistryErrors, "%+v", st)
+	require.Positive(t, st.FinishRetries, "%+v", st)
+
+	perMsg := map[string]int{}
+	lines := strings.Split(strings.TrimSpace(logged), "\n")
+	for _, line := range lines {
+		var r map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &r), line)
+		msg := r[slog.MessageKey].(string)
+		if _, aboutJob := r[logkey.JobID]; aboutJob {
+			msg += " (job)"
+		}
+		perMsg[msg]++
+	}
+	for msg, n := range perMsg {
+		limit := 1 // one line per source within 10 s
+		if strings.HasSuffix(msg, " (job)") {
+			limit = 2 // one per job
+		}
+		require.LessOrEqual(t, n, limit, "%q logged %d times in 4 s (%d failures):\n%s", msg, n, failures, logged)
+	}
+	require.Less(t, len(lines), 20, "log lines for %d failures:\n%s", failures, logged)
 }

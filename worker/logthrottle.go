@@ -8,7 +8,7 @@ import (
 )
 
 // errorLogEvery is how often a repeating engine failure (claim, heartbeat, reclaim, prune,
-// finish write retry, registry heartbeat) is logged at most: a database that is down for an
+// finish write retry, registry heartbeat, listener connection) is logged at most: a database that is down for an
 // hour gives one line per source every errorLogEvery, with the number of failures since the
 // previous line, instead of thousands.
 // Every failure is still counted in Stats (ClaimErrors, HeartbeatErrors, ReclaimErrors,

@@ -27,6 +27,7 @@ func (w *Worker) registryService(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if err := w.register(ctx); err != nil && ctx.Err() == nil {
+			w.m.registryErrors.Add(1)
 			w.engineError(&w.registryLog, "worker registry heartbeat", err)
 		}
 		select {

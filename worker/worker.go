@@ -63,7 +63,7 @@ type Worker struct {
 	started        time.Time // when Start ran, for the registry
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
 	// Repeated engine failures are logged at most once per errorLogEvery per source.
-	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog logThrottle
+	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog logThrottle
 
 	mu       sync.Mutex
 	state    int // 0 new, 1 started, 2 stopping/stopped
@@ -111,7 +111,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		cfg: c, pool: pool, log: c.Logger.With(logkey.Worker, c.ID), reg: c.Registry, m: newMetrics(),
 		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
 	}
-	for _, t := range []*logThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.finishLog, &w.registryLog} {
+	for _, t := range []*logThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.finishLog, &w.registryLog, &w.listenLog} {
 		t.every = errorLogEvery
 	}
 	for name, qc := range c.Queues {
@@ -523,7 +523,7 @@ func (w *Worker) Stats() Stats {
 		FinishP50: m.finishLatency.Quantile(0.5), FinishP99: m.finishLatency.Quantile(0.99),
 		ErrorCodes: map[ErrorCode]int64{},
 	}
-	s.ReclaimErrors, s.PruneErrors = m.reclaimErrors.Load(), m.pruneErrors.Load()
+	s.ReclaimErrors, s.PruneErrors, s.RegistryErrors = m.reclaimErrors.Load(), m.pruneErrors.Load(), m.registryErrors.Load()
 	if ns := m.lastSuccess.Load(); ns != 0 {
 		s.LastSuccess = time.Unix(0, ns)
 	}
