@@ -18,6 +18,10 @@ import (
 // ErrNilPool is returned by NewClusterCollector when it is given no pool.
 var ErrNilPool = errors.New("tenureprom: pool must not be nil")
 
+// AdaptiveMaxAge is the default ClusterConfig.MaxAge as a multiple of the last refresh's
+// duration: a snapshot whose refresh took 200 ms is served for 2 s.
+const AdaptiveMaxAge = 10
+
 // ClusterConfig configures a ClusterCollector. A nil *ClusterConfig, or zero fields, mean the
 // documented defaults.
 type ClusterConfig struct {
@@ -30,8 +34,11 @@ type ClusterConfig struct {
 	MaxDeadCodeSeries int
 	// MaxAge is how long a snapshot (the result of one run of the statements) is served
 	// without running the statements again: whatever the number of scrapers, the database
-	// runs them at most once per MaxAge. Default 1s. Negative: every scrape starts a refresh
-	// (unless one is already running).
+	// runs them at most once per MaxAge. Default (0): AdaptiveMaxAge times the duration of the
+	// refresh that produced the snapshot, so that scrapes, however frequent, keep the database
+	// busy with refreshes about 1/AdaptiveMaxAge of the time at most, while a cheap refresh
+	// (a small backlog) is reused for a few milliseconds only. Negative: every scrape starts a
+	// refresh (unless one is already running).
 	MaxAge time.Duration
 	// Wait bounds how long a scrape waits for the refresh it started (or found running)
 	// before it serves the previous snapshot instead; the refresh goes on in the background
@@ -88,9 +95,6 @@ func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollec
 	}
 	if c.MaxDeadCodeSeries <= 0 {
 		c.MaxDeadCodeSeries = 100
-	}
-	if c.MaxAge == 0 {
-		c.MaxAge = time.Second
 	}
 	if c.Wait == 0 {
 		c.Wait = 25 * time.Millisecond
@@ -151,7 +155,11 @@ func (c *ClusterCollector) Collect(ch chan<- prometheus.Metric) {
 func (c *ClusterCollector) current() *snapshot {
 	c.mu.Lock()
 	s := c.last
-	if s != nil && c.cfg.MaxAge > 0 && time.Since(s.at) < c.cfg.MaxAge {
+	maxAge := c.cfg.MaxAge
+	if maxAge == 0 && s != nil {
+		maxAge = AdaptiveMaxAge * s.took
+	}
+	if s != nil && maxAge > 0 && time.Since(s.at) < maxAge {
 		c.mu.Unlock()
 		return s
 	}

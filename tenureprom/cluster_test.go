@@ -206,3 +206,49 @@ func TestClusterSnapshot(t *testing.T) {
 	insertReady()
 	require.Equal(t, 4.0, value(gather(reg)[readyKey]))
 }
+
+// TestClusterSnapshotAdaptiveMaxAge: by default a snapshot is reused for AdaptiveMaxAge times
+// its refresh's duration: a slow refresh (here: held 300 ms by a lock) is not repeated by the
+// next scrape, a cheap one is, once that short time has passed.
+func TestClusterSnapshotAdaptiveMaxAge(t *testing.T) {
+	t.Parallel()
+	rec := &sqlRecorder{}
+	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
+	ctx := context.Background()
+	const readyKey = "tenure_queue_jobs{kind=ok,priority=2,queue=default,state=ready}"
+	insertReady := func() {
+		_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload, run_at) VALUES ('ok', '{}', now() - interval '1 second')`)
+		require.NoError(t, err)
+	}
+	col, err := tenureprom.NewClusterCollector(pool, &tenureprom.ClusterConfig{Wait: -1})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(col))
+	gather := func() map[string]*dto.Metric { return checkSeries(t, scrape(t, reg), clusterLabels) }
+	insertReady()
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `LOCK TABLE tenure.workers IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	time.AfterFunc(300*time.Millisecond, func() { _ = tx.Rollback(ctx) })
+	s := gather()
+	took := value(s["tenure_cluster_scrape_duration_seconds{}"])
+	require.GreaterOrEqual(t, took, 0.3)
+	require.Equal(t, 1.0, value(s[readyKey]))
+	insertReady()
+	before := len(rec.statements())
+	s = gather() // within 10 x 300 ms: the slow snapshot is served again
+	require.Equal(t, before, len(rec.statements()), "no refresh within %d x the last refresh's duration", tenureprom.AdaptiveMaxAge)
+	require.Equal(t, 1.0, value(s[readyKey]))
+
+	// A cheap refresh is reused only for 10 x its few milliseconds.
+	time.Sleep(time.Duration(tenureprom.AdaptiveMaxAge*took*float64(time.Second)) + 100*time.Millisecond)
+	s = gather()
+	require.Equal(t, 2.0, value(s[readyKey]))
+	cheap := value(s["tenure_cluster_scrape_duration_seconds{}"])
+	insertReady()
+	time.Sleep(time.Duration(tenureprom.AdaptiveMaxAge*cheap*float64(time.Second)) + 50*time.Millisecond)
+	require.Equal(t, 3.0, value(gather()[readyKey]))
+}

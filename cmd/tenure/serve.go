@@ -37,7 +37,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	dbURL := databaseFlag(fs)
 	addr := fs.String("addr", "127.0.0.1:9464", "listen address")
 	timeout := fs.Duration("scrape-timeout", 5*time.Second, "bound on one refresh's statements")
-	maxAge := fs.Duration("max-age", time.Second, "serve a snapshot younger than this without running the statements (negative: refresh at every scrape)")
+	maxAge := fs.Duration("max-age", 0, "serve a snapshot younger than this without running the statements (0: 10 times its refresh's duration; negative: refresh at every scrape)")
 	wait := fs.Duration("scrape-wait", 25*time.Millisecond, "how long a scrape waits for its refresh before serving the previous snapshot (negative: always wait)")
 	if code, done := parseFlags(e, fs, args); done {
 		return code
