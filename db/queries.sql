@@ -551,11 +551,13 @@ FROM tenure.workers
 ORDER BY id;
 
 -- ---------------------------------------------------------------------------------------------
--- Cluster metrics (tenureprom): each reads one partial index's rows, never finished jobs.
+-- Cluster metrics (tenureprom): each reads one partial index's rows, never finished jobs;
+-- ClusterReady and ClusterDead read nothing else (index-only scans: the indexes carry kind,
+-- priority and last_error_code, migration 0007). docs/operations.md "Scrape cost" has plans.
 -- ---------------------------------------------------------------------------------------------
 
 -- name: ClusterReady :many
--- Ready jobs per queue, kind and priority (through jobs_ready_idx's predicate): due ones,
+-- Ready jobs per queue, kind and priority (an index-only scan of jobs_ready_idx): due ones,
 -- scheduled ones, and the oldest due job's age in seconds on the database clock.
 SELECT queue, kind, priority,
        count(*) FILTER (WHERE run_at <= now())::bigint AS ready,
@@ -577,7 +579,7 @@ WHERE locked_until IS NOT NULL
 GROUP BY queue, kind, priority;
 
 -- name: ClusterDead :many
--- Dead jobs per queue, kind, priority and last error code (through jobs_dead_idx's predicate).
+-- Dead jobs per queue, kind, priority and last error code (an index-only scan of jobs_dead_idx).
 SELECT queue, kind, priority, coalesce(last_error_code, 'NONE')::text AS code, count(*)::bigint AS jobs
 FROM tenure.jobs
 WHERE state = 'dead'

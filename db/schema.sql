@@ -65,8 +65,10 @@ CREATE TABLE tenure.jobs (
 );
 
 -- The claim index: only ready rows, in the order every fairness policy reads them
--- (per queue, per priority band, oldest first). Finished rows never enter it.
-CREATE INDEX jobs_ready_idx ON tenure.jobs (queue, priority DESC, run_at, id) WHERE state = 'ready';
+-- (per queue, per priority band, oldest first). Finished rows never enter it. kind is carried
+-- (not a key) so the cluster metrics count ready jobs per queue, kind and priority from the
+-- index alone (an index-only scan, migration 0007).
+CREATE INDEX jobs_ready_idx ON tenure.jobs (queue, priority DESC, run_at, id) INCLUDE (kind) WHERE state = 'ready';
 
 -- The lease-expiry sweep reads only leased rows (exactly the running ones, by the CHECKs
 -- above), soonest expiry first. The predicate is on locked_until, not on state, on purpose: the
@@ -79,8 +81,9 @@ CREATE INDEX jobs_running_idx ON tenure.jobs (locked_until) WHERE locked_until I
 -- Retention pruning and finished-job stats read final rows by finish time.
 CREATE INDEX jobs_finished_idx ON tenure.jobs (finished_at) WHERE state IN ('succeeded', 'dead', 'cancelled');
 
--- Operators search dead jobs by queue and kind.
-CREATE INDEX jobs_dead_idx ON tenure.jobs (queue, kind, id) WHERE state = 'dead';
+-- Operators search dead jobs by queue and kind. priority and last_error_code are carried so
+-- the cluster metrics count dead jobs per code from the index alone (migration 0007).
+CREATE INDEX jobs_dead_idx ON tenure.jobs (queue, kind, id) INCLUDE (priority, last_error_code) WHERE state = 'dead';
 
 -- The effect ledger (docs/contract.md §7): one row per (job, effect name), keyed by the stable
 -- idempotency key job:{id}:effect:{name}. generation records which attempt produced the result;

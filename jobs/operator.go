@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/internal/logkey"
 )
 
 // Action identifies who performs an operator action and why; both go to the audit table.
@@ -44,9 +45,11 @@ func (c *Client) Cancel(ctx context.Context, id int64, act Action) (CancelOutcom
 		return "", err
 	}
 	var out CancelOutcome
+	var j gen.TenureJob
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := c.q.WithTx(tx)
-		j, err := lockJob(ctx, q, id)
+		var err error
+		j, err = lockJob(ctx, q, id)
 		if err != nil {
 			return err
 		}
@@ -72,7 +75,7 @@ func (c *Client) Cancel(ctx context.Context, id int64, act Action) (CancelOutcom
 	if err != nil {
 		return "", err
 	}
-	c.log.InfoContext(ctx, "tenure: job cancel", "job_id", id, "outcome", out, "actor", act.Actor, "reason", act.Reason)
+	c.log.InfoContext(ctx, "tenure: job cancel", jobAttrs(j, act, "outcome", out)...)
 	return out, nil
 }
 
@@ -99,9 +102,11 @@ func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *Reinj
 		maxAttempts = &m
 	}
 	var row *Row
+	var j gen.TenureJob
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := c.q.WithTx(tx)
-		j, err := lockJob(ctx, q, id)
+		var err error
+		j, err = lockJob(ctx, q, id)
 		if err != nil {
 			return err
 		}
@@ -126,7 +131,7 @@ func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *Reinj
 	if err != nil {
 		return nil, err
 	}
-	c.log.InfoContext(ctx, "tenure: job reinjected", "job_id", id, "actor", act.Actor, "reason", act.Reason)
+	c.log.InfoContext(ctx, "tenure: job reinjected", jobAttrs(j, act)...)
 	return row, nil
 }
 
@@ -140,9 +145,11 @@ func (c *Client) Retry(ctx context.Context, id int64, act Action) (*Row, error) 
 		return nil, err
 	}
 	var row *Row
+	var j gen.TenureJob
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := c.q.WithTx(tx)
-		j, err := lockJob(ctx, q, id)
+		var err error
+		j, err = lockJob(ctx, q, id)
 		if err != nil {
 			return err
 		}
@@ -174,7 +181,7 @@ func (c *Client) Retry(ctx context.Context, id int64, act Action) (*Row, error) 
 	if err != nil {
 		return nil, err
 	}
-	c.log.InfoContext(ctx, "tenure: job retried", "job_id", id, "actor", act.Actor, "reason", act.Reason)
+	c.log.InfoContext(ctx, "tenure: job retried", jobAttrs(j, act)...)
 	return row, nil
 }
 
@@ -186,9 +193,11 @@ func (c *Client) Delete(ctx context.Context, id int64, act Action) error {
 	if err := act.check(); err != nil {
 		return err
 	}
+	var j gen.TenureJob
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := c.q.WithTx(tx)
-		j, err := lockJob(ctx, q, id)
+		var err error
+		j, err = lockJob(ctx, q, id)
 		if err != nil {
 			return err
 		}
@@ -210,7 +219,7 @@ func (c *Client) Delete(ctx context.Context, id int64, act Action) error {
 	if err != nil {
 		return err
 	}
-	c.log.InfoContext(ctx, "tenure: job deleted", "job_id", id, "actor", act.Actor, "reason", act.Reason)
+	c.log.InfoContext(ctx, "tenure: job deleted", jobAttrs(j, act)...)
 	return nil
 }
 
@@ -249,7 +258,11 @@ func (c *Client) Purge(ctx context.Context, act Action, p PurgeParams) (int64, e
 		}
 		return audit(ctx, q, act, "purge", nil, map[string]any{"state": p.State, "before": p.Before, "deleted": n})
 	})
-	return n, err
+	if err != nil {
+		return n, err
+	}
+	c.log.InfoContext(ctx, "tenure: jobs purged", logkey.Jobs, n, "state", string(p.State), "actor", act.Actor, "reason", act.Reason)
+	return n, nil
 }
 
 // Prune deletes final jobs past their retention, without an audit row (it is the worker's
@@ -316,6 +329,14 @@ func (c *Client) Audit(ctx context.Context, jobID int64, afterID int64, limit in
 		out[i] = AuditEntry{ID: r.ID, At: r.At, Actor: r.Actor, Action: r.Action, Reason: r.Reason, JobID: r.JobID, Detail: r.Detail}
 	}
 	return out, nil
+}
+
+// jobAttrs are the attributes of an operator action's log record about job j (as it was
+// when the action locked it: its attempts and generation before the action), followed by
+// the actor, the reason and more (docs/operations.md, "Logs").
+func jobAttrs(j gen.TenureJob, act Action, more ...any) []any {
+	return append([]any{logkey.JobID, j.ID, logkey.Kind, j.Kind, logkey.Queue, j.Queue,
+		logkey.Attempt, int(j.Attempts), logkey.Generation, j.Generation, "actor", act.Actor, "reason", act.Reason}, more...)
 }
 
 func lockJob(ctx context.Context, q *gen.Queries, id int64) (gen.TenureJob, error) {

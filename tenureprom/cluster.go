@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,6 +18,10 @@ import (
 // ErrNilPool is returned by NewClusterCollector when it is given no pool.
 var ErrNilPool = errors.New("tenureprom: pool must not be nil")
 
+// AdaptiveMaxAge is the default ClusterConfig.MaxAge as a multiple of the last refresh's
+// duration: a snapshot whose refresh took 200 ms is served for 2 s.
+const AdaptiveMaxAge = 10
+
 // ClusterConfig configures a ClusterCollector. A nil *ClusterConfig, or zero fields, mean the
 // documented defaults.
 type ClusterConfig struct {
@@ -27,12 +32,31 @@ type ClusterConfig struct {
 	// MaxDeadCodeSeries bounds tenure_queue_dead_jobs_by_code: the series with the most dead
 	// jobs are kept and the rest summed into code="OTHER". Default 100.
 	MaxDeadCodeSeries int
+	// MaxAge is how long a snapshot (the result of one run of the statements) is served
+	// without running the statements again: whatever the number of scrapers, the database
+	// runs them at most once per MaxAge. Default (0): AdaptiveMaxAge times the duration of the
+	// refresh that produced the snapshot, so that scrapes, however frequent, keep the database
+	// busy with refreshes about 1/AdaptiveMaxAge of the time at most, while a cheap refresh
+	// (a small backlog) is reused for a few milliseconds only. Negative: every scrape starts a
+	// refresh (unless one is already running).
+	MaxAge time.Duration
+	// Wait bounds how long a scrape waits for the refresh it started (or found running)
+	// before it serves the previous snapshot instead; the refresh goes on in the background
+	// and the next scrape serves it. So a scrape takes about Wait at most, however long the
+	// statements take, and tenure_cluster_snapshot_age_seconds says how old the served
+	// numbers are. The first scrape, with no snapshot yet, always waits for its refresh (at
+	// most Timeout). Default 25ms. Negative: always wait for the refresh (every scrape is as
+	// fresh as MaxAge allows and takes as long as the statements).
+	Wait time.Duration
 }
 
 // ClusterCollector exports the database's view of the queues and the worker registry (see
-// the package documentation). Every scrape runs four statements: the ready, running and dead
-// jobs grouped through their partial indexes (cost grows with live and dead jobs, never
-// with succeeded or cancelled ones), and the registry.
+// the package documentation). A refresh runs four statements: the ready and dead jobs counted
+// by index-only scans of their partial indexes, the running jobs through theirs (cost grows
+// with ready, running and dead index entries, never with succeeded or cancelled jobs), and
+// the registry. A scrape serves the latest refresh's snapshot: it starts a refresh when the
+// snapshot is older than ClusterConfig.MaxAge and waits for it at most ClusterConfig.Wait
+// (docs/operations.md, "Scrape cost").
 type ClusterCollector struct {
 	pool *pgxpool.Pool
 	q    *gen.Queries
@@ -41,8 +65,20 @@ type ClusterCollector struct {
 
 	errs prometheus.Counter
 
+	mu       sync.Mutex
+	last     *snapshot     // latest finished refresh; nil before the first
+	inflight chan struct{} // closed when the running refresh ends; nil when none runs
+
 	jobs, oldestReady, leaseExpired, cancelRequested, deadByCode,
-	workers, heartbeatAge, lastSuccessAge, workerExpired, workerJobs, scrapeDur *prometheus.Desc
+	workers, heartbeatAge, lastSuccessAge, workerExpired, workerJobs, scrapeDur, snapshotAge *prometheus.Desc
+}
+
+// snapshot is the result of one refresh: its metrics, or the error that ended it.
+type snapshot struct {
+	at      time.Time     // when the refresh started: the numbers are at least this old
+	took    time.Duration // how long its statements took
+	metrics []prometheus.Metric
+	err     error
 }
 
 // NewClusterCollector returns a collector running its statements on pool.
@@ -59,6 +95,9 @@ func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollec
 	}
 	if c.MaxDeadCodeSeries <= 0 {
 		c.MaxDeadCodeSeries = 100
+	}
+	if c.Wait == 0 {
+		c.Wait = 25 * time.Millisecond
 	}
 	client, err := jobs.NewClient(pool, nil)
 	if err != nil {
@@ -79,31 +118,97 @@ func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollec
 		lastSuccessAge:  prometheus.NewDesc("tenure_registered_worker_last_success_age_seconds", "Time since the worker last confirmed a succeeded job, as of its last registry refresh plus the heartbeat age.", []string{"worker"}, nil),
 		workerExpired:   prometheus.NewDesc("tenure_registered_worker_expired", "1 when the worker's registry row expired (the worker is most likely gone).", []string{"worker"}, nil),
 		workerJobs:      prometheus.NewDesc("tenure_registered_worker_jobs_total", "Attempts the worker finished since it started, by outcome, as of its last registry refresh.", []string{"worker", "outcome"}, nil),
-		scrapeDur:       prometheus.NewDesc("tenure_cluster_scrape_duration_seconds", "How long the cluster collector's statements took.", nil, nil),
+		scrapeDur:       prometheus.NewDesc("tenure_cluster_scrape_duration_seconds", "How long the cluster collector's statements took, in the refresh whose snapshot this scrape serves.", nil, nil),
+		snapshotAge:     prometheus.NewDesc("tenure_cluster_snapshot_age_seconds", "Age of the served snapshot: time since its refresh started (see ClusterConfig.MaxAge and Wait).", nil, nil),
 	}, nil
 }
 
 // Describe sends every metric's descriptor.
 func (c *ClusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.oldestReady, c.leaseExpired, c.cancelRequested, c.deadByCode,
-		c.workers, c.heartbeatAge, c.lastSuccessAge, c.workerExpired, c.workerJobs, c.scrapeDur} {
+		c.workers, c.heartbeatAge, c.lastSuccessAge, c.workerExpired, c.workerJobs, c.scrapeDur, c.snapshotAge} {
 		ch <- d
 	}
 	c.errs.Describe(ch)
 }
 
-// Collect runs the statements and sends the metrics; on a database error it sends an
-// invalid metric, which fails the scrape.
+// Collect sends the metrics of the current snapshot (see ClusterCollector), refreshing it
+// first when it is older than MaxAge. When the latest refresh failed it sends an invalid
+// metric, which fails the scrape.
 func (c *ClusterCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.current()
+	if s.err != nil {
+		ch <- prometheus.NewInvalidMetric(c.jobs, s.err)
+	} else {
+		for _, m := range s.metrics {
+			ch <- m
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.scrapeDur, prometheus.GaugeValue, s.took.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.snapshotAge, prometheus.GaugeValue, time.Since(s.at).Seconds())
+	c.errs.Collect(ch)
+}
+
+// current returns the snapshot a scrape serves: the latest one when it is younger than
+// MaxAge; else, after starting a refresh (unless one runs), the refresh's result if it ends
+// within Wait (or the scrape has nothing else to serve), the previous snapshot if not.
+func (c *ClusterCollector) current() *snapshot {
+	c.mu.Lock()
+	s := c.last
+	maxAge := c.cfg.MaxAge
+	if maxAge == 0 && s != nil {
+		maxAge = AdaptiveMaxAge * s.took
+	}
+	if s != nil && maxAge > 0 && time.Since(s.at) < maxAge {
+		c.mu.Unlock()
+		return s
+	}
+	done := c.inflight
+	if done == nil {
+		done = make(chan struct{})
+		c.inflight = done
+		go c.refresh(done)
+	}
+	c.mu.Unlock()
+	if s == nil || c.cfg.Wait < 0 {
+		<-done // a refresh ends within Timeout
+	} else {
+		t := time.NewTimer(c.cfg.Wait)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// refresh runs the statements (bounded by Timeout, whoever waits for them), stores the
+// snapshot and closes done.
+func (c *ClusterCollector) refresh(done chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 	defer cancel()
-	start := time.Now()
-	if err := c.collect(ctx, ch); err != nil {
-		c.errs.Inc()
-		ch <- prometheus.NewInvalidMetric(c.jobs, err)
+	s := &snapshot{at: time.Now()}
+	ch := make(chan prometheus.Metric, 64)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- c.collect(ctx, ch)
+		close(ch)
+	}()
+	for m := range ch {
+		s.metrics = append(s.metrics, m)
 	}
-	ch <- prometheus.MustNewConstMetric(c.scrapeDur, prometheus.GaugeValue, time.Since(start).Seconds())
-	c.errs.Collect(ch)
+	if s.err = <-errc; s.err != nil {
+		s.metrics = nil
+		c.errs.Inc()
+	}
+	s.took = time.Since(s.at)
+	c.mu.Lock()
+	c.last, c.inflight = s, nil
+	c.mu.Unlock()
+	close(done)
 }
 
 func (c *ClusterCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) error {

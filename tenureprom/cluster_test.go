@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/internal/pgtest"
@@ -142,4 +144,111 @@ func TestClusterScrapeFailsOnDatabaseError(t *testing.T) {
 	require.Error(t, err)
 	_, err = tenureprom.NewClusterCollector(nil, nil)
 	require.ErrorIs(t, err, tenureprom.ErrNilPool)
+}
+
+// TestClusterSnapshot: a scrape serves the latest snapshot; one that finds the snapshot older
+// than MaxAge starts a refresh and, when the refresh outlasts Wait (here: blocked by a lock on
+// the registry table), serves the previous snapshot with its age instead of waiting; the
+// refresh then lands for later scrapes. A snapshot younger than MaxAge is served without
+// running any statement, and Wait < 0 makes every scrape wait for fresh numbers.
+func TestClusterSnapshot(t *testing.T) {
+	t.Parallel()
+	rec := &sqlRecorder{}
+	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
+	ctx := context.Background()
+	insertReady := func() {
+		_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload, run_at) VALUES ('ok', '{}', now() - interval '1 second')`)
+		require.NoError(t, err)
+	}
+	const readyKey = "tenure_queue_jobs{kind=ok,priority=2,queue=default,state=ready}"
+	gather := func(reg *prometheus.Registry) map[string]*dto.Metric {
+		return checkSeries(t, scrape(t, reg), clusterLabels)
+	}
+	newReg := func(cfg *tenureprom.ClusterConfig) *prometheus.Registry {
+		col, err := tenureprom.NewClusterCollector(pool, cfg)
+		require.NoError(t, err)
+		reg := prometheus.NewRegistry()
+		require.NoError(t, reg.Register(col))
+		return reg
+	}
+	insertReady()
+
+	// MaxAge < 0 and the default Wait: every scrape starts a refresh (unless one runs).
+	reg := newReg(&tenureprom.ClusterConfig{MaxAge: -1, Timeout: time.Minute})
+	s := gather(reg) // no snapshot yet: waits for the first refresh
+	require.Equal(t, 1.0, value(s[readyKey]))
+	insertReady()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `LOCK TABLE tenure.workers IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	for range 2 { // the second scrape finds the first one's refresh still blocked
+		s = gather(reg)
+		require.Equal(t, 1.0, value(s[readyKey]), "the previous snapshot is served while the refresh is blocked")
+		require.Greater(t, value(s["tenure_cluster_snapshot_age_seconds{}"]), 0.0)
+	}
+	require.NoError(t, tx.Rollback(ctx))
+	require.Eventually(t, func() bool { return value(gather(reg)[readyKey]) == 2 }, 30*time.Second, 10*time.Millisecond)
+
+	// A snapshot younger than MaxAge is served as is: no statement runs.
+	reg = newReg(&tenureprom.ClusterConfig{MaxAge: time.Hour, Wait: -1})
+	require.Equal(t, 2.0, value(gather(reg)[readyKey]))
+	before := len(rec.statements())
+	insertReady()
+	ran := len(rec.statements()) - before // the insert
+	require.Equal(t, 2.0, value(gather(reg)[readyKey]))
+	require.Equal(t, before+ran, len(rec.statements()), "a fresh enough snapshot runs no statement")
+
+	// Wait < 0 and MaxAge < 0: every scrape waits for its own refresh (exact at each scrape).
+	reg = newReg(&tenureprom.ClusterConfig{MaxAge: -1, Wait: -1})
+	require.Equal(t, 3.0, value(gather(reg)[readyKey]))
+	insertReady()
+	require.Equal(t, 4.0, value(gather(reg)[readyKey]))
+}
+
+// TestClusterSnapshotAdaptiveMaxAge: by default a snapshot is reused for AdaptiveMaxAge times
+// its refresh's duration: a slow refresh (here: held 300 ms by a lock) is not repeated by the
+// next scrape, a cheap one is, once that short time has passed.
+func TestClusterSnapshotAdaptiveMaxAge(t *testing.T) {
+	t.Parallel()
+	rec := &sqlRecorder{}
+	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
+	ctx := context.Background()
+	const readyKey = "tenure_queue_jobs{kind=ok,priority=2,queue=default,state=ready}"
+	insertReady := func() {
+		_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload, run_at) VALUES ('ok', '{}', now() - interval '1 second')`)
+		require.NoError(t, err)
+	}
+	col, err := tenureprom.NewClusterCollector(pool, &tenureprom.ClusterConfig{Wait: -1})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(col))
+	gather := func() map[string]*dto.Metric { return checkSeries(t, scrape(t, reg), clusterLabels) }
+	insertReady()
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `LOCK TABLE tenure.workers IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	time.AfterFunc(300*time.Millisecond, func() { _ = tx.Rollback(ctx) })
+	s := gather()
+	took := value(s["tenure_cluster_scrape_duration_seconds{}"])
+	require.GreaterOrEqual(t, took, 0.3)
+	require.Equal(t, 1.0, value(s[readyKey]))
+	insertReady()
+	before := len(rec.statements())
+	s = gather() // within 10 x 300 ms: the slow snapshot is served again
+	require.Equal(t, before, len(rec.statements()), "no refresh within %d x the last refresh's duration", tenureprom.AdaptiveMaxAge)
+	require.Equal(t, 1.0, value(s[readyKey]))
+
+	// A cheap refresh is reused only for 10 x its few milliseconds.
+	time.Sleep(time.Duration(tenureprom.AdaptiveMaxAge*took*float64(time.Second)) + 100*time.Millisecond)
+	s = gather()
+	require.Equal(t, 2.0, value(s[readyKey]))
+	cheap := value(s["tenure_cluster_scrape_duration_seconds{}"])
+	insertReady()
+	time.Sleep(time.Duration(tenureprom.AdaptiveMaxAge*cheap*float64(time.Second)) + 50*time.Millisecond)
+	require.Equal(t, 3.0, value(gather()[readyKey]))
 }

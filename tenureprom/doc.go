@@ -10,8 +10,11 @@
 //   - ClusterCollector: the database's view, shared by every process: ready/scheduled/
 //     running/dead jobs per queue, kind and priority, the oldest ready job's age, dead jobs by
 //     error code, and the worker registry (heartbeat age, last success). Its statements read
-//     only the partial indexes' rows (never finished jobs). Register it in one place (a
-//     `tenure serve` process, or one worker) rather than in every worker, to scrape once.
+//     only the partial indexes' rows (never finished jobs; the ready and dead counts are
+//     index-only scans). A scrape serves the latest snapshot of their results and waits for a
+//     refresh at most ClusterConfig.Wait, so a large backlog slows the refresh, not the
+//     scrape. Register it in one place (a `tenure serve` process, or one worker) rather than
+//     in every worker, to scrape once.
 //
 // Labels are bounded: queue, kind, priority, outcome, attempt (capped), error code (a
 // bounded vocabulary; the cluster collector keeps the MaxDeadCodeSeries largest), and, for

@@ -334,6 +334,9 @@ func TestChaosStaleWorkerAfterSIGSTOP(t *testing.T) {
 			waitFor(t, 20*time.Second, "B to re-run and complete the job", func() bool {
 				return countState(t, pool, "succeeded") == 1
 			})
+			// OnOutcome runs once B's loop settles the committed finish, a moment after the
+			// row shows it.
+			waitFor(t, 10*time.Second, "B's outcome", func() bool { _, o := rec.snapshot(); return len(o) == 1 })
 			won := getJob(t, c, row.ID)
 			require.EqualValues(t, 2, won.Generation)
 			require.Equal(t, 2, won.Attempts)

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/internal/logkey"
 )
 
 // This file is the claim path: the single-statement claim (docs/contract.md, "Ownership is
@@ -35,6 +36,13 @@ type claimed struct {
 	token                    uuid.UUID
 	generation               int64
 	metadata                 map[string]string // nil when none
+}
+
+// logAttrs are the attributes of every log record about this attempt (job_id, kind, queue,
+// attempt, generation: docs/operations.md, "Logs"), followed by more.
+func (c *claimed) logAttrs(more ...any) []any {
+	return append([]any{logkey.JobID, c.id, logkey.Kind, c.kind, logkey.Queue, c.queue,
+		logkey.Attempt, c.attempt, logkey.Generation, c.generation}, more...)
 }
 
 // claimPlan is what the loop decides before a claim: the statement's arguments.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/logkey"
 )
 
 // execution is one claimed attempt, from dispatch until its fenced finish is settled.
@@ -106,7 +107,7 @@ func (w *Worker) runHandler(e *execution) (f finish) {
 	defer func() {
 		if r := recover(); r != nil {
 			w.m.panics.Add(1)
-			w.log.Error("tenure: handler panicked", "job_id", e.c.id, "kind", e.c.kind, "panic", r, "stack", string(debug.Stack()))
+			w.log.Error("tenure: handler panicked", e.c.logAttrs("panic", r, "stack", string(debug.Stack()))...)
 			f = w.failure(e, CodePanic, 0, fmt.Errorf("panic: %v", r))
 		}
 	}()
@@ -137,7 +138,7 @@ func (w *Worker) deferJob(e *execution, err error) finish {
 	w.m.deferred.Add(1)
 	if _, seen := w.deferLogged.LoadOrStore(e.c.kind, true); !seen {
 		w.log.Warn("tenure: job deferred: this worker cannot run its payload yet (logged once per kind)",
-			"job_id", e.c.id, "kind", e.c.kind, "version", e.c.version, "err", err)
+			e.c.logAttrs(logkey.PayloadVersion, e.c.version, logkey.Err, err)...)
 	}
 	d := versionDeferDelay/2 + time.Duration(rand.Int64N(int64(versionDeferDelay)))
 	return finish{to: toRelease, delay: d, err: err}
@@ -159,11 +160,7 @@ func (w *Worker) failure(e *execution, code ErrorCode, delay time.Duration, err 
 		}
 		f.delay = delay
 	}
-	if f.to != toCancelled {
-		w.log.Warn("tenure: job attempt failed", "job_id", e.c.id, "kind", e.c.kind, "attempt", e.c.attempt,
-			"code", code, "next", f.to.String(), "delay", f.delay, "err", f.msg)
-	}
-	return f
+	return f // logged once its fenced write lands (queue.settle)
 }
 
 func (w *Worker) retryPolicy(kind string) RetryPolicy {

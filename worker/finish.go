@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/logkey"
 )
 
 // This file is the completion path. Every finish is a fenced write (id + state='running' +
@@ -311,7 +312,7 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 		es = live
 		readBack = true
 		w.m.finishRetries.Add(1)
-		w.log.Warn("tenure: finish write failed, retrying with the same token", "jobs", len(es), "attempt", attempt, "err", err)
+		w.engineError(&w.finishLog, "finish write (retried with the same token)", err, logkey.Jobs, len(es), logkey.Try, attempt)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/internal/logkey"
 )
 
 // This file is the heartbeat, run by each queue loop for its own jobs. Every heartbeatTick the
@@ -70,7 +71,7 @@ func (q *queue) heartbeatDone(r hbResult) {
 			return
 		}
 		w.m.heartbeatErrors.Add(1)
-		w.engineError(&w.heartbeatLog, "heartbeat", r.err, "queue", q.name, "jobs", len(r.due))
+		w.engineError(&w.heartbeatLog, "heartbeat", r.err, logkey.Queue, q.name, logkey.Jobs, len(r.due))
 		for _, e := range r.due {
 			if _, ok := q.active[e]; !ok {
 				continue
@@ -122,7 +123,7 @@ func (q *queue) loseLease(e *execution, why string) {
 	}
 	e.leaseLost = true
 	q.w.m.leasesLost.Add(1)
-	q.w.log.Warn("tenure: lease lost, cancelling handler", "job_id", e.c.id, "generation", e.c.generation, "why", why)
+	q.w.log.Warn("tenure: lease lost, cancelling handler", e.c.logAttrs("why", why)...)
 	e.leaseUntil.Store(0)
 	e.cancel(ErrLeaseLost)
 }
@@ -133,6 +134,6 @@ func (q *queue) declareStuck(e *execution, now time.Time) {
 	q.running--
 	q.w.m.stuck.Add(1)
 	q.w.log.Error("tenure: handler stuck past timeout+grace; no more heartbeats, its job will be reclaimed when the lease expires",
-		"job_id", e.c.id, "kind", e.c.kind, "running_for", now.Sub(e.start).Round(time.Millisecond))
+		e.c.logAttrs("running_for", now.Sub(e.start).Round(time.Millisecond))...)
 	e.cancel(ErrHandlerTimeout)
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tenureq/tenure/internal/logkey"
 )
 
 // listenService holds one connection in LISTEN on the new-job channel (payload: a queue name,
@@ -41,7 +43,13 @@ func (w *Worker) listenService(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		w.log.Warn("tenure: listener connection lost; polling continues", "err", err, "retry_in", backoff)
+		if ok, n := w.listenLog.allow(time.Now()); ok { // at most one line per errorLogEvery
+			attrs := []any{logkey.Err, err, "retry_in", backoff}
+			if n > 0 {
+				attrs = append(attrs, logkey.NotLogged, n)
+			}
+			w.log.Warn("tenure: listener connection lost; polling continues (repeats are logged at most every "+errorLogEvery.String()+")", attrs...)
+		}
 		select {
 		case <-ctx.Done():
 			return

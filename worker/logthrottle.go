@@ -3,11 +3,14 @@ package worker
 import (
 	"sync"
 	"time"
+
+	"github.com/tenureq/tenure/internal/logkey"
 )
 
-// errorLogEvery is how often a repeating engine failure (claim, heartbeat, reclaim, prune)
-// is logged at most: a database that is down for an hour gives one line per source every
-// errorLogEvery, with the number of failures since the previous line, instead of thousands.
+// errorLogEvery is how often a repeating engine failure (claim, heartbeat, reclaim, prune,
+// finish write retry, registry heartbeat, listener connection) is logged at most: a database that is down for an
+// hour gives one line per source every errorLogEvery, with the number of failures since the
+// previous line, instead of thousands.
 // Every failure is still counted in Stats (ClaimErrors, HeartbeatErrors, ReclaimErrors,
 // PruneErrors) and remembered as Stats.LastError.
 const errorLogEvery = 10 * time.Second
@@ -46,9 +49,9 @@ func (w *Worker) engineError(t *logThrottle, what string, err error, attrs ...an
 	if !ok {
 		return
 	}
-	attrs = append(attrs, "err", err)
+	attrs = append(attrs, logkey.Err, err)
 	if n > 0 {
-		attrs = append(attrs, "not_logged_since_last", n)
+		attrs = append(attrs, logkey.NotLogged, n)
 	}
 	w.log.Warn("tenure: "+what+" failed (repeats are logged at most every "+errorLogEvery.String()+")", attrs...)
 }

@@ -19,7 +19,7 @@ type metrics struct {
 	reclaimed, reclaimedDead, pruned, listenerReconnects   atomic.Int64
 	deferred, finishSplits, stillRunning                   atomic.Int64
 	registryWrites                                         atomic.Int64
-	reclaimErrors, pruneErrors                             atomic.Int64
+	reclaimErrors, pruneErrors, registryErrors             atomic.Int64
 	periodicEnqueued, periodicSkipped, periodicErrors      atomic.Int64
 	owned, handlersRunning                                 atomic.Int64 // gauges
 	claimLatency, finishLatency                            hist.H
@@ -140,10 +140,12 @@ type Stats struct {
 	ErrorCodes map[ErrorCode]int64
 	// LastSuccess is when this worker last confirmed a succeeded job (zero if never).
 	LastSuccess time.Time
-	// ReclaimErrors and PruneErrors count failed lease-expiry sweeps and pruning passes.
-	ReclaimErrors, PruneErrors int64
+	// ReclaimErrors, PruneErrors and RegistryErrors count failed lease-expiry sweeps, pruning
+	// passes and worker registry heartbeats.
+	ReclaimErrors, PruneErrors, RegistryErrors int64
 	// LastError is the most recent failure of one of the engine's own statements (claim,
-	// heartbeat, reclaim sweep, prune), prefixed with which one, and LastErrorAt when it
+	// heartbeat, reclaim sweep, prune, finish write, registry heartbeat), prefixed with which
+	// one, and LastErrorAt when it
 	// happened (zero if never). Repeated failures are logged at most every 10 seconds per
 	// kind; these and the error counters show every one.
 	LastError   string

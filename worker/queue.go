@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/internal/logkey"
 )
 
 // This file is the owner of a queue's state. One goroutine per queue, the queue loop, owns
@@ -379,7 +380,7 @@ func (q *queue) claimed(r claimResult) {
 			return
 		}
 		w.m.claimErrors.Add(1)
-		w.engineError(&w.claimLog, "claim", r.err, "queue", q.name)
+		w.engineError(&w.claimLog, "claim", r.err, logkey.Queue, q.name)
 		c.idle = q.backoff(c.idle)
 		q.sleep(c, c.idle, false)
 	case len(r.got) == 0:
@@ -414,7 +415,7 @@ func (q *queue) handlerReturned(r handlerResult) {
 	}
 	if e.released {
 		// Stop released the job before the handler returned; fencing would reject it anyway.
-		q.w.log.Warn("tenure: handler returned after its job was released by Stop; result discarded", "job_id", e.c.id)
+		q.w.log.Warn("tenure: handler returned after its job was released by Stop; result discarded", e.c.logAttrs()...)
 		return
 	}
 	e.returned = true
@@ -453,13 +454,13 @@ func (q *queue) settle(s settled) {
 		outcome = OutcomeAbandoned
 		w.m.finishAbandoned.Add(1)
 		w.log.Error("tenure: finish abandoned; the job's lease will expire and the sweep retries it",
-			"job_id", e.c.id, "transition", e.fin.to.String(), "err", s.err)
+			e.c.logAttrs(logkey.Transition, e.fin.to.String(), logkey.Err, s.err)...)
 		w.report(e, s.err)
 	case !s.landed:
 		outcome = OutcomeStale
 		w.m.staleRejected.Add(1)
-		w.log.Warn("tenure: stale finish rejected: the job is no longer ours", "job_id", e.c.id,
-			"generation", e.c.generation, "transition", e.fin.to.String())
+		w.log.Warn("tenure: stale finish rejected: the job is no longer ours",
+			e.c.logAttrs(logkey.Transition, e.fin.to.String())...)
 		w.report(e, &StaleWriteError{JobID: e.c.id, Generation: e.c.generation, Transition: e.fin.to.String()})
 	default:
 		switch e.fin.to {
@@ -467,12 +468,16 @@ func (q *queue) settle(s settled) {
 			outcome = OutcomeSucceeded
 			w.m.succeeded.Add(1)
 			w.m.lastSuccess.Store(time.Now().UnixNano())
-		case toRetry:
+		case toRetry: // expected now and then: the job runs again
 			outcome = OutcomeRetried
 			w.m.retried.Add(1)
-		case toDead:
+			w.log.Warn("tenure: job attempt failed; retrying", e.c.logAttrs(logkey.Code, e.fin.code, logkey.Next, e.fin.to.String(),
+				logkey.Delay, e.fin.delay, logkey.Err, e.fin.msg)...)
+		case toDead: // needs an operator
 			outcome = OutcomeDead
 			w.m.dead.Add(1)
+			w.log.Error("tenure: job attempt failed; job is dead", e.c.logAttrs(logkey.Code, e.fin.code, logkey.Next, e.fin.to.String(),
+				logkey.Err, e.fin.msg)...)
 		case toCancelled:
 			outcome = OutcomeCancelled
 			w.m.cancelled.Add(1)
@@ -494,7 +499,7 @@ func (q *queue) requestCancel(e *execution) {
 	}
 	if context.Cause(e.ctx) == nil {
 		q.w.m.cancelSignals.Add(1)
-		q.w.log.Info("tenure: cancel requested, cancelling handler", "job_id", e.c.id)
+		q.w.log.Info("tenure: cancel requested, cancelling handler", e.c.logAttrs()...)
 	}
 	e.cancel(ErrJobCancelled)
 }
@@ -515,7 +520,7 @@ func (q *queue) cancelHandlers(deadline time.Time) {
 			in = max(time.Until(deadline), 0).Round(time.Millisecond).String()
 		}
 		q.w.log.Warn(fmt.Sprintf("tenure: stop deadline in %s: cancelling handlers that have not returned (their jobs are released, attempts not charged)", in),
-			"queue", q.name, "handlers", n)
+			logkey.Queue, q.name, "handlers", n)
 	}
 }
 
@@ -538,7 +543,7 @@ func (q *queue) releaseHeld() {
 	}
 	if n > 0 {
 		q.w.m.stillRunning.Add(int64(n))
-		q.w.log.Warn("tenure: stop: releasing jobs of handlers that ignore cancellation", "queue", q.name, "jobs", n)
+		q.w.log.Warn("tenure: stop: releasing jobs of handlers that ignore cancellation", logkey.Queue, q.name, logkey.Jobs, n)
 	}
 }
 
@@ -556,6 +561,6 @@ func (q *queue) abandonAll() {
 		w.report(e, fmt.Errorf("%w: stop deadline reached before its finish was written", ErrFinishAbandoned))
 	}
 	w.log.Error("tenure: stop deadline reached; jobs left to their leases (the sweep will retry them)",
-		"queue", q.name, "jobs", len(q.active))
+		logkey.Queue, q.name, logkey.Jobs, len(q.active))
 	clear(q.active)
 }

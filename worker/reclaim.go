@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/internal/logkey"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -86,7 +87,7 @@ func (w *Worker) ReclaimExpired(ctx context.Context) (int, error) {
 		for range n {
 			w.m.recordCode(CodeLeaseExpired)
 		}
-		w.log.Info("tenure: reclaimed expired leases", "jobs", n, "dead", dead)
+		w.log.Info("tenure: reclaimed expired leases", logkey.Jobs, n, "dead", dead)
 		return nil
 	})
 	return n, err

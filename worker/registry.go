@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/internal/logkey"
 )
 
 // RegistryTTLIntervals is how many registry intervals a worker's row outlives its last
@@ -26,7 +27,8 @@ func (w *Worker) registryService(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if err := w.register(ctx); err != nil && ctx.Err() == nil {
-			w.log.Warn("tenure: worker registry heartbeat failed", "err", err)
+			w.m.registryErrors.Add(1)
+			w.engineError(&w.registryLog, "worker registry heartbeat", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -92,7 +94,7 @@ func (w *Worker) deregister(ctx context.Context) {
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if _, err := gen.New(w.eng).DeregisterWorker(dctx, w.cfg.ID); err != nil {
-		w.log.Warn("tenure: worker deregistration failed; the row will age out", "err", err)
+		w.log.Warn("tenure: worker deregistration failed; the row will age out", logkey.Err, err)
 	}
 }
 

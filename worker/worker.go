@@ -17,6 +17,7 @@ import (
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/logkey"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -68,7 +69,7 @@ type Worker struct {
 	started        time.Time // when Start ran, for the registry
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
 	// Repeated engine failures are logged at most once per errorLogEvery per source.
-	claimLog, heartbeatLog, reclaimLog, pruneLog, periodicLog, pauseLog logThrottle
+	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog logThrottle
 
 	mu       sync.Mutex
 	state    int // 0 new, 1 started, 2 stopping/stopped
@@ -116,14 +117,14 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		cfg: c, pool: pool, log: c.Logger.With("worker", c.ID), reg: c.Registry, m: newMetrics(),
+		cfg: c, pool: pool, log: c.Logger.With(logkey.Worker, c.ID), reg: c.Registry, m: newMetrics(),
 		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
 		queueStateCh: make(chan struct{}, 1),
 	}
 	for i := range w.cfg.Periodic {
 		w.periodic = append(w.periodic, &w.cfg.Periodic[i])
 	}
-	for _, t := range []*logThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.periodicLog, &w.pauseLog} {
+	for _, t := range []*logThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.finishLog, &w.registryLog, &w.listenLog, &w.periodicLog, &w.pauseLog} {
 		t.every = errorLogEvery
 	}
 	for name, qc := range c.Queues {
@@ -342,7 +343,7 @@ func (w *Worker) warnUnservedQueues() {
 		}
 		if _, ok := w.queues[q]; !ok {
 			w.log.Warn("tenure: a registered kind's queue is not served by this worker: its jobs wait for a worker that serves it (add the queue to Config.Queues, or run one elsewhere)",
-				"kind", k, "queue", q, "served", served)
+				logkey.Kind, k, logkey.Queue, q, "served", served)
 		}
 	}
 }
@@ -566,7 +567,7 @@ func (w *Worker) Stats() Stats {
 		FinishP50: m.finishLatency.Quantile(0.5), FinishP99: m.finishLatency.Quantile(0.99),
 		ErrorCodes: map[ErrorCode]int64{},
 	}
-	s.ReclaimErrors, s.PruneErrors = m.reclaimErrors.Load(), m.pruneErrors.Load()
+	s.ReclaimErrors, s.PruneErrors, s.RegistryErrors = m.reclaimErrors.Load(), m.pruneErrors.Load(), m.registryErrors.Load()
 	s.PeriodicEnqueued, s.PeriodicSkipped, s.PeriodicErrors = m.periodicEnqueued.Load(), m.periodicSkipped.Load(), m.periodicErrors.Load()
 	for name, q := range w.queues {
 		if q.pausedFlag.Load() {

@@ -27,13 +27,18 @@ const serveUsage = `Usage: tenure serve [flags]
 Serves Prometheus metrics of the whole cluster on http://ADDR/metrics: jobs per queue, kind,
 priority and state, the oldest ready job's age, dead jobs by error code, and the worker
 registry (tenureprom.ClusterCollector). Run one per cluster; each worker process exports its
-own engine metrics (tenureprom.EngineCollector). Stops on SIGINT/SIGTERM.`
+own engine metrics (tenureprom.EngineCollector). A scrape serves the latest snapshot of the
+statements' results: it starts a refresh when the snapshot is older than -max-age and waits
+for it at most -scrape-wait (tenure_cluster_snapshot_age_seconds says how old the numbers
+are). Stops on SIGINT/SIGTERM.`
 
 func runServe(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "serve", serveUsage)
 	dbURL := databaseFlag(fs)
 	addr := fs.String("addr", "127.0.0.1:9464", "listen address")
-	timeout := fs.Duration("scrape-timeout", 5*time.Second, "bound on one scrape's statements")
+	timeout := fs.Duration("scrape-timeout", 5*time.Second, "bound on one refresh's statements")
+	maxAge := fs.Duration("max-age", 0, "serve a snapshot younger than this without running the statements (0: 10 times its refresh's duration; negative: refresh at every scrape)")
+	wait := fs.Duration("scrape-wait", 25*time.Millisecond, "how long a scrape waits for its refresh before serving the previous snapshot (negative: always wait)")
 	if code, done := parseFlags(e, fs, args); done {
 		return code
 	}
@@ -49,7 +54,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		return exitCode(e, "tenure serve", err)
 	}
 	defer pool.Close()
-	col, err := tenureprom.NewClusterCollector(pool, &tenureprom.ClusterConfig{Timeout: *timeout})
+	col, err := tenureprom.NewClusterCollector(pool, &tenureprom.ClusterConfig{Timeout: *timeout, MaxAge: *maxAge, Wait: *wait})
 	if err != nil {
 		return exitCode(e, "tenure serve", err)
 	}

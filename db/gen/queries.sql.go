@@ -448,7 +448,7 @@ type ClusterDeadRow struct {
 	Jobs     int64
 }
 
-// Dead jobs per queue, kind, priority and last error code (through jobs_dead_idx's predicate).
+// Dead jobs per queue, kind, priority and last error code (an index-only scan of jobs_dead_idx).
 func (q *Queries) ClusterDead(ctx context.Context) ([]ClusterDeadRow, error) {
 	rows, err := q.db.Query(ctx, clusterDead)
 	if err != nil {
@@ -496,9 +496,11 @@ type ClusterReadyRow struct {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Cluster metrics (tenureprom): each reads one partial index's rows, never finished jobs.
+// Cluster metrics (tenureprom): each reads one partial index's rows, never finished jobs;
+// ClusterReady and ClusterDead read nothing else (index-only scans: the indexes carry kind,
+// priority and last_error_code, migration 0007). docs/operations.md "Scrape cost" has plans.
 // ---------------------------------------------------------------------------------------------
-// Ready jobs per queue, kind and priority (through jobs_ready_idx's predicate): due ones,
+// Ready jobs per queue, kind and priority (an index-only scan of jobs_ready_idx): due ones,
 // scheduled ones, and the oldest due job's age in seconds on the database clock.
 func (q *Queries) ClusterReady(ctx context.Context) ([]ClusterReadyRow, error) {
 	rows, err := q.db.Query(ctx, clusterReady)
