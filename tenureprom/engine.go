@@ -42,6 +42,9 @@ func NewEngineCollector(w StatsSource) *EngineCollector {
 	}
 	counter("tenure_claims_total", "Claim statements run.", func(s *worker.Stats) int64 { return s.Claims })
 	counter("tenure_claims_empty_total", "Claim statements that returned no job.", func(s *worker.Stats) int64 { return s.EmptyClaims })
+	counter("tenure_claims_full_total", "Claims that read every priority band from its start instead of from its watermark.", func(s *worker.Stats) int64 { return s.FullClaims })
+	counter("tenure_claimed_behind_watermark_total", "Jobs full claims found behind the watermarks (missed by the watermark claims).", func(s *worker.Stats) int64 { return s.ClaimedBehindWatermark })
+	counter("tenure_watermark_hints_total", "Band watermarks lowered by a NOTIFY announcing a job committed behind them.", func(s *worker.Stats) int64 { return s.WatermarkHints })
 	counter("tenure_claim_errors_total", "Claim statements that failed.", func(s *worker.Stats) int64 { return s.ClaimErrors })
 	counter("tenure_jobs_claimed_total", "Jobs claimed.", func(s *worker.Stats) int64 { return s.Claimed })
 	counter("tenure_claim_slots_requested_total", "Jobs claims asked for (free slots); jobs_claimed/slots_requested is the fill ratio.", func(s *worker.Stats) int64 { return s.ClaimAsked })
