@@ -17,6 +17,7 @@ import (
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/engineconf"
 	"github.com/tenureq/tenure/internal/logkey"
 	"github.com/tenureq/tenure/jobs"
 )
@@ -231,11 +232,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		if pc.ConnConfig.RuntimeParams == nil {
 			pc.ConnConfig.RuntimeParams = map[string]string{}
 		}
-		// The engine's statements are written to plan well generically (primary-key lookups,
-		// partial-index range scans; TestClaimPlansUseThePartialIndex checks it), and they run
-		// thousands of times a second: re-planning each execution would cost more PostgreSQL
-		// CPU than running it, at low load where claims take one job at a time.
-		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+		// Generic plans, never a sequential scan of tenure.jobs (internal/engineconf says why;
+		// TestEngineStatementsPlanIndexPathsOnATinyTable checks it).
+		for k, v := range engineconf.Settings {
+			pc.ConnConfig.RuntimeParams[k] = v
+		}
 		if w.cfg.AsynchronousCommit {
 			pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 		}

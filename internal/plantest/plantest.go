@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenureq/tenure/internal/engineconf"
 )
 
 // Node is one node of an EXPLAIN (FORMAT JSON) plan.
@@ -91,10 +93,23 @@ func SQL(t testing.TB, name string) (string, []string) {
 	return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(body), ";")), order
 }
 
-// Explain returns the generic plan of sql (the plan the engine's pool uses:
-// plan_cache_mode=force_generic_plan). With analyze it runs the statement (EXPLAIN ANALYZE,
-// BUFFERS) inside a transaction that is rolled back, so nothing it writes is kept.
+// Explain returns the generic plan of sql (plan_cache_mode=force_generic_plan: what a
+// prepared statement on any pool settles on). With analyze it runs the statement (EXPLAIN
+// ANALYZE, BUFFERS) inside a transaction that is rolled back, so nothing it writes is kept.
 func Explain(t testing.TB, pool *pgxpool.Pool, analyze bool, sql string, args ...any) Node {
+	t.Helper()
+	return explain(t, pool, analyze, map[string]string{"plan_cache_mode": "force_generic_plan"}, sql, args...)
+}
+
+// ExplainEngine is Explain under the settings of the worker's engine pool
+// (internal/engineconf: a generic plan, sequential scans penalised), for the statements the
+// engine runs on it (claims, finishes, heartbeats, the sweep).
+func ExplainEngine(t testing.TB, pool *pgxpool.Pool, analyze bool, sql string, args ...any) Node {
+	t.Helper()
+	return explain(t, pool, analyze, engineconf.Settings, sql, args...)
+}
+
+func explain(t testing.TB, pool *pgxpool.Pool, analyze bool, settings map[string]string, sql string, args ...any) Node {
 	t.Helper()
 	opts := "FORMAT JSON"
 	if analyze {
@@ -106,8 +121,10 @@ func Explain(t testing.TB, pool *pgxpool.Pool, analyze bool, sql string, args ..
 		t.Fatalf("plantest: %v", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
-		t.Fatalf("plantest: %v", err)
+	for k, v := range settings {
+		if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true)", k, v); err != nil {
+			t.Fatalf("plantest: %v", err)
+		}
 	}
 	var out []byte
 	if err := tx.QueryRow(ctx, "EXPLAIN ("+opts+") "+sql, args...).Scan(&out); err != nil {
