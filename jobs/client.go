@@ -156,8 +156,9 @@ const (
 	MaxMetadataBytes    = 4096
 )
 
-// Or returns a copy of o (nil counts as all zero) whose zero Queue, Priority, MaxAttempts and
-// Lease are taken from d: how per-kind defaults are layered under per-insert options.
+// Or returns a copy of o (nil counts as all zero) whose zero Queue, Priority, MaxAttempts,
+// Lease and nil Unique are taken from d: how per-kind defaults are layered under per-insert
+// options.
 func (o *InsertOpts) Or(d InsertOpts) *InsertOpts {
 	var out InsertOpts
 	if o != nil {
@@ -174,6 +175,9 @@ func (o *InsertOpts) Or(d InsertOpts) *InsertOpts {
 	}
 	if out.Lease == 0 {
 		out.Lease = d.Lease
+	}
+	if out.Unique == nil {
+		out.Unique = d.Unique
 	}
 	return &out
 }
