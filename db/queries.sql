@@ -73,10 +73,12 @@ ORDER BY id;
 -- InsertJobs for unique jobs: one row per input ord. Keys are computed once per row (i is
 -- materialized). Rows are inserted in ord order with ON CONFLICT DO NOTHING on
 -- jobs_unique_idx, so of several rows with one key (in this batch or already stored) only the
--- first is inserted. Per ord: inserted_id is the id of the job inserted for its key by this
--- statement (0 if none), existing_id the holder visible to this statement's snapshot (0 if
--- none). A row with both 0 lost a race with a transaction that committed after the snapshot,
--- or whose holder just left its unique states: the caller inserts it again.
+-- first is inserted. Returns one row per input (ord >= 0) with its key and the id of the
+-- holder visible to the statement's snapshot (0 if none), then one row per inserted job
+-- (ord -1) with its key and id; the caller matches them by key (a join here would be planned
+-- for 10-row arrays by the generic plan). An input whose key was neither inserted nor held
+-- lost a race with a transaction that committed after the snapshot, or whose holder just
+-- left its unique states: the caller inserts it again.
 -- unique_fields holds each row's field names as a JSON array (empty: all fields).
 WITH i AS (
     SELECT s.*, tenure.unique_key(s.kind, CASE WHEN s.by_queue THEN s.queue END, s.payload, s.by_args,
@@ -110,15 +112,15 @@ WITH i AS (
     DO NOTHING
     RETURNING id, unique_key
 )
-SELECT i.ord::integer AS ord,
-       coalesce((SELECT n.id FROM ins n WHERE n.unique_key = i.ukey), 0)::bigint AS inserted_id,
+SELECT i.ord::integer AS ord, i.ukey::bytea AS unique_key,
        coalesce((SELECT h.id FROM tenure.jobs h
                  WHERE h.unique_key = i.ukey AND h.unique_key IS NOT NULL
-                   AND tenure.unique_state_held(h.unique_states, h.state)), 0)::bigint AS existing_id
+                   AND tenure.unique_state_held(h.unique_states, h.state)), 0)::bigint AS id
 FROM i
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', q) FROM unnest(@notify_queues::text[]) AS q
                              WHERE EXISTS (SELECT 1 FROM ins)) n) >= 0
-ORDER BY i.ord;
+UNION ALL
+SELECT -1, n.unique_key, n.id FROM ins n;
 
 -- ---------------------------------------------------------------------------------------------
 -- Claim (docs/contract.md §1): one statement, one short transaction. The CTE picks with
@@ -535,9 +537,10 @@ ORDER BY id
 LIMIT @max_rows;
 
 -- name: ListJobsTagged :many
--- ListJobs restricted to jobs carrying every tag in tags (through jobs_tags_idx).
+-- ListJobs restricted to jobs carrying every tag in tags (through jobs_tags_idx; tags is
+-- never empty here, and the repeated predicate lets the planner use the partial index).
 SELECT * FROM tenure.jobs
-WHERE tags @> @tags::text[]
+WHERE tags @> @tags::text[] AND tags <> '{}'
   AND (sqlc.narg(state)::tenure.job_state IS NULL OR state = sqlc.narg(state)::tenure.job_state)
   AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
   AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)

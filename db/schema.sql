@@ -136,8 +136,9 @@ CREATE INDEX jobs_dead_idx ON tenure.jobs (queue, kind, id) WHERE state = 'dead'
 CREATE UNIQUE INDEX jobs_unique_idx ON tenure.jobs (unique_key)
     WHERE unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state);
 
--- Search by tag (jobs.ListParams.Tags: every listed tag present).
-CREATE INDEX jobs_tags_idx ON tenure.jobs USING gin (tags);
+-- Search by tag (jobs.ListParams.Tags: every listed tag present). Partial: untagged jobs
+-- (most) never enter it, so their claims and finishes (non-HOT updates) add no GIN entries.
+CREATE INDEX jobs_tags_idx ON tenure.jobs USING gin (tags) WHERE tags <> '{}';
 
 -- The effect ledger (docs/contract.md §7): one row per (job, effect name), keyed by the stable
 -- idempotency key job:{id}:effect:{name}. generation records which attempt produced the result;

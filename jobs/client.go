@@ -586,20 +586,36 @@ func (c *Client) insertUnique(ctx context.Context, q *gen.Queries, all []prepare
 		if err != nil {
 			return fmt.Errorf("tenure: insert many: %w", err)
 		}
-		if len(rows) != len(idx) {
-			return fmt.Errorf("tenure: insert many: %d rows returned, %d expected", len(rows), len(idx))
+		if len(rows) < len(idx) {
+			return fmt.Errorf("tenure: insert many: %d rows returned, at least %d expected", len(rows), len(idx))
+		}
+		inserted := map[string]int64{} // key -> id of the job this statement inserted for it
+		byOrd := make([]*gen.InsertUniqueJobsRow, len(idx))
+		for i := range rows {
+			r := &rows[i]
+			switch {
+			case r.Ord < 0:
+				inserted[string(r.UniqueKey)] = r.ID
+			case int(r.Ord) < len(idx) && byOrd[r.Ord] == nil:
+				byOrd[r.Ord] = r
+			default:
+				return fmt.Errorf("tenure: insert many: unexpected row for input %d", r.Ord)
+			}
 		}
 		var again []int
 		first := map[int64]bool{} // inserted ids already reported as inserted
-		for _, r := range rows {
-			k := idx[r.Ord]
-			switch {
-			case r.InsertedID != 0:
-				res[k] = InsertResult{ID: r.InsertedID, Duplicate: first[r.InsertedID]}
-				first[r.InsertedID] = true
-			case r.ExistingID != 0:
-				res[k] = InsertResult{ID: r.ExistingID, Duplicate: true}
-			default:
+		for ord, r := range byOrd { // input order
+			if r == nil {
+				return fmt.Errorf("tenure: insert many: no row for input %d", ord)
+			}
+			k := idx[ord]
+			if id, ok := inserted[string(r.UniqueKey)]; ok {
+				// The first input with the key (in input order) is the one inserted.
+				res[k] = InsertResult{ID: id, Duplicate: first[id]}
+				first[id] = true
+			} else if r.ID != 0 {
+				res[k] = InsertResult{ID: r.ID, Duplicate: true}
+			} else {
 				again = append(again, k)
 			}
 		}

@@ -1223,23 +1223,23 @@ const insertUniqueJobs = `-- name: InsertUniqueJobs :many
 WITH i AS (
     SELECT s.ord, s.queue, s.kind, s.payload, s.payload_version, s.priority, s.run_at_us, s.delay_us, s.max_attempts, s.lease_ms, s.metadata, s.tags, s.ustates, s.by_queue, s.by_args, s.fields, s.period_ms, tenure.unique_key(s.kind, CASE WHEN s.by_queue THEN s.queue END, s.payload, s.by_args,
                                   ARRAY(SELECT jsonb_array_elements_text(s.fields)), s.period_ms) AS ukey
-    FROM (SELECT unnest($2::integer[]) AS ord,
-                 unnest($3::text[]) AS queue,
-                 unnest($4::text[]) AS kind,
-                 unnest($5::jsonb[]) AS payload,
-                 unnest($6::integer[]) AS payload_version,
-                 unnest($7::smallint[]) AS priority,
-                 unnest($8::bigint[]) AS run_at_us,
-                 unnest($9::bigint[]) AS delay_us,
-                 unnest($10::integer[]) AS max_attempts,
-                 unnest($11::integer[]) AS lease_ms,
-                 unnest($12::jsonb[]) AS metadata,
-                 unnest($13::jsonb[]) AS tags,
-                 unnest($14::smallint[]) AS ustates,
-                 unnest($15::boolean[]) AS by_queue,
-                 unnest($16::boolean[]) AS by_args,
-                 unnest($17::jsonb[]) AS fields,
-                 unnest($18::bigint[]) AS period_ms) AS s
+    FROM (SELECT unnest($1::integer[]) AS ord,
+                 unnest($2::text[]) AS queue,
+                 unnest($3::text[]) AS kind,
+                 unnest($4::jsonb[]) AS payload,
+                 unnest($5::integer[]) AS payload_version,
+                 unnest($6::smallint[]) AS priority,
+                 unnest($7::bigint[]) AS run_at_us,
+                 unnest($8::bigint[]) AS delay_us,
+                 unnest($9::integer[]) AS max_attempts,
+                 unnest($10::integer[]) AS lease_ms,
+                 unnest($11::jsonb[]) AS metadata,
+                 unnest($12::jsonb[]) AS tags,
+                 unnest($13::smallint[]) AS ustates,
+                 unnest($14::boolean[]) AS by_queue,
+                 unnest($15::boolean[]) AS by_args,
+                 unnest($16::jsonb[]) AS fields,
+                 unnest($17::bigint[]) AS period_ms) AS s
 ), ins AS (
     INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata,
                              tags, unique_key, unique_states)
@@ -1252,19 +1252,18 @@ WITH i AS (
     DO NOTHING
     RETURNING id, unique_key
 )
-SELECT i.ord::integer AS ord,
-       coalesce((SELECT n.id FROM ins n WHERE n.unique_key = i.ukey), 0)::bigint AS inserted_id,
+SELECT i.ord::integer AS ord, i.ukey::bytea AS unique_key,
        coalesce((SELECT h.id FROM tenure.jobs h
                  WHERE h.unique_key = i.ukey AND h.unique_key IS NOT NULL
-                   AND tenure.unique_state_held(h.unique_states, h.state)), 0)::bigint AS existing_id
+                   AND tenure.unique_state_held(h.unique_states, h.state)), 0)::bigint AS id
 FROM i
-WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', q) FROM unnest($1::text[]) AS q
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', q) FROM unnest($18::text[]) AS q
                              WHERE EXISTS (SELECT 1 FROM ins)) n) >= 0
-ORDER BY i.ord
+UNION ALL
+SELECT -1, n.unique_key, n.id FROM ins n
 `
 
 type InsertUniqueJobsParams struct {
-	NotifyQueues    []string
 	Ords            []int32
 	Queues          []string
 	Kinds           []string
@@ -1282,25 +1281,27 @@ type InsertUniqueJobsParams struct {
 	UniqueByArgs    []bool
 	UniqueFields    [][]byte
 	UniquePeriodMs  []int64
+	NotifyQueues    []string
 }
 
 type InsertUniqueJobsRow struct {
-	Ord        int32
-	InsertedID int64
-	ExistingID int64
+	Ord       int32
+	UniqueKey []byte
+	ID        int64
 }
 
 // InsertJobs for unique jobs: one row per input ord. Keys are computed once per row (i is
 // materialized). Rows are inserted in ord order with ON CONFLICT DO NOTHING on
 // jobs_unique_idx, so of several rows with one key (in this batch or already stored) only the
-// first is inserted. Per ord: inserted_id is the id of the job inserted for its key by this
-// statement (0 if none), existing_id the holder visible to this statement's snapshot (0 if
-// none). A row with both 0 lost a race with a transaction that committed after the snapshot,
-// or whose holder just left its unique states: the caller inserts it again.
+// first is inserted. Returns one row per input (ord >= 0) with its key and the id of the
+// holder visible to the statement's snapshot (0 if none), then one row per inserted job
+// (ord -1) with its key and id; the caller matches them by key (a join here would be planned
+// for 10-row arrays by the generic plan). An input whose key was neither inserted nor held
+// lost a race with a transaction that committed after the snapshot, or whose holder just
+// left its unique states: the caller inserts it again.
 // unique_fields holds each row's field names as a JSON array (empty: all fields).
 func (q *Queries) InsertUniqueJobs(ctx context.Context, arg InsertUniqueJobsParams) ([]InsertUniqueJobsRow, error) {
 	rows, err := q.db.Query(ctx, insertUniqueJobs,
-		arg.NotifyQueues,
 		arg.Ords,
 		arg.Queues,
 		arg.Kinds,
@@ -1318,6 +1319,7 @@ func (q *Queries) InsertUniqueJobs(ctx context.Context, arg InsertUniqueJobsPara
 		arg.UniqueByArgs,
 		arg.UniqueFields,
 		arg.UniquePeriodMs,
+		arg.NotifyQueues,
 	)
 	if err != nil {
 		return nil, err
@@ -1326,7 +1328,7 @@ func (q *Queries) InsertUniqueJobs(ctx context.Context, arg InsertUniqueJobsPara
 	items := []InsertUniqueJobsRow{}
 	for rows.Next() {
 		var i InsertUniqueJobsRow
-		if err := rows.Scan(&i.Ord, &i.InsertedID, &i.ExistingID); err != nil {
+		if err := rows.Scan(&i.Ord, &i.UniqueKey, &i.ID); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1458,7 +1460,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 
 const listJobsTagged = `-- name: ListJobsTagged :many
 SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
-WHERE tags @> $1::text[]
+WHERE tags @> $1::text[] AND tags <> '{}'
   AND ($2::tenure.job_state IS NULL OR state = $2::tenure.job_state)
   AND ($3::text IS NULL OR kind = $3::text)
   AND ($4::text IS NULL OR queue = $4::text)
@@ -1478,7 +1480,8 @@ type ListJobsTaggedParams struct {
 	MaxRows   int32
 }
 
-// ListJobs restricted to jobs carrying every tag in tags (through jobs_tags_idx).
+// ListJobs restricted to jobs carrying every tag in tags (through jobs_tags_idx; tags is
+// never empty here, and the repeated predicate lets the planner use the partial index).
 func (q *Queries) ListJobsTagged(ctx context.Context, arg ListJobsTaggedParams) ([]TenureJob, error) {
 	rows, err := q.db.Query(ctx, listJobsTagged,
 		arg.Tags,
