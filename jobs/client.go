@@ -603,7 +603,7 @@ func (c *Client) insertUnique(ctx context.Context, q *gen.Queries, all []prepare
 			}
 		}
 		var again []int
-		first := map[int64]bool{} // inserted ids already reported as inserted
+		first := map[int64]bool{}   // inserted ids already reported as inserted
 		for ord, r := range byOrd { // input order
 			if r == nil {
 				return fmt.Errorf("tenure: insert many: no row for input %d", ord)
