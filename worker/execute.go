@@ -17,7 +17,7 @@ import (
 //
 // Ownership: the queue loop that claimed it owns every plain field below; the handler
 // goroutine only reads c, h and ctx and reports its result over the loop's channel; finishers
-// read fin after the loop handed them the execution. The three atomics are the only state
+// read fin after the loop handed them the execution. The atomics are the only state
 // other goroutines touch, each written by one side.
 type execution struct {
 	c      claimed
@@ -28,7 +28,7 @@ type execution struct {
 	start  time.Time
 
 	leaseUntil  atomic.Int64           // unix nanos, local estimate of the lease end; loop writes, finishers read
-	output      atomic.Pointer[[]byte] // what the handler recorded with SetOutput (encoded JSON)
+	output      atomic.Pointer[[]byte] // SetOutput (handler side) writes; finishers and CompleteTx read
 	txCompleted atomic.Bool            // CompleteTx changed the row inside the handler's transaction
 	finishFails atomic.Int32           // failed finish writes so far; finishers write, the loop reads
 
