@@ -409,3 +409,61 @@ func TestUniqueInsertPlanUsesIndex(t *testing.T) {
 	}))
 	require.Equal(t, 5000, n)
 }
+
+// tenure.enqueue and the Go client share keys and the same race-free insert: 8 connections
+// call tenure.enqueue while 8 goroutines call Insert, all for one key; one row results and
+// every call returns it.
+func TestUniqueSQLAndGoEnqueueConcurrently(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	c, err := jobs.NewClient(pool, nil)
+	require.NoError(t, err)
+	const each = 200
+	var wg sync.WaitGroup
+	ids := make(chan int64, 16*each)
+	errs := make(chan error, 16)
+	var inserted atomic.Int64
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func(sql bool) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				var id int64
+				var dup bool
+				if sql {
+					if err := pool.QueryRow(ctx, `SELECT id, duplicate FROM tenure.enqueue('receipt', '{"order_id": 3, "email": "x"}', unique_args => '{order_id}')`).Scan(&id, &dup); err != nil {
+						errs <- err
+						return
+					}
+				} else {
+					r, err := c.Insert(ctx, receiptArgs{OrderID: 3, Email: "y"}, &jobs.InsertOpts{Unique: &jobs.UniqueOpts{Fields: []string{"order_id"}}})
+					if err != nil {
+						errs <- err
+						return
+					}
+					id, dup = r.ID, r.Duplicate
+				}
+				if !dup {
+					inserted.Add(1)
+				}
+				ids <- id
+			}
+		}(g%2 == 0)
+	}
+	wg.Wait()
+	close(errs)
+	close(ids)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 1, inserted.Load())
+	var first int64
+	for id := range ids {
+		if first == 0 {
+			first = id
+		}
+		require.Equal(t, first, id)
+	}
+	require.Equal(t, 1, jobCount(t, ctx, c, "receipt"))
+}
