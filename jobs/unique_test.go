@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/internal/pgtest"
@@ -466,4 +467,32 @@ func TestUniqueSQLAndGoEnqueueConcurrently(t *testing.T) {
 		require.Equal(t, first, id)
 	}
 	require.Equal(t, 1, jobCount(t, ctx, c, "receipt"))
+}
+
+// In a REPEATABLE READ transaction a holder committed after the snapshot cannot be returned:
+// the unique insert fails with a serialization failure and writes nothing.
+func TestUniqueInsertInRepeatableRead(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	c, err := jobs.NewClient(pool, nil)
+	require.NoError(t, err)
+	o := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true}}
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SELECT 1") // take the snapshot
+	require.NoError(t, err)
+	holder, err := c.Insert(ctx, receiptArgs{OrderID: 5}, o) // commits after the snapshot
+	require.NoError(t, err)
+	_, err = c.InsertTx(ctx, tx, receiptArgs{OrderID: 5}, o)
+	var pe *pgconn.PgError
+	require.True(t, errors.As(err, &pe), "%v", err)
+	require.Equal(t, "40001", pe.Code)
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, 1, jobCount(t, ctx, c, "receipt"))
+	again, err := c.Insert(ctx, receiptArgs{OrderID: 5}, o)
+	require.NoError(t, err)
+	require.True(t, again.Duplicate)
+	require.Equal(t, holder.ID, again.ID)
 }
