@@ -1147,7 +1147,7 @@ INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at
 SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
        CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
             ELSE now() + i.delay_us * interval '1 microsecond' END,
-       i.max_attempts, i.lease_ms, i.metadata, ARRAY(SELECT jsonb_array_elements_text(i.tags))
+       i.max_attempts, i.lease_ms, i.metadata, CASE WHEN i.tags = '[]'::jsonb THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags)) END
 FROM (SELECT unnest($2::text[]) AS queue,
             unnest($3::text[]) AS kind,
             unnest($4::jsonb[]) AS payload,
@@ -1246,7 +1246,7 @@ WITH i AS (
     SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
            CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
                 ELSE now() + i.delay_us * interval '1 microsecond' END,
-           i.max_attempts, i.lease_ms, i.metadata, ARRAY(SELECT jsonb_array_elements_text(i.tags)), i.ukey, i.ustates
+           i.max_attempts, i.lease_ms, i.metadata, CASE WHEN i.tags = '[]'::jsonb THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags)) END, i.ukey, i.ustates
     FROM i ORDER BY i.ord
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
     DO NOTHING
