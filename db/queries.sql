@@ -12,18 +12,37 @@
 -- "queue<US>priority<US>run_at_us" (US = the unit separator, chr(31)): workers wake, and start
 -- the band's next claim at that due time if it lies behind the band's watermark (a transaction
 -- that commits after newer jobs were claimed; worker/claim.go, "Watermarks"). (The sub-select
--- runs once, as an InitPlan.)
-WITH ins AS (
-    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata)
+-- runs once, as an InitPlan, and sends nothing when no row was inserted.)
+-- A unique job (is_unique) carries the key tenure.unique_key computes (once, in k, on the
+-- database clock) and the states that hold it. ON CONFLICT names jobs_unique_idx's predicate,
+-- so the database refuses a second holder of the key, race-free; the second branch then
+-- returns the holder with duplicate = true. When the holder committed after this statement's
+-- snapshot (it is invisible here, though the INSERT waited for it) or left its unique states
+-- meanwhile, no row comes back and the caller runs the statement again.
+WITH k AS (
+    SELECT CASE WHEN sqlc.arg(is_unique)::boolean
+                THEN tenure.unique_key(@kind::text, sqlc.narg(unique_queue)::text, @payload::jsonb,
+                                       sqlc.arg(unique_by_args)::boolean, sqlc.arg(unique_fields)::text[],
+                                       sqlc.arg(unique_period_ms)::bigint) END AS key
+), ins AS (
+    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata,
+                             tags, unique_key, unique_states)
     VALUES (@queue, @kind, @payload, @payload_version, @priority,
             coalesce(sqlc.narg(run_at)::timestamptz, now() + sqlc.arg(delay_us)::bigint * interval '1 microsecond'),
-            @max_attempts, @lease_ms, @metadata)
+            @max_attempts, @lease_ms, @metadata, @tags::text[], (SELECT key FROM k), sqlc.narg(unique_states)::smallint)
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
+    DO NOTHING
     RETURNING *
 )
-SELECT * FROM ins
+SELECT ins.*, false AS duplicate FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
                                               || (extract(epoch FROM i.run_at) * 1000000)::bigint)
-                             FROM ins i WHERE sqlc.arg(notify)::boolean) n) >= 0;
+                             FROM ins i WHERE sqlc.arg(notify)::boolean) n) >= 0
+UNION ALL
+SELECT h.*, true AS duplicate FROM tenure.jobs h
+WHERE NOT EXISTS (SELECT 1 FROM ins)
+  AND h.unique_key = (SELECT key FROM k) AND h.unique_key IS NOT NULL
+  AND tenure.unique_state_held(h.unique_states, h.state);
 
 -- name: InsertJobs :many
 -- Many jobs in one round trip, plus the new-job signal (as InsertJob's) for each queue in
@@ -31,12 +50,13 @@ WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) 
 -- carrying the band's oldest due time; sent inside the inserting transaction.
 -- run_at_us is an absolute time in microseconds since the Unix
 -- epoch; 0 means "now + delay_us" on the database clock.
+-- tags holds each job's tags as a JSON array of strings.
 WITH ins AS (
-INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata)
+INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata, tags)
 SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
        CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
             ELSE now() + i.delay_us * interval '1 microsecond' END,
-       i.max_attempts, i.lease_ms, i.metadata
+       i.max_attempts, i.lease_ms, i.metadata, CASE WHEN i.tags = '[]'::jsonb THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags)) END
 FROM (SELECT unnest(@queues::text[]) AS queue,
             unnest(@kinds::text[]) AS kind,
             unnest(@payloads::jsonb[]) AS payload,
@@ -46,7 +66,8 @@ FROM (SELECT unnest(@queues::text[]) AS queue,
             unnest(@delay_us::bigint[]) AS delay_us,
             unnest(@max_attempts::integer[]) AS max_attempts,
             unnest(@lease_ms::integer[]) AS lease_ms,
-            unnest(@metadata::jsonb[]) AS metadata) AS i
+            unnest(@metadata::jsonb[]) AS metadata,
+            unnest(@tags::jsonb[]) AS tags) AS i
 RETURNING id, queue, priority, run_at
 )
 SELECT id FROM ins
@@ -56,6 +77,62 @@ WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) 
                                    WHERE queue = ANY(@notify_queues::text[]) AND run_at <= now()
                                    GROUP BY queue, priority) d) n) >= 0
 ORDER BY id;
+
+-- name: InsertUniqueJobs :many
+-- InsertJobs for unique jobs: one row per input ord. Keys are computed once per row (i is
+-- materialized). Rows are inserted in ord order with ON CONFLICT DO NOTHING on
+-- jobs_unique_idx, so of several rows with one key (in this batch or already stored) only the
+-- first is inserted. Returns one row per input (ord >= 0) with its key and the id of the
+-- holder visible to the statement's snapshot (0 if none), then one row per inserted job
+-- (ord -1) with its key and id; the caller matches them by key (a join here would be planned
+-- for 10-row arrays by the generic plan). An input whose key was neither inserted nor held
+-- lost a race with a transaction that committed after the snapshot, or whose holder just
+-- left its unique states: the caller inserts it again.
+-- unique_fields holds each row's field names as a JSON array (empty: all fields).
+WITH i AS (
+    SELECT s.*, tenure.unique_key(s.kind, CASE WHEN s.by_queue THEN s.queue END, s.payload, s.by_args,
+                                  ARRAY(SELECT jsonb_array_elements_text(s.fields)), s.period_ms) AS ukey
+    FROM (SELECT unnest(@ords::integer[]) AS ord,
+                 unnest(@queues::text[]) AS queue,
+                 unnest(@kinds::text[]) AS kind,
+                 unnest(@payloads::jsonb[]) AS payload,
+                 unnest(@payload_versions::integer[]) AS payload_version,
+                 unnest(@priorities::smallint[]) AS priority,
+                 unnest(@run_at_us::bigint[]) AS run_at_us,
+                 unnest(@delay_us::bigint[]) AS delay_us,
+                 unnest(@max_attempts::integer[]) AS max_attempts,
+                 unnest(@lease_ms::integer[]) AS lease_ms,
+                 unnest(@metadata::jsonb[]) AS metadata,
+                 unnest(@tags::jsonb[]) AS tags,
+                 unnest(@unique_states::smallint[]) AS ustates,
+                 unnest(@unique_by_queue::boolean[]) AS by_queue,
+                 unnest(@unique_by_args::boolean[]) AS by_args,
+                 unnest(@unique_fields::jsonb[]) AS fields,
+                 unnest(@unique_period_ms::bigint[]) AS period_ms) AS s
+), ins AS (
+    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata,
+                             tags, unique_key, unique_states)
+    SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
+           CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
+                ELSE now() + i.delay_us * interval '1 microsecond' END,
+           i.max_attempts, i.lease_ms, i.metadata, CASE WHEN i.tags = '[]'::jsonb THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags)) END, i.ukey, i.ustates
+    FROM i ORDER BY i.ord
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
+    DO NOTHING
+    RETURNING id, unique_key, queue, priority, run_at
+)
+SELECT i.ord::integer AS ord, i.ukey::bytea AS unique_key,
+       coalesce((SELECT h.id FROM tenure.jobs h
+                 WHERE h.unique_key = i.ukey AND h.unique_key IS NOT NULL
+                   AND tenure.unique_state_held(h.unique_states, h.state)), 0)::bigint AS id
+FROM i
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) || d.priority || chr(31)
+                                              || (extract(epoch FROM d.run_at) * 1000000)::bigint)
+                             FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins
+                                   WHERE queue = ANY(@notify_queues::text[]) AND run_at <= now()
+                                   GROUP BY queue, priority) d) n) >= 0
+UNION ALL
+SELECT -1, n.unique_key, n.id FROM ins n;
 
 -- ---------------------------------------------------------------------------------------------
 -- Claim (docs/contract.md §1): one statement, one short transaction. The CTE picks with
@@ -98,7 +175,7 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata;
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes;
 
 -- name: ClaimOrdered :many
 -- The engine's claim for strict priority, aging and deadlines. The fairness policy
@@ -143,7 +220,7 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata;
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes;
 
 -- name: ClaimSegments :many
 -- Fair claim with quotas. The fairness policy (worker/fairness.go) describes the batch as segments: a
@@ -196,7 +273,7 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata;
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes;
 
 -- ---------------------------------------------------------------------------------------------
 -- Fenced transitions (docs/contract.md §2). Each returns the ids it changed; a missing id is a
@@ -204,18 +281,22 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 -- ---------------------------------------------------------------------------------------------
 
 -- name: CompleteMany :many
--- running -> succeeded, batched.
+-- running -> succeeded, batched, with the output each handler recorded (JSON null: none).
 UPDATE tenure.jobs j
-SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now()
+SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
+    output = nullif(f.output, 'null'::jsonb)
 FROM (SELECT unnest(@ids::bigint[]) AS id,
-            unnest(@tokens::uuid[]) AS token) AS f
+            unnest(@tokens::uuid[]) AS token,
+            unnest(@outputs::jsonb[]) AS output) AS f
 WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
 RETURNING j.id;
 
 -- name: CompleteOne :execrows
--- running -> succeeded for one job, usable inside the caller's transaction.
+-- running -> succeeded for one job, usable inside the caller's transaction, with the
+-- handler's recorded output (NULL: none).
 UPDATE tenure.jobs
-SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now()
+SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
+    output = sqlc.narg(output)::jsonb
 WHERE id = @id AND state = 'running' AND claim_token = @claim_token::uuid;
 
 -- name: FailMany :many
@@ -265,6 +346,29 @@ FROM (SELECT unnest(@ids::bigint[]) AS id,
             unnest(@tokens::uuid[]) AS token,
             unnest(@delay_us::bigint[]) AS delay_us) AS f
 WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
+RETURNING j.id, j.state;
+
+-- name: SnoozeMany :many
+-- running -> ready after delay_us, asked by the handler (worker.Snooze): the attempt is not
+-- charged (attempts goes back down) and snoozes counts it. Fenced by token and generation.
+-- The engine decides beforehand that the job may still snooze (snoozes below the kind's
+-- limit); past it the handler's snooze is a failed attempt (FailMany). A job with a pending
+-- cancel request ends cancelled instead. The next claim takes generation+1.
+UPDATE tenure.jobs j
+SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
+    run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
+    attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+    snoozes = CASE WHEN j.cancel_requested_at IS NULL THEN j.snoozes + 1 ELSE j.snoozes END,
+    claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
+    finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+    locked_by = NULL,
+    locked_until = NULL,
+    updated_at = now()
+FROM (SELECT unnest(@ids::bigint[]) AS id,
+            unnest(@tokens::uuid[]) AS token,
+            unnest(@generations::bigint[]) AS generation,
+            unnest(@delay_us::bigint[]) AS delay_us) AS f
+WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
 RETURNING j.id, j.state;
 
 -- name: Heartbeat :many
@@ -326,6 +430,13 @@ SET state = 'ready', attempts = 0, run_at = now(), finished_at = NULL, claim_tok
     max_attempts = coalesce(sqlc.narg(max_attempts)::integer, max_attempts)
 WHERE id = @id AND state IN ('dead', 'cancelled')
 RETURNING *;
+
+-- name: UniqueHolder :one
+-- The job other than id holding unique key key (through jobs_unique_idx), for an operator
+-- action that would move job id back into its unique states.
+SELECT id FROM tenure.jobs
+WHERE unique_key = @key::bytea AND unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
+  AND id <> @id::bigint;
 
 -- name: RunNow :one
 -- A ready job (scheduled, or waiting out a retry backoff) becomes due now.
@@ -432,6 +543,19 @@ SELECT * FROM tenure.jobs WHERE id = @id;
 -- Keyset paging by id. Empty filters match everything.
 SELECT * FROM tenure.jobs
 WHERE (sqlc.narg(state)::tenure.job_state IS NULL OR state = sqlc.narg(state)::tenure.job_state)
+  AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
+  AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
+  AND (sqlc.narg(error_code)::text IS NULL OR last_error_code = sqlc.narg(error_code)::text)
+  AND id > @after_id
+ORDER BY id
+LIMIT @max_rows;
+
+-- name: ListJobsTagged :many
+-- ListJobs restricted to jobs carrying every tag in tags (through jobs_tags_idx; tags is
+-- never empty here, and the repeated predicate lets the planner use the partial index).
+SELECT * FROM tenure.jobs
+WHERE tags @> @tags::text[] AND tags <> '{}'
+  AND (sqlc.narg(state)::tenure.job_state IS NULL OR state = sqlc.narg(state)::tenure.job_state)
   AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
   AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
   AND (sqlc.narg(error_code)::text IS NULL OR last_error_code = sqlc.narg(error_code)::text)

@@ -49,6 +49,10 @@ type Job[A Args] struct {
 	// Metadata is what the enqueuer attached to the job (jobs.InsertOpts.Metadata), such as
 	// a W3C trace context; nil when none. Each attempt gets its own map.
 	Metadata map[string]string
+	// Tags are the job's tags (jobs.InsertOpts.Tags); nil when none.
+	Tags []string
+	// Snoozes counts the times this job snoozed before this attempt (worker.Snooze).
+	Snoozes int
 }
 
 // EffectKey returns the stable idempotency key of the named effect of this job:
@@ -59,7 +63,7 @@ func (j *Job[A]) EffectKey(name string) string { return EffectKey(j.ID, name) }
 // Meta returns the attempt identity without the args, for code that is not generic.
 func (j *Job[A]) Meta() JobMeta {
 	return JobMeta{ID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt, Generation: j.Generation, ClaimToken: j.ClaimToken,
-		Metadata: j.Metadata}
+		Metadata: j.Metadata, Tags: j.Tags}
 }
 
 // AnyJob is a claimed job of any args type: *Job[A] for every A. The engine helpers that need
@@ -79,6 +83,8 @@ type JobMeta struct {
 	ClaimToken uuid.UUID
 	// Metadata is the job's metadata (Job.Metadata); nil when none.
 	Metadata map[string]string
+	// Tags are the job's tags (Job.Tags); nil when none.
+	Tags []string
 }
 
 // EffectKey returns the stable idempotency key of effect name of job jobID.

@@ -139,6 +139,14 @@ type InsertOpts struct {
 	// valid UTF-8 without NUL; at most MaxMetadataBytes encoded as JSON. Otherwise the insert
 	// is refused with an *OptionError (Field "Metadata").
 	Metadata map[string]string
+	// Tags are short labels kept with the job: readable by its handler (generics.Job.Tags),
+	// searchable with List (ListParams.Tags) and the CLI (tenure jobs list -tag). At most
+	// MaxTags distinct tags, each valid by ValidTag; repeats are dropped. Otherwise the insert
+	// is refused with an *OptionError (Field "Tags").
+	Tags []string
+	// Unique, when set, makes the job unique (see UniqueOpts): if a job with the same unique
+	// key holds it, the insert returns that job with Row.Duplicate set instead of inserting.
+	Unique *UniqueOpts
 }
 
 // Bounds of InsertOpts.Metadata. The database also refuses metadata above 8 KiB.
@@ -148,8 +156,9 @@ const (
 	MaxMetadataBytes    = 4096
 )
 
-// Or returns a copy of o (nil counts as all zero) whose zero Queue, Priority, MaxAttempts and
-// Lease are taken from d: how per-kind defaults are layered under per-insert options.
+// Or returns a copy of o (nil counts as all zero) whose zero Queue, Priority, MaxAttempts,
+// Lease and nil Unique are taken from d: how per-kind defaults are layered under per-insert
+// options.
 func (o *InsertOpts) Or(d InsertOpts) *InsertOpts {
 	var out InsertOpts
 	if o != nil {
@@ -166,6 +175,9 @@ func (o *InsertOpts) Or(d InsertOpts) *InsertOpts {
 	}
 	if out.Lease == 0 {
 		out.Lease = d.Lease
+	}
+	if out.Unique == nil {
+		out.Unique = d.Unique
 	}
 	return &out
 }
@@ -186,6 +198,8 @@ type prepared struct {
 	maxAttempts int32
 	leaseMs     int32
 	metadata    []byte
+	tags        []string    // never nil
+	unique      *uniqueSpec // nil: not unique
 }
 
 // emptyMetadata is the stored form of no metadata.
@@ -244,6 +258,12 @@ func (c *Client) prepare(ctx context.Context, args generics.Args, opts *InsertOp
 			o = *opts
 		}
 		o.Metadata = maps.Clone(o.Metadata)
+		o.Tags = slices.Clone(o.Tags)
+		if o.Unique != nil {
+			u := *o.Unique
+			u.Fields, u.States = slices.Clone(u.Fields), slices.Clone(u.States)
+			o.Unique = &u
+		}
 		c.hook(ctx, kind, &o)
 		opts = &o
 	}
@@ -283,11 +303,19 @@ func (c *Client) prepare(ctx context.Context, args generics.Args, opts *InsertOp
 	if err != nil {
 		return prepared{}, err
 	}
+	tags, err := prepareTags(o.Tags)
+	if err != nil {
+		return prepared{}, err
+	}
 	payload, err := generics.Encode(args, c.max)
 	if err != nil {
 		return prepared{}, err
 	}
-	p := prepared{metadata: metadata, queue: o.Queue, kind: kind, payload: payload, version: int32(args.PayloadVersion()),
+	unique, err := prepareUnique(o.Unique, payload)
+	if err != nil {
+		return prepared{}, err
+	}
+	p := prepared{metadata: metadata, tags: tags, unique: unique, queue: o.Queue, kind: kind, payload: payload, version: int32(args.PayloadVersion()),
 		priority: int16(o.Priority), delayUs: o.Delay.Microseconds(), maxAttempts: int32(o.MaxAttempts),
 		leaseMs: int32(o.Lease.Milliseconds())}
 	if !o.RunAt.IsZero() {
@@ -318,45 +346,115 @@ func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args,
 	if err != nil {
 		return nil, err
 	}
-	j, err := q.InsertJob(ctx, gen.InsertJobParams{
+	arg := gen.InsertJobParams{
 		Queue: p.queue, Kind: p.kind, Payload: p.payload, PayloadVersion: p.version, Priority: p.priority,
 		RunAt: p.runAt, DelayUs: p.delayUs, MaxAttempts: p.maxAttempts, LeaseMs: p.leaseMs, Notify: p.dueNow(),
-		Metadata: p.metadata,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("tenure: insert %s: %w", p.kind, err)
+		Metadata: p.metadata, Tags: p.tags, UniqueFields: []string{},
 	}
-	return rowFromGen(gen.TenureJob(j))
+	if u := p.unique; u != nil {
+		arg.IsUnique, arg.UniqueByArgs, arg.UniqueFields, arg.UniquePeriodMs = true, u.byArgs, u.fields, u.periodMs
+		arg.UniqueStates = &u.states
+		if u.byQueue {
+			arg.UniqueQueue = &p.queue
+		}
+	}
+	// A unique insert that finds its key held by a job that committed after the statement's
+	// snapshot, or that left its unique states meanwhile, returns no row: run it again (each
+	// statement takes a fresh snapshot under READ COMMITTED).
+	for try := 1; ; try++ {
+		j, err := q.InsertJob(ctx, arg)
+		if errors.Is(err, pgx.ErrNoRows) && p.unique != nil && try < maxUniqueTries {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tenure: insert %s: %w", p.kind, err)
+		}
+		r, err := rowFromGen(insertedJob(j))
+		if err != nil {
+			return nil, err
+		}
+		r.Duplicate = j.Duplicate
+		return r, nil
+	}
+}
+
+// maxUniqueTries bounds the runs of a unique insert that keeps losing races (each lost race
+// means the key changed hands between two statements).
+const maxUniqueTries = 10
+
+func insertedJob(j gen.InsertJobRow) gen.TenureJob {
+	return gen.TenureJob{ID: j.ID, Queue: j.Queue, Kind: j.Kind, Payload: j.Payload, PayloadVersion: j.PayloadVersion,
+		State: j.State, Priority: j.Priority, RunAt: j.RunAt, Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
+		LeaseMs: j.LeaseMs, LockedBy: j.LockedBy, LockedUntil: j.LockedUntil, ClaimToken: j.ClaimToken,
+		Generation: j.Generation, AttemptedAt: j.AttemptedAt, LastErrorCode: j.LastErrorCode, Errors: j.Errors,
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, FinishedAt: j.FinishedAt, CancelRequestedAt: j.CancelRequestedAt,
+		Metadata: j.Metadata, UniqueKey: j.UniqueKey, UniqueStates: j.UniqueStates, Tags: j.Tags, Output: j.Output,
+		Snoozes: j.Snoozes}
 }
 
 // InsertMany validates every job first (one bad job rejects the whole call, writing nothing)
 // and enqueues them all in one transaction, in as few round trips as possible. It returns the
-// new ids in input order.
+// jobs' ids in input order: for a unique job whose key was held (by a stored job or by an
+// earlier job of the same call), the holder's id. InsertManyResults says which were
+// duplicates.
 func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]int64, error) {
-	if len(params) <= insertChunk {
-		return c.insertMany(ctx, c.q, params)
-	}
-	var ids []int64
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		var err error
-		ids, err = c.insertMany(ctx, c.q.WithTx(tx), params)
-		return err
-	})
-	return ids, err
+	res, err := c.InsertManyResults(ctx, params)
+	return resultIDs(res), err
 }
 
 // InsertManyTx is InsertMany inside the caller's transaction.
 func (c *Client) InsertManyTx(ctx context.Context, tx pgx.Tx, params []InsertManyParams) ([]int64, error) {
+	res, err := c.InsertManyResultsTx(ctx, tx, params)
+	return resultIDs(res), err
+}
+
+// InsertManyResults is InsertMany reporting, per job in input order, its id and whether it
+// was a duplicate of a unique job (stored before, or earlier in params).
+func (c *Client) InsertManyResults(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
+	all, err := c.prepareMany(ctx, params)
+	if err != nil || len(all) == 0 {
+		return nil, err
+	}
+	var unique bool
+	for _, p := range all {
+		unique = unique || p.unique != nil
+	}
+	if len(all) <= insertChunk && !unique {
+		return c.insertMany(ctx, c.q, all)
+	}
+	var res []InsertResult
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = c.insertMany(ctx, c.q.WithTx(tx), all)
+		return err
+	})
+	return res, err
+}
+
+// InsertManyResultsTx is InsertManyResults inside the caller's transaction.
+func (c *Client) InsertManyResultsTx(ctx context.Context, tx pgx.Tx, params []InsertManyParams) ([]InsertResult, error) {
 	if tx == nil {
 		return nil, &OptionError{Field: "tx", Msg: "must not be nil"}
 	}
-	return c.insertMany(ctx, c.q.WithTx(tx), params)
+	all, err := c.prepareMany(ctx, params)
+	if err != nil || len(all) == 0 {
+		return nil, err
+	}
+	return c.insertMany(ctx, c.q.WithTx(tx), all)
 }
 
-func (c *Client) insertMany(ctx context.Context, q *gen.Queries, params []InsertManyParams) ([]int64, error) {
-	if len(params) == 0 {
-		return nil, nil
+func resultIDs(res []InsertResult) []int64 {
+	if res == nil {
+		return nil
 	}
+	ids := make([]int64, len(res))
+	for i, r := range res {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+func (c *Client) prepareMany(ctx context.Context, params []InsertManyParams) ([]prepared, error) {
 	all := make([]prepared, len(params))
 	for i, p := range params {
 		pp, err := c.prepare(ctx, p.Args, p.Opts)
@@ -365,43 +463,165 @@ func (c *Client) insertMany(ctx context.Context, q *gen.Queries, params []Insert
 		}
 		all[i] = pp
 	}
-	ids := make([]int64, 0, len(all))
-	for start := 0; start < len(all); start += insertChunk {
-		chunk := all[start:min(start+insertChunk, len(all))]
-		arg := gen.InsertJobsParams{
-			Queues: make([]string, len(chunk)), Kinds: make([]string, len(chunk)), Payloads: make([][]byte, len(chunk)),
-			PayloadVersions: make([]int32, len(chunk)), Priorities: make([]int16, len(chunk)),
-			RunAtUs: make([]int64, len(chunk)), DelayUs: make([]int64, len(chunk)),
-			MaxAttempts: make([]int32, len(chunk)), LeaseMs: make([]int32, len(chunk)),
-			Metadata: make([][]byte, len(chunk)),
+	return all, nil
+}
+
+// insertMany writes the plain jobs with InsertJobs and the unique ones with InsertUniqueJobs.
+// With unique jobs q runs inside a transaction, so the call stays all or nothing.
+func (c *Client) insertMany(ctx context.Context, q *gen.Queries, all []prepared) ([]InsertResult, error) {
+	res := make([]InsertResult, len(all))
+	var plain, unique []int // indexes into all
+	for i, p := range all {
+		if p.unique != nil {
+			unique = append(unique, i)
+		} else {
+			plain = append(plain, i)
 		}
-		notify := map[string]bool{}
-		for i, p := range chunk {
-			if !notify[p.queue] && p.dueNow() {
-				notify[p.queue] = true
-				arg.NotifyQueues = append(arg.NotifyQueues, p.queue)
-			}
-			arg.Queues[i], arg.Kinds[i], arg.Payloads[i] = p.queue, p.kind, p.payload
-			arg.PayloadVersions[i], arg.Priorities[i] = p.version, p.priority
-			if p.runAt != nil {
-				arg.RunAtUs[i] = p.runAt.UnixMicro()
-				if arg.RunAtUs[i] == 0 {
-					arg.RunAtUs[i] = 1 // the epoch itself; 0 is reserved for "now"
-				}
-			}
-			arg.DelayUs[i], arg.MaxAttempts[i], arg.LeaseMs[i] = p.delayUs, p.maxAttempts, p.leaseMs
-			arg.Metadata[i] = p.metadata
-		}
-		got, err := q.InsertJobs(ctx, arg)
-		if err != nil {
-			return nil, fmt.Errorf("tenure: insert many: %w", err)
-		}
-		if len(got) != len(chunk) {
-			return nil, fmt.Errorf("tenure: insert many: %d rows inserted, %d expected", len(got), len(chunk))
-		}
-		ids = append(ids, got...)
 	}
-	return ids, nil
+	for start := 0; start < len(plain); start += insertChunk {
+		if err := c.insertPlain(ctx, q, all, plain[start:min(start+insertChunk, len(plain))], res); err != nil {
+			return nil, err
+		}
+	}
+	for start := 0; start < len(unique); start += insertChunk {
+		if err := c.insertUnique(ctx, q, all, unique[start:min(start+insertChunk, len(unique))], res); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// manyArgs are the per-row columns both batch statements take.
+type manyArgs struct {
+	queues, kinds       []string
+	payloads, metadata  [][]byte
+	tags                [][]byte
+	versions            []int32
+	priorities          []int16
+	runAtUs, delayUs    []int64
+	maxAttempts, leases []int32
+	notify              []string
+}
+
+func buildManyArgs(all []prepared, idx []int) (manyArgs, error) {
+	n := len(idx)
+	a := manyArgs{queues: make([]string, n), kinds: make([]string, n), payloads: make([][]byte, n),
+		metadata: make([][]byte, n), tags: make([][]byte, n), versions: make([]int32, n), priorities: make([]int16, n),
+		runAtUs: make([]int64, n), delayUs: make([]int64, n), maxAttempts: make([]int32, n), leases: make([]int32, n)}
+	notify := map[string]bool{}
+	for i, k := range idx {
+		p := &all[k]
+		if !notify[p.queue] && p.dueNow() {
+			notify[p.queue] = true
+			a.notify = append(a.notify, p.queue)
+		}
+		a.queues[i], a.kinds[i], a.payloads[i] = p.queue, p.kind, p.payload
+		a.versions[i], a.priorities[i] = p.version, p.priority
+		if p.runAt != nil {
+			a.runAtUs[i] = p.runAt.UnixMicro()
+			if a.runAtUs[i] == 0 {
+				a.runAtUs[i] = 1 // the epoch itself; 0 is reserved for "now"
+			}
+		}
+		a.delayUs[i], a.maxAttempts[i], a.leases[i] = p.delayUs, p.maxAttempts, p.leaseMs
+		a.metadata[i] = p.metadata
+		tags, err := json.Marshal(p.tags)
+		if err != nil {
+			return manyArgs{}, err
+		}
+		a.tags[i] = tags
+	}
+	return a, nil
+}
+
+func (c *Client) insertPlain(ctx context.Context, q *gen.Queries, all []prepared, idx []int, res []InsertResult) error {
+	a, err := buildManyArgs(all, idx)
+	if err != nil {
+		return err
+	}
+	got, err := q.InsertJobs(ctx, gen.InsertJobsParams{Queues: a.queues, Kinds: a.kinds, Payloads: a.payloads,
+		PayloadVersions: a.versions, Priorities: a.priorities, RunAtUs: a.runAtUs, DelayUs: a.delayUs,
+		MaxAttempts: a.maxAttempts, LeaseMs: a.leases, Metadata: a.metadata, Tags: a.tags, NotifyQueues: a.notify})
+	if err != nil {
+		return fmt.Errorf("tenure: insert many: %w", err)
+	}
+	if len(got) != len(idx) {
+		return fmt.Errorf("tenure: insert many: %d rows inserted, %d expected", len(got), len(idx))
+	}
+	for i, k := range idx {
+		res[k] = InsertResult{ID: got[i]}
+	}
+	return nil
+}
+
+// insertUnique inserts unique jobs (idx, in input order). Of several jobs of the call with one
+// key, the first is inserted and the later ones are its duplicates; a job whose key changed
+// hands between the statement's snapshot and its insert is run again.
+func (c *Client) insertUnique(ctx context.Context, q *gen.Queries, all []prepared, idx []int, res []InsertResult) error {
+	for try := 1; len(idx) > 0; try++ {
+		if try > maxUniqueTries {
+			return fmt.Errorf("tenure: insert many: unique keys kept changing hands after %d tries", maxUniqueTries)
+		}
+		a, err := buildManyArgs(all, idx)
+		if err != nil {
+			return err
+		}
+		arg := gen.InsertUniqueJobsParams{Queues: a.queues, Kinds: a.kinds, Payloads: a.payloads,
+			PayloadVersions: a.versions, Priorities: a.priorities, RunAtUs: a.runAtUs, DelayUs: a.delayUs,
+			MaxAttempts: a.maxAttempts, LeaseMs: a.leases, Metadata: a.metadata, Tags: a.tags, NotifyQueues: a.notify}
+		for i, k := range idx {
+			u := all[k].unique
+			fields, err := json.Marshal(u.fields)
+			if err != nil {
+				return err
+			}
+			arg.Ords = append(arg.Ords, int32(i))
+			arg.UniqueStates = append(arg.UniqueStates, u.states)
+			arg.UniqueByQueue = append(arg.UniqueByQueue, u.byQueue)
+			arg.UniqueByArgs = append(arg.UniqueByArgs, u.byArgs)
+			arg.UniqueFields = append(arg.UniqueFields, fields)
+			arg.UniquePeriodMs = append(arg.UniquePeriodMs, u.periodMs)
+		}
+		rows, err := q.InsertUniqueJobs(ctx, arg)
+		if err != nil {
+			return fmt.Errorf("tenure: insert many: %w", err)
+		}
+		if len(rows) < len(idx) {
+			return fmt.Errorf("tenure: insert many: %d rows returned, at least %d expected", len(rows), len(idx))
+		}
+		inserted := map[string]int64{} // key -> id of the job this statement inserted for it
+		byOrd := make([]*gen.InsertUniqueJobsRow, len(idx))
+		for i := range rows {
+			r := &rows[i]
+			switch {
+			case r.Ord < 0:
+				inserted[string(r.UniqueKey)] = r.ID
+			case int(r.Ord) < len(idx) && byOrd[r.Ord] == nil:
+				byOrd[r.Ord] = r
+			default:
+				return fmt.Errorf("tenure: insert many: unexpected row for input %d", r.Ord)
+			}
+		}
+		var again []int
+		first := map[int64]bool{}   // inserted ids already reported as inserted
+		for ord, r := range byOrd { // input order
+			if r == nil {
+				return fmt.Errorf("tenure: insert many: no row for input %d", ord)
+			}
+			k := idx[ord]
+			if id, ok := inserted[string(r.UniqueKey)]; ok {
+				// The first input with the key (in input order) is the one inserted.
+				res[k] = InsertResult{ID: id, Duplicate: first[id]}
+				first[id] = true
+			} else if r.ID != 0 {
+				res[k] = InsertResult{ID: r.ID, Duplicate: true}
+			} else {
+				again = append(again, k)
+			}
+		}
+		idx = again
+	}
+	return nil
 }
 
 // Get returns the job with the given id, ErrNotFound, or ErrCorruptRow when the stored row
@@ -423,6 +643,9 @@ type ListParams struct {
 	Kind      string
 	Queue     string
 	ErrorCode string
+	// Tags, when not empty, keeps the jobs that carry every one of these tags (read through
+	// the tags index). Each must be valid by ValidTag.
+	Tags []string
 	// AfterID continues a listing: pass the previous page's NextAfterID.
 	AfterID int64
 	// Limit is the page size, 1..1000; default 100.
@@ -453,7 +676,18 @@ func (c *Client) List(ctx context.Context, p ListParams) (*Page, error) {
 		arg.State = gen.NullTenureJobState{TenureJobState: gen.TenureJobState(p.State), Valid: true}
 	}
 	arg.Kind, arg.Queue, arg.ErrorCode = nonEmpty(p.Kind), nonEmpty(p.Queue), nonEmpty(p.ErrorCode)
-	rows, err := c.q.ListJobs(ctx, arg)
+	var rows []gen.TenureJob
+	var err error
+	if len(p.Tags) > 0 {
+		tags, terr := prepareTags(p.Tags)
+		if terr != nil {
+			return nil, terr
+		}
+		rows, err = c.q.ListJobsTagged(ctx, gen.ListJobsTaggedParams{Tags: tags, State: arg.State, Kind: arg.Kind,
+			Queue: arg.Queue, ErrorCode: arg.ErrorCode, AfterID: arg.AfterID, MaxRows: arg.MaxRows})
+	} else {
+		rows, err = c.q.ListJobs(ctx, arg)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -83,3 +83,42 @@ func ExampleClient_Workers() {
 	// billing-1 map[billing:{8 false}] expired: false heartbeat under 5s: true
 	// 0 registered after a graceful stop
 }
+
+// A unique job: checkout may enqueue the receipt of an order many times (retries, double
+// clicks); while one is queued, running, or (with StateSucceeded) done, the others return it.
+func ExampleUniqueOpts() {
+	pool, cleanup := pgtest.ExamplePool()
+	defer cleanup()
+	ctx := context.Background()
+	client, _ := jobs.NewClient(pool, nil)
+
+	once := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{Fields: []string{"account_id"}, States: []jobs.State{jobs.StateSucceeded}}}
+	first, _ := client.Insert(ctx, Report{AccountID: 7}, once)
+	again, _ := client.Insert(ctx, Report{AccountID: 7}, once)
+	other, _ := client.Insert(ctx, Report{AccountID: 8}, once)
+	fmt.Println(first.Duplicate, again.Duplicate, again.ID == first.ID, other.Duplicate)
+
+	res, _ := client.InsertManyResults(ctx, []jobs.InsertManyParams{
+		{Args: Report{AccountID: 7}, Opts: once}, // held by first
+		{Args: Report{AccountID: 9}, Opts: once}, // new
+		{Args: Report{AccountID: 9}, Opts: once}, // the row before holds it
+	})
+	fmt.Println(res[0].Duplicate, res[1].Duplicate, res[2].Duplicate, res[2].ID == res[1].ID)
+	// Output:
+	// false true true false
+	// true false true true
+}
+
+// Tags label jobs for search; List returns the jobs carrying every tag asked for.
+func ExampleListParams_tags() {
+	pool, cleanup := pgtest.ExamplePool()
+	defer cleanup()
+	ctx := context.Background()
+	client, _ := jobs.NewClient(pool, nil)
+	_, _ = client.Insert(ctx, Report{AccountID: 1}, &jobs.InsertOpts{Tags: []string{"tenant:acme", "monthly"}})
+	_, _ = client.Insert(ctx, Report{AccountID: 2}, &jobs.InsertOpts{Tags: []string{"tenant:acme"}})
+	page, _ := client.List(ctx, jobs.ListParams{Tags: []string{"tenant:acme", "monthly"}})
+	fmt.Println(len(page.Jobs), page.Jobs[0].Tags)
+	// Output:
+	// 1 [tenant:acme monthly]
+}

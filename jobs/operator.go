@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/internal/logkey"
@@ -113,9 +114,12 @@ func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *Reinj
 		if State(j.State) != StateDead {
 			return &StateError{ID: id, State: State(j.State), Err: ErrNotDead}
 		}
+		if err := checkUniqueHolder(ctx, q, j); err != nil {
+			return err
+		}
 		nj, err := q.Reinject(ctx, gen.ReinjectParams{ID: id, MaxAttempts: maxAttempts})
 		if err != nil {
-			return err
+			return uniqueViolation(id, err)
 		}
 		if err := q.NotifyQueue(ctx, gen.NotifyQueueParams{Queue: nj.Queue, Priority: nj.Priority, RunAt: nj.RunAt}); err != nil {
 			return err
@@ -158,7 +162,11 @@ func (c *Client) Retry(ctx context.Context, id int64, act Action) (*Row, error) 
 		case StateReady:
 			nj, err = q.RunNow(ctx, id)
 		case StateDead, StateCancelled:
+			if err := checkUniqueHolder(ctx, q, j); err != nil {
+				return err
+			}
 			nj, err = q.Reinject(ctx, gen.ReinjectParams{ID: id})
+			err = uniqueViolation(id, err)
 		case StateRunning:
 			return &StateError{ID: id, State: State(j.State), Err: ErrJobRunning}
 		default:
@@ -353,5 +361,31 @@ func audit(ctx context.Context, q *gen.Queries, act Action, action string, jobID
 		return err
 	}
 	_, err = q.InsertAudit(ctx, gen.InsertAuditParams{Actor: act.Actor, Action: action, Reason: act.Reason, JobID: jobID, Detail: raw})
+	return err
+}
+
+// checkUniqueHolder refuses to bring unique job j back to ready while another job holds its
+// key (ErrUniqueConflict, naming the holder).
+func checkUniqueHolder(ctx context.Context, q *gen.Queries, j gen.TenureJob) error {
+	if j.UniqueKey == nil {
+		return nil
+	}
+	holder, err := q.UniqueHolder(ctx, gen.UniqueHolderParams{Key: j.UniqueKey, ID: j.ID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return &UniqueConflictError{ID: j.ID, HolderID: holder}
+}
+
+// uniqueViolation turns the unique index's refusal (a holder inserted after
+// checkUniqueHolder looked) into ErrUniqueConflict.
+func uniqueViolation(id int64, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "jobs_unique_idx" {
+		return &UniqueConflictError{ID: id}
+	}
 	return err
 }

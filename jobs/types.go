@@ -70,6 +70,21 @@ type Row struct {
 	CancelRequestedAt *time.Time
 	// Metadata is what the enqueuer attached (InsertOpts.Metadata); nil when none.
 	Metadata map[string]string
+	// Tags are the job's tags (InsertOpts.Tags); nil when none.
+	Tags []string
+	// Output is what the handler recorded with worker.SetOutput, written with its success;
+	// nil when none.
+	Output json.RawMessage
+	// Snoozes counts the times the job snoozed (worker.Snooze).
+	Snoozes int
+	// UniqueKey is the job's unique key (a SHA-256 digest) when it was inserted unique, and
+	// UniqueStates the states in which it holds that key; nil otherwise.
+	UniqueKey    []byte
+	UniqueStates []State
+	// Duplicate is set on the Row an Insert returns when the job was unique and another job
+	// held its key: nothing was inserted and this Row is that other job. Reads (Get, List)
+	// leave it false.
+	Duplicate bool
 }
 
 // rowFromGen converts a stored job. A column it cannot decode is an ErrCorruptRow error, never
@@ -82,7 +97,16 @@ func rowFromGen(j gen.TenureJob) (*Row, error) {
 		Lease: time.Duration(j.LeaseMs) * time.Millisecond, LockedUntil: j.LockedUntil,
 		ClaimToken: j.ClaimToken, Generation: j.Generation, AttemptedAt: j.AttemptedAt,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, FinishedAt: j.FinishedAt,
-		CancelRequestedAt: j.CancelRequestedAt,
+		CancelRequestedAt: j.CancelRequestedAt, Snoozes: int(j.Snoozes), UniqueKey: j.UniqueKey,
+	}
+	if len(j.Tags) > 0 {
+		r.Tags = j.Tags
+	}
+	if len(j.Output) > 0 {
+		r.Output = json.RawMessage(j.Output)
+	}
+	if j.UniqueStates != nil {
+		r.UniqueStates = statesFromBits(*j.UniqueStates)
 	}
 	if j.LockedBy != nil {
 		r.LockedBy = *j.LockedBy

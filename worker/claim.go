@@ -36,6 +36,8 @@ type claimed struct {
 	token                    uuid.UUID
 	generation               int64
 	metadata                 map[string]string // nil when none
+	tags                     []string          // nil when none
+	snoozes                  int               // snoozes before this attempt
 }
 
 // logAttrs are the attributes of every log record about this attempt (job_id, kind, queue,
@@ -298,7 +300,14 @@ func fromClaimRow(r gen.ClaimStrictRow) claimed {
 		priority: int(r.Priority), runAt: r.RunAt, createdAt: r.CreatedAt, attemptedAt: deref(r.AttemptedAt),
 		lockedUntil: deref(r.LockedUntil), attempt: int(r.Attempts), maxAttempts: int(r.MaxAttempts),
 		lease: time.Duration(r.LeaseMs) * time.Millisecond, token: derefUUID(r.ClaimToken), generation: r.Generation,
-		metadata: decodeMetadata(r.Metadata)}
+		metadata: decodeMetadata(r.Metadata), tags: nilIfEmpty(r.Tags), snoozes: int(r.Snoozes)}
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 // decodeMetadata decodes the metadata column. The database holds it to an object of strings;

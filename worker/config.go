@@ -170,7 +170,15 @@ type HandlerOptions struct {
 	// Middleware wraps this kind's handler only, inside Config.Middleware (Middleware[0]
 	// outermost of these). Default none.
 	Middleware []Middleware
+	// MaxSnoozes bounds how often one job of the kind may snooze (return Snooze). A snooze
+	// past it is a failed attempt (code SNOOZE_LIMIT, retried with the retry policy's delay
+	// while attempts remain, then dead), so a job cannot snooze forever. Default
+	// DefaultMaxSnoozes; at most 1,000,000.
+	MaxSnoozes int
 }
+
+// DefaultMaxSnoozes is HandlerOptions.MaxSnoozes's default.
+const DefaultMaxSnoozes = 100
 
 const (
 	defaultConcurrency = 10
@@ -351,6 +359,12 @@ func (o *HandlerOptions) withDefaults(kind string) (HandlerOptions, error) {
 	}
 	if out.Queue != "" && !jobs.ValidQueueName(out.Queue) {
 		return out, fmt.Errorf("%w: kind %q: queue name %q", ErrInvalidConfig, kind, out.Queue)
+	}
+	if out.MaxSnoozes < 0 || out.MaxSnoozes > 1_000_000 {
+		return out, fmt.Errorf("%w: kind %q: MaxSnoozes outside 0..1000000", ErrInvalidConfig, kind)
+	}
+	if out.MaxSnoozes == 0 {
+		out.MaxSnoozes = DefaultMaxSnoozes
 	}
 	return out, nil
 }

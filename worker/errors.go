@@ -27,6 +27,7 @@ const (
 	CodePermanentRemote ErrorCode = "PERMANENT_REMOTE_ERROR" // permanent: a remote rejected the request for good
 	CodePermanent       ErrorCode = "PERMANENT"              // permanent: the handler said so
 	CodeCancelled       ErrorCode = "CANCELLED"              // final: an operator cancelled the job
+	CodeSnoozeLimit     ErrorCode = "SNOOZE_LIMIT"           // retryable: the handler snoozed past HandlerOptions.MaxSnoozes
 )
 
 // Permanent reports whether a failure with this code goes straight to dead.
@@ -42,7 +43,7 @@ func (c ErrorCode) Permanent() bool {
 func (c ErrorCode) Valid() bool {
 	switch c {
 	case CodeHandlerError, CodeTimeout, CodeRateLimit, CodeRemoteError, CodeLeaseExpired, CodePanic,
-		CodeUnknownKind, CodeInvalidPayload, CodePermanentRemote, CodePermanent, CodeCancelled:
+		CodeUnknownKind, CodeInvalidPayload, CodePermanentRemote, CodePermanent, CodeCancelled, CodeSnoozeLimit:
 		return true
 	}
 	return false
@@ -71,6 +72,10 @@ var ErrLostOwnership = errors.New("tenure: lost ownership of the job")
 // ErrNotInHandler means an engine helper (CompleteTx, Effect) was called with a context that
 // does not belong to a running handler of this engine.
 var ErrNotInHandler = errors.New("tenure: not called from a running handler")
+
+// ErrInvalidOutput means SetOutput was given a value that is not kept: it does not encode to
+// JSON, or it is larger than MaxOutputBytes encoded. The output recorded before (if any) stays.
+var ErrInvalidOutput = errors.New("tenure: invalid job output")
 
 // ErrInvalidConfig means the worker configuration cannot work. The error names the field.
 var ErrInvalidConfig = errors.New("tenure: invalid worker config")
@@ -133,6 +138,22 @@ func RetryAfter(err error, d time.Duration) error {
 	return &JobError{Code: CodeRateLimit, Delay: d, Err: err}
 }
 
+// SnoozeError is what Snooze returns: the handler asks to run again after Delay without
+// consuming an attempt.
+type SnoozeError struct {
+	Delay time.Duration
+}
+
+func (e *SnoozeError) Error() string { return fmt.Sprintf("tenure: snooze %v", e.Delay) }
+
+// Snooze, returned by a handler, puts the job back to ready, due again after d (on the
+// database clock; d < 0 counts as 0), without consuming an attempt: the attempt counter goes
+// back down and the job's snooze counter goes up. The write is fenced like every finish.
+// A job may snooze HandlerOptions.MaxSnoozes times; a snooze past that fails the attempt
+// with code SNOOZE_LIMIT, as an error would. A pending operator cancel wins: the job ends
+// cancelled. Output recorded with SetOutput is not kept.
+func Snooze(d time.Duration) error { return &SnoozeError{Delay: max(d, 0)} }
+
 // WithCode classifies err with code; the code's class decides retry or dead.
 func WithCode(code ErrorCode, err error) error { return &JobError{Code: code, Err: err} }
 
@@ -141,7 +162,7 @@ func WithCode(code ErrorCode, err error) error { return &JobError{Code: code, Er
 type StaleWriteError struct {
 	JobID      int64
 	Generation int64
-	Transition string // "succeeded", "retry", "dead", "cancelled", "release"
+	Transition string // "succeeded", "retry", "dead", "cancelled", "release", "snooze"
 }
 
 func (e *StaleWriteError) Error() string {

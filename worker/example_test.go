@@ -276,3 +276,31 @@ func ExampleWorker_pauseQueue() {
 	// resumed
 	// claimed: 1
 }
+
+// A handler that waits for something without spending its attempts snoozes; one that has a
+// result to keep records it with SetOutput (written by the fenced completion).
+func ExampleSnooze() {
+	pool, cleanup := pgtest.ExamplePool()
+	defer cleanup()
+	ctx := context.Background()
+	w, _ := worker.New(pool, &worker.Config{FetchPollMin: 10 * time.Millisecond, FetchPollMax: 50 * time.Millisecond})
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[SendReceipt]) error {
+		if job.Snoozes < 2 { // e.g. the invoice PDF is not rendered yet
+			return worker.Snooze(10 * time.Millisecond)
+		}
+		return worker.SetOutput(ctx, map[string]string{"message_id": "m-1"})
+	}, &worker.HandlerOptions{MaxAttempts: 1, MaxSnoozes: 10})
+	client, _ := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry()})
+	row, _ := client.Insert(ctx, SendReceipt{OrderID: 1, Email: "ada@example.com"}, nil)
+	_ = w.Start(ctx)
+	for row.State != jobs.StateSucceeded {
+		time.Sleep(20 * time.Millisecond)
+		row, _ = client.Get(ctx, row.ID)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = w.Stop(sctx)
+	fmt.Println(row.State, "attempts", row.Attempts, "snoozes", row.Snoozes, string(row.Output))
+	// Output:
+	// succeeded attempts 1 snoozes 2 {"message_id": "m-1"}
+}

@@ -18,7 +18,7 @@ import (
 //
 // Ownership: the queue loop that claimed it owns every plain field below; the handler
 // goroutine only reads c, h and ctx and reports its result over the loop's channel; finishers
-// read fin after the loop handed them the execution. The three atomics are the only state
+// read fin after the loop handed them the execution. The atomics are the only state
 // other goroutines touch, each written by one side.
 type execution struct {
 	c      claimed
@@ -28,9 +28,10 @@ type execution struct {
 	cancel context.CancelCauseFunc // ends ctx with a cause (lease lost, cancel, stop, timeout)
 	start  time.Time
 
-	leaseUntil  atomic.Int64 // unix nanos, local estimate of the lease end; loop writes, finishers read
-	txCompleted atomic.Bool  // CompleteTx changed the row inside the handler's transaction
-	finishFails atomic.Int32 // failed finish writes so far; finishers write, the loop reads
+	leaseUntil  atomic.Int64           // unix nanos, local estimate of the lease end; loop writes, finishers read
+	output      atomic.Pointer[[]byte] // SetOutput (handler side) writes; finishers and CompleteTx read
+	txCompleted atomic.Bool            // CompleteTx changed the row inside the handler's transaction
+	finishFails atomic.Int32           // failed finish writes so far; finishers write, the loop reads
 
 	// Owned by the queue loop.
 	nextHB    time.Time
@@ -52,10 +53,11 @@ const (
 	toDead
 	toCancelled
 	toRelease
+	toSnooze
 )
 
 func (t transition) String() string {
-	return [...]string{"succeeded", "retry", "dead", "cancelled", "release"}[t]
+	return [...]string{"succeeded", "retry", "dead", "cancelled", "release", "snooze"}[t]
 }
 
 type finish struct {
@@ -127,6 +129,13 @@ func (w *Worker) runHandler(e *execution) (f finish) {
 		return finish{to: toCancelled, code: CodeCancelled, msg: cleanMessage(err.Error()), err: err}
 	case errors.Is(cause, ErrWorkerStopping):
 		return finish{to: toRelease, err: err}
+	}
+	var snooze *SnoozeError
+	if errors.As(err, &snooze) {
+		if e.c.snoozes < e.h.opts.MaxSnoozes {
+			return finish{to: toSnooze, delay: snooze.Delay, err: err}
+		}
+		return w.failure(e, CodeSnoozeLimit, 0, fmt.Errorf("snoozed %d times, the kind's MaxSnoozes: %w", e.c.snoozes, err))
 	}
 	code, delay := classify(e.ctx, err)
 	return w.failure(e, code, delay, err)

@@ -1,12 +1,14 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -31,7 +33,7 @@ type Outcome struct {
 	Queue      string
 	Attempt    int
 	Generation int64
-	// Transition is "succeeded", "retry", "dead", "cancelled" or "release".
+	// Transition is "succeeded", "retry", "dead", "cancelled", "release" or "snooze".
 	Transition string
 	Code       ErrorCode // empty on success
 	Delay      time.Duration
@@ -74,9 +76,9 @@ func landedEarlier(e *execution, r gen.FinishStatesRow) bool {
 				return true
 			}
 		}
-	case toRelease:
-		// A release puts the job back to ready with the generation unchanged and no error
-		// entry for this generation (a reclaim would have added LEASE_EXPIRED).
+	case toRelease, toSnooze:
+		// A release or snooze puts the job back to ready with the generation unchanged and no
+		// error entry for this generation (a reclaim would have added LEASE_EXPIRED).
 		return r.Generation == e.c.generation && (r.State == gen.TenureJobStateReady || (r.State == gen.TenureJobStateCancelled && ours))
 	}
 	return false
@@ -157,16 +159,18 @@ func (w *Worker) settleTo(ctx context.Context, ss ...settled) {
 	}
 }
 
-// flush writes one batch: successes in one CompleteMany, failures in one FailMany, releases in
-// one ReleaseMany.
+// flush writes one batch: successes in one CompleteMany (with their outputs), failures in one
+// FailMany, releases in one ReleaseMany, snoozes in one SnoozeMany.
 func (w *Worker) flush(ctx context.Context, batch []*execution) {
-	var ok, fail, rel []*execution
+	var ok, fail, rel, snooze []*execution
 	for _, e := range batch {
 		switch e.fin.to {
 		case toSucceeded:
 			ok = append(ok, e)
 		case toRelease:
 			rel = append(rel, e)
+		case toSnooze:
+			snooze = append(snooze, e)
 		default:
 			fail = append(fail, e)
 		}
@@ -174,8 +178,30 @@ func (w *Worker) flush(ctx context.Context, batch []*execution) {
 	if len(ok) > 0 {
 		w.write(ctx, ok, func(ctx context.Context, es []*execution) (map[int64]bool, error) {
 			ids, tokens := idsTokens(es)
-			got, err := w.q.CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens})
+			outputs := make([][]byte, len(es))
+			for i, e := range es {
+				outputs[i] = jsonNull
+				if o := e.output.Load(); o != nil {
+					outputs[i] = *o
+				}
+			}
+			got, err := w.q.CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens, Outputs: outputs})
 			return idSet(got), err
+		})
+	}
+	if len(snooze) > 0 {
+		w.write(ctx, snooze, func(ctx context.Context, es []*execution) (map[int64]bool, error) {
+			ids, tokens := idsTokens(es)
+			gens, delays := make([]int64, len(es)), make([]int64, len(es))
+			for i, e := range es {
+				gens[i], delays[i] = e.c.generation, e.fin.delay.Microseconds()
+			}
+			rows, err := w.q.SnoozeMany(ctx, gen.SnoozeManyParams{Ids: ids, Tokens: tokens, Generations: gens, DelayUs: delays})
+			set := make(map[int64]bool, len(rows))
+			for _, r := range rows {
+				set[r.ID] = true
+			}
+			return set, err
 		})
 	}
 	if len(fail) > 0 {
@@ -402,7 +428,11 @@ func CompleteTx(ctx context.Context, tx pgx.Tx, job generics.AnyJob) error {
 	if err := context.Cause(e.ctx); errors.Is(err, ErrLeaseLost) {
 		return &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "succeeded"}
 	}
-	n, err := gen.New(tx).CompleteOne(ctx, gen.CompleteOneParams{ID: meta.ID, ClaimToken: meta.ClaimToken})
+	var output []byte
+	if o := e.output.Load(); o != nil {
+		output = *o
+	}
+	n, err := gen.New(tx).CompleteOne(ctx, gen.CompleteOneParams{ID: meta.ID, ClaimToken: meta.ClaimToken, Output: output})
 	if err != nil {
 		return err
 	}
@@ -411,5 +441,43 @@ func CompleteTx(ctx context.Context, tx pgx.Tx, job generics.AnyJob) error {
 		return &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "succeeded"}
 	}
 	e.txCompleted.Store(true)
+	return nil
+}
+
+// jsonNull is the CompleteMany output of a job whose handler recorded none.
+var jsonNull = []byte("null")
+
+// MaxOutputBytes bounds the output a handler records with SetOutput, encoded as JSON. The
+// database refuses more than 32 KiB (compressed) too.
+const MaxOutputBytes = 16 << 10
+
+// SetOutput records v, encoded as JSON, as the output of the running job. It is written with
+// the job's success by the fenced completion (the engine's batched CompleteMany, or
+// CompleteTx, which takes the output recorded before it is called), never by a write of its
+// own, so a stale attempt's output can never land. A later call replaces an earlier one; a
+// nil v (or JSON null) records none. An attempt that does not succeed keeps no output. It
+// returns ErrNotInHandler outside a running handler's context, ErrInvalidOutput (nothing
+// changed) when v does not encode or is larger than MaxOutputBytes encoded.
+func SetOutput(ctx context.Context, v any) error {
+	e, _ := ctx.Value(execKey{}).(*execution)
+	if e == nil {
+		return ErrNotInHandler
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOutput, err)
+	}
+	if len(b) > MaxOutputBytes {
+		return fmt.Errorf("%w: %d bytes encoded, at most %d allowed", ErrInvalidOutput, len(b), MaxOutputBytes)
+	}
+	if !utf8.Valid(b) || bytes.Contains(b, []byte(`\u0000`)) {
+		// json.Marshal writes invalid UTF-8 as U+FFFD; PostgreSQL's jsonb cannot hold NUL.
+		return fmt.Errorf("%w: must not contain NUL characters", ErrInvalidOutput)
+	}
+	if string(b) == "null" {
+		e.output.Store(nil)
+		return nil
+	}
+	e.output.Store(&b)
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 type metrics struct {
 	claims, emptyClaims, claimErrors, claimed, claimAsked  atomic.Int64
 	fullClaims, claimedBehindWatermark, watermarkHints     atomic.Int64
-	succeeded, retried, dead, cancelled, released          atomic.Int64
+	succeeded, retried, dead, cancelled, released, snoozed atomic.Int64
 	staleRejected, finishRetries, finishAbandoned          atomic.Int64
 	heartbeats, heartbeatRows, heartbeatErrors, leasesLost atomic.Int64
 	cancelSignals, stuck, lateFinishes, panics             atomic.Int64
@@ -55,6 +55,7 @@ const (
 	OutcomeDead      = "dead"      // failed permanently or out of attempts
 	OutcomeCancelled = "cancelled" // cancelled at an operator's request
 	OutcomeReleased  = "released"  // given back without charging the attempt (stop, deferral)
+	OutcomeSnoozed   = "snoozed"   // the handler snoozed (Snooze): back to ready later, attempt not charged
 	OutcomeStale     = "stale"     // the fenced write changed nothing: the job was no longer ours
 	OutcomeAbandoned = "abandoned" // never written (lease ran out or Stop's deadline); the sweep retries
 )
@@ -106,6 +107,8 @@ type Stats struct {
 	WatermarkHints int64
 	// Outcomes confirmed by a fenced write.
 	Succeeded, Retried, Dead, Cancelled, Released int64
+	// Snoozed counts attempts that ended with a snooze (Snooze) that landed.
+	Snoozed int64
 	// StaleRejected counts fenced finishes that changed 0 rows: the worker had lost the job.
 	StaleRejected int64
 	// FinishRetries counts finish writes retried after a database error; FinishAbandoned the

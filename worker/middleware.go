@@ -38,5 +38,5 @@ func (w *Worker) runWrapped(e *execution) error {
 	}
 	c := &e.c
 	return next(e.ctx, &generics.JobMeta{ID: c.id, Kind: c.kind, Queue: c.queue, Attempt: c.attempt,
-		Generation: c.generation, ClaimToken: c.token, Metadata: c.metadata})
+		Generation: c.generation, ClaimToken: c.token, Metadata: c.metadata, Tags: c.tags})
 }

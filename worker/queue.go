@@ -484,6 +484,9 @@ func (q *queue) settle(s settled) {
 		case toRelease:
 			outcome = OutcomeReleased
 			w.m.released.Add(1)
+		case toSnooze:
+			outcome = OutcomeSnoozed
+			w.m.snoozed.Add(1)
 		}
 		w.report(e, nil)
 	}

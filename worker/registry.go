@@ -44,7 +44,7 @@ func (w *Worker) register(ctx context.Context) error {
 	counters := map[string]int64{
 		"claims": st.Claims, "claims_empty": st.EmptyClaims, "claimed": st.Claimed,
 		"succeeded": st.Succeeded, "retried": st.Retried, "dead": st.Dead, "cancelled": st.Cancelled,
-		"released": st.Released, "stale_rejected": st.StaleRejected, "finish_abandoned": st.FinishAbandoned,
+		"released": st.Released, "snoozed": st.Snoozed, "stale_rejected": st.StaleRejected, "finish_abandoned": st.FinishAbandoned,
 		"heartbeats": st.Heartbeats, "lease_extensions": st.HeartbeatRows, "leases_lost": st.LeasesLost,
 		"reclaimed": st.Reclaimed, "stuck": st.Stuck, "panics": st.Panics, "running": int64(st.Running),
 	}

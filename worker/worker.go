@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -188,7 +189,7 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 			Attempt: e.c.attempt, MaxAttempts: e.c.maxAttempts, Generation: e.c.generation,
 			ClaimToken: e.c.token, RunAt: e.c.runAt, CreatedAt: e.c.createdAt,
 			ClaimedAt: e.c.attemptedAt, LeaseUntil: e.c.lockedUntil, Lease: e.c.lease,
-			Metadata: e.c.metadata,
+			Metadata: e.c.metadata, Tags: slices.Clone(e.c.tags), Snoozes: e.c.snoozes,
 		}
 		return fn(ctx, job)
 	}}
@@ -557,7 +558,7 @@ func (w *Worker) Stats() Stats {
 		Claims:   m.claims.Load(), EmptyClaims: m.emptyClaims.Load(), ClaimErrors: m.claimErrors.Load(), Claimed: m.claimed.Load(), ClaimAsked: m.claimAsked.Load(),
 		FullClaims: m.fullClaims.Load(), ClaimedBehindWatermark: m.claimedBehindWatermark.Load(),
 		WatermarkHints: m.watermarkHints.Load(),
-		Succeeded:      m.succeeded.Load(), Retried: m.retried.Load(), Dead: m.dead.Load(), Cancelled: m.cancelled.Load(), Released: m.released.Load(),
+		Succeeded:      m.succeeded.Load(), Retried: m.retried.Load(), Dead: m.dead.Load(), Cancelled: m.cancelled.Load(), Released: m.released.Load(), Snoozed: m.snoozed.Load(),
 		StaleRejected: m.staleRejected.Load(), FinishRetries: m.finishRetries.Load(), FinishAbandoned: m.finishAbandoned.Load(),
 		Heartbeats: m.heartbeats.Load(), HeartbeatRows: m.heartbeatRows.Load(), HeartbeatErrors: m.heartbeatErrors.Load(), LeasesLost: m.leasesLost.Load(),
 		CancelSignals: m.cancelSignals.Load(), Stuck: m.stuck.Load(), LateFinishes: m.lateFinishes.Load(), Panics: m.panics.Load(),

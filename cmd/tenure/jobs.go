@@ -23,7 +23,8 @@ func init() {
 
 const jobsUsage = `Usage: tenure jobs <action> [flags] [job id]
 
-  list       list jobs (-state, -kind, -queue, -code, -limit, -after; -json)
+  list       list jobs (-state, -kind, -queue, -code, -tag (repeatable: every tag given),
+             -limit, -after; -json)
   get ID     show one job, with its error history (-json)
   stats      per queue and priority: ready/running/dead, oldest ready age, wait percentiles,
              and the top error codes of dead jobs (-window, default 5m; -json). Queues with
@@ -63,6 +64,11 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 	kind := fs.String("kind", "", "(list) job kind")
 	queue := fs.String("queue", "", "(list) queue")
 	code := fs.String("code", "", "(list) last error code, e.g. TIMEOUT")
+	var tags []string
+	fs.Func("tag", "(list) keep jobs carrying this tag; repeat for several (all must match)", func(s string) error {
+		tags = append(tags, s)
+		return nil
+	})
 	limit := fs.Int("limit", 50, "(list, audit) page size")
 	after := fs.Int64("after", 0, "(list, audit) continue after this id")
 	window := fs.Duration("window", 5*time.Minute, "(stats) window of the wait percentiles")
@@ -127,7 +133,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 	defer tw.Flush()
 	switch action {
 	case "list":
-		page, err := c.List(ctx, jobs.ListParams{State: jobs.State(*state), Kind: *kind, Queue: *queue, ErrorCode: *code, AfterID: *after, Limit: *limit})
+		page, err := c.List(ctx, jobs.ListParams{State: jobs.State(*state), Kind: *kind, Queue: *queue, ErrorCode: *code, Tags: tags, AfterID: *after, Limit: *limit})
 		if err != nil {
 			return exitCode(e, prefix, err)
 		}
@@ -158,6 +164,18 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		}
 		if j.LockedUntil != nil {
 			fmt.Fprintf(tw, "locked_until\t%s\n", j.LockedUntil.Format(time.RFC3339Nano))
+		}
+		if len(j.Tags) > 0 {
+			fmt.Fprintf(tw, "tags\t%s\n", strings.Join(j.Tags, " "))
+		}
+		if j.UniqueKey != nil {
+			fmt.Fprintf(tw, "unique\tkey %x held while %v\n", j.UniqueKey, j.UniqueStates)
+		}
+		if j.Snoozes > 0 {
+			fmt.Fprintf(tw, "snoozes\t%d\n", j.Snoozes)
+		}
+		if j.Output != nil {
+			fmt.Fprintf(tw, "output\t%s\n", j.Output)
 		}
 		for _, h := range j.Errors {
 			fmt.Fprintf(tw, "error\tattempt %d gen %d %s at %s: %s\n", h.Attempt, h.Generation, h.Code, h.At.Format(time.RFC3339), h.Message)

@@ -160,3 +160,34 @@ func TestJobsCommandsFirstHour(t *testing.T) {
 	require.Contains(t, r.stdout, "retry")
 	require.Contains(t, r.stdout, "delete")
 }
+
+func TestJobsListByTagAndGetShowsNewColumns(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewMigratedDB(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	var a, b int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM tenure.enqueue('mail', '{"to":"a@b.c"}', tags => ARRAY['tenant:1', 'vip'], unique_args => '{}')`).Scan(&a))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM tenure.enqueue('mail', '{"to":"x@y.z"}', tags => ARRAY['tenant:2', 'vip'])`).Scan(&b))
+
+	r := tenure(t, url, "jobs", "list", "-tag", "vip", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var page jobs.Page
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+	require.Len(t, page.Jobs, 2)
+	r = tenure(t, url, "jobs", "list", "-tag", "vip", "-tag", "tenant:2", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+	require.Len(t, page.Jobs, 1)
+	require.Equal(t, b, page.Jobs[0].ID)
+	r = tenure(t, url, "jobs", "list", "-tag", "bad tag")
+	require.NotEqual(t, 0, r.code)
+	require.Contains(t, r.stderr, "Tags")
+
+	r = tenure(t, url, "jobs", "get", itoa(a))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "tenant:1 vip")
+	require.Contains(t, r.stdout, "held while [ready running]")
+}

@@ -59,6 +59,17 @@
 //	timeout=DURATION   handler option: bound of one attempt (default 1m)
 //	retry_base=DURATION, retry_cap=DURATION
 //	                   handler option: worker.FullJitter{Base, Cap} (defaults 1s, 1h)
+//	max_snoozes=N      handler option: how often one job may snooze (worker.Snooze) before
+//	                   a snooze fails the attempt (default 100)
+//	unique=kind|args|FIELD,FIELD
+//	                   enqueue default (jobs.UniqueOpts): the job is unique by its kind, by
+//	                   kind and all args, or by kind and the named JSON fields (which must
+//	                   exist and not be omitempty). An insert whose key is held returns the
+//	                   holder (Row.Duplicate). Applied by the generated Enqueue helpers when
+//	                   opts.Unique is nil.
+//	unique_by_queue=true, unique_period=DURATION, unique_states=succeeded|dead|cancelled
+//	                   with unique: add the queue, the period window (at least 1s) to the key;
+//	                   keep the key in these states too (ready and running always hold it)
 //
 // Durations use time.ParseDuration syntax (30s, 1m30s, 500ms).
 //

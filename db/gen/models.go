@@ -101,6 +101,11 @@ type TenureJob struct {
 	FinishedAt        *time.Time
 	CancelRequestedAt *time.Time
 	Metadata          []byte
+	UniqueKey         []byte
+	UniqueStates      *int16
+	Tags              []string
+	Output            []byte
+	Snoozes           int32
 }
 
 type TenureOutbox struct {

@@ -16,7 +16,7 @@ const cancelReady = `-- name: CancelReady :one
 UPDATE tenure.jobs
 SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes
 `
 
 // ready -> cancelled, at once.
@@ -47,6 +47,11 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.UniqueKey,
+		&i.UniqueStates,
+		&i.Tags,
+		&i.Output,
+		&i.Snoozes,
 	)
 	return i, err
 }
@@ -87,7 +92,7 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
 `
 
 type ClaimOrderedParams struct {
@@ -120,6 +125,8 @@ type ClaimOrderedRow struct {
 	AttemptedAt    *time.Time
 	CreatedAt      time.Time
 	Metadata       []byte
+	Tags           []string
+	Snoozes        int32
 }
 
 // The engine's claim for strict priority, aging and deadlines. The fairness policy
@@ -166,6 +173,8 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 			&i.AttemptedAt,
 			&i.CreatedAt,
 			&i.Metadata,
+			&i.Tags,
+			&i.Snoozes,
 		); err != nil {
 			return nil, err
 		}
@@ -223,7 +232,7 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
 `
 
 type ClaimSegmentsParams struct {
@@ -259,6 +268,8 @@ type ClaimSegmentsRow struct {
 	AttemptedAt    *time.Time
 	CreatedAt      time.Time
 	Metadata       []byte
+	Tags           []string
+	Snoozes        int32
 }
 
 // Fair claim with quotas. The fairness policy (worker/fairness.go) describes the batch as segments: a
@@ -306,6 +317,8 @@ func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([
 			&i.AttemptedAt,
 			&i.CreatedAt,
 			&i.Metadata,
+			&i.Tags,
+			&i.Snoozes,
 		); err != nil {
 			return nil, err
 		}
@@ -341,7 +354,7 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
 `
 
 type ClaimStrictParams struct {
@@ -370,6 +383,8 @@ type ClaimStrictRow struct {
 	AttemptedAt    *time.Time
 	CreatedAt      time.Time
 	Metadata       []byte
+	Tags           []string
+	Snoozes        int32
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -422,6 +437,8 @@ func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]Cla
 			&i.AttemptedAt,
 			&i.CreatedAt,
 			&i.Metadata,
+			&i.Tags,
+			&i.Snoozes,
 		); err != nil {
 			return nil, err
 		}
@@ -580,25 +597,28 @@ func (q *Queries) ClusterRunning(ctx context.Context) ([]ClusterRunningRow, erro
 const completeMany = `-- name: CompleteMany :many
 
 UPDATE tenure.jobs j
-SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now()
+SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
+    output = nullif(f.output, 'null'::jsonb)
 FROM (SELECT unnest($1::bigint[]) AS id,
-            unnest($2::uuid[]) AS token) AS f
+            unnest($2::uuid[]) AS token,
+            unnest($3::jsonb[]) AS output) AS f
 WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
 RETURNING j.id
 `
 
 type CompleteManyParams struct {
-	Ids    []int64
-	Tokens []uuid.UUID
+	Ids     []int64
+	Tokens  []uuid.UUID
+	Outputs [][]byte
 }
 
 // ---------------------------------------------------------------------------------------------
 // Fenced transitions (docs/contract.md §2). Each returns the ids it changed; a missing id is a
 // stale write (the caller lost ownership) and is never reported as success.
 // ---------------------------------------------------------------------------------------------
-// running -> succeeded, batched.
+// running -> succeeded, batched, with the output each handler recorded (JSON null: none).
 func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, completeMany, arg.Ids, arg.Tokens)
+	rows, err := q.db.Query(ctx, completeMany, arg.Ids, arg.Tokens, arg.Outputs)
 	if err != nil {
 		return nil, err
 	}
@@ -619,18 +639,21 @@ func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]i
 
 const completeOne = `-- name: CompleteOne :execrows
 UPDATE tenure.jobs
-SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now()
-WHERE id = $1 AND state = 'running' AND claim_token = $2::uuid
+SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
+    output = $1::jsonb
+WHERE id = $2 AND state = 'running' AND claim_token = $3::uuid
 `
 
 type CompleteOneParams struct {
+	Output     []byte
 	ID         int64
 	ClaimToken uuid.UUID
 }
 
-// running -> succeeded for one job, usable inside the caller's transaction.
+// running -> succeeded for one job, usable inside the caller's transaction, with the
+// handler's recorded output (NULL: none).
 func (q *Queries) CompleteOne(ctx context.Context, arg CompleteOneParams) (int64, error) {
-	result, err := q.db.Exec(ctx, completeOne, arg.ID, arg.ClaimToken)
+	result, err := q.db.Exec(ctx, completeOne, arg.Output, arg.ID, arg.ClaimToken)
 	if err != nil {
 		return 0, err
 	}
@@ -867,7 +890,7 @@ func (q *Queries) GetEffect(ctx context.Context, key string) (TenureEffect, erro
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM tenure.jobs WHERE id = $1
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs WHERE id = $1
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -900,6 +923,11 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.UniqueKey,
+		&i.UniqueStates,
+		&i.Tags,
+		&i.Output,
+		&i.Snoozes,
 	)
 	return i, err
 }
@@ -984,24 +1012,41 @@ func (q *Queries) InsertAudit(ctx context.Context, arg InsertAuditParams) (Tenur
 const insertJob = `-- name: InsertJob :one
 
 
-WITH ins AS (
-    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata)
-    VALUES ($2, $3, $4, $5, $6,
-            coalesce($7::timestamptz, now() + $8::bigint * interval '1 microsecond'),
-            $9, $10, $11)
-    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
+WITH k AS (
+    SELECT CASE WHEN $1::boolean
+                THEN tenure.unique_key($2::text, $3::text, $4::jsonb,
+                                       $5::boolean, $6::text[],
+                                       $7::bigint) END AS key
+), ins AS (
+    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata,
+                             tags, unique_key, unique_states)
+    VALUES ($8, $2, $4, $9, $10,
+            coalesce($11::timestamptz, now() + $12::bigint * interval '1 microsecond'),
+            $13, $14, $15, $16::text[], (SELECT key FROM k), $17::smallint)
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
+    DO NOTHING
+    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes
 )
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, false AS duplicate FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
                                               || (extract(epoch FROM i.run_at) * 1000000)::bigint)
-                             FROM ins i WHERE $1::boolean) n) >= 0
+                             FROM ins i WHERE $18::boolean) n) >= 0
+UNION ALL
+SELECT h.id, h.queue, h.kind, h.payload, h.payload_version, h.state, h.priority, h.run_at, h.attempts, h.max_attempts, h.lease_ms, h.locked_by, h.locked_until, h.claim_token, h.generation, h.attempted_at, h.last_error_code, h.errors, h.created_at, h.updated_at, h.finished_at, h.cancel_requested_at, h.metadata, h.unique_key, h.unique_states, h.tags, h.output, h.snoozes, true AS duplicate FROM tenure.jobs h
+WHERE NOT EXISTS (SELECT 1 FROM ins)
+  AND h.unique_key = (SELECT key FROM k) AND h.unique_key IS NOT NULL
+  AND tenure.unique_state_held(h.unique_states, h.state)
 `
 
 type InsertJobParams struct {
-	Notify         bool
-	Queue          string
+	IsUnique       bool
 	Kind           string
+	UniqueQueue    *string
 	Payload        []byte
+	UniqueByArgs   bool
+	UniqueFields   []string
+	UniquePeriodMs int64
+	Queue          string
 	PayloadVersion int32
 	Priority       int16
 	RunAt          *time.Time
@@ -1009,6 +1054,9 @@ type InsertJobParams struct {
 	MaxAttempts    int32
 	LeaseMs        int32
 	Metadata       []byte
+	Tags           []string
+	UniqueStates   *int16
+	Notify         bool
 }
 
 type InsertJobRow struct {
@@ -1035,6 +1083,12 @@ type InsertJobRow struct {
 	FinishedAt        *time.Time
 	CancelRequestedAt *time.Time
 	Metadata          []byte
+	UniqueKey         []byte
+	UniqueStates      *int16
+	Tags              []string
+	Output            []byte
+	Snoozes           int32
+	Duplicate         bool
 }
 
 // Every statement Tenure runs. sqlc generates db/gen from this file; `make check-generated`
@@ -1048,13 +1102,23 @@ type InsertJobRow struct {
 // "queue<US>priority<US>run_at_us" (US = the unit separator, chr(31)): workers wake, and start
 // the band's next claim at that due time if it lies behind the band's watermark (a transaction
 // that commits after newer jobs were claimed; worker/claim.go, "Watermarks"). (The sub-select
-// runs once, as an InitPlan.)
+// runs once, as an InitPlan, and sends nothing when no row was inserted.)
+// A unique job (is_unique) carries the key tenure.unique_key computes (once, in k, on the
+// database clock) and the states that hold it. ON CONFLICT names jobs_unique_idx's predicate,
+// so the database refuses a second holder of the key, race-free; the second branch then
+// returns the holder with duplicate = true. When the holder committed after this statement's
+// snapshot (it is invisible here, though the INSERT waited for it) or left its unique states
+// meanwhile, no row comes back and the caller runs the statement again.
 func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJobRow, error) {
 	row := q.db.QueryRow(ctx, insertJob,
-		arg.Notify,
-		arg.Queue,
+		arg.IsUnique,
 		arg.Kind,
+		arg.UniqueQueue,
 		arg.Payload,
+		arg.UniqueByArgs,
+		arg.UniqueFields,
+		arg.UniquePeriodMs,
+		arg.Queue,
 		arg.PayloadVersion,
 		arg.Priority,
 		arg.RunAt,
@@ -1062,6 +1126,9 @@ func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJob
 		arg.MaxAttempts,
 		arg.LeaseMs,
 		arg.Metadata,
+		arg.Tags,
+		arg.UniqueStates,
+		arg.Notify,
 	)
 	var i InsertJobRow
 	err := row.Scan(
@@ -1088,17 +1155,23 @@ func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJob
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.UniqueKey,
+		&i.UniqueStates,
+		&i.Tags,
+		&i.Output,
+		&i.Snoozes,
+		&i.Duplicate,
 	)
 	return i, err
 }
 
 const insertJobs = `-- name: InsertJobs :many
 WITH ins AS (
-INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata)
+INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata, tags)
 SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
        CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
             ELSE now() + i.delay_us * interval '1 microsecond' END,
-       i.max_attempts, i.lease_ms, i.metadata
+       i.max_attempts, i.lease_ms, i.metadata, CASE WHEN i.tags = '[]'::jsonb THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags)) END
 FROM (SELECT unnest($2::text[]) AS queue,
             unnest($3::text[]) AS kind,
             unnest($4::jsonb[]) AS payload,
@@ -1108,7 +1181,8 @@ FROM (SELECT unnest($2::text[]) AS queue,
             unnest($8::bigint[]) AS delay_us,
             unnest($9::integer[]) AS max_attempts,
             unnest($10::integer[]) AS lease_ms,
-            unnest($11::jsonb[]) AS metadata) AS i
+            unnest($11::jsonb[]) AS metadata,
+            unnest($12::jsonb[]) AS tags) AS i
 RETURNING id, queue, priority, run_at
 )
 SELECT id FROM ins
@@ -1132,6 +1206,7 @@ type InsertJobsParams struct {
 	MaxAttempts     []int32
 	LeaseMs         []int32
 	Metadata        [][]byte
+	Tags            [][]byte
 }
 
 // Many jobs in one round trip, plus the new-job signal (as InsertJob's) for each queue in
@@ -1139,6 +1214,7 @@ type InsertJobsParams struct {
 // carrying the band's oldest due time; sent inside the inserting transaction.
 // run_at_us is an absolute time in microseconds since the Unix
 // epoch; 0 means "now + delay_us" on the database clock.
+// tags holds each job's tags as a JSON array of strings.
 func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, insertJobs,
 		arg.NotifyQueues,
@@ -1152,6 +1228,7 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64
 		arg.MaxAttempts,
 		arg.LeaseMs,
 		arg.Metadata,
+		arg.Tags,
 	)
 	if err != nil {
 		return nil, err
@@ -1164,6 +1241,129 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64
 			return nil, err
 		}
 		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const insertUniqueJobs = `-- name: InsertUniqueJobs :many
+WITH i AS (
+    SELECT s.ord, s.queue, s.kind, s.payload, s.payload_version, s.priority, s.run_at_us, s.delay_us, s.max_attempts, s.lease_ms, s.metadata, s.tags, s.ustates, s.by_queue, s.by_args, s.fields, s.period_ms, tenure.unique_key(s.kind, CASE WHEN s.by_queue THEN s.queue END, s.payload, s.by_args,
+                                  ARRAY(SELECT jsonb_array_elements_text(s.fields)), s.period_ms) AS ukey
+    FROM (SELECT unnest($1::integer[]) AS ord,
+                 unnest($2::text[]) AS queue,
+                 unnest($3::text[]) AS kind,
+                 unnest($4::jsonb[]) AS payload,
+                 unnest($5::integer[]) AS payload_version,
+                 unnest($6::smallint[]) AS priority,
+                 unnest($7::bigint[]) AS run_at_us,
+                 unnest($8::bigint[]) AS delay_us,
+                 unnest($9::integer[]) AS max_attempts,
+                 unnest($10::integer[]) AS lease_ms,
+                 unnest($11::jsonb[]) AS metadata,
+                 unnest($12::jsonb[]) AS tags,
+                 unnest($13::smallint[]) AS ustates,
+                 unnest($14::boolean[]) AS by_queue,
+                 unnest($15::boolean[]) AS by_args,
+                 unnest($16::jsonb[]) AS fields,
+                 unnest($17::bigint[]) AS period_ms) AS s
+), ins AS (
+    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata,
+                             tags, unique_key, unique_states)
+    SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
+           CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
+                ELSE now() + i.delay_us * interval '1 microsecond' END,
+           i.max_attempts, i.lease_ms, i.metadata, CASE WHEN i.tags = '[]'::jsonb THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags)) END, i.ukey, i.ustates
+    FROM i ORDER BY i.ord
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
+    DO NOTHING
+    RETURNING id, unique_key, queue, priority, run_at
+)
+SELECT i.ord::integer AS ord, i.ukey::bytea AS unique_key,
+       coalesce((SELECT h.id FROM tenure.jobs h
+                 WHERE h.unique_key = i.ukey AND h.unique_key IS NOT NULL
+                   AND tenure.unique_state_held(h.unique_states, h.state)), 0)::bigint AS id
+FROM i
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) || d.priority || chr(31)
+                                              || (extract(epoch FROM d.run_at) * 1000000)::bigint)
+                             FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins
+                                   WHERE queue = ANY($18::text[]) AND run_at <= now()
+                                   GROUP BY queue, priority) d) n) >= 0
+UNION ALL
+SELECT -1, n.unique_key, n.id FROM ins n
+`
+
+type InsertUniqueJobsParams struct {
+	Ords            []int32
+	Queues          []string
+	Kinds           []string
+	Payloads        [][]byte
+	PayloadVersions []int32
+	Priorities      []int16
+	RunAtUs         []int64
+	DelayUs         []int64
+	MaxAttempts     []int32
+	LeaseMs         []int32
+	Metadata        [][]byte
+	Tags            [][]byte
+	UniqueStates    []int16
+	UniqueByQueue   []bool
+	UniqueByArgs    []bool
+	UniqueFields    [][]byte
+	UniquePeriodMs  []int64
+	NotifyQueues    []string
+}
+
+type InsertUniqueJobsRow struct {
+	Ord       int32
+	UniqueKey []byte
+	ID        int64
+}
+
+// InsertJobs for unique jobs: one row per input ord. Keys are computed once per row (i is
+// materialized). Rows are inserted in ord order with ON CONFLICT DO NOTHING on
+// jobs_unique_idx, so of several rows with one key (in this batch or already stored) only the
+// first is inserted. Returns one row per input (ord >= 0) with its key and the id of the
+// holder visible to the statement's snapshot (0 if none), then one row per inserted job
+// (ord -1) with its key and id; the caller matches them by key (a join here would be planned
+// for 10-row arrays by the generic plan). An input whose key was neither inserted nor held
+// lost a race with a transaction that committed after the snapshot, or whose holder just
+// left its unique states: the caller inserts it again.
+// unique_fields holds each row's field names as a JSON array (empty: all fields).
+func (q *Queries) InsertUniqueJobs(ctx context.Context, arg InsertUniqueJobsParams) ([]InsertUniqueJobsRow, error) {
+	rows, err := q.db.Query(ctx, insertUniqueJobs,
+		arg.Ords,
+		arg.Queues,
+		arg.Kinds,
+		arg.Payloads,
+		arg.PayloadVersions,
+		arg.Priorities,
+		arg.RunAtUs,
+		arg.DelayUs,
+		arg.MaxAttempts,
+		arg.LeaseMs,
+		arg.Metadata,
+		arg.Tags,
+		arg.UniqueStates,
+		arg.UniqueByQueue,
+		arg.UniqueByArgs,
+		arg.UniqueFields,
+		arg.UniquePeriodMs,
+		arg.NotifyQueues,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []InsertUniqueJobsRow{}
+	for rows.Next() {
+		var i InsertUniqueJobsRow
+		if err := rows.Scan(&i.Ord, &i.UniqueKey, &i.ID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1214,7 +1414,7 @@ func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]TenureA
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
 WHERE ($1::tenure.job_state IS NULL OR state = $1::tenure.job_state)
   AND ($2::text IS NULL OR kind = $2::text)
   AND ($3::text IS NULL OR queue = $3::text)
@@ -1274,6 +1474,92 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 			&i.FinishedAt,
 			&i.CancelRequestedAt,
 			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listJobsTagged = `-- name: ListJobsTagged :many
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
+WHERE tags @> $1::text[] AND tags <> '{}'
+  AND ($2::tenure.job_state IS NULL OR state = $2::tenure.job_state)
+  AND ($3::text IS NULL OR kind = $3::text)
+  AND ($4::text IS NULL OR queue = $4::text)
+  AND ($5::text IS NULL OR last_error_code = $5::text)
+  AND id > $6
+ORDER BY id
+LIMIT $7
+`
+
+type ListJobsTaggedParams struct {
+	Tags      []string
+	State     NullTenureJobState
+	Kind      *string
+	Queue     *string
+	ErrorCode *string
+	AfterID   int64
+	MaxRows   int32
+}
+
+// ListJobs restricted to jobs carrying every tag in tags (through jobs_tags_idx; tags is
+// never empty here, and the repeated predicate lets the planner use the partial index).
+func (q *Queries) ListJobsTagged(ctx context.Context, arg ListJobsTaggedParams) ([]TenureJob, error) {
+	rows, err := q.db.Query(ctx, listJobsTagged,
+		arg.Tags,
+		arg.State,
+		arg.Kind,
+		arg.Queue,
+		arg.ErrorCode,
+		arg.AfterID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureJob{}
+	for rows.Next() {
+		var i TenureJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
 		); err != nil {
 			return nil, err
 		}
@@ -1567,7 +1853,7 @@ func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]LockExpired
 
 const lockJob = `-- name: LockJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM tenure.jobs WHERE id = $1 FOR UPDATE
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs WHERE id = $1 FOR UPDATE
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -1600,6 +1886,11 @@ func (q *Queries) LockJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.UniqueKey,
+		&i.UniqueStates,
+		&i.Tags,
+		&i.Output,
+		&i.Snoozes,
 	)
 	return i, err
 }
@@ -2242,7 +2533,7 @@ SET state = 'ready', attempts = 0, run_at = now(), finished_at = NULL, claim_tok
     cancel_requested_at = NULL, updated_at = now(),
     max_attempts = coalesce($1::integer, max_attempts)
 WHERE id = $2 AND state IN ('dead', 'cancelled')
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes
 `
 
 type ReinjectParams struct {
@@ -2280,6 +2571,11 @@ func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (TenureJob, 
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.UniqueKey,
+		&i.UniqueStates,
+		&i.Tags,
+		&i.Output,
+		&i.Snoozes,
 	)
 	return i, err
 }
@@ -2340,7 +2636,7 @@ const requestCancel = `-- name: RequestCancel :one
 UPDATE tenure.jobs
 SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
 WHERE id = $1 AND state = 'running'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes
 `
 
 // running -> cancel requested; the owning worker cancels the handler and ends it cancelled.
@@ -2371,6 +2667,11 @@ func (q *Queries) RequestCancel(ctx context.Context, id int64) (TenureJob, error
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.UniqueKey,
+		&i.UniqueStates,
+		&i.Tags,
+		&i.Output,
+		&i.Snoozes,
 	)
 	return i, err
 }
@@ -2379,7 +2680,7 @@ const runNow = `-- name: RunNow :one
 UPDATE tenure.jobs
 SET run_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes
 `
 
 // A ready job (scheduled, or waiting out a retry backoff) becomes due now.
@@ -2410,6 +2711,11 @@ func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.UniqueKey,
+		&i.UniqueStates,
+		&i.Tags,
+		&i.Output,
+		&i.Snoozes,
 	)
 	return i, err
 }
@@ -2450,6 +2756,67 @@ func (q *Queries) SetQueuePaused(ctx context.Context, arg SetQueuePausedParams) 
 		&i.UpdatedAt,
 	)
 	return i, err
+}
+
+const snoozeMany = `-- name: SnoozeMany :many
+UPDATE tenure.jobs j
+SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
+    run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
+    attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+    snoozes = CASE WHEN j.cancel_requested_at IS NULL THEN j.snoozes + 1 ELSE j.snoozes END,
+    claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
+    finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+    locked_by = NULL,
+    locked_until = NULL,
+    updated_at = now()
+FROM (SELECT unnest($1::bigint[]) AS id,
+            unnest($2::uuid[]) AS token,
+            unnest($3::bigint[]) AS generation,
+            unnest($4::bigint[]) AS delay_us) AS f
+WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
+RETURNING j.id, j.state
+`
+
+type SnoozeManyParams struct {
+	Ids         []int64
+	Tokens      []uuid.UUID
+	Generations []int64
+	DelayUs     []int64
+}
+
+type SnoozeManyRow struct {
+	ID    int64
+	State TenureJobState
+}
+
+// running -> ready after delay_us, asked by the handler (worker.Snooze): the attempt is not
+// charged (attempts goes back down) and snoozes counts it. Fenced by token and generation.
+// The engine decides beforehand that the job may still snooze (snoozes below the kind's
+// limit); past it the handler's snooze is a failed attempt (FailMany). A job with a pending
+// cancel request ends cancelled instead. The next claim takes generation+1.
+func (q *Queries) SnoozeMany(ctx context.Context, arg SnoozeManyParams) ([]SnoozeManyRow, error) {
+	rows, err := q.db.Query(ctx, snoozeMany,
+		arg.Ids,
+		arg.Tokens,
+		arg.Generations,
+		arg.DelayUs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SnoozeManyRow{}
+	for rows.Next() {
+		var i SnoozeManyRow
+		if err := rows.Scan(&i.ID, &i.State); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const streamEffectGet = `-- name: StreamEffectGet :one
@@ -2555,6 +2922,26 @@ func (q *Queries) TryPruneLock(ctx context.Context, lockKey int64) (bool, error)
 	var locked bool
 	err := row.Scan(&locked)
 	return locked, err
+}
+
+const uniqueHolder = `-- name: UniqueHolder :one
+SELECT id FROM tenure.jobs
+WHERE unique_key = $1::bytea AND unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
+  AND id <> $2::bigint
+`
+
+type UniqueHolderParams struct {
+	Key []byte
+	ID  int64
+}
+
+// The job other than id holding unique key key (through jobs_unique_idx), for an operator
+// action that would move job id back into its unique states.
+func (q *Queries) UniqueHolder(ctx context.Context, arg UniqueHolderParams) (int64, error) {
+	row := q.db.QueryRow(ctx, uniqueHolder, arg.Key, arg.ID)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
 }
 
 const unlockSession = `-- name: UnlockSession :one

@@ -88,6 +88,9 @@ func TestShop(t *testing.T) {
 	}
 
 	require.EqualValues(t, 2, sum.LegacyReceipts)
+	require.EqualValues(t, 12, sum.CheckoutRetries)
+	require.EqualValues(t, 12, sum.ReceiptDuplicates, "a checkout retry must get the existing receipt job back")
+	require.EqualValues(t, 120, sum.ReceiptJobs)
 	require.Positive(t, sum.Worker.Retried)
 	require.Contains(t, out.String(), "OK: charges applied 120 = ledger rows 120 = orders paid 120")
 }

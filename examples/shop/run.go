@@ -33,6 +33,20 @@ func (legacyReceipt) PayloadVersion() int { return 1 }
 
 const legacyEvery = 50 // every 50th order comes from the legacy checkout
 
+// checkoutRetryEvery: every 10th order's checkout enqueues its receipt a second time after
+// committing (a client retry); the receipt is unique by order, so that insert returns the
+// existing job.
+const checkoutRetryEvery = 10
+
+// receiptUnique is the legacy checkout's copy of the receipt's uniqueness (the generated
+// EnqueueSendReceipt helpers apply the directive's; the legacy client inserts by hand).
+var receiptUnique = &jobs.UniqueOpts{Fields: []string{"order_id"}, States: []jobs.State{jobs.StateSucceeded}}
+
+// checkoutStats counts the checkout retries and how many of them came back as duplicates.
+type checkoutStats struct {
+	retries, duplicates atomic.Int64
+}
+
 // run is the whole program: database, worker, producers, progress, summary. It returns when
 // every job is final, when ctx ends (SIGINT/SIGTERM) or after cfg.MaxRun, always after a
 // graceful worker stop.
@@ -170,6 +184,7 @@ func run(ctx context.Context, cfg config) (*summary, error) {
 		shopjobs.QueueShop, cfg.Concurrency, shopjobs.QueueReports, cfg.Orders, cfg.Producers)
 
 	var placed, next atomic.Int64
+	var checkout checkoutStats
 	var wg sync.WaitGroup
 	var prodErr error
 	var prodOnce sync.Once
@@ -184,7 +199,7 @@ func run(ctx context.Context, cfg config) (*summary, error) {
 				if id > int64(cfg.Orders) || prodCtx.Err() != nil {
 					return
 				}
-				if err := placeOrder(prodCtx, pool, client, legacy, cfg, id); err != nil {
+				if err := placeOrder(prodCtx, pool, client, legacy, cfg, id, &checkout); err != nil {
 					if prodCtx.Err() == nil {
 						prodOnce.Do(func() { prodErr = fmt.Errorf("order %d: %w", id, err) })
 						stopProducers()
@@ -198,7 +213,7 @@ func run(ctx context.Context, cfg config) (*summary, error) {
 	producersDone := make(chan struct{})
 	go func() { wg.Wait(); close(producersDone) }()
 
-	sum := &summary{cfg: cfg}
+	sum := &summary{cfg: cfg, checkout: &checkout}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	lastPrint, lastFinal := start, int64(0)
@@ -310,14 +325,16 @@ CREATE TABLE reports (
 
 // placeOrder writes the order and enqueues its jobs in ONE transaction: either the order
 // and all its jobs exist, or none of them.
-func placeOrder(ctx context.Context, pool *pgxpool.Pool, c, legacy *jobs.Client, cfg config, id int64) error {
+// Every checkoutRetryEvery-th order then enqueues its receipt again, as a retrying client
+// would: the receipt is unique by order, so no second job appears.
+func placeOrder(ctx context.Context, pool *pgxpool.Pool, c, legacy *jobs.Client, cfg config, id int64, st *checkoutStats) error {
 	currencies := []string{"EUR", "USD", "KRW"}
 	langs := []string{"en", "ko", "de"}
 	email := fmt.Sprintf("customer%d@example.com", id)
 	amount := 100 + (id*7919)%99_900
 	currency := currencies[id%3]
 	items := []shopjobs.Item{{SKU: fmt.Sprintf("sku-%d", id%17), Qty: int(1 + id%3)}}
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, email, amount_cents, currency) VALUES ($1, $2, $3, $4)`,
 			id, email, amount, currency); err != nil {
 			return err
@@ -329,7 +346,7 @@ func placeOrder(ctx context.Context, pool *pgxpool.Pool, c, legacy *jobs.Client,
 		}
 		if id%legacyEvery == 0 {
 			if _, err := legacy.InsertTx(ctx, tx, legacyReceipt{OrderID: id, Email: email, Items: items},
-				&jobs.InsertOpts{Queue: shopjobs.QueueShop, MaxAttempts: 10}); err != nil {
+				&jobs.InsertOpts{Queue: shopjobs.QueueShop, MaxAttempts: 10, Unique: receiptUnique}); err != nil {
 				return err
 			}
 		} else if _, err := shopjobs.EnqueueSendReceiptTx(ctx, c, tx, shopjobs.SendReceipt{
@@ -349,6 +366,20 @@ func placeOrder(ctx context.Context, pool *pgxpool.Pool, c, legacy *jobs.Client,
 		}
 		return nil
 	})
+	if err != nil || id%checkoutRetryEvery != 0 {
+		return err
+	}
+	st.retries.Add(1)
+	row, err := shopjobs.EnqueueSendReceipt(ctx, c, shopjobs.SendReceipt{
+		OrderID: id, Email: email, Lang: langs[id%3], Items: items,
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("checkout retry: %w", err)
+	}
+	if row.Duplicate {
+		st.duplicates.Add(1)
+	}
+	return nil
 }
 
 // checkQueues makes sure every registered kind's default queue is worked by w: a kind whose
@@ -432,6 +463,12 @@ type summary struct {
 	// them (equal: one job per tick); SummaryPending: those still ready (a tick enqueued as the
 	// worker stopped claiming); Summaries: summary rows written.
 	SummaryJobs, SummaryTicks, SummaryPending, Summaries int64
+
+	// Checkout retries that enqueued a receipt again, how many of them returned the existing
+	// job (all, since receipts are unique by order), and the receipt jobs stored.
+	CheckoutRetries, ReceiptDuplicates, ReceiptJobs int64
+
+	checkout *checkoutStats
 }
 
 type kindStats struct {
@@ -471,14 +508,17 @@ func (s *summary) collect(ctx context.Context, pool *pgxpool.Pool, w *worker.Wor
 		FROM orders`).Scan(&s.Placed, &s.OrdersPaid, &s.DistinctCharges, &s.ReceiptsSent, &s.Cleaned); err != nil {
 		return err
 	}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE kind = $1 AND payload_version = 1`,
-		shopjobs.KindSendReceipt).Scan(&s.LegacyReceipts); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE payload_version = 1), count(*) FROM tenure.jobs WHERE kind = $1`,
+		shopjobs.KindSendReceipt).Scan(&s.LegacyReceipts, &s.ReceiptJobs); err != nil {
 		return err
 	}
 	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT payload->>'tick'), count(*) FILTER (WHERE state = 'ready'),
 		(SELECT count(*) FROM sales_summaries) FROM tenure.jobs WHERE kind = $1`,
 		shopjobs.KindSalesSummary).Scan(&s.SummaryJobs, &s.SummaryTicks, &s.SummaryPending, &s.Summaries); err != nil {
 		return err
+	}
+	if s.checkout != nil {
+		s.CheckoutRetries, s.ReceiptDuplicates = s.checkout.retries.Load(), s.checkout.duplicates.Load()
 	}
 	s.Worker = w.Stats()
 	s.PaymentRequests, s.PaymentReplayed, s.LostResponses = pay.requests.Load(), pay.replayed.Load(), pay.lost.Load()
@@ -526,6 +566,9 @@ func (s *summary) problems() []string {
 	if s.SummaryJobs != s.SummaryTicks {
 		out = append(out, fmt.Sprintf("%d sales-summary jobs for %d ticks: a tick was enqueued twice", s.SummaryJobs, s.SummaryTicks))
 	}
+	if s.ReceiptJobs != s.Placed || s.ReceiptDuplicates != s.CheckoutRetries {
+		out = append(out, fmt.Sprintf("%d receipt jobs for %d orders; %d of %d checkout retries were duplicates", s.ReceiptJobs, s.Placed, s.ReceiptDuplicates, s.CheckoutRetries))
+	}
 	if s.ReceiptsSent != s.Placed || s.Cleaned != s.Placed {
 		out = append(out, fmt.Sprintf("receipts sent for %d and carts cleaned for %d of %d orders", s.ReceiptsSent, s.Cleaned, s.Placed))
 	}
@@ -565,6 +608,8 @@ func (s *summary) print(out io.Writer) {
 		s.SummaryJobs, s.SummaryTicks, s.cfg.SummaryEvery, s.Summaries, s.SummaryPending)
 	fmt.Fprintf(tw, "payload upgrades\t%d receipts stored at version 1 by the legacy checkout, handled as version 2\n", s.LegacyReceipts)
 	fmt.Fprintf(tw, "receipts\t%d sent, %d attempts failed transiently and were retried\n", s.MailsSent, s.MailFailures)
+	fmt.Fprintf(tw, "unique receipts\t%d checkout retries enqueued a receipt again: %d returned the existing job; %d receipt jobs for %d orders\n",
+		s.CheckoutRetries, s.ReceiptDuplicates, s.ReceiptJobs, s.Placed)
 	var waits []string
 	for _, wt := range ws.Wait {
 		waits = append(waits, fmt.Sprintf("%s/p%d p50 %v p99 %v", wt.Queue, wt.Priority, wt.P50.Round(time.Millisecond), wt.P99.Round(time.Millisecond)))

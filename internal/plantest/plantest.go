@@ -27,6 +27,8 @@ type Node struct {
 	Plans     []Node `json:"Plans"`
 	SharedHit int64  `json:"Shared Hit Blocks"`
 	SharedRd  int64  `json:"Shared Read Blocks"`
+	// Arbiters are the indexes an INSERT ... ON CONFLICT checks (ModifyTable nodes only).
+	Arbiters []string `json:"Conflict Arbiter Indexes"`
 }
 
 // Buffers is the node's shared buffers hit and read (EXPLAIN ANALYZE, BUFFERS only).
@@ -48,6 +50,13 @@ func Indexes(n Node) map[string]bool {
 			out[n.IndexName] = true
 		}
 	})
+	return out
+}
+
+// Arbiters returns the conflict arbiter indexes of every INSERT ... ON CONFLICT in the plan.
+func Arbiters(n Node) []string {
+	var out []string
+	Walk(n, func(n Node) { out = append(out, n.Arbiters...) })
 	return out
 }
 

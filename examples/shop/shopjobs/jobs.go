@@ -31,9 +31,11 @@ type Item struct {
 	Qty int    `json:"qty"`
 }
 
-// SendReceipt mails the order's receipt. Version 2 added Lang.
+// SendReceipt mails the order's receipt. Version 2 added Lang. It is unique by order: a
+// checkout that enqueues it again (a client retry) gets the existing job back, whether it is
+// still waiting, running or already sent.
 //
-//tenure:job kind=shop.send_receipt version=2 queue=shop priority=2 max_attempts=10 lease=30s timeout=10s retry_base=20ms retry_cap=500ms
+//tenure:job kind=shop.send_receipt version=2 queue=shop priority=2 max_attempts=10 lease=30s timeout=10s retry_base=20ms retry_cap=500ms unique=order_id unique_states=succeeded
 type SendReceipt struct {
 	OrderID int64  `json:"order_id" tenure:"required,min=1"`
 	Email   string `json:"email" tenure:"required,max=254"`

@@ -336,28 +336,28 @@ func (a SendReceipt) Validate() error {
 }
 
 // EnqueueSendReceipt validates args and enqueues one "shop.send_receipt" job in its own transaction.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 2, max attempts 10, lease 30s.
+// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 2, max attempts 10, lease 30s, unique by kind and args order_id.
 func EnqueueSendReceipt(ctx context.Context, c *jobs.Client, args SendReceipt, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.Insert(ctx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second}))
+	return c.Insert(ctx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second, Unique: &jobs.UniqueOpts{Fields: []string{"order_id"}, States: []jobs.State{jobs.StateSucceeded}}}))
 }
 
 // EnqueueSendReceiptTx validates args and enqueues one "shop.send_receipt" job inside tx: the job exists, and
 // workers are woken, only if tx commits.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 2, max attempts 10, lease 30s.
+// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 2, max attempts 10, lease 30s, unique by kind and args order_id.
 func EnqueueSendReceiptTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args SendReceipt, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.InsertTx(ctx, tx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second}))
+	return c.InsertTx(ctx, tx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second, Unique: &jobs.UniqueOpts{Fields: []string{"order_id"}, States: []jobs.State{jobs.StateSucceeded}}}))
 }
 
 // EnqueueManySendReceipt validates every args value (one invalid value writes nothing) and enqueues
 // one "shop.send_receipt" job per value in one transaction, returning their ids in order.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 2, max attempts 10, lease 30s.
+// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 2, max attempts 10, lease 30s, unique by kind and args order_id.
 func EnqueueManySendReceipt(ctx context.Context, c *jobs.Client, args []SendReceipt, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertMany(ctx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second})))
+	return c.InsertMany(ctx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second, Unique: &jobs.UniqueOpts{Fields: []string{"order_id"}, States: []jobs.State{jobs.StateSucceeded}}})))
 }
 
 // EnqueueManySendReceiptTx is EnqueueManySendReceipt inside tx.
 func EnqueueManySendReceiptTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []SendReceipt, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second})))
+	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second, Unique: &jobs.UniqueOpts{Fields: []string{"order_id"}, States: []jobs.State{jobs.StateSucceeded}}})))
 }
 
 // RegisterSendReceipt registers fn as the handler of kind "shop.send_receipt" on w, with the options of its

@@ -107,7 +107,11 @@ func contains(list []string, s string) bool {
 
 var kindRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
 
-var jobKeys = []string{"kind", "version", "queue", "priority", "max_attempts", "lease", "timeout", "retry_base", "retry_cap"}
+var jobKeys = []string{"kind", "version", "queue", "priority", "max_attempts", "lease", "timeout", "retry_base", "retry_cap",
+	"max_snoozes", "unique", "unique_by_queue", "unique_period", "unique_states"}
+
+// uniqueStateNames maps unique_states values to jobs.State constant names.
+var uniqueStateNames = map[string]string{"succeeded": "StateSucceeded", "dead": "StateDead", "cancelled": "StateCancelled"}
 var upgradeKeys = []string{"kind", "from"}
 
 func analyze(p *pkg) *model {
@@ -229,6 +233,44 @@ func (m *model) jobType(d directive, spec *ast.TypeSpec) *kindSpec {
 				bad("max_attempts must be an integer within 1..1000")
 			}
 			k.maxAttempts = n
+		case "max_snoozes":
+			n, err := strconv.Atoi(a.value)
+			if err != nil || n < 1 || n > 1_000_000 {
+				bad("max_snoozes must be an integer within 1..1000000")
+			}
+			k.maxSnoozes = n
+		case "unique":
+			k.unique = a.value
+			if a.value != "kind" && a.value != "args" {
+				for _, f := range strings.Split(a.value, ",") {
+					if f == "" {
+						bad("want kind, args or a comma-separated list of JSON field names")
+						break
+					}
+					k.uniqueFields = append(k.uniqueFields, f)
+				}
+			}
+		case "unique_by_queue":
+			b, err := strconv.ParseBool(a.value)
+			if err != nil {
+				bad("want true or false")
+			}
+			k.uniqueByQueue = b
+		case "unique_period":
+			dur, err := time.ParseDuration(a.value)
+			if err != nil || dur < time.Second {
+				bad("want a duration of at least 1s (e.g. 1h)")
+			}
+			k.uniquePeriod = dur
+		case "unique_states":
+			for _, s := range strings.Split(a.value, "|") {
+				name, known := uniqueStateNames[s]
+				if !known {
+					bad("want states separated by |, among succeeded, dead, cancelled (ready and running always hold the key)")
+					break
+				}
+				k.uniqueStates = append(k.uniqueStates, name)
+			}
 		case "lease", "timeout", "retry_base", "retry_cap":
 			dur, err := time.ParseDuration(a.value)
 			switch {
@@ -259,7 +301,11 @@ func (m *model) jobType(d directive, spec *ast.TypeSpec) *kindSpec {
 		m.errorf(d.pos, "//tenure:job retry_base=%v is above retry_cap=%v", k.retryBase, k.retryCap)
 		ok = false
 	}
-	if k.lease+k.timeout+k.retryBase+k.retryCap > 0 {
+	if k.unique == "" && (k.uniqueByQueue || k.uniquePeriod != 0 || len(k.uniqueStates) > 0) {
+		m.errorf(d.pos, "//tenure:job unique_by_queue, unique_period and unique_states need unique=kind|args|FIELD,...")
+		ok = false
+	}
+	if k.lease+k.timeout+k.retryBase+k.retryCap+k.uniquePeriod > 0 {
 		m.usesTime = true
 	}
 
@@ -297,10 +343,43 @@ func (m *model) jobType(d directive, spec *ast.TypeSpec) *kindSpec {
 			k.fields = append(k.fields, fp)
 		}
 	}
+	for _, f := range k.uniqueFields {
+		switch omit, found := jsonField(st, f); {
+		case !found:
+			m.errorf(d.pos, "//tenure:job unique=%s: %s has no JSON field %q", k.unique, name, f)
+			ok = false
+		case omit:
+			m.errorf(d.pos, "//tenure:job unique=%s: field %q is omitempty, so it is missing from the payload when empty and the insert is refused; drop omitempty or the field from unique", k.unique, f)
+			ok = false
+		}
+	}
 	if !ok {
 		return nil
 	}
 	return k
+}
+
+// jsonField reports whether the struct encodes a top-level JSON field named name (by its json
+// tag, else its Go name; exported fields only), and whether that field is omitempty.
+func jsonField(st *types.Struct, name string) (omitempty, found bool) {
+	for i := 0; i < st.NumFields(); i++ {
+		f := st.Field(i)
+		if !f.Exported() || f.Embedded() {
+			continue
+		}
+		tag, _ := reflect.StructTag(st.Tag(i)).Lookup("json")
+		jname, opts, _ := strings.Cut(tag, ",")
+		if jname == "-" && opts == "" {
+			continue
+		}
+		if jname == "" {
+			jname = f.Name()
+		}
+		if jname == name {
+			return strings.Contains(","+opts+",", ",omitempty,"), true
+		}
+	}
+	return false, false
 }
 
 func isGeneratedMethod(name string) bool {

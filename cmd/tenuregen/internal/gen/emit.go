@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"go/format"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -127,11 +128,40 @@ func defaultsDoc(k *kindSpec) string {
 	if k.lease != 0 {
 		parts = append(parts, fmt.Sprintf("lease %v", k.lease))
 	}
+	if k.unique != "" {
+		u := "unique by kind"
+		switch {
+		case k.unique == "args":
+			u += " and args"
+		case len(k.uniqueFields) > 0:
+			u += " and args " + strings.Join(k.uniqueFields, ", ")
+		}
+		if k.uniqueByQueue {
+			u += " and queue"
+		}
+		if k.uniquePeriod != 0 {
+			u += fmt.Sprintf(" per %v", k.uniquePeriod)
+		}
+		parts = append(parts, u)
+	}
 	return strings.Join(parts, ", ")
 }
 
 // insertDefaults is the jobs.InsertOpts literal of a kind's directive defaults.
 func insertDefaults(k *kindSpec) string {
+	parts := []string{}
+	if d := kindDefaults(k); d != "" {
+		parts = append(parts, d)
+	}
+	if u := uniqueLiteral(k); u != "" {
+		parts = append(parts, "Unique: "+u)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// kindDefaults is the generics.KindDefaults literal of a kind's directive defaults (the
+// registry's defaults have no uniqueness: that is applied by the generated Enqueue helpers).
+func kindDefaults(k *kindSpec) string {
 	var parts []string
 	if k.queue != "" {
 		parts = append(parts, fmt.Sprintf("Queue: %q", k.queue))
@@ -146,6 +176,38 @@ func insertDefaults(k *kindSpec) string {
 		parts = append(parts, "Lease: "+durExpr(k.lease))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// uniqueLiteral is the *jobs.UniqueOpts literal of a kind's unique directives ("" when none).
+func uniqueLiteral(k *kindSpec) string {
+	if k.unique == "" {
+		return ""
+	}
+	var u []string
+	switch {
+	case k.unique == "args":
+		u = append(u, "ByArgs: true")
+	case len(k.uniqueFields) > 0:
+		q := make([]string, len(k.uniqueFields))
+		for i, f := range k.uniqueFields {
+			q[i] = strconv.Quote(f)
+		}
+		u = append(u, "Fields: []string{"+strings.Join(q, ", ")+"}")
+	}
+	if k.uniqueByQueue {
+		u = append(u, "ByQueue: true")
+	}
+	if k.uniquePeriod != 0 {
+		u = append(u, "ByPeriod: "+durExpr(k.uniquePeriod))
+	}
+	if len(k.uniqueStates) > 0 {
+		s := make([]string, len(k.uniqueStates))
+		for i, n := range k.uniqueStates {
+			s[i] = "jobs." + n
+		}
+		u = append(u, "States: []jobs.State{"+strings.Join(s, ", ")+"}")
+	}
+	return "&jobs.UniqueOpts{" + strings.Join(u, ", ") + "}"
 }
 
 func (m *model) renderKind(w *writer, k *kindSpec) {
@@ -253,6 +315,9 @@ func handlerOptions(k *kindSpec) string {
 	if k.priority != 0 {
 		parts = append(parts, fmt.Sprintf("Priority: %d", k.priority))
 	}
+	if k.maxSnoozes != 0 {
+		parts = append(parts, fmt.Sprintf("MaxSnoozes: %d", k.maxSnoozes))
+	}
 	if len(k.upgraders) > 0 {
 		parts = append(parts, "Upgraders: tenureUpgraders"+k.ident+"()")
 	}
@@ -351,8 +416,8 @@ func (m *model) renderRegistration(w *writer) {
 	w.p("func RegisterKinds(r *generics.Registry) error {")
 	for _, k := range m.kinds {
 		var opts []string
-		if k.hasDefaults() {
-			opts = append(opts, "generics.WithDefaults(generics.KindDefaults{"+insertDefaults(k)+"})")
+		if d := kindDefaults(k); d != "" {
+			opts = append(opts, "generics.WithDefaults(generics.KindDefaults{"+d+"})")
 		}
 		if len(k.upgraders) > 0 {
 			opts = append(opts, "generics.WithUpgrader(tenureUpgraders"+k.ident+"()...)")

@@ -107,13 +107,21 @@ type kindSpec struct {
 	timeout     time.Duration
 	retryBase   time.Duration
 	retryCap    time.Duration
+	maxSnoozes  int
+
+	// unique jobs (jobs.UniqueOpts): unique is "", "kind", "args" or the field list as written
+	unique        string
+	uniqueFields  []string
+	uniqueByQueue bool
+	uniquePeriod  time.Duration
+	uniqueStates  []string // jobs.State constant names: StateSucceeded, ...
 
 	fields    []*fieldPlan
 	upgraders []*upgraderSpec
 }
 
 func (k *kindSpec) hasDefaults() bool {
-	return k.queue != "" || k.priority != 0 || k.maxAttempts != 0 || k.lease != 0
+	return k.queue != "" || k.priority != 0 || k.maxAttempts != 0 || k.lease != 0 || k.unique != ""
 }
 
 // upgraderSpec is one //tenure:upgrade function.
