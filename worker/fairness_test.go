@@ -500,7 +500,7 @@ func TestEngineStatementsPlanIndexPathsOnATinyTable(t *testing.T) {
 		"ClaimOrdered": append([]any{[]int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, make([]int64, 9), make([]int64, 9), nine}, kinds...),
 		"ClaimSegments": append([]any{[]int16{3, 2}, []int64{0, 0}, []int64{0, 0}, []int64{3e15, 3e15},
 			[]int32{10, 10}, []int32{1, 2}, []int32{5, 5}}, kinds...),
-		"CompleteMany": {ids, tokens},
+		"CompleteMany": {ids, tokens, [][]byte{[]byte("null"), []byte("null")}},
 		"Heartbeat":    {ids, tokens},
 	}
 	for _, total := range []int{0, 1, 50} {

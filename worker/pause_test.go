@@ -102,7 +102,14 @@ func TestPauseQueueClusterWide(t *testing.T) {
 				n++
 			}
 		}
-		return n == 2
+		if n != 2 {
+			return false
+		}
+		// ListQueues counts live registry rows: under load a registry heartbeat can land
+		// after its row's expiry, so wait until both workers count again.
+		qs, err := c.ListQueues(ctx)
+		require.NoError(t, err)
+		return len(qs) == 2 && qs[0].Workers == 2 && qs[1].Workers == 2
 	})
 	out, err = c.PauseQueue(ctx, "default", act)
 	require.NoError(t, err)
