@@ -474,6 +474,9 @@ LIMIT @max_rows;
 -- the whole table: ready, running and dead jobs through their partial indexes (the live
 -- backlog, not the finished rows); any state through an id window [@floor_id, @before_id) of
 -- the primary key, whose width the dashboard bounds (finished jobs are found window by window).
+-- The ready, running and dead lists sort by "id + 0": ordered by id itself, the planner may
+-- walk the primary key backwards from the newest row, which reads every newer finished row
+-- first; ordered by an expression, it reads the state's partial index and sorts the backlog.
 -- ---------------------------------------------------------------------------------------------
 
 -- name: UIJobIDBounds :one
@@ -506,7 +509,7 @@ WHERE state = 'ready' AND id < @before_id
   AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
   AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
-ORDER BY id DESC
+ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
 LIMIT @max_rows;
 
 -- name: UIListRunning :many
@@ -519,7 +522,7 @@ WHERE locked_until IS NOT NULL AND state = 'running' AND id < @before_id
   AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
   AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
-ORDER BY id DESC
+ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
 LIMIT @max_rows;
 
 -- name: UIListDead :many
@@ -532,7 +535,7 @@ WHERE state = 'dead' AND id < @before_id
   AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
   AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
-ORDER BY id DESC
+ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
 LIMIT @max_rows;
 
 -- name: UIReadyBands :many

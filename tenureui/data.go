@@ -26,7 +26,7 @@ type band struct {
 	Paused   bool
 
 	Ready, Scheduled, Retrying, Running, LeaseExpired, CancelRequested, Dead int64
-	OldestReadyAge                                                          time.Duration
+	OldestReadyAge                                                           time.Duration
 	// Over Config.WaitWindow.
 	Finished, Succeeded int64
 	WaitP50, WaitP95    time.Duration

@@ -2341,6 +2341,9 @@ type UIJobIDBoundsRow struct {
 // the whole table: ready, running and dead jobs through their partial indexes (the live
 // backlog, not the finished rows); any state through an id window [@floor_id, @before_id) of
 // the primary key, whose width the dashboard bounds (finished jobs are found window by window).
+// The ready, running and dead lists sort by "id + 0": ordered by id itself, the planner may
+// walk the primary key backwards from the newest row, which reads every newer finished row
+// first; ordered by an expression, it reads the state's partial index and sorts the backlog.
 // ---------------------------------------------------------------------------------------------
 // The smallest and largest job ids (two primary-key probes), where the id windows start and end.
 func (q *Queries) UIJobIDBounds(ctx context.Context) (UIJobIDBoundsRow, error) {
@@ -2359,7 +2362,7 @@ WHERE state = 'dead' AND id < $1
   AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
   AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
   AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7::text)) > 0)
-ORDER BY id DESC
+ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
 LIMIT $8
 `
 
@@ -2437,7 +2440,7 @@ WHERE state = 'ready' AND id < $1
   AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
   AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
   AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7::text)) > 0)
-ORDER BY id DESC
+ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
 LIMIT $8
 `
 
@@ -2515,7 +2518,7 @@ WHERE locked_until IS NOT NULL AND state = 'running' AND id < $1
   AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
   AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
   AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7::text)) > 0)
-ORDER BY id DESC
+ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
 LIMIT $8
 `
 
