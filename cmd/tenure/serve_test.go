@@ -58,3 +58,68 @@ func TestServeCommand(t *testing.T) {
 	r := tenure(t, url, "serve", "extra")
 	require.Equal(t, exitUsage, r.code)
 }
+
+// TestServeUI: `tenure serve -ui` serves the dashboard next to /metrics, behind basic auth
+// when -ui-user is set, with actions audited under that user.
+func TestServeUI(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewMigratedDB(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	for _, bad := range [][]string{
+		{"serve", "-database-url", url, "-ui-actions"},
+		{"serve", "-database-url", url, "-ui", "-ui-actions"},
+		{"serve", "-database-url", url, "-ui", "-ui-user", "ops"}, // no $TENURE_UI_PASSWORD
+	} {
+		r := tenure(t, url, bad...)
+		require.Equal(t, exitUsage, r.code, "%v: %s", bad, r.stderr)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	var out, errOut bytes.Buffer
+	e := &env{stdout: &out, stderr: &errOut, getenv: func(k string) string {
+		if k == "TENURE_UI_PASSWORD" {
+			return "s3cret"
+		}
+		return ""
+	}}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, e, []string{"serve", "-database-url", url, "-addr", addr, "-ui", "-ui-actions", "-ui-user", "ops"})
+	}()
+	base := "http://" + addr
+	get := func(path, user, pass string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		if user != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	require.Eventually(t, func() bool { code, _ := get("/metrics", "", ""); return code == http.StatusOK }, 10*time.Second, 20*time.Millisecond)
+	code, _ := get("/ui/", "", "")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = get("/ui/", "ops", "wrong")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, body := get("/ui/", "ops", "s3cret")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "actions enabled")
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, exitOK, code, errOut.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	require.Contains(t, out.String(), "serving the dashboard on http://"+addr+"/ui/ (actions enabled for ops)")
+}
