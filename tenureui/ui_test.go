@@ -339,3 +339,31 @@ func mustClient(t *testing.T, pool *pgxpool.Pool) *jobs.Client {
 	require.NoError(t, err)
 	return c
 }
+
+// TestOverviewSnapshotIsShared: within RefreshEvery every viewer (and every poll) gets the
+// same snapshot, so the overview's database cost does not grow with the open pages; after
+// it, a new one is computed and shows new jobs.
+func TestOverviewSnapshotIsShared(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	h, err := tenureui.New(pool, &tenureui.Config{Prefix: "/ui", RefreshEvery: 3 * time.Second})
+	require.NoError(t, err)
+	base := uiServer(t, h)
+	snapRE := regexp.MustCompile(`Snapshot [^<]+`)
+	view := func() (string, string) {
+		_, body, _ := newClient(t, base).get("/ui/?partial=1") // a new viewer each time
+		return snapRE.FindString(body), body
+	}
+	first, _ := view()
+	require.NotEmpty(t, first)
+	insertDead(t, pool, "late", "k", `{}`)
+	for range 5 {
+		again, body := view()
+		require.Equal(t, first, again)
+		require.NotContains(t, body, `data-band="late/2"`)
+	}
+	time.Sleep(3100 * time.Millisecond)
+	later, body := view()
+	require.NotEqual(t, first, later)
+	require.Contains(t, body, `data-band="late/2"`)
+}
