@@ -6,6 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	neturl "net/url"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,6 +118,36 @@ func TestServeUI(t *testing.T) {
 	code, body := get("/ui/", "ops", "s3cret")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "actions enabled")
+
+	// An action: the CSRF cookie and field from a page, then a POST as ops, audited as ops.
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	c := &http.Client{Jar: jar}
+	req, err := http.NewRequest(http.MethodGet, base+"/ui/jobs?state=dead", nil)
+	require.NoError(t, err)
+	req.SetBasicAuth("ops", "s3cret")
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(page)
+	require.NotNil(t, m, "no CSRF field: %s", page)
+	form := neturl.Values{"csrf": {string(m[1])}, "reason": {"deploy freeze"}}
+	req, err = http.NewRequest(http.MethodPost, base+"/ui/queues/mail/pause", strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth("ops", "s3cret")
+	resp, err = c.Do(req)
+	require.NoError(t, err)
+	page, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(page))
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	defer pool.Close()
+	var actor, reason string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT actor, reason FROM tenure.audit WHERE action = 'pause'`).Scan(&actor, &reason))
+	require.Equal(t, []string{"ops", "deploy freeze"}, []string{actor, reason})
 	cancel()
 	select {
 	case code := <-done:
