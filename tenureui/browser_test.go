@@ -393,8 +393,10 @@ func testHostilePayloads(t *testing.T, b *browser) {
 	tab := b.tab(t)
 	check := func(url, wantText string) {
 		t.Helper()
-		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS("main"))))
-		time.Sleep(1500 * time.Millisecond) // let a poll of the live part run too
+		// On pages with a live part, check after it was replaced by a poll too.
+		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS("main")),
+			chromedp.Poll[chromedp.Void](`!document.getElementById('live') || document.getElementById('live').hasAttribute('data-refreshed')`,
+				chromedp.WithPollingTimeout(10*time.Second))))
 		type verdict struct {
 			Pwned   bool   `json:"pwned"`
 			Imgs    int    `json:"imgs"`
