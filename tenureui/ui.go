@@ -105,7 +105,6 @@ type Config struct {
 // Handler is the dashboard, an http.Handler. It is safe for concurrent use.
 type Handler struct {
 	cfg    Config
-	pool   *pgxpool.Pool
 	q      *gen.Queries
 	client *jobs.Client
 	log    *slog.Logger
@@ -187,7 +186,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: c, pool: pool, q: gen.New(pool), client: c.Client, log: c.Logger, tmpl: tmpl, csrf: c.CSRFKey,
+	h := &Handler{cfg: c, q: gen.New(pool), client: c.Client, log: c.Logger, tmpl: tmpl, csrf: c.CSRFKey,
 		prevWorkers: map[string]workerSample{}}
 	static, _ := fs.Sub(assets, "assets/static")
 	mux := http.NewServeMux()
