@@ -606,6 +606,101 @@ ORDER BY jobs DESC
 LIMIT @max_rows;
 
 -- ---------------------------------------------------------------------------------------------
+-- Dashboard (package tenureui). Each statement reads one index and a bounded set of rows, never
+-- the whole table: ready, running and dead jobs through their partial indexes (the live
+-- backlog, not the finished rows); any state through an id window [@floor_id, @before_id) of
+-- the primary key, whose width the dashboard bounds (finished jobs are found window by window).
+-- The ready, running and dead lists sort by "id + 0": ordered by id itself, the planner may
+-- walk the primary key backwards from the newest row, which reads every newer finished row
+-- first; ordered by an expression, it reads the state's partial index and sorts the backlog.
+-- ---------------------------------------------------------------------------------------------
+
+-- name: UIJobIDBounds :one
+-- The smallest and largest job ids (two primary-key probes), where the id windows start and end.
+SELECT coalesce(min(id), 0)::bigint AS min_id, coalesce(max(id), 0)::bigint AS max_id FROM tenure.jobs;
+
+-- name: UIListWindow :many
+-- Jobs of any state in the id window [@floor_id, @before_id), newest first, filtered. The
+-- primary key bounds the rows read to the window's width, whatever the filters match.
+-- @search is a case-insensitive substring of the args' JSON text.
+SELECT * FROM tenure.jobs
+WHERE id < @before_id AND id >= @floor_id
+  AND (sqlc.narg(state)::tenure.job_state IS NULL OR state = sqlc.narg(state)::tenure.job_state)
+  AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
+  AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
+  AND (sqlc.narg(priority)::smallint IS NULL OR priority = sqlc.narg(priority)::smallint)
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
+  AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
+ORDER BY id DESC
+LIMIT @max_rows;
+
+-- name: UIListReady :many
+-- Ready jobs below @before_id, newest first, filtered: reads jobs_ready_idx (the ready backlog).
+SELECT * FROM tenure.jobs
+WHERE state = 'ready' AND id < @before_id
+  AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
+  AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
+  AND (sqlc.narg(priority)::smallint IS NULL OR priority = sqlc.narg(priority)::smallint)
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
+  AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
+ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
+LIMIT @max_rows;
+
+-- name: UIListRunning :many
+-- Running jobs below @before_id, newest first, filtered: reads jobs_running_idx (leased rows).
+SELECT * FROM tenure.jobs
+WHERE locked_until IS NOT NULL AND state = 'running' AND id < @before_id
+  AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
+  AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
+  AND (sqlc.narg(priority)::smallint IS NULL OR priority = sqlc.narg(priority)::smallint)
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
+  AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
+ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
+LIMIT @max_rows;
+
+-- name: UIListDead :many
+-- Dead jobs below @before_id, newest first, filtered: reads jobs_dead_idx (the dead set).
+SELECT * FROM tenure.jobs
+WHERE state = 'dead' AND id < @before_id
+  AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
+  AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
+  AND (sqlc.narg(priority)::smallint IS NULL OR priority = sqlc.narg(priority)::smallint)
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
+  AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
+ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
+LIMIT @max_rows;
+
+-- name: UIReadyBands :many
+-- Per queue and priority, through jobs_ready_idx: due, scheduled and retrying (ready after a
+-- failed attempt) jobs, and the oldest due job's age in seconds on the database clock.
+SELECT queue, priority,
+       count(*) FILTER (WHERE run_at <= now())::bigint AS ready,
+       count(*) FILTER (WHERE run_at > now())::bigint  AS scheduled,
+       count(*) FILTER (WHERE attempts > 0)::bigint    AS retrying,
+       coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now())), 0)::float8 AS oldest_ready_age_s
+FROM tenure.jobs
+WHERE state = 'ready'
+GROUP BY queue, priority;
+
+-- name: UICompletions :many
+-- Jobs finished per minute since @since (through jobs_finished_idx), oldest minute first.
+SELECT extract(epoch FROM date_trunc('minute', finished_at))::bigint AS minute,
+       count(*)::bigint AS finished,
+       count(*) FILTER (WHERE state = 'succeeded')::bigint AS succeeded
+FROM tenure.jobs
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at >= @since::timestamptz
+GROUP BY 1
+ORDER BY 1;
+
+-- name: UIJobEffects :many
+-- A job's effect-ledger rows (through effects_job_name), by name.
+SELECT * FROM tenure.effects WHERE job_id = @job_id ORDER BY name LIMIT @max_rows;
+
+-- ---------------------------------------------------------------------------------------------
 -- Effect ledger (docs/contract.md §7)
 -- ---------------------------------------------------------------------------------------------
 

@@ -76,4 +76,12 @@
 //	tenure periodic list
 //	    the periodic schedules (worker.Config.Periodic): name, spec, kind, queue, next run,
 //	    last job id, its tick and enqueue time, missed ticks; OVERDUE when no worker runs it.
+//
+// # serve
+//
+//	tenure serve [-addr A] [-ui [-ui-user U [-ui-actions]]]
+//	    cluster metrics on http://A/metrics (default 127.0.0.1:9464); with -ui also the web
+//	    dashboard (package tenureui) on http://A/ui/, read-only unless -ui-actions. -ui-user
+//	    puts the dashboard behind HTTP basic auth (password from $TENURE_UI_PASSWORD); the user
+//	    is the actor recorded for each action. -ui-actions requires -ui-user.
 package main

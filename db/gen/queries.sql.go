@@ -2924,6 +2924,496 @@ func (q *Queries) TryPruneLock(ctx context.Context, lockKey int64) (bool, error)
 	return locked, err
 }
 
+const uICompletions = `-- name: UICompletions :many
+SELECT extract(epoch FROM date_trunc('minute', finished_at))::bigint AS minute,
+       count(*)::bigint AS finished,
+       count(*) FILTER (WHERE state = 'succeeded')::bigint AS succeeded
+FROM tenure.jobs
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at >= $1::timestamptz
+GROUP BY 1
+ORDER BY 1
+`
+
+type UICompletionsRow struct {
+	Minute    int64
+	Finished  int64
+	Succeeded int64
+}
+
+// Jobs finished per minute since @since (through jobs_finished_idx), oldest minute first.
+func (q *Queries) UICompletions(ctx context.Context, since time.Time) ([]UICompletionsRow, error) {
+	rows, err := q.db.Query(ctx, uICompletions, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UICompletionsRow{}
+	for rows.Next() {
+		var i UICompletionsRow
+		if err := rows.Scan(&i.Minute, &i.Finished, &i.Succeeded); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const uIJobEffects = `-- name: UIJobEffects :many
+SELECT key, job_id, name, generation, result, created_at, updated_at FROM tenure.effects WHERE job_id = $1 ORDER BY name LIMIT $2
+`
+
+type UIJobEffectsParams struct {
+	JobID   int64
+	MaxRows int32
+}
+
+// A job's effect-ledger rows (through effects_job_name), by name.
+func (q *Queries) UIJobEffects(ctx context.Context, arg UIJobEffectsParams) ([]TenureEffect, error) {
+	rows, err := q.db.Query(ctx, uIJobEffects, arg.JobID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureEffect{}
+	for rows.Next() {
+		var i TenureEffect
+		if err := rows.Scan(
+			&i.Key,
+			&i.JobID,
+			&i.Name,
+			&i.Generation,
+			&i.Result,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const uIJobIDBounds = `-- name: UIJobIDBounds :one
+
+SELECT coalesce(min(id), 0)::bigint AS min_id, coalesce(max(id), 0)::bigint AS max_id FROM tenure.jobs
+`
+
+type UIJobIDBoundsRow struct {
+	MinID int64
+	MaxID int64
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dashboard (package tenureui). Each statement reads one index and a bounded set of rows, never
+// the whole table: ready, running and dead jobs through their partial indexes (the live
+// backlog, not the finished rows); any state through an id window [@floor_id, @before_id) of
+// the primary key, whose width the dashboard bounds (finished jobs are found window by window).
+// The ready, running and dead lists sort by "id + 0": ordered by id itself, the planner may
+// walk the primary key backwards from the newest row, which reads every newer finished row
+// first; ordered by an expression, it reads the state's partial index and sorts the backlog.
+// ---------------------------------------------------------------------------------------------
+// The smallest and largest job ids (two primary-key probes), where the id windows start and end.
+func (q *Queries) UIJobIDBounds(ctx context.Context) (UIJobIDBoundsRow, error) {
+	row := q.db.QueryRow(ctx, uIJobIDBounds)
+	var i UIJobIDBoundsRow
+	err := row.Scan(&i.MinID, &i.MaxID)
+	return i, err
+}
+
+const uIListDead = `-- name: UIListDead :many
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
+WHERE state = 'dead' AND id < $1
+  AND ($2::text IS NULL OR queue = $2::text)
+  AND ($3::text IS NULL OR kind = $3::text)
+  AND ($4::smallint IS NULL OR priority = $4::smallint)
+  AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
+  AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7::text)) > 0)
+ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
+LIMIT $8
+`
+
+type UIListDeadParams struct {
+	BeforeID    int64
+	Queue       *string
+	Kind        *string
+	Priority    *int16
+	CreatedFrom *time.Time
+	CreatedTo   *time.Time
+	Search      *string
+	MaxRows     int32
+}
+
+// Dead jobs below @before_id, newest first, filtered: reads jobs_dead_idx (the dead set).
+func (q *Queries) UIListDead(ctx context.Context, arg UIListDeadParams) ([]TenureJob, error) {
+	rows, err := q.db.Query(ctx, uIListDead,
+		arg.BeforeID,
+		arg.Queue,
+		arg.Kind,
+		arg.Priority,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.Search,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureJob{}
+	for rows.Next() {
+		var i TenureJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const uIListReady = `-- name: UIListReady :many
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
+WHERE state = 'ready' AND id < $1
+  AND ($2::text IS NULL OR queue = $2::text)
+  AND ($3::text IS NULL OR kind = $3::text)
+  AND ($4::smallint IS NULL OR priority = $4::smallint)
+  AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
+  AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7::text)) > 0)
+ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
+LIMIT $8
+`
+
+type UIListReadyParams struct {
+	BeforeID    int64
+	Queue       *string
+	Kind        *string
+	Priority    *int16
+	CreatedFrom *time.Time
+	CreatedTo   *time.Time
+	Search      *string
+	MaxRows     int32
+}
+
+// Ready jobs below @before_id, newest first, filtered: reads jobs_ready_idx (the ready backlog).
+func (q *Queries) UIListReady(ctx context.Context, arg UIListReadyParams) ([]TenureJob, error) {
+	rows, err := q.db.Query(ctx, uIListReady,
+		arg.BeforeID,
+		arg.Queue,
+		arg.Kind,
+		arg.Priority,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.Search,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureJob{}
+	for rows.Next() {
+		var i TenureJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const uIListRunning = `-- name: UIListRunning :many
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
+WHERE locked_until IS NOT NULL AND state = 'running' AND id < $1
+  AND ($2::text IS NULL OR queue = $2::text)
+  AND ($3::text IS NULL OR kind = $3::text)
+  AND ($4::smallint IS NULL OR priority = $4::smallint)
+  AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
+  AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7::text)) > 0)
+ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
+LIMIT $8
+`
+
+type UIListRunningParams struct {
+	BeforeID    int64
+	Queue       *string
+	Kind        *string
+	Priority    *int16
+	CreatedFrom *time.Time
+	CreatedTo   *time.Time
+	Search      *string
+	MaxRows     int32
+}
+
+// Running jobs below @before_id, newest first, filtered: reads jobs_running_idx (leased rows).
+func (q *Queries) UIListRunning(ctx context.Context, arg UIListRunningParams) ([]TenureJob, error) {
+	rows, err := q.db.Query(ctx, uIListRunning,
+		arg.BeforeID,
+		arg.Queue,
+		arg.Kind,
+		arg.Priority,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.Search,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureJob{}
+	for rows.Next() {
+		var i TenureJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const uIListWindow = `-- name: UIListWindow :many
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
+WHERE id < $1 AND id >= $2
+  AND ($3::tenure.job_state IS NULL OR state = $3::tenure.job_state)
+  AND ($4::text IS NULL OR queue = $4::text)
+  AND ($5::text IS NULL OR kind = $5::text)
+  AND ($6::smallint IS NULL OR priority = $6::smallint)
+  AND ($7::timestamptz IS NULL OR created_at >= $7::timestamptz)
+  AND ($8::timestamptz IS NULL OR created_at < $8::timestamptz)
+  AND ($9::text IS NULL OR strpos(lower(payload::text), lower($9::text)) > 0)
+ORDER BY id DESC
+LIMIT $10
+`
+
+type UIListWindowParams struct {
+	BeforeID    int64
+	FloorID     int64
+	State       NullTenureJobState
+	Queue       *string
+	Kind        *string
+	Priority    *int16
+	CreatedFrom *time.Time
+	CreatedTo   *time.Time
+	Search      *string
+	MaxRows     int32
+}
+
+// Jobs of any state in the id window [@floor_id, @before_id), newest first, filtered. The
+// primary key bounds the rows read to the window's width, whatever the filters match.
+// @search is a case-insensitive substring of the args' JSON text.
+func (q *Queries) UIListWindow(ctx context.Context, arg UIListWindowParams) ([]TenureJob, error) {
+	rows, err := q.db.Query(ctx, uIListWindow,
+		arg.BeforeID,
+		arg.FloorID,
+		arg.State,
+		arg.Queue,
+		arg.Kind,
+		arg.Priority,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.Search,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureJob{}
+	for rows.Next() {
+		var i TenureJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const uIReadyBands = `-- name: UIReadyBands :many
+SELECT queue, priority,
+       count(*) FILTER (WHERE run_at <= now())::bigint AS ready,
+       count(*) FILTER (WHERE run_at > now())::bigint  AS scheduled,
+       count(*) FILTER (WHERE attempts > 0)::bigint    AS retrying,
+       coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now())), 0)::float8 AS oldest_ready_age_s
+FROM tenure.jobs
+WHERE state = 'ready'
+GROUP BY queue, priority
+`
+
+type UIReadyBandsRow struct {
+	Queue           string
+	Priority        int16
+	Ready           int64
+	Scheduled       int64
+	Retrying        int64
+	OldestReadyAgeS float64
+}
+
+// Per queue and priority, through jobs_ready_idx: due, scheduled and retrying (ready after a
+// failed attempt) jobs, and the oldest due job's age in seconds on the database clock.
+func (q *Queries) UIReadyBands(ctx context.Context) ([]UIReadyBandsRow, error) {
+	rows, err := q.db.Query(ctx, uIReadyBands)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UIReadyBandsRow{}
+	for rows.Next() {
+		var i UIReadyBandsRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.Priority,
+			&i.Ready,
+			&i.Scheduled,
+			&i.Retrying,
+			&i.OldestReadyAgeS,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const uniqueHolder = `-- name: UniqueHolder :one
 SELECT id FROM tenure.jobs
 WHERE unique_key = $1::bytea AND unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)

@@ -63,7 +63,10 @@ type config struct {
 	Verbose bool
 
 	MetricsAddr   string        // serve Prometheus metrics (engine + cluster) here at /metrics; empty: not at all
-	MetricsLinger time.Duration // keep serving them this long after the run (to scrape the final state)
+	MetricsLinger time.Duration // keep serving them (and the dashboard) this long after the run
+	UIAddr        string        // serve the web dashboard (tenureui) here at /ui/; empty: not at all
+	UIActions     bool          // enable the dashboard's actions (actor "shop-demo")
+	onUI          func(url string)
 	onMetrics     func(url string)
 	Out           io.Writer
 	Log           io.Writer // worker logs (errors only unless Verbose)
@@ -83,6 +86,8 @@ func (c config) validate() error {
 	switch {
 	case !dbNameRE.MatchString(c.DB):
 		return fmt.Errorf("-db %q: want a lower-case identifier", c.DB)
+	case c.UIActions && c.UIAddr == "":
+		return fmt.Errorf("-ui-actions needs -ui-addr")
 	case c.Orders < 1 || c.Orders > 1_000_000:
 		return fmt.Errorf("-orders must be within 1..1000000")
 	case c.Producers < 1 || c.Producers > 64:
@@ -119,7 +124,9 @@ func main() {
 	flag.DurationVar(&cfg.MaxRun, "max-run", cfg.MaxRun, "stop (gracefully) after this long even if jobs remain")
 	flag.BoolVar(&cfg.Verbose, "v", false, "log the worker's info and warnings (every failed attempt)")
 	flag.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics (engine and cluster collectors) on this address at /metrics, e.g. 127.0.0.1:9464")
-	flag.DurationVar(&cfg.MetricsLinger, "metrics-linger", 0, "with -metrics-addr: keep serving this long after the run ends")
+	flag.DurationVar(&cfg.MetricsLinger, "metrics-linger", 0, "with -metrics-addr or -ui-addr: keep serving this long after the run ends")
+	flag.StringVar(&cfg.UIAddr, "ui-addr", "", "serve the web dashboard (tenureui) on this address at /ui/, e.g. 127.0.0.1:8080")
+	flag.BoolVar(&cfg.UIActions, "ui-actions", false, "with -ui-addr: enable the dashboard's actions (audited as actor shop-demo; local use only)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "shop: unexpected arguments %q\n", flag.Args())

@@ -198,3 +198,34 @@ func TestShopServesMetrics(t *testing.T) {
 		require.True(t, seen[want], "no scrape in %d held %s", scrapes, want)
 	}
 }
+
+// TestShopServesDashboard runs the demo with -ui-addr and loads the dashboard while it runs:
+// the overview lists the shop queue and the worker.
+func TestShopServesDashboard(t *testing.T) {
+	t.Parallel()
+	cfg, _ := testConfig(t)
+	cfg.Orders, cfg.ReportEvery = 60, 1000
+	cfg.UIAddr = "127.0.0.1:0"
+	var mu sync.Mutex
+	var page string
+	var code int
+	cfg.onUI = func(url string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		mu.Lock()
+		code, page = resp.StatusCode, string(body)
+		mu.Unlock()
+	}
+	sum, err := run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Empty(t, sum.problems())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, `data-worker="`)
+	require.Contains(t, page, "read-only")
+}

@@ -179,6 +179,20 @@ func run(ctx context.Context, cfg config) (*summary, error) {
 			cfg.onMetrics(url)
 		}
 	}
+	if cfg.UIAddr != "" {
+		url, stopUI, err := serveUI(pool, legacy, cfg.UIAddr, cfg.UIActions)
+		if err != nil {
+			stopCtx, cancel := context.WithTimeout(bg, 10*time.Second)
+			_ = w.Stop(stopCtx)
+			cancel()
+			return nil, fmt.Errorf("dashboard: %w", err)
+		}
+		defer stopUI()
+		logf("dashboard: serving %s", url)
+		if cfg.onUI != nil {
+			cfg.onUI(url)
+		}
+	}
 	start := time.Now()
 	logf("worker started: queue %s (%d handlers, quotas 6/3/1 + aging), queue %s (4 handlers); placing %d orders with %d writers",
 		shopjobs.QueueShop, cfg.Concurrency, shopjobs.QueueReports, cfg.Orders, cfg.Producers)
@@ -282,8 +296,8 @@ func run(ctx context.Context, cfg config) (*summary, error) {
 		return nil, err
 	}
 	sum.print(out)
-	if cfg.MetricsAddr != "" && cfg.MetricsLinger > 0 && sum.Interrupted == "" {
-		logf("metrics: serving for %v more (Ctrl-C to end)", cfg.MetricsLinger)
+	if (cfg.MetricsAddr != "" || cfg.UIAddr != "") && cfg.MetricsLinger > 0 && sum.Interrupted == "" {
+		logf("metrics and dashboard: serving for %v more (Ctrl-C to end)", cfg.MetricsLinger)
 		select {
 		case <-ctx.Done():
 		case <-time.After(cfg.MetricsLinger):

@@ -1,0 +1,40 @@
+// Package tenureui is Tenure's web dashboard: an http.Handler the application mounts under
+// any path prefix, or that `tenure serve -ui` serves standalone.
+//
+// It shows what Tenure's data model knows: per queue and priority band the ready, scheduled,
+// retrying, running (and lease-expired) and dead jobs, the oldest ready job's age and the
+// queue-wait percentiles; completions per second over the last hour (an inline SVG drawn on
+// the server); the worker registry (host, queues, heartbeat age, last success, throughput,
+// stale completions rejected, leases lost); top error codes of dead jobs; periodic schedules;
+// a keyset-paginated job list filtered by state, queue, kind, priority, creation time and a
+// substring of the args; and a job page with its args, metadata, lease and claim token,
+// generation, attempts timeline, effect-ledger rows and audit trail.
+//
+// # Read-only by default
+//
+// Mutations (cancel, retry now, re-inject, delete, bulk re-inject or cancel of a filtered set,
+// pause and resume a queue) are off unless Config.EnableActions is set, and then every one
+// asks Config.Authorizer, which names the actor; each needs a reason, and goes through the
+// jobs.Client operator API, which records actor and reason in tenure.audit. There is no other
+// write path: the dashboard runs no SQL of its own that changes anything.
+//
+// # Security
+//
+// Pages are html/template renderings, so job data (args, metadata, error messages, queue and
+// kind names) is escaped in every context. Every response carries a strict
+// Content-Security-Policy (script-src 'self', no inline script or style, no framing; the only
+// script is an embedded static file). Every POST needs a CSRF token (a signed, double-submitted
+// SameSite=Strict cookie) and passes net/http's cross-origin protection (Sec-Fetch-Site /
+// Origin). BasicAuth and BasicAuthorizer give a simple user and password gate, as
+// `tenure serve -ui` uses.
+//
+// # Cost
+//
+// The overview is one snapshot per Config.RefreshEvery, shared by every viewer, read from the
+// partial indexes (ready, running, dead), the finished-jobs index (the wait window and the
+// last hour) and the small registry tables. Open pages poll their live part once per
+// RefreshEvery, and not while hidden. Job lists read ready, running or dead jobs through their
+// partial indexes, and any other selection through bounded primary-key id windows
+// (Config.ScanWindow × Config.ScanWindows ids per view at most), so a page stays fast on a
+// table of tens of millions of finished jobs; a sparse match shows "Search older" to continue.
+package tenureui
