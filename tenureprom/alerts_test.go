@@ -65,15 +65,25 @@ VALUES ('elsewhere', '{}', 'running', 1, 'other', now() + interval '1 hour', gen
 	cluster, err := tenureprom.NewClusterCollector(pool, nil)
 	require.NoError(t, err)
 	require.NoError(t, reg.Register(cluster))
-	fams := scrape(t, reg)
+	// The worker's registry row (and with it the per-worker series) is refreshed every 50 ms
+	// here and aged out when stale: on a loaded machine one scrape can fall between the two.
+	// Scrape until the per-worker series are there (bounded).
 	served := map[string]bool{}
-	for name, f := range fams {
-		served[name] = true
-		if f.GetType() == dto.MetricType_HISTOGRAM {
-			served[name+"_bucket"], served[name+"_sum"], served[name+"_count"] = true, true, true
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		fams := scrape(t, reg)
+		for name, f := range fams {
+			served[name] = true
+			if f.GetType() == dto.MetricType_HISTOGRAM {
+				served[name+"_bucket"], served[name+"_sum"], served[name+"_count"] = true, true, true
+			}
 		}
+		if served["tenure_registered_worker_expired"] && served["tenure_registered_worker_last_success_age_seconds"] {
+			return served
+		}
+		require.True(t, time.Now().Before(deadline), "the registered worker's series never appeared")
+		time.Sleep(100 * time.Millisecond)
 	}
-	return served
 }
 
 // TestAlertRulesUseServedMetrics parses alerts.yml and docs/operations.md and checks that every

@@ -67,6 +67,7 @@ type config struct {
 	UIAddr        string        // serve the web dashboard (tenureui) here at /ui/; empty: not at all
 	UIActions     bool          // enable the dashboard's actions (actor "shop-demo")
 	onUI          func(url string)
+	uiRefresh     time.Duration // tests: the dashboard's refresh (default 2 s)
 	onMetrics     func(url string)
 	Out           io.Writer
 	Log           io.Writer // worker logs (errors only unless Verbose)

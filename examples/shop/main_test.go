@@ -204,23 +204,43 @@ func TestShopServesMetrics(t *testing.T) {
 func TestShopServesDashboard(t *testing.T) {
 	t.Parallel()
 	cfg, _ := testConfig(t)
-	cfg.Orders, cfg.ReportEvery = 60, 1000
+	cfg.Orders, cfg.ReportEvery = 400, 1000
 	cfg.UIAddr = "127.0.0.1:0"
+	cfg.uiRefresh = time.Second // the shortest refresh; the run outlasts it
 	var mu sync.Mutex
 	var page string
 	var code int
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
 	cfg.onUI = func(url string) {
-		resp, err := http.Get(url)
-		if err != nil {
-			return
-		}
-		body, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		mu.Lock()
-		code, page = resp.StatusCode, string(body)
-		mu.Unlock()
+		// The overview is a snapshot shared by viewers and refreshed every few seconds: poll
+		// until it shows the worker (registered once the run has started).
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if resp, err := http.Get(url); err == nil {
+					body, _ := io.ReadAll(resp.Body)
+					_ = resp.Body.Close()
+					mu.Lock()
+					code, page = resp.StatusCode, string(body)
+					done := strings.Contains(page, `data-worker="`)
+					mu.Unlock()
+					if done {
+						return
+					}
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}()
 	}
 	sum, err := run(context.Background(), cfg)
+	close(stop)
+	wg.Wait()
 	require.NoError(t, err)
 	require.Empty(t, sum.problems())
 	mu.Lock()

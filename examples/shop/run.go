@@ -180,7 +180,7 @@ func run(ctx context.Context, cfg config) (*summary, error) {
 		}
 	}
 	if cfg.UIAddr != "" {
-		url, stopUI, err := serveUI(pool, legacy, cfg.UIAddr, cfg.UIActions)
+		url, stopUI, err := serveUI(pool, legacy, cfg.UIAddr, cfg.UIActions, cfg.uiRefresh)
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(bg, 10*time.Second)
 			_ = w.Stop(stopCtx)

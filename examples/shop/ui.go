@@ -16,8 +16,11 @@ import (
 // serveUI serves the web dashboard (tenureui) on addr at /ui/, and returns its URL and a
 // function that stops the server. With actions, every action is allowed and audited as
 // actor "shop-demo": fine for a local demo, not for anything reachable by others.
-func serveUI(pool *pgxpool.Pool, client *jobs.Client, addr string, actions bool) (string, func(), error) {
-	cfg := &tenureui.Config{Prefix: "/ui", Client: client, RefreshEvery: 2 * time.Second, EnableActions: actions}
+func serveUI(pool *pgxpool.Pool, client *jobs.Client, addr string, actions bool, refresh time.Duration) (string, func(), error) {
+	if refresh <= 0 {
+		refresh = 2 * time.Second
+	}
+	cfg := &tenureui.Config{Prefix: "/ui", Client: client, RefreshEvery: refresh, EnableActions: actions}
 	if actions {
 		cfg.Authorizer = func(*http.Request, tenureui.Action) (string, error) { return "shop-demo", nil }
 	}
