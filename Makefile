@@ -55,6 +55,14 @@ test-short:
 chaos:
 	$(GO) test -count=1 -timeout 20m ./internal/faults/
 
+## fleet: the fleet scenario of the fault matrix alone (TestFleetSilentCut, ~20 s): 3 worker
+## hosts as network namespaces on a bridge, one PostgreSQL, one host's link cut silently for
+## 3 leases, healed (docs/reliability.md row 14). Needs root and iproute2; skips otherwise.
+## `make chaos` runs it too.
+.PHONY: fleet
+fleet:
+	$(GO) test -count=1 -timeout 5m -run TestFleetSilentCut -v ./internal/faults/
+
 ## soak: 4 worker processes, 20,000 effect jobs, random SIGKILL / SIGSTOP+SIGCONT of the workers
 ## for 2 minutes, then drain: 0 lost, 0 wrong, 0 stuck, effects once (~4 min; docs/reliability.md)
 .PHONY: soak
