@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -581,8 +582,7 @@ func report(out io.Writer, c config, info pgutil.ServerInfo, rs []result) {
 		if b, ok := base[r.offered]; ok && r.variant != "business" {
 			bw := per1k(float64(b.walBytes), b.jobs) / 1024
 			bc := per1k(float64(b.cpu)/float64(time.Millisecond), b.jobs)
-			shareW = fmt.Sprintf("%.0f%%", 100*(wal-bw)/wal+0) // +0: no "-0%"
-			shareC = fmt.Sprintf("%.0f%%", 100*(cpu-bc)/cpu+0)
+			shareW, shareC = pct((wal-bw)/wal), pct((cpu-bc)/cpu)
 		}
 		fmt.Fprintf(tw, "| %s\t %d\t %.0f\t %d\t %.0f\t %.0f\t %s\t %s\t %.0f / %.0f / %.0f\t %.0f / %.0f / %.0f\t\n",
 			r.variant, r.offered, r.achieved, r.jobs, wal, cpu, shareW, shareC,
@@ -619,4 +619,10 @@ func shortVersion(v string) string {
 		return f[1]
 	}
 	return v
+}
+
+// pct formats a share as a whole percentage ("0%", never "-0%").
+func pct(x float64) string {
+	p := int(math.Round(100 * x))
+	return strconv.Itoa(p) + "%"
 }
