@@ -99,6 +99,14 @@ bench:
 bench-fairness:
 	$(GO) run ./cmd/tenure-fairness -out bench/results/fairness.json $(ARGS)
 
+## bench-whentomove: what the queue costs the database next to a business write per job (an
+## order INSERT + the handler's UPDATE): WAL and server CPU per 1,000 jobs, business alone vs
+## Tenure vs JetStream via the outbox vs JetStream direct (docs/guide.md §8; needs NATS with
+## JetStream on 127.0.0.1:4222 for the js-* variants; ~3 min). ARGS='-rates 200 -duration 4s'
+.PHONY: bench-whentomove
+bench-whentomove:
+	cd bench && $(GO) run ./cmd/whentomove $(ARGS)
+
 ## bench-relay: the outbox relay's throughput into NATS JetStream (tenurenats; needs a NATS
 ## server with JetStream on 127.0.0.1:4222 or $$TENURE_NATS_URL; a 20,000-row backlog per case)
 .PHONY: bench-relay
