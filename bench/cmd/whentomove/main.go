@@ -512,7 +512,7 @@ func runOne(ctx context.Context, adminURL string, js jetstream.JetStream, varian
 	stmts := pgutil.StatementsSince(stmtsBefore, pgutil.Statements(ctx, dbURL, 5000), 5000)
 	res.stmtWAL, res.stmtMs = map[string]float64{}, map[string]float64{}
 	for _, s := range stmts {
-		cl := classify(s.Query, vacuumQueue)
+		cl := classify(s.Query)
 		if cl == "" {
 			continue
 		}
@@ -528,7 +528,7 @@ func runOne(ctx context.Context, adminURL string, js jetstream.JetStream, varian
 
 // classify puts a pg_stat_statements entry in "business", "txn", "queue", or "" (the bench's
 // own polling and snapshots, not counted).
-func classify(q string, vacuumQueue []string) string {
+func classify(q string) string {
 	switch {
 	case strings.HasPrefix(q, "shop_"), q == "VACUUM shop.orders":
 		return "business"
