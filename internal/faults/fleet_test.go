@@ -169,7 +169,7 @@ func (fn *fleetNet) heal(i int) error { return ipCmd("link", "set", fn.hosts[i].
 // address on a private bridge, each running a worker process (the test binary, started with
 // `ip netns exec`), share one PostgreSQL listening on the bridge. A producer enqueues 60
 // jobs/s (lease 2 s, handlers 0–200 ms). After 4 s one host's link is cut silently (its bridge
-// port down: packets dropped, nothing reset) for 6 s, three leases; then healed; the producer
+// port down: packets dropped, nothing reset) for 5 s, 2.5 leases; then healed; the producer
 // runs 6 s more and the jobs drain. Asserted: every job ends succeeded, and exactly one finish
 // landed per job across the fleet (the cut host's late writes must not land: fencing); the
 // jobs the cut host owned were reclaimed by the others' sweeps (Reclaimed > 0) and run there;
@@ -183,11 +183,16 @@ func TestFleetSilentCut(t *testing.T) {
 	}
 	t0 := time.Now()
 	const (
-		hosts   = 3
-		victim  = 0
-		lease   = 2 * time.Second
-		preCut  = 4 * time.Second
-		outage  = 6 * time.Second
+		hosts  = 3
+		victim = 0
+		lease  = 2 * time.Second
+		preCut = 4 * time.Second
+		// 2.5 leases. A finish written into the cut at x is retransmitted at x + 0.2, 0.6, 1.4,
+		// 3.0, 6.2 s (Linux's minimum RTO doubling); with the heal at 5 s its next
+		// retransmission comes at most 3.2 s later, inside the finish deadline (10 s), for
+		// every x: so the cut host's late finishes reach the database instead of being
+		// abandoned, whatever the phase.
+		outage  = 5 * time.Second
 		postCut = 6 * time.Second
 		perTick = 6 // jobs per 100 ms: 60/s
 	)
@@ -436,7 +441,9 @@ func TestFleetSilentCut(t *testing.T) {
 	require.Empty(t, conflicts, "(job, generation) pairs with two tokens")
 	require.NotEmpty(t, ownedAtCut)
 	require.True(t, takenBack, "the cut host's jobs were not taken back within the outage")
-	require.Equal(t, len(ownedAtCut), takenByOthers, "jobs the cut host owned must be finished by the others")
+	// (Not all of them: a finish of the cut host already executing when the snapshot was taken
+	// may still commit; the exactly-once check above covers every job either way.)
+	require.Positive(t, takenByOthers, "no job the cut host owned was finished by another host")
 	require.Positive(t, reclaimedByOthers, "the other hosts' sweeps reclaimed nothing: was the host cut?")
 	require.Positive(t, figs[victim].stale, "no late finish of the cut host reached the database and was rejected: was the cut silent?")
 	require.Equal(t, int64(figs[victim].stale), kvInt(final[victim], "stale"), "stale outcomes vs Stats.StaleRejected")
