@@ -57,7 +57,7 @@ chaos:
 
 ## fleet: the fleet scenario of the fault matrix alone (TestFleetSilentCut, ~20 s): 3 worker
 ## hosts as network namespaces on a bridge, one PostgreSQL, one host's link cut silently for
-## 3 leases, healed (docs/reliability.md row 14). Needs root and iproute2; skips otherwise.
+## 2.5 leases, healed (docs/reliability.md row 14). Needs root and iproute2; skips otherwise.
 ## `make chaos` runs it too.
 .PHONY: fleet
 fleet:
