@@ -572,24 +572,29 @@ func report(out io.Writer, c config, info pgutil.ServerInfo, rs []result) {
 		}
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| variant\t offered/s\t achieved/s\t jobs\t WAL KB/1k jobs\t server CPU ms/1k jobs\t queue share WAL\t queue share CPU\t stmt WAL business/queue/txn KB/1k\t stmt exec ms business/queue/txn /1k\t")
-	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t")
+	fmt.Fprintln(tw, "| variant\t offered/s\t achieved/s\t jobs\t WAL KB/1k jobs\t server CPU ms/1k jobs\t queue WAL B/job\t queue CPU µs/job\t queue share WAL\t queue share CPU\t stmt WAL business/queue KB/1k\t stmt exec ms business/queue/txn /1k\t")
+	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t")
 	per1k := func(x float64, n int) float64 { return x * 1000 / float64(max(n, 1)) }
 	for _, r := range rs {
 		wal := per1k(float64(r.walBytes), r.jobs) / 1024
 		cpu := per1k(float64(r.cpu)/float64(time.Millisecond), r.jobs)
-		shareW, shareC := "–", "–"
+		shareW, shareC, qW, qC := "–", "–", "–", "–"
 		if b, ok := base[r.offered]; ok && r.variant != "business" {
 			bw := per1k(float64(b.walBytes), b.jobs) / 1024
 			bc := per1k(float64(b.cpu)/float64(time.Millisecond), b.jobs)
 			shareW, shareC = pct((wal-bw)/wal), pct((cpu-bc)/cpu)
+			// per job: KB/1k jobs = B/job x 1.024; ms/1k jobs = µs/job
+			qW, qC = fmt.Sprintf("%.0f", (wal-bw)*1.024), fmt.Sprintf("%.0f", cpu-bc)
 		}
-		fmt.Fprintf(tw, "| %s\t %d\t %.0f\t %d\t %.0f\t %.0f\t %s\t %s\t %.0f / %.0f / %.0f\t %.0f / %.0f / %.0f\t\n",
-			r.variant, r.offered, r.achieved, r.jobs, wal, cpu, shareW, shareC,
-			per1k(r.stmtWAL["business"], r.jobs)/1024, per1k(r.stmtWAL["queue"], r.jobs)/1024, per1k(r.stmtWAL["txn"], r.jobs)/1024,
+		fmt.Fprintf(tw, "| %s\t %d\t %.0f\t %d\t %.0f\t %.0f\t %s\t %s\t %s\t %s\t %.0f / %.0f\t %.0f / %.0f / %.0f\t\n",
+			r.variant, r.offered, r.achieved, r.jobs, wal, cpu, qW, qC, shareW, shareC,
+			per1k(r.stmtWAL["business"], r.jobs)/1024, per1k(r.stmtWAL["queue"], r.jobs)/1024,
 			per1k(r.stmtMs["business"], r.jobs), per1k(r.stmtMs["queue"], r.jobs), per1k(r.stmtMs["txn"], r.jobs))
 	}
 	_ = tw.Flush()
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "queue WAL / CPU per job: the variant's minus business's at the same rate. stmt: pg_stat_statements (execution only;")
+	fmt.Fprintln(out, "commit records and the WAL of COMMIT are in the totals, not in the statement columns).")
 	fmt.Fprintln(out)
 	for _, r := range rs {
 		var parts []string
