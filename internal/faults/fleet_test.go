@@ -113,7 +113,18 @@ func newFleetNet(t *testing.T, n int) *fleetNet {
 	t.Helper()
 	sweepFleetLeftovers(t)
 	pid := os.Getpid()
-	third := pid % 250
+	// A /24 of 10.231.0.0/16 no other interface of this machine has an address in (another
+	// run's bridge, say).
+	third := -1
+	for k := 0; k < 250; k++ {
+		c := (pid + k) % 250
+		out, err := exec.Command("ip", "-o", "-4", "addr", "show", "to", fmt.Sprintf("10.231.%d.0/24", c)).Output()
+		if err == nil && strings.TrimSpace(string(out)) == "" {
+			third = c
+			break
+		}
+	}
+	require.GreaterOrEqual(t, third, 0, "no free /24 in 10.231.0.0/16")
 	fn := &fleetNet{
 		bridge: fmt.Sprintf("tnfb%d", pid),
 		gw:     fmt.Sprintf("10.231.%d.1", third),

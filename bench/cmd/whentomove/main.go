@@ -160,18 +160,16 @@ func fatal(err error) {
 func logf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
 
 type result struct {
-	variant          string
-	offered, jobs    int
-	achieved         float64 // orders committed per second while producing
-	drain            time.Duration
-	walBytes         int64
-	cpu              time.Duration
-	stmtWAL, stmtMs  map[string]float64 // by class: business, txn, queue
-	settled          bool
-	topQueue         []pgutil.Statement
-	producerErrs     int64
-	notes            []string
-	consumerBacklogs int64
+	variant         string
+	offered, jobs   int
+	achieved        float64 // orders committed per second while producing
+	drain           time.Duration
+	walBytes        int64
+	cpu             time.Duration
+	stmtWAL, stmtMs map[string]float64 // by class: business, txn, queue
+	topQueue        []pgutil.Statement
+	producerErrs    int64
+	notes           []string
 }
 
 func run(ctx context.Context, c config) error {
@@ -485,7 +483,6 @@ func runOne(ctx context.Context, adminURL string, js jetstream.JetStream, varian
 		time.Sleep(100 * time.Millisecond)
 	}
 	res.drain = time.Since(drainStart)
-	res.settled = true
 	if cleanup != nil {
 		if err := cleanup(ctx); err != nil {
 			return res, fmt.Errorf("cleanup: %w", err)
