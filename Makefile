@@ -55,6 +55,14 @@ test-short:
 chaos:
 	$(GO) test -count=1 -timeout 20m ./internal/faults/
 
+## fleet: the fleet scenario of the fault matrix alone (TestFleetSilentCut, ~20 s): 3 worker
+## hosts as network namespaces on a bridge, one PostgreSQL, one host's link cut silently for
+## 2.5 leases, healed (docs/reliability.md row 14). Needs root and iproute2; skips otherwise.
+## `make chaos` runs it too.
+.PHONY: fleet
+fleet:
+	$(GO) test -count=1 -timeout 5m -run TestFleetSilentCut -v ./internal/faults/
+
 ## soak: 4 worker processes, 20,000 effect jobs, random SIGKILL / SIGSTOP+SIGCONT of the workers
 ## for 2 minutes, then drain: 0 lost, 0 wrong, 0 stuck, effects once (~4 min; docs/reliability.md)
 .PHONY: soak
@@ -90,6 +98,14 @@ bench:
 ## promised bound on normal's oldest ready age breaks. ARGS='-duration 30s' to shorten.
 bench-fairness:
 	$(GO) run ./cmd/tenure-fairness -out bench/results/fairness.json $(ARGS)
+
+## bench-whentomove: what the queue costs the database next to a business write per job (an
+## order INSERT + the handler's UPDATE): WAL and server CPU per 1,000 jobs, business alone vs
+## Tenure vs JetStream via the outbox vs JetStream direct (docs/guide.md §8; needs NATS with
+## JetStream on 127.0.0.1:4222 for the js-* variants; ~3 min). ARGS='-rates 200 -duration 4s'
+.PHONY: bench-whentomove
+bench-whentomove:
+	cd bench && $(GO) run ./cmd/whentomove $(ARGS)
 
 ## bench-relay: the outbox relay's throughput into NATS JetStream (tenurenats; needs a NATS
 ## server with JetStream on 127.0.0.1:4222 or $$TENURE_NATS_URL; a 20,000-row backlog per case)

@@ -209,6 +209,7 @@ type childOpts struct {
 	StatsEvery  time.Duration
 	SleepMS     int
 	AsyncCommit bool
+	NetNS       string // run the child inside this network namespace (ip netns exec)
 }
 
 // line is one stdout line of a child and when the parent read it.
@@ -277,6 +278,9 @@ func startChild(t testing.TB, o childOpts) *childProc {
 	}
 	c := &childProc{name: o.ID, exited: make(chan struct{})}
 	c.cmd = exec.Command(exe)
+	if o.NetNS != "" {
+		c.cmd = exec.Command("ip", "netns", "exec", o.NetNS, exe) // ip execs exe: same pid
+	}
 	c.cmd.Env = append(os.Environ(),
 		envChild+"=worker",
 		envChildDB+"="+o.DB,
