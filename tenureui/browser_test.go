@@ -330,8 +330,15 @@ func testPauseQueue(t *testing.T, b *browser) {
 		return len(qs) == 2
 	}, 10*time.Second, 20*time.Millisecond, "the worker's queues are listed")
 	tab := b.tab(t)
-	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(f.base+"/"),
-		chromedp.WaitVisible(chromedp.CSS(`#queues tr[data-queue="mail"] form`)),
+	// The queues table lists queues with a live worker as of the page's render: on a loaded
+	// machine a registry heartbeat can land late, so reload until the mail queue is there.
+	require.Eventually(t, func() bool {
+		wctx, cancel := context.WithTimeout(tab, 3*time.Second)
+		defer cancel()
+		return chromedp.Do(wctx, chromedp.Navigate(f.base+"/"),
+			chromedp.WaitVisible(chromedp.CSS(`#queues tr[data-queue="mail"] form`))) == nil
+	}, 30*time.Second, 100*time.Millisecond, "the overview never listed the mail queue")
+	require.NoError(t, chromedp.Do(tab,
 		chromedp.SendKeys(chromedp.CSS(`#queues tr[data-queue="mail"] input[name="reason"]`), "SMTP relay maintenance"),
 		chromedp.Click(chromedp.CSS(`#queues tr[data-queue="mail"] button`)),
 		chromedp.WaitVisible(chromedp.CSS(`#message, #error`))))

@@ -20,7 +20,7 @@ func TestWorkerRegistry(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	const every = 50 * time.Millisecond
+	const every = 200 * time.Millisecond // the TTL (6 intervals) must outlast a loaded machine's stalls
 	mk := func(id string, queues map[string]worker.QueueConfig) *worker.Worker {
 		cfg := fastConfig(queues)
 		cfg.ID, cfg.RegistryEvery = id, every
