@@ -143,6 +143,41 @@ func TestShopInterrupted(t *testing.T) {
 	require.Contains(t, out.String(), "stopping (signal)")
 }
 
+// poller GETs a URL the demo serves, again and again while the demo runs, handing every
+// answer to see until see returns true or stop is closed.
+type poller struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newPoller() *poller { return &poller{stop: make(chan struct{})} }
+
+func (p *poller) poll(url string, every time.Duration, see func(code int, body string) bool) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			if resp, err := http.Get(url); err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				if see(resp.StatusCode, string(body)) {
+					return
+				}
+			}
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+}
+
+func (p *poller) close() {
+	close(p.stop)
+	p.wg.Wait()
+}
+
 // TestShopServesMetrics runs the demo with -metrics-addr and scrapes it while it runs: the
 // engine and cluster metrics are served. Each wanted series must appear in some scrape taken
 // while the demo runs (the last scrape can race the graceful stop, which removes the worker's
@@ -157,38 +192,25 @@ func TestShopServesMetrics(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	scrapes := 0
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	p := newPoller()
 	cfg.onMetrics = func(url string) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				if resp, err := http.Get(url); err == nil {
-					body, _ := io.ReadAll(resp.Body)
-					_ = resp.Body.Close()
-					if resp.StatusCode == http.StatusOK {
-						mu.Lock()
-						scrapes++
-						for _, w := range wants {
-							if strings.Contains(string(body), w) {
-								seen[w] = true
-							}
-						}
-						mu.Unlock()
-					}
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Millisecond):
+		p.poll(url, 100*time.Millisecond, func(code int, body string) bool {
+			if code != http.StatusOK {
+				return false
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			scrapes++
+			for _, w := range wants {
+				if strings.Contains(body, w) {
+					seen[w] = true
 				}
 			}
-		}()
+			return false
+		})
 	}
 	sum, err := run(context.Background(), cfg)
-	close(stop)
-	wg.Wait()
+	p.close()
 	require.NoError(t, err)
 	require.Empty(t, sum.problems())
 	mu.Lock()
@@ -200,7 +222,9 @@ func TestShopServesMetrics(t *testing.T) {
 }
 
 // TestShopServesDashboard runs the demo with -ui-addr and loads the dashboard while it runs:
-// the overview lists the shop queue and the worker.
+// the overview lists the shop queue and the worker. The overview is a snapshot shared by
+// viewers and refreshed every few seconds: poll until it shows the worker (registered once the
+// run has started).
 func TestShopServesDashboard(t *testing.T) {
 	t.Parallel()
 	cfg, _ := testConfig(t)
@@ -210,37 +234,17 @@ func TestShopServesDashboard(t *testing.T) {
 	var mu sync.Mutex
 	var page string
 	var code int
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	p := newPoller()
 	cfg.onUI = func(url string) {
-		// The overview is a snapshot shared by viewers and refreshed every few seconds: poll
-		// until it shows the worker (registered once the run has started).
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				if resp, err := http.Get(url); err == nil {
-					body, _ := io.ReadAll(resp.Body)
-					_ = resp.Body.Close()
-					mu.Lock()
-					code, page = resp.StatusCode, string(body)
-					done := strings.Contains(page, `data-worker="`)
-					mu.Unlock()
-					if done {
-						return
-					}
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(200 * time.Millisecond):
-				}
-			}
-		}()
+		p.poll(url, 200*time.Millisecond, func(c int, body string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			code, page = c, body
+			return strings.Contains(page, `data-worker="`)
+		})
 	}
 	sum, err := run(context.Background(), cfg)
-	close(stop)
-	wg.Wait()
+	p.close()
 	require.NoError(t, err)
 	require.Empty(t, sum.problems())
 	mu.Lock()

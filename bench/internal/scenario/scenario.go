@@ -525,27 +525,7 @@ func (r *runner) latency(ctx context.Context) error {
 	rate := max(1, r.spec.Rate)
 	interval := time.Second / time.Duration(rate)
 	total := int(r.spec.Duration / interval)
-	seqCh := make(chan int64, rate)
-	var wg sync.WaitGroup
-	var insertErrs atomic.Int64
-	for range 8 { // enough concurrent inserters that one slow commit never delays the schedule
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			seq := make([]int64, 1)
-			for s := range seqCh {
-				if err := sys.Insert(ctx, sut.BenchArgs{Pad: r.pad, Seq: s}); err != nil {
-					if insertErrs.Add(1) <= 3 {
-						logf("insert: %v", err)
-					}
-					continue
-				}
-				seq[0] = s
-				tr.committed(seq)
-				inserted.Add(1)
-			}
-		}()
-	}
+	seqCh, wg, insertErrs := r.inserters(ctx, sys, tr, &inserted, rate)
 	start := time.Now()
 	var late int
 	for i := range total {
@@ -690,27 +670,7 @@ func (r *runner) phases(ctx context.Context) error {
 		return err
 	}
 	tr.startClock(0)
-	seqCh := make(chan int64, 4096)
-	var wg sync.WaitGroup
-	var insertErrs atomic.Int64
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			seq := make([]int64, 1)
-			for s := range seqCh {
-				if err := sys.Insert(ctx, sut.BenchArgs{Pad: r.pad, Seq: s}); err != nil {
-					if insertErrs.Add(1) <= 3 {
-						logf("insert: %v", err)
-					}
-					continue
-				}
-				seq[0] = s
-				tr.committed(seq)
-				inserted.Add(1)
-			}
-		}()
-	}
+	seqCh, wg, insertErrs := r.inserters(ctx, sys, tr, &inserted, 4096)
 	// Depth sampler: the largest claimable backlog per phase.
 	var phaseIdx atomic.Int64
 	depthMax := make([]atomic.Int64, len(r.spec.Phases))
@@ -825,4 +785,33 @@ func (r *runner) phases(ctx context.Context) error {
 	}
 	r.publish()
 	return nil
+}
+
+// inserters starts the open-loop producers of latency and phases: 8 goroutines (enough that
+// one slow commit never delays the schedule) inserting each sequence number sent on the
+// returned channel alone, in its own transaction, and reporting the commit to tr. Close the
+// channel and wait on the group to stop them; the counter holds the failed inserts.
+func (r *runner) inserters(ctx context.Context, sys sut.System, tr *pickupTracker, inserted *atomic.Int64, buffer int) (chan<- int64, *sync.WaitGroup, *atomic.Int64) {
+	seqCh := make(chan int64, buffer)
+	var wg sync.WaitGroup
+	var insertErrs atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seq := make([]int64, 1)
+			for s := range seqCh {
+				if err := sys.Insert(ctx, sut.BenchArgs{Pad: r.pad, Seq: s}); err != nil {
+					if insertErrs.Add(1) <= 3 {
+						logf("insert: %v", err)
+					}
+					continue
+				}
+				seq[0] = s
+				tr.committed(seq)
+				inserted.Add(1)
+			}
+		}()
+	}
+	return seqCh, &wg, &insertErrs
 }
