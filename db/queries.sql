@@ -622,7 +622,7 @@ SELECT coalesce(min(id), 0)::bigint AS min_id, coalesce(max(id), 0)::bigint AS m
 -- name: UIListWindow :many
 -- Jobs of any state in the id window [@floor_id, @before_id), newest first, filtered. The
 -- primary key bounds the rows read to the window's width, whatever the filters match.
--- @search is a case-insensitive substring of the args' JSON text.
+-- @search is a case-insensitive substring of the args' JSON text; @tag one of the job's tags.
 SELECT * FROM tenure.jobs
 WHERE id < @before_id AND id >= @floor_id
   AND (sqlc.narg(state)::tenure.job_state IS NULL OR state = sqlc.narg(state)::tenure.job_state)
@@ -632,6 +632,7 @@ WHERE id < @before_id AND id >= @floor_id
   AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
   AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
+  AND (sqlc.narg(tag)::text IS NULL OR tags @> ARRAY[sqlc.narg(tag)::text])
 ORDER BY id DESC
 LIMIT @max_rows;
 
@@ -645,6 +646,7 @@ WHERE state = 'ready' AND id < @before_id
   AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
   AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
+  AND (sqlc.narg(tag)::text IS NULL OR tags @> ARRAY[sqlc.narg(tag)::text])
 ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
 LIMIT @max_rows;
 
@@ -658,6 +660,7 @@ WHERE locked_until IS NOT NULL AND state = 'running' AND id < @before_id
   AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
   AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
+  AND (sqlc.narg(tag)::text IS NULL OR tags @> ARRAY[sqlc.narg(tag)::text])
 ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
 LIMIT @max_rows;
 
@@ -671,6 +674,7 @@ WHERE state = 'dead' AND id < @before_id
   AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
   AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
+  AND (sqlc.narg(tag)::text IS NULL OR tags @> ARRAY[sqlc.narg(tag)::text])
 ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
 LIMIT @max_rows;
 

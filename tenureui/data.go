@@ -257,9 +257,9 @@ func secs(s float64) time.Duration { return time.Duration(s * float64(time.Secon
 
 // listQuery is the jobs list's filter and page position.
 type listQuery struct {
-	State, Queue, Kind, Search string
-	Priority                   int
-	From, To                   time.Time
+	State, Queue, Kind, Search, Tag string
+	Priority                        int
+	From, To                        time.Time
 	// Before: list ids below it (0: from the newest).
 	Before int64
 }
@@ -267,7 +267,11 @@ type listQuery struct {
 const timeInput = "2006-01-02T15:04"
 
 func parseListQuery(get func(string) string) (listQuery, error) {
-	q := listQuery{State: get("state"), Queue: strings.TrimSpace(get("queue")), Kind: strings.TrimSpace(get("kind")), Search: get("q")}
+	q := listQuery{State: get("state"), Queue: strings.TrimSpace(get("queue")), Kind: strings.TrimSpace(get("kind")), Search: get("q"),
+		Tag: strings.TrimSpace(get("tag"))}
+	if q.Tag != "" && !jobs.ValidTag(q.Tag) {
+		return q, fmt.Errorf("tag %q is not a valid tag", q.Tag)
+	}
 	if q.State != "" && !jobs.State(q.State).Valid() {
 		return q, fmt.Errorf("unknown state %q", q.State)
 	}
@@ -307,7 +311,7 @@ func parseListQuery(get func(string) string) (listQuery, error) {
 
 // values encodes q (without Before) as URL query parameters.
 func (q listQuery) values() map[string]string {
-	m := map[string]string{"state": q.State, "queue": q.Queue, "kind": q.Kind, "q": q.Search}
+	m := map[string]string{"state": q.State, "queue": q.Queue, "kind": q.Kind, "q": q.Search, "tag": q.Tag}
 	if q.Priority != 0 {
 		m["priority"] = strconv.Itoa(q.Priority)
 	}
@@ -333,14 +337,14 @@ type listResult struct {
 }
 
 type filterArgs struct {
-	queue, kind, search *string
-	priority            *int16
-	from, to            *time.Time
+	queue, kind, search, tag *string
+	priority                 *int16
+	from, to                 *time.Time
 }
 
 func (q listQuery) args() filterArgs {
 	var a filterArgs
-	a.queue, a.kind, a.search = nonEmpty(q.Queue), nonEmpty(q.Kind), nonEmpty(q.Search)
+	a.queue, a.kind, a.search, a.tag = nonEmpty(q.Queue), nonEmpty(q.Kind), nonEmpty(q.Search), nonEmpty(q.Tag)
 	if q.Priority != 0 {
 		p := int16(q.Priority)
 		a.priority = &p
@@ -375,15 +379,15 @@ func (h *Handler) list(ctx context.Context, q listQuery, limit int) (*listResult
 	case jobs.StateReady:
 		res.Statement = "UIListReady"
 		res.Jobs, err = h.q.UIListReady(ctx, gen.UIListReadyParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
-			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, MaxRows: int32(limit)})
+			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit)})
 	case jobs.StateRunning:
 		res.Statement = "UIListRunning"
 		res.Jobs, err = h.q.UIListRunning(ctx, gen.UIListRunningParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
-			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, MaxRows: int32(limit)})
+			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit)})
 	case jobs.StateDead:
 		res.Statement = "UIListDead"
 		res.Jobs, err = h.q.UIListDead(ctx, gen.UIListDeadParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
-			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, MaxRows: int32(limit)})
+			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit)})
 	default:
 		return h.listWindows(ctx, q, a, before, limit)
 	}
@@ -418,7 +422,7 @@ func (h *Handler) listWindows(ctx context.Context, q listQuery, a filterArgs, be
 		floor := max(before-int64(h.cfg.ScanWindow), b.MinID)
 		rows, err := h.q.UIListWindow(ctx, gen.UIListWindowParams{BeforeID: before, FloorID: floor, State: state,
 			Queue: a.queue, Kind: a.kind, Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search,
-			MaxRows: int32(limit - len(res.Jobs))})
+			Tag: a.tag, MaxRows: int32(limit - len(res.Jobs))})
 		if err != nil {
 			return nil, err
 		}

@@ -294,6 +294,9 @@ func TestJobsListFiltersAndPages(t *testing.T) {
 		       CASE WHEN g <= 150 THEN '2026-01-01T00:00:00Z'::timestamptz ELSE '2026-06-01T00:00:00Z'::timestamptz END
 		FROM generate_series(1, 300) g`)
 	require.NoError(t, err)
+	// Every 30th job carries the tag "vip" (with another tag), so 10 of them.
+	_, err = pool.Exec(ctx, `UPDATE tenure.jobs SET tags = ARRAY['vip', 'batch-7'] WHERE id % 30 = 0`)
+	require.NoError(t, err)
 	dead := insertDead(t, pool, "q1", "common", `{"n":-1}`)
 	h, err := tenureui.New(pool, &tenureui.Config{Prefix: "/ui", PageSize: 4, ScanWindow: 40, ScanWindows: 2})
 	require.NoError(t, err)
@@ -327,6 +330,11 @@ func TestJobsListFiltersAndPages(t *testing.T) {
 	require.Len(t, count("kind=rare&from=2026-03-01T00:00"), 3)
 	require.Len(t, count("kind=rare&to=2026-03-01T00:00"), 3)
 	require.Empty(t, count("kind=nope"))
+	require.Len(t, count("tag=vip"), 10)
+	require.Len(t, count("tag=vip&kind=rare"), 2, "ids 150 and 300 are both rare and tagged")
+	require.Empty(t, count("tag=nope"))
+	code, _, _ := b.get("/ui/jobs?tag=" + url.QueryEscape("bad tag!"))
+	require.Equal(t, http.StatusBadRequest, code)
 	// One sparse view reads at most 2 windows of 40 ids and says so.
 	_, body, _ := b.get("/ui/jobs?kind=rare")
 	require.Contains(t, body, "Older jobs were not searched yet")

@@ -3035,8 +3035,9 @@ WHERE state = 'dead' AND id < $1
   AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
   AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
   AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7::text)) > 0)
+  AND ($8::text IS NULL OR tags @> ARRAY[$8::text])
 ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
-LIMIT $8
+LIMIT $9
 `
 
 type UIListDeadParams struct {
@@ -3047,6 +3048,7 @@ type UIListDeadParams struct {
 	CreatedFrom *time.Time
 	CreatedTo   *time.Time
 	Search      *string
+	Tag         *string
 	MaxRows     int32
 }
 
@@ -3060,6 +3062,7 @@ func (q *Queries) UIListDead(ctx context.Context, arg UIListDeadParams) ([]Tenur
 		arg.CreatedFrom,
 		arg.CreatedTo,
 		arg.Search,
+		arg.Tag,
 		arg.MaxRows,
 	)
 	if err != nil {
@@ -3118,8 +3121,9 @@ WHERE state = 'ready' AND id < $1
   AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
   AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
   AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7::text)) > 0)
+  AND ($8::text IS NULL OR tags @> ARRAY[$8::text])
 ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
-LIMIT $8
+LIMIT $9
 `
 
 type UIListReadyParams struct {
@@ -3130,6 +3134,7 @@ type UIListReadyParams struct {
 	CreatedFrom *time.Time
 	CreatedTo   *time.Time
 	Search      *string
+	Tag         *string
 	MaxRows     int32
 }
 
@@ -3143,6 +3148,7 @@ func (q *Queries) UIListReady(ctx context.Context, arg UIListReadyParams) ([]Ten
 		arg.CreatedFrom,
 		arg.CreatedTo,
 		arg.Search,
+		arg.Tag,
 		arg.MaxRows,
 	)
 	if err != nil {
@@ -3201,8 +3207,9 @@ WHERE locked_until IS NOT NULL AND state = 'running' AND id < $1
   AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
   AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
   AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7::text)) > 0)
+  AND ($8::text IS NULL OR tags @> ARRAY[$8::text])
 ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
-LIMIT $8
+LIMIT $9
 `
 
 type UIListRunningParams struct {
@@ -3213,6 +3220,7 @@ type UIListRunningParams struct {
 	CreatedFrom *time.Time
 	CreatedTo   *time.Time
 	Search      *string
+	Tag         *string
 	MaxRows     int32
 }
 
@@ -3226,6 +3234,7 @@ func (q *Queries) UIListRunning(ctx context.Context, arg UIListRunningParams) ([
 		arg.CreatedFrom,
 		arg.CreatedTo,
 		arg.Search,
+		arg.Tag,
 		arg.MaxRows,
 	)
 	if err != nil {
@@ -3285,8 +3294,9 @@ WHERE id < $1 AND id >= $2
   AND ($7::timestamptz IS NULL OR created_at >= $7::timestamptz)
   AND ($8::timestamptz IS NULL OR created_at < $8::timestamptz)
   AND ($9::text IS NULL OR strpos(lower(payload::text), lower($9::text)) > 0)
+  AND ($10::text IS NULL OR tags @> ARRAY[$10::text])
 ORDER BY id DESC
-LIMIT $10
+LIMIT $11
 `
 
 type UIListWindowParams struct {
@@ -3299,12 +3309,13 @@ type UIListWindowParams struct {
 	CreatedFrom *time.Time
 	CreatedTo   *time.Time
 	Search      *string
+	Tag         *string
 	MaxRows     int32
 }
 
 // Jobs of any state in the id window [@floor_id, @before_id), newest first, filtered. The
 // primary key bounds the rows read to the window's width, whatever the filters match.
-// @search is a case-insensitive substring of the args' JSON text.
+// @search is a case-insensitive substring of the args' JSON text; @tag one of the job's tags.
 func (q *Queries) UIListWindow(ctx context.Context, arg UIListWindowParams) ([]TenureJob, error) {
 	rows, err := q.db.Query(ctx, uIListWindow,
 		arg.BeforeID,
@@ -3316,6 +3327,7 @@ func (q *Queries) UIListWindow(ctx context.Context, arg UIListWindowParams) ([]T
 		arg.CreatedFrom,
 		arg.CreatedTo,
 		arg.Search,
+		arg.Tag,
 		arg.MaxRows,
 	)
 	if err != nil {
