@@ -250,9 +250,11 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 		if err != nil {
 			return worker.WithCode(worker.CodeInvalidPayload, err)
 		}
-		return fn(ctx, &generics.Job[A]{Args: args, ID: a.meta.ID, Kind: kind, Queue: w.cfg.Stream, Attempt: a.meta.Attempt,
-			MaxAttempts: a.maxAtt, Generation: a.meta.Generation, ClaimToken: a.meta.ClaimToken, RunAt: a.created,
-			CreatedAt: a.created, ClaimedAt: a.claimed, LeaseUntil: a.claimed.Add(a.lease), Lease: a.lease, Metadata: a.metadata})
+		meta := a.meta
+		meta.Kind, meta.Queue, meta.MaxAttempts = kind, w.cfg.Stream, a.maxAtt
+		meta.RunAt, meta.CreatedAt, meta.ClaimedAt = a.created, a.created, a.claimed
+		meta.LeaseUntil, meta.Lease, meta.Metadata = a.claimed.Add(a.lease), a.lease, a.metadata
+		return fn(ctx, &generics.Job[A]{Args: args, JobMeta: meta})
 	}}
 	return nil
 }

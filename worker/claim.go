@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/logkey"
 )
 
@@ -24,27 +25,16 @@ import (
 
 // claimed is one claimed attempt, as the claim statement returned it.
 type claimed struct {
-	id                       int64
-	queue, kind              string
-	payload                  []byte
-	version                  int
-	priority                 int
-	runAt, createdAt         time.Time
-	attemptedAt, lockedUntil time.Time
-	attempt, maxAttempts     int
-	lease                    time.Duration
-	token                    uuid.UUID
-	generation               int64
-	metadata                 map[string]string // nil when none
-	tags                     []string          // nil when none
-	snoozes                  int               // snoozes before this attempt
+	generics.JobMeta
+	payload []byte
+	version int
 }
 
 // logAttrs are the attributes of every log record about this attempt (job_id, kind, queue,
 // attempt, generation: docs/operations.md, "Logs"), followed by more.
 func (c *claimed) logAttrs(more ...any) []any {
-	return append([]any{logkey.JobID, c.id, logkey.Kind, c.kind, logkey.Queue, c.queue,
-		logkey.Attempt, c.attempt, logkey.Generation, c.generation}, more...)
+	return append([]any{logkey.JobID, c.ID, logkey.Kind, c.Kind, logkey.Queue, c.Queue,
+		logkey.Attempt, c.Attempt, logkey.Generation, c.Generation}, more...)
 }
 
 // claimPlan is what the loop decides before a claim: the statement's arguments.
@@ -114,7 +104,7 @@ func (q *queue) recordClaim(r claimResult) {
 	}
 	var perBand bandCounts
 	for i := range r.got {
-		if p := r.got[i].priority; p >= minPriority && p <= maxPriority {
+		if p := r.got[i].Priority; p >= minPriority && p <= maxPriority {
 			perBand[p]++
 		}
 	}
@@ -125,7 +115,7 @@ func (q *queue) recordClaim(r claimResult) {
 	w.m.claimed.Add(int64(len(r.got)))
 	w.m.claimLatency.Record(r.took)
 	for i := range r.got {
-		w.m.recordWait(r.got[i].queue, r.got[i].priority, r.got[i].attemptedAt.Sub(r.got[i].runAt))
+		w.m.recordWait(r.got[i].Queue, r.got[i].Priority, r.got[i].ClaimedAt.Sub(r.got[i].RunAt))
 	}
 }
 
@@ -260,7 +250,7 @@ func (q *queue) hintDue(prio int, runAtUs int64) {
 // advance moves each band's watermark to the newest due time it just claimed (loop only).
 func (q *queue) advance(got []claimed) {
 	for i := range got {
-		p, t := got[i].priority, got[i].runAt.UnixMicro()
+		p, t := got[i].Priority, got[i].RunAt.UnixMicro()
 		if p >= minPriority && p <= maxPriority && t > q.wm[p] {
 			q.wm[p] = t
 		}
@@ -271,8 +261,8 @@ func (q *queue) advance(got []claimed) {
 // watermark it replaced had been missed by the watermark claims (loop only).
 func (q *queue) fullClaimed(p claimPlan, got []claimed) {
 	for i := range got {
-		b := got[i].priority
-		if b >= minPriority && b <= maxPriority && got[i].runAt.UnixMicro() < p.prev[b] {
+		b := got[i].Priority
+		if b >= minPriority && b <= maxPriority && got[i].RunAt.UnixMicro() < p.prev[b] {
 			q.w.m.claimedBehindWatermark.Add(1)
 			q.wmEvery = watermarkReset
 			return
@@ -296,11 +286,12 @@ func maxAgeUs(d time.Duration) int64 {
 }
 
 func fromClaimRow(r gen.ClaimStrictRow) claimed {
-	return claimed{id: r.ID, queue: r.Queue, kind: r.Kind, payload: r.Payload, version: int(r.PayloadVersion),
-		priority: int(r.Priority), runAt: r.RunAt, createdAt: r.CreatedAt, attemptedAt: deref(r.AttemptedAt),
-		lockedUntil: deref(r.LockedUntil), attempt: int(r.Attempts), maxAttempts: int(r.MaxAttempts),
-		lease: time.Duration(r.LeaseMs) * time.Millisecond, token: derefUUID(r.ClaimToken), generation: r.Generation,
-		metadata: decodeMetadata(r.Metadata), tags: nilIfEmpty(r.Tags), snoozes: int(r.Snoozes)}
+	return claimed{payload: r.Payload, version: int(r.PayloadVersion), JobMeta: generics.JobMeta{
+		ID: r.ID, Queue: r.Queue, Kind: r.Kind, Priority: int(r.Priority), RunAt: r.RunAt, CreatedAt: r.CreatedAt,
+		ClaimedAt: deref(r.AttemptedAt), LeaseUntil: deref(r.LockedUntil), Attempt: int(r.Attempts),
+		MaxAttempts: int(r.MaxAttempts), Lease: time.Duration(r.LeaseMs) * time.Millisecond,
+		ClaimToken: derefUUID(r.ClaimToken), Generation: r.Generation, Metadata: decodeMetadata(r.Metadata),
+		Tags: nilIfEmpty(r.Tags), Snoozes: int(r.Snoozes)}}
 }
 
 func nilIfEmpty(s []string) []string {

@@ -74,7 +74,7 @@ func Effect[T any](ctx context.Context, job generics.AnyJob, name string,
 	var out EffectResult[T]
 	e, _ := ctx.Value(execKey{}).(*execution)
 	meta := job.Meta()
-	if e == nil || e.c.id != meta.ID || e.c.token != meta.ClaimToken {
+	if e == nil || e.c.ID != meta.ID || e.c.ClaimToken != meta.ClaimToken {
 		a := externalAttempt(ctx, meta)
 		if a == nil {
 			return out, ErrNotInHandler

@@ -77,9 +77,9 @@ const versionDeferDelay = 30 * time.Second
 // newExecution prepares the attempt the claim returned; the queue loop starts it with go run.
 func (q *queue) newExecution(c *claimed) *execution {
 	w := q.w
-	e := &execution{c: *c, q: q, h: w.handlers[c.kind], start: time.Now()}
-	e.leaseUntil.Store(e.start.Add(c.lease).UnixNano())
-	e.nextHB = e.start.Add(c.lease / time.Duration(w.cfg.HeartbeatDivisor))
+	e := &execution{c: *c, q: q, h: w.handlers[c.Kind], start: time.Now()}
+	e.leaseUntil.Store(e.start.Add(c.Lease).UnixNano())
+	e.nextHB = e.start.Add(c.Lease / time.Duration(w.cfg.HeartbeatDivisor))
 	timeout := defaultTimeout
 	if e.h != nil {
 		timeout = e.h.opts.Timeout
@@ -116,7 +116,7 @@ func (w *Worker) runHandler(e *execution) (f finish) {
 	if e.h == nil {
 		// The claim only takes registered kinds; this is a kind registered on another worker
 		// sharing this one's ID, or a bug. Give it back rather than fail it.
-		return w.deferJob(e, fmt.Errorf("no handler registered for kind %q on worker %s", e.c.kind, w.cfg.ID))
+		return w.deferJob(e, fmt.Errorf("no handler registered for kind %q on worker %s", e.c.Kind, w.cfg.ID))
 	}
 	err := w.runWrapped(e)
 	cause := context.Cause(e.ctx)
@@ -132,10 +132,10 @@ func (w *Worker) runHandler(e *execution) (f finish) {
 	}
 	var snooze *SnoozeError
 	if errors.As(err, &snooze) {
-		if e.c.snoozes < e.h.opts.MaxSnoozes {
+		if e.c.Snoozes < e.h.opts.MaxSnoozes {
 			return finish{to: toSnooze, delay: snooze.Delay, err: err}
 		}
-		return w.failure(e, CodeSnoozeLimit, 0, fmt.Errorf("snoozed %d times, the kind's MaxSnoozes: %w", e.c.snoozes, err))
+		return w.failure(e, CodeSnoozeLimit, 0, fmt.Errorf("snoozed %d times, the kind's MaxSnoozes: %w", e.c.Snoozes, err))
 	}
 	code, delay := classify(e.ctx, err)
 	return w.failure(e, code, delay, err)
@@ -145,7 +145,7 @@ func (w *Worker) runHandler(e *execution) (f finish) {
 // attempt, due again after versionDeferDelay (with jitter), logged once per kind.
 func (w *Worker) deferJob(e *execution, err error) finish {
 	w.m.deferred.Add(1)
-	if _, seen := w.deferLogged.LoadOrStore(e.c.kind, true); !seen {
+	if _, seen := w.deferLogged.LoadOrStore(e.c.Kind, true); !seen {
 		w.log.Warn("tenure: job deferred: this worker cannot run its payload yet (logged once per kind)",
 			e.c.logAttrs(logkey.PayloadVersion, e.c.version, logkey.Err, err)...)
 	}
@@ -160,12 +160,12 @@ func (w *Worker) failure(e *execution, code ErrorCode, delay time.Duration, err 
 	switch {
 	case code == CodeCancelled:
 		f.to = toCancelled
-	case code.Permanent() || e.c.attempt >= e.c.maxAttempts:
+	case code.Permanent() || e.c.Attempt >= e.c.MaxAttempts:
 		f.to = toDead
 	default:
 		f.to = toRetry
 		if delay <= 0 {
-			delay = w.retryPolicy(e.c.kind).Delay(e.c.attempt, code)
+			delay = w.retryPolicy(e.c.Kind).Delay(e.c.Attempt, code)
 		}
 		f.delay = delay
 	}

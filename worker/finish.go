@@ -47,7 +47,7 @@ type Outcome struct {
 // landedEarlier reports whether the row shows that e's own finish already happened: a write
 // that committed although its reply was lost, or a CompleteTx that committed.
 func landedEarlier(e *execution, r gen.FinishStatesRow) bool {
-	ours := r.ClaimToken != nil && *r.ClaimToken == e.c.token
+	ours := r.ClaimToken != nil && *r.ClaimToken == e.c.ClaimToken
 	if e.txCompleted.Load() && r.State == gen.TenureJobStateSucceeded && ours {
 		// CompleteTx committed inside the handler's transaction, whatever the handler
 		// returned after it: that is this attempt's success.
@@ -72,14 +72,14 @@ func landedEarlier(e *execution, r gen.FinishStatesRow) bool {
 		}
 		_ = json.Unmarshal(r.Errors, &hist)
 		for _, h := range hist {
-			if h.Generation == e.c.generation && h.Code == string(e.fin.code) {
+			if h.Generation == e.c.Generation && h.Code == string(e.fin.code) {
 				return true
 			}
 		}
 	case toRelease, toSnooze:
 		// A release or snooze puts the job back to ready with the generation unchanged and no
 		// error entry for this generation (a reclaim would have added LEASE_EXPIRED).
-		return r.Generation == e.c.generation && (r.State == gen.TenureJobStateReady || (r.State == gen.TenureJobStateCancelled && ours))
+		return r.Generation == e.c.Generation && (r.State == gen.TenureJobStateReady || (r.State == gen.TenureJobStateCancelled && ours))
 	}
 	return false
 }
@@ -194,7 +194,7 @@ func (w *Worker) flush(ctx context.Context, batch []*execution) {
 			ids, tokens := idsTokens(es)
 			gens, delays := make([]int64, len(es)), make([]int64, len(es))
 			for i, e := range es {
-				gens[i], delays[i] = e.c.generation, e.fin.delay.Microseconds()
+				gens[i], delays[i] = e.c.Generation, e.fin.delay.Microseconds()
 			}
 			rows, err := w.q.SnoozeMany(ctx, gen.SnoozeManyParams{Ids: ids, Tokens: tokens, Generations: gens, DelayUs: delays})
 			set := make(map[int64]bool, len(rows))
@@ -236,8 +236,8 @@ func (w *Worker) failMany(ctx context.Context, q *gen.Queries, es []*execution) 
 		case toCancelled:
 			state = "cancelled"
 		}
-		arg.Ids = append(arg.Ids, e.c.id)
-		arg.Tokens = append(arg.Tokens, e.c.token)
+		arg.Ids = append(arg.Ids, e.c.ID)
+		arg.Tokens = append(arg.Tokens, e.c.ClaimToken)
 		arg.States = append(arg.States, state)
 		arg.DelayUs = append(arg.DelayUs, e.fin.delay.Microseconds())
 		arg.Codes = append(arg.Codes, string(e.fin.code))
@@ -292,7 +292,7 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 			w.m.finishLatency.Record(time.Since(start))
 			ss := make([]settled, len(es))
 			for i, e := range es {
-				ss[i] = settled{e: e, landed: got[e.c.id]}
+				ss[i] = settled{e: e, landed: got[e.c.ID]}
 			}
 			w.settleTo(ctx, ss...)
 			return
@@ -362,9 +362,9 @@ func (w *Worker) readBack(ctx context.Context, es []*execution, got map[int64]bo
 	byID := map[int64]*execution{}
 	var ids []int64
 	for _, e := range es {
-		if !got[e.c.id] {
-			byID[e.c.id] = e
-			ids = append(ids, e.c.id)
+		if !got[e.c.ID] {
+			byID[e.c.ID] = e
+			ids = append(ids, e.c.ID)
 		}
 	}
 	if len(ids) == 0 {
@@ -386,8 +386,8 @@ func (w *Worker) report(e *execution, err error) {
 	if w.cfg.OnOutcome == nil {
 		return
 	}
-	w.cfg.OnOutcome(Outcome{JobID: e.c.id, Kind: e.c.kind, Queue: e.c.queue, Attempt: e.c.attempt,
-		Generation: e.c.generation, Transition: e.fin.to.String(), Code: e.fin.code, Delay: e.fin.delay,
+	w.cfg.OnOutcome(Outcome{JobID: e.c.ID, Kind: e.c.Kind, Queue: e.c.Queue, Attempt: e.c.Attempt,
+		Generation: e.c.Generation, Transition: e.fin.to.String(), Code: e.fin.code, Delay: e.fin.delay,
 		HandlerErr: e.fin.err, Err: err})
 }
 
@@ -397,13 +397,13 @@ func (w *Worker) report(e *execution, err error) {
 func idsTokens(es []*execution) ([]int64, []uuid.UUID) {
 	ids, tokens := make([]int64, len(es)), make([]uuid.UUID, len(es))
 	for i, e := range es {
-		ids[i], tokens[i] = e.c.id, e.c.token
+		ids[i], tokens[i] = e.c.ID, e.c.ClaimToken
 	}
 	return ids, tokens
 }
 
 func sortByID(es []*execution) {
-	sort.Slice(es, func(i, j int) bool { return es[i].c.id < es[j].c.id })
+	sort.Slice(es, func(i, j int) bool { return es[i].c.ID < es[j].c.ID })
 }
 
 func idSet(ids []int64) map[int64]bool {
@@ -422,7 +422,7 @@ func idSet(ids []int64) map[int64]bool {
 func CompleteTx(ctx context.Context, tx pgx.Tx, job generics.AnyJob) error {
 	e, _ := ctx.Value(execKey{}).(*execution)
 	meta := job.Meta()
-	if e == nil || e.c.id != meta.ID || e.c.token != meta.ClaimToken {
+	if e == nil || e.c.ID != meta.ID || e.c.ClaimToken != meta.ClaimToken {
 		return ErrNotInHandler
 	}
 	if err := context.Cause(e.ctx); errors.Is(err, ErrLeaseLost) {

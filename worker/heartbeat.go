@@ -82,7 +82,7 @@ func (q *queue) heartbeatDone(r hbResult) {
 				continue
 			}
 			// retry soon, well before the lease ends
-			e.nextHB = r.at.Add(e.c.lease / time.Duration(2*w.cfg.HeartbeatDivisor))
+			e.nextHB = r.at.Add(e.c.Lease / time.Duration(2*w.cfg.HeartbeatDivisor))
 		}
 		return
 	}
@@ -99,10 +99,10 @@ func (q *queue) heartbeatDone(r hbResult) {
 		if _, ok := q.active[e]; !ok {
 			continue // settled meanwhile
 		}
-		if cancelled[e.c.id] {
+		if cancelled[e.c.ID] {
 			q.requestCancel(e)
 		}
-		if !extended[e.c.id] {
+		if !extended[e.c.ID] {
 			if e.returned {
 				// The handler returned and its finish raced this heartbeat (the finish
 				// committed first): the finish path settles the job, stale or not.
@@ -112,8 +112,8 @@ func (q *queue) heartbeatDone(r hbResult) {
 			continue
 		}
 		e.hbFails = 0
-		e.leaseUntil.Store(r.at.Add(e.c.lease).UnixNano())
-		e.nextHB = r.at.Add(e.c.lease / time.Duration(w.cfg.HeartbeatDivisor))
+		e.leaseUntil.Store(r.at.Add(e.c.Lease).UnixNano())
+		e.nextHB = r.at.Add(e.c.Lease / time.Duration(w.cfg.HeartbeatDivisor))
 	}
 }
 

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 
 	"github.com/tenureq/tenure/generics"
 )
@@ -37,6 +38,7 @@ func (w *Worker) runWrapped(e *execution) error {
 		}
 	}
 	c := &e.c
-	return next(e.ctx, &generics.JobMeta{ID: c.id, Kind: c.kind, Queue: c.queue, Attempt: c.attempt,
-		Generation: c.generation, ClaimToken: c.token, Metadata: c.metadata, Tags: c.tags})
+	meta := c.JobMeta
+	meta.Tags = slices.Clone(meta.Tags)
+	return next(e.ctx, &meta)
 }

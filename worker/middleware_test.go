@@ -77,9 +77,14 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 	require.Equal(t, []string{"outer", "inner", "handler:from-outer"}, trace)
 	require.Equal(t, map[string]string{"traceparent": "tp-1"}, handlerMeta[ok.ID])
 	m := seen[ok.ID]
-	require.Equal(t, generics.JobMeta{ID: ok.ID, Kind: "fail", Queue: "default", Attempt: 1, Generation: 1,
-		ClaimToken: m.ClaimToken, Metadata: map[string]string{"traceparent": "tp-1"}}, m)
+	// Middleware sees the whole attempt, as the handler's Job carries it.
+	require.Equal(t, generics.JobMeta{ID: ok.ID, Kind: "fail", Queue: "default", Priority: jobs.PriorityNormal,
+		Attempt: 1, MaxAttempts: m.MaxAttempts, Generation: 1, ClaimToken: m.ClaimToken, RunAt: ok.RunAt,
+		CreatedAt: ok.CreatedAt, ClaimedAt: m.ClaimedAt, LeaseUntil: m.LeaseUntil, Lease: m.Lease,
+		Metadata: map[string]string{"traceparent": "tp-1"}}, m)
 	require.NotZero(t, m.ClaimToken)
+	require.Positive(t, m.MaxAttempts)
+	require.Equal(t, m.ClaimedAt.Add(m.Lease), m.LeaseUntil)
 	trace = nil
 	mu.Unlock()
 

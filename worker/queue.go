@@ -208,7 +208,7 @@ func (q *queue) loop(ctx context.Context) {
 			q.heartbeatDone(r)
 		case id := <-q.cancelCh:
 			for e := range q.active {
-				if e.c.id == id {
+				if e.c.ID == id {
 					q.requestCancel(e)
 				}
 			}
@@ -461,7 +461,7 @@ func (q *queue) settle(s settled) {
 		w.m.staleRejected.Add(1)
 		w.log.Warn("tenure: stale finish rejected: the job is no longer ours",
 			e.c.logAttrs(logkey.Transition, e.fin.to.String())...)
-		w.report(e, &StaleWriteError{JobID: e.c.id, Generation: e.c.generation, Transition: e.fin.to.String()})
+		w.report(e, &StaleWriteError{JobID: e.c.ID, Generation: e.c.Generation, Transition: e.fin.to.String()})
 	default:
 		switch e.fin.to {
 		case toSucceeded:
@@ -491,7 +491,7 @@ func (q *queue) settle(s settled) {
 		w.report(e, nil)
 	}
 	if outcome != "" {
-		w.m.recordOutcome(e.c.queue, e.c.kind, outcome, e.c.attempt)
+		w.m.recordOutcome(e.c.Queue, e.c.Kind, outcome, e.c.Attempt)
 	}
 }
 
@@ -560,7 +560,7 @@ func (q *queue) abandonAll() {
 		e.cancel(ErrWorkerStopping)
 		w.m.owned.Add(-1)
 		w.m.finishAbandoned.Add(1)
-		w.m.recordOutcome(e.c.queue, e.c.kind, OutcomeAbandoned, e.c.attempt)
+		w.m.recordOutcome(e.c.Queue, e.c.Kind, OutcomeAbandoned, e.c.Attempt)
 		w.report(e, fmt.Errorf("%w: stop deadline reached before its finish was written", ErrFinishAbandoned))
 	}
 	w.log.Error("tenure: stop deadline reached; jobs left to their leases (the sweep will retry them)",

@@ -184,13 +184,11 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 		if err != nil {
 			return WithCode(CodeInvalidPayload, err)
 		}
-		job := &generics.Job[A]{
-			Args: args, ID: e.c.id, Kind: e.c.kind, Queue: e.c.queue, Priority: e.c.priority,
-			Attempt: e.c.attempt, MaxAttempts: e.c.maxAttempts, Generation: e.c.generation,
-			ClaimToken: e.c.token, RunAt: e.c.runAt, CreatedAt: e.c.createdAt,
-			ClaimedAt: e.c.attemptedAt, LeaseUntil: e.c.lockedUntil, Lease: e.c.lease,
-			Metadata: e.c.metadata, Tags: slices.Clone(e.c.tags), Snoozes: e.c.snoozes,
-		}
+		// The handler gets its own copy of the attempt (its tags slice too: the engine keeps
+		// reading the execution's).
+		meta := e.c.JobMeta
+		meta.Tags = slices.Clone(meta.Tags)
+		job := &generics.Job[A]{Args: args, JobMeta: meta}
 		return fn(ctx, job)
 	}}
 	return nil
