@@ -34,6 +34,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/tenureq/tenure/tenureprom"
 	"io"
 	"os"
 	"os/signal"
@@ -68,9 +69,12 @@ type config struct {
 	UIActions     bool          // enable the dashboard's actions (actor "shop-demo")
 	onUI          func(url string)
 	uiRefresh     time.Duration // tests: the dashboard's refresh (default 2 s)
-	onMetrics     func(url string)
-	Out           io.Writer
-	Log           io.Writer // worker logs (errors only unless Verbose)
+	// tests: the cluster collector's configuration (nil: its defaults, which may serve a
+	// snapshot older than a short run)
+	clusterMetrics *tenureprom.ClusterConfig
+	onMetrics      func(url string)
+	Out            io.Writer
+	Log            io.Writer // worker logs (errors only unless Verbose)
 }
 
 func defaultConfig() config {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/tenureq/tenure/tenureprom"
 	"io"
 	"net/http"
 	"strings"
@@ -185,8 +186,12 @@ func (p *poller) close() {
 func TestShopServesMetrics(t *testing.T) {
 	t.Parallel()
 	cfg, _ := testConfig(t)
-	cfg.Orders, cfg.ReportEvery = 60, 1000
+	cfg.Orders, cfg.ReportEvery = 400, 1000 // the worker (and its registry row) lives for the run: long enough for several scrapes
 	cfg.MetricsAddr = "127.0.0.1:0"
+	// Every scrape refreshes the cluster snapshot: by default a snapshot may be served for 10×
+	// its refresh time, which on a loaded machine outlasts this short run (the first scrape,
+	// taken before the worker registered, would be served throughout).
+	cfg.clusterMetrics = &tenureprom.ClusterConfig{MaxAge: -1, Wait: -1}
 	wants := []string{`tenure_jobs_completed_total{kind="shop.charge_card",outcome="succeeded",queue="shop"}`,
 		`tenure_claims_total `, `tenure_job_wait_seconds_bucket{`, `tenure_registered_workers{expired="false"} 1`}
 	var mu sync.Mutex
@@ -194,7 +199,7 @@ func TestShopServesMetrics(t *testing.T) {
 	scrapes := 0
 	p := newPoller()
 	cfg.onMetrics = func(url string) {
-		p.poll(url, 100*time.Millisecond, func(code int, body string) bool {
+		p.poll(url, 50*time.Millisecond, func(code int, body string) bool {
 			if code != http.StatusOK {
 				return false
 			}

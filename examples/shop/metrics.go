@@ -17,14 +17,15 @@ import (
 
 // serveMetrics serves the worker's engine metrics and the database's cluster metrics on addr
 // at /metrics (tenureprom), and returns the URL and a function that stops the server.
-func serveMetrics(w *worker.Worker, pool *pgxpool.Pool, addr string) (string, func(), error) {
+// cluster configures the cluster collector (nil: its defaults).
+func serveMetrics(w *worker.Worker, pool *pgxpool.Pool, addr string, cluster *tenureprom.ClusterConfig) (string, func(), error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(tenureprom.NewEngineCollector(w))
-	cluster, err := tenureprom.NewClusterCollector(pool, nil)
+	cc, err := tenureprom.NewClusterCollector(pool, cluster)
 	if err != nil {
 		return "", nil, err
 	}
-	reg.MustRegister(cluster)
+	reg.MustRegister(cc)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	l, err := net.Listen("tcp", addr)

@@ -166,7 +166,7 @@ func run(ctx context.Context, cfg config) (*summary, error) {
 		return nil, err
 	}
 	if cfg.MetricsAddr != "" {
-		url, stopMetrics, err := serveMetrics(w, pool, cfg.MetricsAddr)
+		url, stopMetrics, err := serveMetrics(w, pool, cfg.MetricsAddr, cfg.clusterMetrics)
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(bg, 10*time.Second)
 			_ = w.Stop(stopCtx)
