@@ -33,6 +33,9 @@ CREATE TABLE tenure.jobs (
     cancel_requested_at timestamptz,
     -- string key/value pairs from the enqueuer for the handler (trace context, request ids)
     metadata            jsonb            NOT NULL DEFAULT '{}',
+    -- claimed by a limited claim as a kind a concurrency limit covers (migration 0010): only
+    -- such running rows enter jobs_limited_idx
+    limited             boolean          NOT NULL DEFAULT false,
 
     CONSTRAINT jobs_queue_len      CHECK (char_length(queue) BETWEEN 1 AND 128),
     CONSTRAINT jobs_kind_len       CHECK (char_length(kind) BETWEEN 1 AND 128),
@@ -75,6 +78,13 @@ CREATE INDEX jobs_ready_idx ON tenure.jobs (queue, priority DESC, run_at, id) WH
 -- planner, whenever statistics were taken while nothing ran, into walking every running row
 -- for each batch.
 CREATE INDEX jobs_running_idx ON tenure.jobs (locked_until) WHERE locked_until IS NOT NULL;
+
+-- Flow control (migration 0010): the limited claim counts running, leased jobs per limit group
+-- (queue, kind, concurrency key = metadata "tenure.concurrency_key"). Only rows a limited claim
+-- marked enter it, so unlimited kinds maintain no entry; the predicate is on locked_until (like
+-- jobs_running_idx) so it never tempts the planner for the fenced writes.
+CREATE INDEX jobs_limited_idx ON tenure.jobs (queue, kind, (metadata ->> 'tenure.concurrency_key'))
+    WHERE locked_until IS NOT NULL AND limited;
 
 -- Retention pruning and finished-job stats read final rows by finish time.
 CREATE INDEX jobs_finished_idx ON tenure.jobs (finished_at) WHERE state IN ('succeeded', 'dead', 'cancelled');
@@ -174,4 +184,22 @@ CREATE TABLE tenure.queues (
     CONSTRAINT queues_paused_at   CHECK (paused = (paused_at IS NOT NULL)),
     CONSTRAINT queues_actor_len   CHECK (char_length(updated_by) BETWEEN 1 AND 200),
     CONSTRAINT queues_reason_len  CHECK (char_length(reason) BETWEEN 1 AND 2000)
+);
+
+-- Flow control state (migration 0010): one row per rate-limit group (queue, kind or '' for all
+-- kinds, concurrency key or '' when the limit is not per key), and per group a handler slowed
+-- with RetryAfter. started counts the claims in the fixed window beginning at window_start on the
+-- database clock; blocked_until stops the group's starts until then. Written only by limited
+-- claims (under the queue's limits lock) and by RetryAfter pushes.
+CREATE TABLE tenure.flow (
+    queue         text        NOT NULL,
+    kind          text        NOT NULL,
+    key           text        NOT NULL,
+    window_start  timestamptz NOT NULL DEFAULT 'epoch',
+    started       integer     NOT NULL DEFAULT 0,
+    blocked_until timestamptz,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, kind, key),
+
+    CONSTRAINT flow_started_pos CHECK (started >= 0)
 );

@@ -77,6 +77,16 @@ type TenureEffect struct {
 	UpdatedAt  time.Time
 }
 
+type TenureFlow struct {
+	Queue        string
+	Kind         string
+	Key          string
+	WindowStart  time.Time
+	Started      int32
+	BlockedUntil *time.Time
+	UpdatedAt    time.Time
+}
+
 type TenureJob struct {
 	ID                int64
 	Queue             string
@@ -101,6 +111,7 @@ type TenureJob struct {
 	FinishedAt        *time.Time
 	CancelRequestedAt *time.Time
 	Metadata          []byte
+	Limited           bool
 }
 
 type TenurePeriodic struct {

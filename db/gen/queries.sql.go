@@ -16,7 +16,7 @@ const cancelReady = `-- name: CancelReady :one
 UPDATE tenure.jobs
 SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, limited
 `
 
 // ready -> cancelled, at once.
@@ -47,8 +47,255 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.Limited,
 	)
 	return i, err
+}
+
+const claimLimited = `-- name: ClaimLimited :many
+WITH clk AS MATERIALIZED (
+    SELECT clock_timestamp() AS t
+), lim AS MATERIALIZED (
+    SELECT l.id, l.kind, l.per_key, l.max_running, l.rate, l.period_us, CASE WHEN l.period_us > 0
+                     THEN 'epoch'::timestamptz + (div((extract(epoch FROM c.t) * 1000000)::numeric, l.period_us::numeric) * l.period_us)::bigint * interval '1 microsecond'
+                END AS win
+    FROM (SELECT unnest($4::integer[]) AS id,
+                 unnest($5::text[]) AS kind,
+                 unnest($6::boolean[]) AS per_key,
+                 unnest($7::integer[]) AS max_running,
+                 unnest($8::integer[]) AS rate,
+                 unnest($9::bigint[]) AS period_us) AS l
+    CROSS JOIN clk c
+), busy AS MATERIALIZED (
+    SELECT l.id, CASE WHEN l.per_key THEN r.metadata ->> 'tenure.concurrency_key' ELSE '' END AS key,
+           count(*)::integer AS n
+    FROM lim l
+    JOIN tenure.jobs r ON r.queue = $10 AND r.limited AND r.locked_until IS NOT NULL
+                      AND r.locked_until > (SELECT t FROM clk)
+                      AND (l.kind = '' OR r.kind = l.kind)
+                      AND (NOT l.per_key OR (r.metadata ->> 'tenure.concurrency_key') <> '')
+    WHERE l.max_running > 0
+    GROUP BY 1, 2
+), rated AS MATERIALIZED (
+    SELECT l.id, f.key,
+           CASE WHEN l.rate = 0 THEN 0
+                WHEN f.window_start = l.win THEN f.started
+                WHEN f.window_start > l.win THEN l.rate
+                ELSE 0 END AS started,
+           coalesce(f.blocked_until > (SELECT t FROM clk), false) AS blocked
+    FROM lim l
+    JOIN tenure.flow f ON f.queue = $10 AND f.kind = l.kind
+                      AND (CASE WHEN l.per_key THEN f.key <> '' ELSE f.key = '' END)
+), grp AS MATERIALIZED (
+    SELECT l.id, l.kind, l.per_key, k.key,
+           least(CASE WHEN l.max_running > 0 THEN l.max_running - coalesce(b.n, 0) ELSE 2147483647 END,
+                 CASE WHEN r.blocked THEN 0
+                      WHEN l.rate > 0 THEN l.rate - coalesce(r.started, 0) ELSE 2147483647 END) AS room
+    FROM (SELECT busy.id, busy.key FROM busy UNION SELECT rated.id, rated.key FROM rated) k
+    JOIN lim l ON l.id = k.id
+    LEFT JOIN busy b ON b.id = k.id AND b.key = k.key
+    LEFT JOIN rated r ON r.id = k.id AND r.key = k.key
+), seg AS (
+    SELECT priority, after_us, min_age_us, max_age_us, ord FROM (SELECT unnest($11::smallint[]) AS priority,
+            unnest($12::bigint[]) AS after_us,
+            unnest($13::bigint[]) AS min_age_us,
+            unnest($14::bigint[]) AS max_age_us,
+            generate_subscripts($11::smallint[], 1) AS ord) AS s
+), cand AS MATERIALIZED (
+    SELECT s.ord, c.id, c.run_at, c.kind, c.ckey
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.kind, nullif(j.metadata ->> 'tenure.concurrency_key', '') AS ckey
+        FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = $10 AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= ($15::integer[])[array_position($3::text[], j.kind)]
+          AND NOT EXISTS (SELECT 1 FROM grp g
+                          WHERE g.room <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                            AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key'))
+        ORDER BY j.run_at, j.id
+        LIMIT $16
+        FOR UPDATE SKIP LOCKED
+    ) c
+), hit AS MATERIALIZED (
+    SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
+           row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.ord, c.run_at, c.id) AS nth,
+           coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
+                                  CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room
+    FROM cand c
+    JOIN lim l ON (l.kind = '' OR l.kind = c.kind) AND (NOT l.per_key OR c.ckey IS NOT NULL)
+    CROSS JOIN LATERAL (SELECT CASE WHEN l.per_key THEN c.ckey ELSE '' END AS key) x
+    LEFT JOIN grp g ON g.id = l.id AND g.key = x.key
+), picked AS MATERIALIZED (
+    SELECT c.id FROM cand c
+    WHERE NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.room)
+    ORDER BY c.ord, c.run_at, c.id
+    LIMIT $17
+), counted AS (
+    INSERT INTO tenure.flow AS f (queue, kind, key, window_start, started, updated_at)
+    SELECT $10, h.kind, h.key, h.win, count(*)::integer, (SELECT t FROM clk)
+    FROM hit h
+    WHERE h.rate > 0 AND h.id IN (SELECT picked.id FROM picked)
+    GROUP BY h.lid, h.kind, h.key, h.win
+    ON CONFLICT (queue, kind, key) DO UPDATE
+    SET started      = CASE WHEN f.window_start >= excluded.window_start THEN f.started + excluded.started
+                            ELSE excluded.started END,
+        window_start = greatest(f.window_start, excluded.window_start),
+        updated_at   = excluded.updated_at
+    RETURNING f.key
+)
+UPDATE tenure.jobs j
+SET state        = 'running',
+    locked_by    = $1::text,
+    lease_ms     = coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
+    claim_token  = gen_random_uuid(),
+    generation   = j.generation + 1,
+    attempts     = j.attempts + 1,
+    attempted_at = (SELECT t FROM clk),
+    updated_at   = now(),
+    limited      = EXISTS (SELECT 1 FROM lim l WHERE l.max_running > 0 AND (l.kind = '' OR l.kind = j.kind))
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+          j.attempted_at, j.created_at, j.metadata,
+          (EXISTS (SELECT 1 FROM grp WHERE grp.room <= 0)
+           OR EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.room))::boolean AS binding
+`
+
+type ClaimLimitedParams struct {
+	WorkerID      string
+	KindLeaseMs   []int32
+	Kinds         []string
+	LimID         []int32
+	LimKind       []string
+	LimPerKey     []bool
+	LimMaxRunning []int32
+	LimRate       []int32
+	LimPeriodUs   []int64
+	Queue         string
+	SegPriority   []int16
+	SegAfterUs    []int64
+	SegMinAgeUs   []int64
+	SegMaxAgeUs   []int64
+	KindVersions  []int32
+	Scan          int32
+	Batch         int32
+}
+
+type ClaimLimitedRow struct {
+	ID             int64
+	Queue          string
+	Kind           string
+	Payload        []byte
+	PayloadVersion int32
+	Priority       int16
+	RunAt          time.Time
+	Attempts       int32
+	MaxAttempts    int32
+	LeaseMs        int32
+	LockedUntil    *time.Time
+	ClaimToken     *uuid.UUID
+	Generation     int64
+	AttemptedAt    *time.Time
+	CreatedAt      time.Time
+	Metadata       []byte
+	Binding        bool
+}
+
+// ClaimOrdered under the queue's limits (worker/limits.go; run after ClaimLimitsLock in the
+// same transaction). Limits are parallel arrays; a limit covers the jobs of lim_kind (” =
+// every kind of the queue), grouped by their concurrency key (metadata "tenure.concurrency_key")
+// when lim_per_key (jobs without a key are not covered by a per-key limit). A group has room =
+// min(max_running - running leased jobs, rate - starts in the current fixed window), or 0 while
+// a handler's RetryAfter blocks it; 0 for max_running or rate means no such limit.
+//  1. grp: the groups something is counted for (jobs_limited_idx for the running count).
+//  2. cand: the segments' candidates in ClaimOrdered's order, up to @scan per segment, skipping
+//     (a heap filter on the same index range) jobs of groups without room.
+//  3. hit: each candidate under each limit covering it, numbered in claim order within its group;
+//     a candidate is admitted if its number is within the room of every group it belongs to.
+//  4. the first @batch admitted are claimed; the rate groups' window counts are updated; rows of
+//     kinds a concurrency limit covers are marked limited (they enter jobs_limited_idx).
+//
+// binding (on every row) says a limit held something back: the engine then does not move the
+// band watermarks (a skipped job may lie behind the claimed ones).
+func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]ClaimLimitedRow, error) {
+	rows, err := q.db.Query(ctx, claimLimited,
+		arg.WorkerID,
+		arg.KindLeaseMs,
+		arg.Kinds,
+		arg.LimID,
+		arg.LimKind,
+		arg.LimPerKey,
+		arg.LimMaxRunning,
+		arg.LimRate,
+		arg.LimPeriodUs,
+		arg.Queue,
+		arg.SegPriority,
+		arg.SegAfterUs,
+		arg.SegMinAgeUs,
+		arg.SegMaxAgeUs,
+		arg.KindVersions,
+		arg.Scan,
+		arg.Batch,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimLimitedRow{}
+	for rows.Next() {
+		var i ClaimLimitedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.CreatedAt,
+			&i.Metadata,
+			&i.Binding,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const claimLimitsLock = `-- name: ClaimLimitsLock :exec
+SELECT pg_advisory_xact_lock($1::integer, hashtext($2::text))
+`
+
+type ClaimLimitsLockParams struct {
+	LockClass int32
+	Queue     string
+}
+
+// Flow control (worker/limits.go): the first statement of a limited claim. The engine sends it
+// and ClaimLimited in one pipeline (one round trip, one implicit transaction): this one waits
+// for the queue's limits lock (transaction-scoped, released at commit), and ClaimLimited, a
+// later statement, reads its snapshot only once the lock is held, so under READ COMMITTED it
+// sees every job the previous holder claimed (that claim committed before it released the
+// lock). The two-int4 form is a separate lock space from Tenure's bigint keys (internal/locks).
+func (q *Queries) ClaimLimitsLock(ctx context.Context, arg ClaimLimitsLockParams) error {
+	_, err := q.db.Exec(ctx, claimLimitsLock, arg.LockClass, arg.Queue)
+	return err
 }
 
 const claimOrdered = `-- name: ClaimOrdered :many
@@ -840,6 +1087,34 @@ func (q *Queries) FinishStates(ctx context.Context, ids []int64) ([]FinishStates
 	return items, nil
 }
 
+const flowBlock = `-- name: FlowBlock :exec
+INSERT INTO tenure.flow AS f (queue, kind, key, blocked_until)
+SELECT g.q, g.kind, g.fkey, now() + g.delay_us * interval '1 microsecond'
+FROM (SELECT $1::text AS q, $2::bigint AS delay_us,
+             unnest($3::text[]) AS kind, unnest($4::text[]) AS fkey) AS g
+ON CONFLICT (queue, kind, key) DO UPDATE
+SET blocked_until = greatest(f.blocked_until, excluded.blocked_until), updated_at = now()
+`
+
+type FlowBlockParams struct {
+	Queue     string
+	DelayUs   int64
+	Kinds     []string
+	GroupKeys []string
+}
+
+// A handler's RetryAfter(err, d) on a job covered by a limit with RetryAfterPauses: the limit's
+// group (queue, kind or ”, key or ”) starts nothing before now() + d (never shortened).
+func (q *Queries) FlowBlock(ctx context.Context, arg FlowBlockParams) error {
+	_, err := q.db.Exec(ctx, flowBlock,
+		arg.Queue,
+		arg.DelayUs,
+		arg.Kinds,
+		arg.GroupKeys,
+	)
+	return err
+}
+
 const getEffect = `-- name: GetEffect :one
 
 SELECT key, job_id, name, generation, result, created_at, updated_at FROM tenure.effects WHERE key = $1
@@ -865,7 +1140,7 @@ func (q *Queries) GetEffect(ctx context.Context, key string) (TenureEffect, erro
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM tenure.jobs WHERE id = $1
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, limited FROM tenure.jobs WHERE id = $1
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -898,6 +1173,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.Limited,
 	)
 	return i, err
 }
@@ -987,9 +1263,9 @@ WITH ins AS (
     VALUES ($1, $3, $4, $5, $6,
             coalesce($7::timestamptz, now() + $8::bigint * interval '1 microsecond'),
             $9, $10, $11)
-    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
+    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, limited
 )
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM ins
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, limited FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', $1::text) WHERE $2::boolean) n) >= 0
 `
 
@@ -1031,6 +1307,7 @@ type InsertJobRow struct {
 	FinishedAt        *time.Time
 	CancelRequestedAt *time.Time
 	Metadata          []byte
+	Limited           bool
 }
 
 // Every statement Tenure runs. sqlc generates db/gen from this file; `make check-generated`
@@ -1081,6 +1358,7 @@ func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJob
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.Limited,
 	)
 	return i, err
 }
@@ -1202,7 +1480,7 @@ func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]TenureA
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, limited FROM tenure.jobs
 WHERE ($1::tenure.job_state IS NULL OR state = $1::tenure.job_state)
   AND ($2::text IS NULL OR kind = $2::text)
   AND ($3::text IS NULL OR queue = $3::text)
@@ -1262,6 +1540,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 			&i.FinishedAt,
 			&i.CancelRequestedAt,
 			&i.Metadata,
+			&i.Limited,
 		); err != nil {
 			return nil, err
 		}
@@ -1555,7 +1834,7 @@ func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]LockExpired
 
 const lockJob = `-- name: LockJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata FROM tenure.jobs WHERE id = $1 FOR UPDATE
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, limited FROM tenure.jobs WHERE id = $1 FOR UPDATE
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -1588,6 +1867,7 @@ func (q *Queries) LockJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.Limited,
 	)
 	return i, err
 }
@@ -2015,7 +2295,7 @@ SET state = 'ready', attempts = 0, run_at = now(), finished_at = NULL, claim_tok
     cancel_requested_at = NULL, updated_at = now(),
     max_attempts = coalesce($1::integer, max_attempts)
 WHERE id = $2 AND state IN ('dead', 'cancelled')
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, limited
 `
 
 type ReinjectParams struct {
@@ -2053,6 +2333,7 @@ func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (TenureJob, 
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.Limited,
 	)
 	return i, err
 }
@@ -2113,7 +2394,7 @@ const requestCancel = `-- name: RequestCancel :one
 UPDATE tenure.jobs
 SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
 WHERE id = $1 AND state = 'running'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, limited
 `
 
 // running -> cancel requested; the owning worker cancels the handler and ends it cancelled.
@@ -2144,6 +2425,7 @@ func (q *Queries) RequestCancel(ctx context.Context, id int64) (TenureJob, error
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.Limited,
 	)
 	return i, err
 }
@@ -2152,7 +2434,7 @@ const runNow = `-- name: RunNow :one
 UPDATE tenure.jobs
 SET run_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, limited
 `
 
 // A ready job (scheduled, or waiting out a retry backoff) becomes due now.
@@ -2183,6 +2465,7 @@ func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
 		&i.FinishedAt,
 		&i.CancelRequestedAt,
 		&i.Metadata,
+		&i.Limited,
 	)
 	return i, err
 }
