@@ -57,6 +57,11 @@ func (m *maxTracker) see(n int64) {
 // sampleRunning samples, every 10 ms until stop is closed, the running and leased jobs of
 // kind lim, overall and for the busiest concurrency key.
 func sampleRunning(t testing.TB, pool *pgxpool.Pool, stop <-chan struct{}) (total, perKey *maxTracker, samples *atomic.Int64, done <-chan struct{}) {
+	return sampleKind(pool, "lim", stop)
+}
+
+// sampleKind is sampleRunning for any kind.
+func sampleKind(pool *pgxpool.Pool, kind string, stop <-chan struct{}) (total, perKey *maxTracker, samples *atomic.Int64, done <-chan struct{}) {
 	total, perKey, samples = &maxTracker{}, &maxTracker{}, &atomic.Int64{}
 	ch := make(chan struct{})
 	go func() {
@@ -73,8 +78,8 @@ func sampleRunning(t testing.TB, pool *pgxpool.Pool, stop <-chan struct{}) (tota
 			err := pool.QueryRow(context.Background(), `
 				SELECT coalesce(sum(n), 0)::bigint, coalesce(max(n), 0)::bigint FROM (
 					SELECT count(*) AS n FROM tenure.jobs
-					WHERE kind = 'lim' AND state = 'running' AND locked_until > now()
-					GROUP BY metadata ->> 'tenure.concurrency_key') g`).Scan(&all, &key)
+					WHERE kind = $1 AND state = 'running' AND locked_until > now()
+					GROUP BY metadata ->> 'tenure.concurrency_key') g`, kind).Scan(&all, &key)
 			if err != nil {
 				continue
 			}
@@ -378,4 +383,76 @@ func TestClaimLimitedPlan(t *testing.T) {
 		require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "ClaimLimited scans the jobs table")
 	})
 	t.Logf("ClaimLimited (EXPLAIN ANALYZE, rolled back): %d buffers; indexes %v", plan.Buffers(), idx)
+}
+
+// TestLimitFreedBySIGKILL: a worker process holding the 2 jobs a limit of 2 allows is
+// SIGKILLed. Until their leases expire on the database clock nobody else starts a job of the
+// kind (the dead worker's jobs still count); once they expire the limit frees without any
+// sweep, and every job completes. The table never shows more than 2 running leased jobs.
+func TestLimitFreedBySIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child process and a lease expiry (~3 s)")
+	}
+	ctx := context.Background()
+	pool, url := chaosPool(t)
+	c := newClient(t, pool, nil)
+	var ids []int64
+	for i := range 4 {
+		row, err := c.Insert(ctx, chaosArgs{Tag: fmt.Sprint("limited-", i)}, &jobs.InsertOpts{Lease: 2 * time.Second, MaxAttempts: 5})
+		require.NoError(t, err)
+		ids = append(ids, row.ID)
+	}
+	stop := make(chan struct{})
+	sTotal, _, samples, sDone := sampleKind(pool, "chaos", stop)
+
+	child := startChild(t, childOpts{DB: url, Handler: "block", ID: "doomed-limited", Concurrency: 4, Flags: "limit2"})
+	claimedN := func() int {
+		n := 0
+		child.find("claimed", func([]string) bool { n++; return false })
+		return n
+	}
+	waitFor(t, 20*time.Second, "the child to claim 2 jobs", func() bool { return claimedN() >= 2 })
+	// The worker has 4 slots and 4 jobs, but the limit lets it run 2.
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, 2, claimedN(), "the child ran more jobs than the limit")
+
+	// A second worker with the same limit starts nothing while the child holds both.
+	var mu sync.Mutex
+	var firstStart time.Time
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 4, Limits: []worker.Limit{{Kind: "chaos", MaxRunning: 2}}}})
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[chaosArgs]) error {
+		mu.Lock()
+		if firstStart.IsZero() {
+			firstStart = time.Now()
+		}
+		mu.Unlock()
+		return nil
+	}, &worker.HandlerOptions{Retry: fastRetry})
+	startWorker(t, w)
+	time.Sleep(500 * time.Millisecond)
+	mu.Lock()
+	require.True(t, firstStart.IsZero(), "a job started while the limit was full")
+	mu.Unlock()
+
+	child.killAndWait(t)
+	killed := time.Now()
+	var leaseEnd time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT max(locked_until) FROM tenure.jobs WHERE locked_by = 'doomed-limited'`).Scan(&leaseEnd))
+	var dbNow time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT now()`).Scan(&dbNow))
+	waitFor(t, 20*time.Second, "every job to complete", func() bool { return countState(t, pool, "succeeded") == len(ids) })
+	close(stop)
+	<-sDone
+	mu.Lock()
+	defer mu.Unlock()
+	// The dead worker's leases ended leaseEnd on the database clock (dbNow was read right
+	// after the kill); the first job started after that, give or take the clocks' 50 ms.
+	untilExpiry := leaseEnd.Sub(dbNow)
+	t.Logf("killed at %v; leases ended %v later; first start after the kill %v later; max running sampled %d (%d samples)",
+		killed.Format("15:04:05.000"), untilExpiry.Round(time.Millisecond), firstStart.Sub(killed).Round(time.Millisecond), sTotal.v.Load(), samples.Load())
+	require.GreaterOrEqual(t, firstStart.Sub(killed), untilExpiry-50*time.Millisecond, "a job started before the dead worker's leases expired")
+	require.LessOrEqual(t, sTotal.v.Load(), int64(2))
+	require.Positive(t, samples.Load())
 }
