@@ -161,8 +161,8 @@ func newLimitArgs(ls []Limit) *limitArgs {
 	return a
 }
 
-// limitScanFactor: a limited claim of n reads up to limitScanFactor·n candidates per segment,
-// so candidates of a group whose room this batch exhausts do not leave the batch short.
+// limitScanFactor: a limited claim of n reads up to limitScanFactor·n candidates (in segment
+// order), so candidates of a group whose room this batch exhausts do not leave it short.
 const limitScanFactor = 2
 
 // claimLimited runs a limited claim: ClaimLimitsLock then ClaimLimited in one pipeline.

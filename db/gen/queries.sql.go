@@ -119,6 +119,7 @@ WITH clk AS MATERIALIZED (
         LIMIT $16
         FOR UPDATE SKIP LOCKED
     ) c
+    LIMIT $16
 ), hit AS MATERIALIZED (
     SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
            row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.ord, c.run_at, c.id) AS nth,
@@ -213,8 +214,8 @@ type ClaimLimitedRow struct {
 // min(max_running - running leased jobs, rate - starts in the current fixed window), or 0 while
 // a handler's RetryAfter blocks it; 0 for max_running or rate means no such limit.
 //  1. grp: the groups something is counted for (jobs_limited_idx for the running count).
-//  2. cand: the segments' candidates in ClaimOrdered's order, up to @scan per segment, skipping
-//     (a heap filter on the same index range) jobs of groups without room.
+//  2. cand: the segments' candidates in ClaimOrdered's order, up to @scan in all (the nested loop
+//     stops there), skipping (a heap filter on the same index range) jobs of groups without room.
 //  3. hit: each candidate under each limit covering it, numbered in claim order within its group;
 //     a candidate is admitted if its number is within the room of every group it belongs to.
 //  4. the first @batch admitted are claimed; the rate groups' window counts are updated; rows of
