@@ -191,11 +191,14 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 -- name: ClaimLimitsLock :exec
 -- Flow control (worker/limits.go): the first statement of a limited claim. The engine sends it
 -- and ClaimLimited in one pipeline (one round trip, one implicit transaction): this one waits
--- for the queue's limits lock (transaction-scoped, released at commit), and ClaimLimited, a
--- later statement, reads its snapshot only once the lock is held, so under READ COMMITTED it
--- sees every job the previous holder claimed (that claim committed before it released the
--- lock). The two-int4 form is a separate lock space from Tenure's bigint keys (internal/locks).
-SELECT pg_advisory_xact_lock(@lock_class::integer, hashtext(@queue::text));
+-- for the queue's limit stripes, locks (first_class..last_class, hashtext(queue)), in order (transaction-scoped,
+-- released at commit): one stripe for a striped claim, all of them for an exclusive one.
+-- ClaimLimited, a later statement, reads its snapshot only once they are held, so under READ
+-- COMMITTED it sees every job claimed by every claim that held one of its stripes before it
+-- (each committed before releasing it). The two-int4 form is a separate lock space from
+-- Tenure's bigint keys (internal/locks).
+SELECT pg_advisory_xact_lock(s.class, hashtext(@queue::text))
+FROM generate_series(@first_class::integer, @last_class::integer) AS s(class);
 
 -- name: ClaimLimited :many
 -- ClaimOrdered under the queue's limits (worker/limits.go; run after ClaimLimitsLock in the
@@ -208,11 +211,15 @@ SELECT pg_advisory_xact_lock(@lock_class::integer, hashtext(@queue::text));
 -- 2. cand: the segments' candidates in ClaimOrdered's order, up to @scan in all (the nested loop
 --    stops there), skipping (a heap filter on the same index range) jobs of groups without room.
 -- 3. hit: each candidate under each limit covering it, numbered in claim order within its group;
---    a candidate is admitted if its number is within the room of every group it belongs to.
+--    a candidate is admitted if its number is within every group's room less @reserve (what
+--    claims holding the other stripes may admit unseen: 0 for an exclusive claim) and within
+--    @group_cap (what a striped claim may admit per group).
 -- 4. the first @batch admitted are claimed; the rate groups' window counts are updated; rows of
 --    kinds a concurrency limit covers are marked limited (they enter jobs_limited_idx).
--- binding (on every row) says a limit held something back: the engine then does not move the
--- band watermarks (a skipped job may lie behind the claimed ones).
+-- The result is the claimed rows with two flags, or one row of NULLs with the flags when
+-- nothing was claimed. binding: a limit held something back (the engine then does not move the
+-- band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
+-- of a counted group less @batch (the engine's choice between striped and exclusive claims).
 WITH clk AS MATERIALIZED (
     SELECT clock_timestamp() AS t
 ), lim AS MATERIALIZED (
@@ -273,7 +280,7 @@ WITH clk AS MATERIALIZED (
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
           AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
           AND NOT EXISTS (SELECT 1 FROM grp g
-                          WHERE g.room <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                          WHERE g.room - @reserve::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
                             AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key'))
         ORDER BY j.run_at, j.id
         LIMIT @scan
@@ -284,14 +291,17 @@ WITH clk AS MATERIALIZED (
     SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
            row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.ord, c.run_at, c.id) AS nth,
            coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
-                                  CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room
+                                  CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room,
+           least(coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
+                                        CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) - @reserve::integer,
+                 @group_cap::integer) AS admit
     FROM cand c
     JOIN lim l ON (l.kind = '' OR l.kind = c.kind) AND (NOT l.per_key OR c.ckey IS NOT NULL)
     CROSS JOIN LATERAL (SELECT CASE WHEN l.per_key THEN c.ckey ELSE '' END AS key) x
     LEFT JOIN grp g ON g.id = l.id AND g.key = x.key
 ), picked AS MATERIALIZED (
     SELECT c.id FROM cand c
-    WHERE NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.room)
+    WHERE NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.admit)
     ORDER BY c.ord, c.run_at, c.id
     LIMIT @batch
 ), counted AS (
@@ -306,7 +316,7 @@ WITH clk AS MATERIALIZED (
         window_start = greatest(f.window_start, excluded.window_start),
         updated_at   = excluded.updated_at
     RETURNING f.key
-)
+), upd AS (
 UPDATE tenure.jobs j
 SET state        = 'running',
     locked_by    = @worker_id::text,
@@ -322,9 +332,16 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata,
-          (EXISTS (SELECT 1 FROM grp WHERE grp.room <= 0)
-           OR EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.room))::boolean AS binding;
+          j.attempted_at, j.created_at, j.metadata
+), flags AS (
+    SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer <= 0)
+            OR EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit))::boolean AS binding,
+           (least((SELECT min(grp.room) FROM grp), (SELECT min(hit.room) FROM hit), 2147483647) - @batch::integer)::integer AS min_room
+)
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, f.binding, f.min_room
+FROM flags f LEFT JOIN upd u ON true;
 
 -- name: FlowBlock :exec
 -- A handler's RetryAfter(err, d) on a job covered by a limit with RetryAfterPauses: the limit's

@@ -48,6 +48,9 @@ type claimPlan struct {
 	// prev holds the watermarks it replaced.
 	full bool
 	prev bandTimes
+	// limited claims (limits.go): exclusive (every stripe) or striped on stripe.
+	exclusive bool
+	stripe    int
 }
 
 // startClaim plans a claim of n jobs on the loop and runs its statement on a claim goroutine,
@@ -63,12 +66,13 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	p := claimPlan{n: n}
 	p.after, p.full, p.prev = q.watermarks()
 	p.segs, p.quota, p.ranked = q.pol.plan(n)
+	p.exclusive, p.stripe = !q.limitFar, idx
 	q.w.spawn(func() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
-		got, binding, err := q.claim(cctx, &p)
+		got, lr, err := q.claim(cctx, &p)
 		cancel()
-		r := claimResult{idx: idx, n: n, plan: p, got: got, err: err, took: time.Since(start), binding: binding}
+		r := claimResult{idx: idx, n: n, plan: p, got: got, err: err, took: time.Since(start), binding: lr.binding, far: lr.far()}
 		// Start the handlers here, a hop sooner than the loop could: the loop registers the
 		// executions when the result arrives (and holds any handler result that beats it).
 		// Once Stop has begun, the loop gives the jobs back instead.
@@ -122,22 +126,22 @@ func (q *queue) recordClaim(r claimResult) {
 
 // claim runs the planned claim statement. It runs on a claim goroutine and touches no
 // queue state.
-func (q *queue) claim(ctx context.Context, p *claimPlan) ([]claimed, bool, error) {
-	rows, binding, err := q.claimSegments(ctx, p)
+func (q *queue) claim(ctx context.Context, p *claimPlan) ([]claimed, limitResult, error) {
+	rows, lr, err := q.claimSegments(ctx, p)
 	if err != nil {
-		return nil, false, err
+		return nil, lr, err
 	}
 	out := make([]claimed, len(rows))
 	for i, r := range rows {
 		out[i] = fromClaimRow(r)
 	}
-	return out, binding, nil
+	return out, lr, nil
 }
 
 // claimSegments claims through the fairness policy's segments: ClaimOrdered when they can be
 // served in order (it locks only what it claims), ClaimSegments when the database must rank
 // them together (quotas, deadlines).
-func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictRow, bool, error) {
+func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictRow, limitResult, error) {
 	w := q.w
 	k := &w.kinds
 	var prio []int16
@@ -158,12 +162,12 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStr
 		}
 		got, err := w.q.ClaimOrdered(ctx, arg)
 		if err != nil {
-			return nil, false, err
+			return nil, limitResult{}, err
 		}
 		for _, r := range got {
 			rows = append(rows, gen.ClaimStrictRow(r))
 		}
-		return rows, false, nil
+		return rows, limitResult{}, nil
 	}
 	arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 		SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,
@@ -175,12 +179,12 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStr
 	}
 	got, err := w.q.ClaimSegments(ctx, arg)
 	if err != nil {
-		return nil, false, err
+		return nil, limitResult{}, err
 	}
 	for _, r := range got {
 		rows = append(rows, gen.ClaimStrictRow(r))
 	}
-	return rows, false, nil
+	return rows, limitResult{}, nil
 }
 
 // Watermarks. Claims take each band's jobs oldest first, so once a claim took a band's job

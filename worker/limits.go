@@ -19,17 +19,28 @@ import (
 // claim.
 //
 // A queue with limits claims with a limited claim instead of ClaimOrdered: two statements sent
-// in one pipeline (one round trip, one implicit transaction). ClaimLimitsLock waits for the
-// queue's transaction-scoped advisory lock; ClaimLimited then counts the groups' running,
-// leased jobs and window starts and claims within their room. Why it is race-free under READ
-// COMMITTED: every limited claim of the queue, on every worker, holds the lock from before
-// ClaimLimited takes its snapshot until after its transaction committed (PostgreSQL makes a
-// commit visible before it releases the transaction's locks). ClaimLimited is a later statement
-// than the lock, so its snapshot — taken once the lock is granted — sees every job any earlier
-// limited claim of the queue claimed, and the rows it counts can only have left the group
-// since (finished, released, lease expired), never joined it. So the count it checks against
-// is never below the truth, and the limit is never exceeded. A single statement could not do
-// this: its snapshot would be taken before it waited for the lock.
+// in one pipeline (one round trip, one implicit transaction). ClaimLimitsLock waits for
+// transaction-scoped advisory locks on the queue's limit stripes (limitStripes of them);
+// ClaimLimited then counts the groups' running, leased jobs and window starts and claims within
+// their room. A claim is exclusive (it takes every stripe, in order) or striped (it takes one).
+//
+// Why it is race-free under READ COMMITTED. Every limited claim of the queue, on every worker,
+// holds its stripes from before ClaimLimited takes its snapshot until after its transaction
+// committed (PostgreSQL makes a commit visible before it releases the transaction's locks), and
+// the count's rows can only leave a group after the snapshot (finished, released, lease
+// expired), never join it except through a limited claim. Take, at any instant, the committed
+// claim X with the latest snapshot. Every committed claim X does not see took its snapshot
+// before X's and committed after it, so it held a stripe at X's snapshot: none if X is
+// exclusive (X held them all), at most one per other stripe (limitStripes-1) if X is striped.
+// An exclusive claim admits up to a group's room; a striped one at most stripeGroupCap per
+// group and only within the room less what the other stripes may hold unseen
+// ((limitStripes-1)·stripeGroupCap). Either way the group's total at that instant is at most
+// its limit. A single statement could not do this: its snapshot would be taken before it
+// waited for the lock.
+//
+// Striped claims let claims of a queue far from its limits run in parallel (and share group
+// commits), which is what "configured but not binding" costs; near a limit, or when a limit
+// held something back, the queue's next claim is exclusive (exact up to the limit).
 //
 // Queues without limits claim exactly as before (ClaimOrdered, no lock, no extra index entry).
 
@@ -161,34 +172,73 @@ func newLimitArgs(ls []Limit) *limitArgs {
 	return a
 }
 
+// Stripes: limitStripes locks per queue; a striped claim admits at most stripeGroupCap jobs
+// per group and keeps (limitStripes-1)·stripeGroupCap of every group's room for the claims it
+// cannot see. A queue claims striped while its last limited claim held nothing back and saw
+// every counted group's room at least stripeFarRoom after its batch.
+const (
+	limitStripes   = 4
+	stripeGroupCap = 100
+	stripeReserve  = (limitStripes - 1) * stripeGroupCap
+	stripeFarRoom  = limitStripes * stripeGroupCap
+	noCap          = 1 << 30
+)
+
 // limitScanFactor: a limited claim of n reads up to limitScanFactor·n candidates (in segment
 // order), so candidates of a group whose room this batch exhausts do not leave it short.
 const limitScanFactor = 2
 
 // claimLimited runs a limited claim: ClaimLimitsLock then ClaimLimited in one pipeline.
-func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, bool, error) {
+func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
 	la := q.limits
-	lockSQL := lockStatement(ctx, q.name)
-	db := &afterLock{pool: q.w.eng, lock: lockSQL}
-	got, err := gen.New(db).ClaimLimited(ctx, gen.ClaimLimitedParams{
+	first, last := locks.LimitsClass, locks.LimitsClass+limitStripes-1
+	reserve, groupCap := int32(0), int32(noCap)
+	if !p.exclusive {
+		first = locks.LimitsClass + int32(p.stripe%limitStripes)
+		last, reserve, groupCap = first, stripeReserve, stripeGroupCap
+	}
+	db := &afterLock{pool: q.w.eng, lock: lockStatement(ctx, q.name, first, last)}
+	got, err := gen.New(db).ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: reserve, GroupCap: groupCap,
 		WorkerID: base.WorkerID, Queue: base.Queue, Batch: base.Batch, Scan: int32(min(p.n*limitScanFactor, 10000)),
 		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,
 		Kinds: base.Kinds, KindVersions: base.KindVersions, KindLeaseMs: base.KindLeaseMs,
 		LimID: la.id, LimKind: la.kind, LimPerKey: la.perKey, LimMaxRunning: la.maxRunning, LimRate: la.rate, LimPeriodUs: la.periodUs,
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, limitResult{}, err
 	}
-	rows := make([]gen.ClaimStrictRow, len(got))
-	binding := false
+	var res limitResult
+	rows := make([]gen.ClaimStrictRow, 0, len(got))
 	for i, r := range got {
-		binding = binding || r.Binding
-		rows[i] = gen.ClaimStrictRow{ID: r.ID, Queue: r.Queue, Kind: r.Kind, Payload: r.Payload, PayloadVersion: r.PayloadVersion,
-			Priority: r.Priority, RunAt: r.RunAt, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, LeaseMs: r.LeaseMs,
-			LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken, Generation: r.Generation, AttemptedAt: r.AttemptedAt,
-			CreatedAt: r.CreatedAt, Metadata: r.Metadata}
+		if i == 0 {
+			res = limitResult{binding: r.Binding, minRoom: r.MinRoom}
+		}
+		if r.ID == nil { // nothing claimed: the one row carries the flags only
+			continue
+		}
+		rows = append(rows, gen.ClaimStrictRow{ID: *r.ID, Queue: deref0(r.Queue), Kind: deref0(r.Kind), Payload: r.Payload,
+			PayloadVersion: deref0(r.PayloadVersion), Priority: r.Priority.Int16, RunAt: deref0(r.RunAt), Attempts: deref0(r.Attempts),
+			MaxAttempts: deref0(r.MaxAttempts), LeaseMs: deref0(r.LeaseMs), LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken,
+			Generation: deref0(r.Generation), AttemptedAt: r.AttemptedAt, CreatedAt: deref0(r.CreatedAt), Metadata: r.Metadata})
 	}
-	return rows, binding, nil
+	return rows, res, nil
+}
+
+// limitResult is what a limited claim reports besides its rows.
+type limitResult struct {
+	binding bool  // a limit held something back
+	minRoom int32 // the smallest counted room less the batch
+}
+
+// far reports whether the queue's next limited claim may be striped.
+func (r limitResult) far() bool { return !r.binding && r.minRoom >= stripeFarRoom }
+
+func deref0[T any](p *T) T {
+	var z T
+	if p == nil {
+		return z
+	}
+	return *p
 }
 
 // lockedStatement is a statement the generated code would run, captured instead.
@@ -199,9 +249,9 @@ type lockedStatement struct {
 
 // lockStatement captures ClaimLimitsLock's text and arguments from the generated code, so the
 // statement stays in db/queries.sql.
-func lockStatement(ctx context.Context, queue string) lockedStatement {
+func lockStatement(ctx context.Context, queue string, first, last int32) lockedStatement {
 	var c capture
-	_ = gen.New(&c).ClaimLimitsLock(ctx, gen.ClaimLimitsLockParams{LockClass: locks.LimitsClass, Queue: queue})
+	_ = gen.New(&c).ClaimLimitsLock(ctx, gen.ClaimLimitsLockParams{Queue: queue, FirstClass: first, LastClass: last})
 	return lockedStatement{c.sql, c.args}
 }
 

@@ -98,6 +98,7 @@ type limRun struct {
 	sampledMax, sampledKeyMax    int64
 	samples                      int64
 	limitedClaims, emptyClaims   int64
+	stripedClaims                int64
 	workersStats                 []worker.Stats
 	jobsPerSecond                float64
 	distinctConcurrentKeysAtOnce int64
@@ -178,6 +179,7 @@ func runLimited(t *testing.T, pool *pgxpool.Pool, workers, slots, n int, keys []
 		require.NoError(t, stopWorker(t, w, 10*time.Second))
 		st := w.Stats()
 		r.limitedClaims += st.LimitedClaims
+		r.stripedClaims += st.StripedClaims
 		r.emptyClaims += st.EmptyClaims
 		require.Zero(t, st.StaleRejected)
 	}
@@ -207,6 +209,24 @@ func TestLimitGlobalAcrossWorkers(t *testing.T) {
 	pool2 := pgtest.NewPool(t)
 	b := runLimited(t, pool2, 1, limit, n, []string{"a", "b", "c"}, sleep, nil)
 	t.Logf("unlimited, 1 worker x %d slots: %v = %.0f jobs/s; limited run: %.0f%% of it", limit, b.elapsed.Round(time.Millisecond), b.jobsPerSecond, 100*r.jobsPerSecond/b.jobsPerSecond)
+}
+
+// TestLimitStripedNearTheLimit: a limit large enough for striped claims (parallel, each
+// keeping room for the stripes it cannot see), approached and held by 4 workers with more
+// slots than the limit: the claims switch between striped and exclusive and the limit holds.
+func TestLimitStripedNearTheLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("800 handler slots, ~2 s")
+	}
+	pool := pgtest.NewPool(t)
+	const limit, n = 600, 3000
+	r := runLimited(t, pool, 4, 200, n, []string{"a", "b", "c"}, 100*time.Millisecond, []worker.Limit{{Kind: "lim", MaxRunning: limit}})
+	t.Logf("limit %d, 4 workers x 200 slots: %d jobs of 100ms in %v = %.0f jobs/s (ideal %d/100ms = %d jobs/s); max running: handlers %d, sampled %d (%d samples); limited claims %d, striped claims %d",
+		limit, n, r.elapsed.Round(time.Millisecond), r.jobsPerSecond, limit, limit*10, r.handlerMax, r.sampledMax, r.samples, r.limitedClaims, r.stripedClaims)
+	require.LessOrEqual(t, r.handlerMax, int64(limit))
+	require.LessOrEqual(t, r.sampledMax, int64(limit))
+	require.Positive(t, r.stripedClaims, "no claim ran striped")
+	require.Positive(t, r.limitedClaims, "the limit never bound")
 }
 
 // TestLimitOnePerKey: a limit of 1 running job per concurrency key, four workers: never two
@@ -366,6 +386,7 @@ func TestClaimLimitedPlan(t *testing.T) {
 		"queue": "default", "seg_priority": []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, "seg_after_us": make([]int64, 9),
 		"seg_min_age_us": make([]int64, 9), "seg_max_age_us": []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15},
 		"kind_versions": []int32{1, 1}, "kinds": []string{"lim", "noop"}, "scan": 20, "batch": 10,
+		"reserve": 300, "group_cap": 100,
 		"worker_id": "explain-worker", "kind_lease_ms": []int32{0, 0},
 	}
 	var vals []any

@@ -12,7 +12,7 @@ import (
 type metrics struct {
 	claims, emptyClaims, claimErrors, claimed, claimAsked  atomic.Int64
 	fullClaims, claimedBehindWatermark                     atomic.Int64
-	limitedClaims, flowBlocks                              atomic.Int64
+	limitedClaims, flowBlocks, stripedClaims               atomic.Int64
 	succeeded, retried, dead, cancelled, released          atomic.Int64
 	staleRejected, finishRetries, finishAbandoned          atomic.Int64
 	heartbeats, heartbeatRows, heartbeatErrors, leasesLost atomic.Int64
@@ -104,8 +104,9 @@ type Stats struct {
 	FullClaims, ClaimedBehindWatermark int64
 	// LimitedClaims counts claims a limit (QueueConfig.Limits) held back: they claimed less
 	// than asked because a group had no room. FlowBlocks counts RetryAfter results that paused
-	// their job's limit groups (Limit.RetryAfterPauses).
-	LimitedClaims, FlowBlocks int64
+	// their job's limit groups (Limit.RetryAfterPauses). StripedClaims counts limited claims
+	// that ran striped (in parallel with others, far from every limit; see limits.go).
+	LimitedClaims, FlowBlocks, StripedClaims int64
 	// Outcomes confirmed by a fenced write.
 	Succeeded, Retried, Dead, Cancelled, Released int64
 	// StaleRejected counts fenced finishes that changed 0 rows: the worker had lost the job.

@@ -65,7 +65,8 @@ type queue struct {
 	pausedFlag atomic.Bool                  // paused, for Stats and the registry (written by the loop)
 	early      map[*execution]handlerResult // results that arrived before their claim's
 
-	limits *limitArgs // nil: no limits (limits.go); fixed at New
+	limits   *limitArgs // nil: no limits (limits.go); fixed at New
+	limitFar bool       // the last limited claim saw every group far from its limits: claim striped
 }
 
 // claimer is one claim slot's backoff state: a queue may have Claimers claims in flight.
@@ -84,8 +85,9 @@ type claimResult struct {
 	got   []claimed
 	err   error
 	took  time.Duration
-	// binding: a limit held jobs back (limits.go); the watermarks did not move.
-	binding bool
+	// binding: a limit held jobs back (limits.go); the watermarks did not move. far: the
+	// next limited claim may be striped.
+	binding, far bool
 }
 
 type handlerResult struct {
@@ -354,6 +356,10 @@ func (q *queue) claimed(r claimResult) {
 	q.reserved -= r.n
 	if r.err == nil {
 		q.recordClaim(r)
+		q.limitFar = r.far
+		if q.limits != nil && !r.plan.exclusive {
+			w.m.stripedClaims.Add(1)
+		}
 	}
 	for _, e := range r.execs {
 		q.active[e] = struct{}{}

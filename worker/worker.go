@@ -554,7 +554,7 @@ func (w *Worker) Stats() Stats {
 		WorkerID: w.cfg.ID,
 		Claims:   m.claims.Load(), EmptyClaims: m.emptyClaims.Load(), ClaimErrors: m.claimErrors.Load(), Claimed: m.claimed.Load(), ClaimAsked: m.claimAsked.Load(),
 		FullClaims: m.fullClaims.Load(), ClaimedBehindWatermark: m.claimedBehindWatermark.Load(),
-		LimitedClaims: m.limitedClaims.Load(), FlowBlocks: m.flowBlocks.Load(),
+		LimitedClaims: m.limitedClaims.Load(), FlowBlocks: m.flowBlocks.Load(), StripedClaims: m.stripedClaims.Load(),
 		Succeeded: m.succeeded.Load(), Retried: m.retried.Load(), Dead: m.dead.Load(), Cancelled: m.cancelled.Load(), Released: m.released.Load(),
 		StaleRejected: m.staleRejected.Load(), FinishRetries: m.finishRetries.Load(), FinishAbandoned: m.finishAbandoned.Load(),
 		Heartbeats: m.heartbeats.Load(), HeartbeatRows: m.heartbeatRows.Load(), HeartbeatErrors: m.heartbeatErrors.Load(), LeasesLost: m.leasesLost.Load(),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const cancelReady = `-- name: CancelReady :one
@@ -59,18 +60,18 @@ WITH clk AS MATERIALIZED (
     SELECT l.id, l.kind, l.per_key, l.max_running, l.rate, l.period_us, CASE WHEN l.period_us > 0
                      THEN 'epoch'::timestamptz + (div((extract(epoch FROM c.t) * 1000000)::numeric, l.period_us::numeric) * l.period_us)::bigint * interval '1 microsecond'
                 END AS win
-    FROM (SELECT unnest($4::integer[]) AS id,
-                 unnest($5::text[]) AS kind,
-                 unnest($6::boolean[]) AS per_key,
-                 unnest($7::integer[]) AS max_running,
-                 unnest($8::integer[]) AS rate,
-                 unnest($9::bigint[]) AS period_us) AS l
+    FROM (SELECT unnest($1::integer[]) AS id,
+                 unnest($2::text[]) AS kind,
+                 unnest($3::boolean[]) AS per_key,
+                 unnest($4::integer[]) AS max_running,
+                 unnest($5::integer[]) AS rate,
+                 unnest($6::bigint[]) AS period_us) AS l
     CROSS JOIN clk c
 ), busy AS MATERIALIZED (
     SELECT l.id, CASE WHEN l.per_key THEN r.metadata ->> 'tenure.concurrency_key' ELSE '' END AS key,
            count(*)::integer AS n
     FROM lim l
-    JOIN tenure.jobs r ON r.queue = $10 AND r.limited AND r.locked_until IS NOT NULL
+    JOIN tenure.jobs r ON r.queue = $7 AND r.limited AND r.locked_until IS NOT NULL
                       AND r.locked_until > (SELECT t FROM clk)
                       AND (l.kind = '' OR r.kind = l.kind)
                       AND (NOT l.per_key OR (r.metadata ->> 'tenure.concurrency_key') <> '')
@@ -84,7 +85,7 @@ WITH clk AS MATERIALIZED (
                 ELSE 0 END AS started,
            coalesce(f.blocked_until > (SELECT t FROM clk), false) AS blocked
     FROM lim l
-    JOIN tenure.flow f ON f.queue = $10 AND f.kind = l.kind
+    JOIN tenure.flow f ON f.queue = $7 AND f.kind = l.kind
                       AND (CASE WHEN l.per_key THEN f.key <> '' ELSE f.key = '' END)
 ), grp AS MATERIALIZED (
     SELECT l.id, l.kind, l.per_key, k.key,
@@ -96,47 +97,50 @@ WITH clk AS MATERIALIZED (
     LEFT JOIN busy b ON b.id = k.id AND b.key = k.key
     LEFT JOIN rated r ON r.id = k.id AND r.key = k.key
 ), seg AS (
-    SELECT priority, after_us, min_age_us, max_age_us, ord FROM (SELECT unnest($11::smallint[]) AS priority,
-            unnest($12::bigint[]) AS after_us,
-            unnest($13::bigint[]) AS min_age_us,
-            unnest($14::bigint[]) AS max_age_us,
-            generate_subscripts($11::smallint[], 1) AS ord) AS s
+    SELECT priority, after_us, min_age_us, max_age_us, ord FROM (SELECT unnest($8::smallint[]) AS priority,
+            unnest($9::bigint[]) AS after_us,
+            unnest($10::bigint[]) AS min_age_us,
+            unnest($11::bigint[]) AS max_age_us,
+            generate_subscripts($8::smallint[], 1) AS ord) AS s
 ), cand AS MATERIALIZED (
     SELECT s.ord, c.id, c.run_at, c.kind, c.ckey
     FROM seg s
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at, j.kind, nullif(j.metadata ->> 'tenure.concurrency_key', '') AS ckey
         FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = $10 AND j.priority = s.priority
+        WHERE j.state = 'ready' AND j.queue = $7 AND j.priority = s.priority
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($15::integer[])[array_position($3::text[], j.kind)]
+          AND j.payload_version <= ($12::integer[])[array_position($13::text[], j.kind)]
           AND NOT EXISTS (SELECT 1 FROM grp g
-                          WHERE g.room <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                          WHERE g.room - $14::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
                             AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key'))
         ORDER BY j.run_at, j.id
-        LIMIT $16
+        LIMIT $15
         FOR UPDATE SKIP LOCKED
     ) c
-    LIMIT $16
+    LIMIT $15
 ), hit AS MATERIALIZED (
     SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
            row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.ord, c.run_at, c.id) AS nth,
            coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
-                                  CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room
+                                  CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room,
+           least(coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
+                                        CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) - $14::integer,
+                 $16::integer) AS admit
     FROM cand c
     JOIN lim l ON (l.kind = '' OR l.kind = c.kind) AND (NOT l.per_key OR c.ckey IS NOT NULL)
     CROSS JOIN LATERAL (SELECT CASE WHEN l.per_key THEN c.ckey ELSE '' END AS key) x
     LEFT JOIN grp g ON g.id = l.id AND g.key = x.key
 ), picked AS MATERIALIZED (
     SELECT c.id FROM cand c
-    WHERE NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.room)
+    WHERE NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.admit)
     ORDER BY c.ord, c.run_at, c.id
     LIMIT $17
 ), counted AS (
     INSERT INTO tenure.flow AS f (queue, kind, key, window_start, started, updated_at)
-    SELECT $10, h.kind, h.key, h.win, count(*)::integer, (SELECT t FROM clk)
+    SELECT $7, h.kind, h.key, h.win, count(*)::integer, (SELECT t FROM clk)
     FROM hit h
     WHERE h.rate > 0 AND h.id IN (SELECT picked.id FROM picked)
     GROUP BY h.lid, h.kind, h.key, h.win
@@ -146,12 +150,12 @@ WITH clk AS MATERIALIZED (
         window_start = greatest(f.window_start, excluded.window_start),
         updated_at   = excluded.updated_at
     RETURNING f.key
-)
+), upd AS (
 UPDATE tenure.jobs j
 SET state        = 'running',
-    locked_by    = $1::text,
-    lease_ms     = coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms)
+    locked_by    = $18::text,
+    lease_ms     = coalesce(nullif(($19::integer[])[array_position($13::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif(($19::integer[])[array_position($13::text[], j.kind)], 0), j.lease_ms)
                            * interval '1 millisecond',
     claim_token  = gen_random_uuid(),
     generation   = j.generation + 1,
@@ -162,15 +166,19 @@ SET state        = 'running',
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata,
-          (EXISTS (SELECT 1 FROM grp WHERE grp.room <= 0)
-           OR EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.room))::boolean AS binding
+          j.attempted_at, j.created_at, j.metadata
+), flags AS (
+    SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - $14::integer <= 0)
+            OR EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit))::boolean AS binding,
+           (least((SELECT min(grp.room) FROM grp), (SELECT min(hit.room) FROM hit), 2147483647) - $17::integer)::integer AS min_room
+)
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, f.binding, f.min_room
+FROM flags f LEFT JOIN upd u ON true
 `
 
 type ClaimLimitedParams struct {
-	WorkerID      string
-	KindLeaseMs   []int32
-	Kinds         []string
 	LimID         []int32
 	LimKind       []string
 	LimPerKey     []bool
@@ -183,28 +191,34 @@ type ClaimLimitedParams struct {
 	SegMinAgeUs   []int64
 	SegMaxAgeUs   []int64
 	KindVersions  []int32
+	Kinds         []string
+	Reserve       int32
 	Scan          int32
+	GroupCap      int32
 	Batch         int32
+	WorkerID      string
+	KindLeaseMs   []int32
 }
 
 type ClaimLimitedRow struct {
-	ID             int64
-	Queue          string
-	Kind           string
+	ID             *int64
+	Queue          *string
+	Kind           *string
 	Payload        []byte
-	PayloadVersion int32
-	Priority       int16
-	RunAt          time.Time
-	Attempts       int32
-	MaxAttempts    int32
-	LeaseMs        int32
+	PayloadVersion *int32
+	Priority       pgtype.Int2
+	RunAt          *time.Time
+	Attempts       *int32
+	MaxAttempts    *int32
+	LeaseMs        *int32
 	LockedUntil    *time.Time
 	ClaimToken     *uuid.UUID
-	Generation     int64
+	Generation     *int64
 	AttemptedAt    *time.Time
-	CreatedAt      time.Time
+	CreatedAt      *time.Time
 	Metadata       []byte
 	Binding        bool
+	MinRoom        int32
 }
 
 // ClaimOrdered under the queue's limits (worker/limits.go; run after ClaimLimitsLock in the
@@ -217,17 +231,18 @@ type ClaimLimitedRow struct {
 //  2. cand: the segments' candidates in ClaimOrdered's order, up to @scan in all (the nested loop
 //     stops there), skipping (a heap filter on the same index range) jobs of groups without room.
 //  3. hit: each candidate under each limit covering it, numbered in claim order within its group;
-//     a candidate is admitted if its number is within the room of every group it belongs to.
+//     a candidate is admitted if its number is within every group's room less @reserve (what
+//     claims holding the other stripes may admit unseen: 0 for an exclusive claim) and within
+//     @group_cap (what a striped claim may admit per group).
 //  4. the first @batch admitted are claimed; the rate groups' window counts are updated; rows of
 //     kinds a concurrency limit covers are marked limited (they enter jobs_limited_idx).
 //
-// binding (on every row) says a limit held something back: the engine then does not move the
-// band watermarks (a skipped job may lie behind the claimed ones).
+// The result is the claimed rows with two flags, or one row of NULLs with the flags when
+// nothing was claimed. binding: a limit held something back (the engine then does not move the
+// band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
+// of a counted group less @batch (the engine's choice between striped and exclusive claims).
 func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]ClaimLimitedRow, error) {
 	rows, err := q.db.Query(ctx, claimLimited,
-		arg.WorkerID,
-		arg.KindLeaseMs,
-		arg.Kinds,
 		arg.LimID,
 		arg.LimKind,
 		arg.LimPerKey,
@@ -240,8 +255,13 @@ func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]C
 		arg.SegMinAgeUs,
 		arg.SegMaxAgeUs,
 		arg.KindVersions,
+		arg.Kinds,
+		arg.Reserve,
 		arg.Scan,
+		arg.GroupCap,
 		arg.Batch,
+		arg.WorkerID,
+		arg.KindLeaseMs,
 	)
 	if err != nil {
 		return nil, err
@@ -268,6 +288,7 @@ func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]C
 			&i.CreatedAt,
 			&i.Metadata,
 			&i.Binding,
+			&i.MinRoom,
 		); err != nil {
 			return nil, err
 		}
@@ -280,22 +301,26 @@ func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]C
 }
 
 const claimLimitsLock = `-- name: ClaimLimitsLock :exec
-SELECT pg_advisory_xact_lock($1::integer, hashtext($2::text))
+SELECT pg_advisory_xact_lock(s.class, hashtext($1::text))
+FROM generate_series($2::integer, $3::integer) AS s(class)
 `
 
 type ClaimLimitsLockParams struct {
-	LockClass int32
-	Queue     string
+	Queue      string
+	FirstClass int32
+	LastClass  int32
 }
 
 // Flow control (worker/limits.go): the first statement of a limited claim. The engine sends it
 // and ClaimLimited in one pipeline (one round trip, one implicit transaction): this one waits
-// for the queue's limits lock (transaction-scoped, released at commit), and ClaimLimited, a
-// later statement, reads its snapshot only once the lock is held, so under READ COMMITTED it
-// sees every job the previous holder claimed (that claim committed before it released the
-// lock). The two-int4 form is a separate lock space from Tenure's bigint keys (internal/locks).
+// for the queue's limit stripes, locks (first_class..last_class, hashtext(queue)), in order (transaction-scoped,
+// released at commit): one stripe for a striped claim, all of them for an exclusive one.
+// ClaimLimited, a later statement, reads its snapshot only once they are held, so under READ
+// COMMITTED it sees every job claimed by every claim that held one of its stripes before it
+// (each committed before releasing it). The two-int4 form is a separate lock space from
+// Tenure's bigint keys (internal/locks).
 func (q *Queries) ClaimLimitsLock(ctx context.Context, arg ClaimLimitsLockParams) error {
-	_, err := q.db.Exec(ctx, claimLimitsLock, arg.LockClass, arg.Queue)
+	_, err := q.db.Exec(ctx, claimLimitsLock, arg.Queue, arg.FirstClass, arg.LastClass)
 	return err
 }
 
