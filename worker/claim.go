@@ -79,6 +79,9 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 		stopping := q.stopFlag.Load()
 		for i := range got {
 			e := q.newExecution(&got[i])
+			// Near a limit (an exclusive claim), a finish gives room back: finish it without
+			// lingering and wake a claimer when it lands (limits.go).
+			e.limited = e.limited && p.exclusive
 			if !stopping {
 				e.started = true
 				q.w.m.handlersRunning.Add(1)

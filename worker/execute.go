@@ -39,7 +39,7 @@ type execution struct {
 	leaseLost bool
 	released  bool   // given back by Stop before its handler returned; a late return is dropped
 	started   bool   // its handler was started (by the claim goroutine, before the loop saw it)
-	limited   bool   // a concurrency limit covers its kind (limits.go); fixed at creation
+	limited   bool   // a concurrency limit covers its kind and it was claimed near the limit (limits.go); fixed before the loop sees it
 	fin       finish // the write to make; set by the loop before the finishers get it
 }
 

@@ -184,8 +184,9 @@ const (
 	noCap          = 1 << 30
 )
 
-// limitScanFactor: a limited claim of n reads up to limitScanFactor·n candidates (in segment
-// order), so candidates of a group whose room this batch exhausts do not leave it short.
+// limitScanFactor: an exclusive limited claim of n reads up to limitScanFactor·n candidates (in
+// segment order), so candidates of a group whose room this batch exhausts do not leave it
+// short. A striped claim reads n (each candidate read is row-locked, a WAL record).
 const limitScanFactor = 2
 
 // claimLimited runs a limited claim: ClaimLimitsLock then ClaimLimited in one pipeline.
@@ -193,13 +194,15 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 	la := q.limits
 	first, last := locks.LimitsClass, locks.LimitsClass+limitStripes-1
 	reserve, groupCap := int32(0), int32(noCap)
+	scan := min(p.n*limitScanFactor, 10000)
 	if !p.exclusive {
+		scan = p.n // far from every limit: nothing is expected to be held back
 		first = locks.LimitsClass + int32(p.stripe%limitStripes)
 		last, reserve, groupCap = first, stripeReserve, stripeGroupCap
 	}
 	db := &afterLock{pool: q.w.eng, lock: lockStatement(ctx, q.name, first, last)}
 	got, err := gen.New(db).ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: reserve, GroupCap: groupCap,
-		WorkerID: base.WorkerID, Queue: base.Queue, Batch: base.Batch, Scan: int32(min(p.n*limitScanFactor, 10000)),
+		WorkerID: base.WorkerID, Queue: base.Queue, Batch: base.Batch, Scan: int32(scan),
 		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,
 		Kinds: base.Kinds, KindVersions: base.KindVersions, KindLeaseMs: base.KindLeaseMs,
 		LimID: la.id, LimKind: la.kind, LimPerKey: la.perKey, LimMaxRunning: la.maxRunning, LimRate: la.rate, LimPeriodUs: la.periodUs,
