@@ -60,6 +60,9 @@ func BenchmarkBurnDown(b *testing.B) {
 		// Flow control configured but not binding: every claim is a limited claim (lock +
 		// ClaimLimited), every job enters jobs_limited_idx, no limit ever holds a job back.
 		{"strict-limits", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 1_000_000}}},
+		// A limit above the worker's 100 slots (never binding) but within 400 + batch of the
+		// running count: every claim is exclusive (serialized).
+		{"strict-limit150", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 150}}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var rate float64

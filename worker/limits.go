@@ -78,7 +78,8 @@ type Limit struct {
 var (
 	// ErrInvalidLimit: a Limit's numbers are out of range (MaxRunning or Rate negative or
 	// above 1,000,000, a Rate without a Per of 1 ms..24 h or a Per without a Rate, neither
-	// MaxRunning nor Rate set) or its Kind is not a valid kind name.
+	// MaxRunning nor Rate set, Per not a whole number of microseconds) or its Kind is longer
+	// than 128 bytes.
 	ErrInvalidLimit = errors.New("tenure: invalid limit")
 	// ErrDuplicateLimit: two limits of a queue cover the same group (same Kind and PerKey);
 	// put both bounds in one Limit.
