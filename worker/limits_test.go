@@ -275,7 +275,7 @@ func TestRateLimitWindows(t *testing.T) {
 		require.GreaterOrEqual(t, avg, 0.8*rate, "inner windows average %.1f starts, want close to %d", avg, rate)
 	}
 	span := time.Duration(windows[len(windows)-1]-windows[0]+1) * per
-	require.LessOrEqual(t, span, time.Duration(n/rate+3)*per, "the backlog took too many windows")
+	require.LessOrEqual(t, span, time.Duration(n/rate+5)*per, "the backlog took too many windows")
 }
 
 // TestRetryAfterPausesKey: a handler's RetryAfter on a key with RetryAfterPauses holds every
@@ -324,7 +324,7 @@ func TestRetryAfterPausesKey(t *testing.T) {
 	defer mu.Unlock()
 	for i := 1; i <= 4; i++ {
 		require.GreaterOrEqual(t, started[i].Sub(pushedAt), pause-50*time.Millisecond, "job %d of the paused key started %v after the RetryAfter", i, started[i].Sub(pushedAt))
-		require.Less(t, started[100+i].Sub(pushedAt), pause/2, "job %d of another key waited %v", 100+i, started[100+i].Sub(pushedAt))
+		require.Less(t, started[100+i].Sub(pushedAt), pause-100*time.Millisecond, "job %d of another key waited %v", 100+i, started[100+i].Sub(pushedAt))
 	}
 }
 
