@@ -113,14 +113,23 @@ WITH clk AS MATERIALIZED (
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
           AND j.payload_version <= ($12::integer[])[array_position($13::text[], j.kind)]
-          AND NOT EXISTS (SELECT 1 FROM grp g
+          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $14::integer <= 0))
+               OR NOT EXISTS (SELECT 1 FROM grp g
                           WHERE g.room - $14::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
-                            AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key'))
+                            AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
         ORDER BY j.run_at, j.id
         LIMIT $15
         FOR UPDATE SKIP LOCKED
     ) c
     LIMIT $15
+), roomy AS MATERIALIZED (
+    -- Every group, counted or not, has room for the whole batch (less the reserve, within the
+    -- cap), none is paused and no limit counts starts: every candidate is admitted, and hit
+    -- (the numbering) is never computed.
+    SELECT ($16::integer >= $17::integer
+            AND NOT EXISTS (SELECT 1 FROM lim WHERE lim.rate > 0
+                            OR (lim.max_running > 0 AND lim.max_running - $14::integer < $17::integer))
+            AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - $14::integer < $17::integer))::boolean AS ok
 ), hit AS MATERIALIZED (
     SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
            row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.ord, c.run_at, c.id) AS nth,
@@ -135,14 +144,15 @@ WITH clk AS MATERIALIZED (
     LEFT JOIN grp g ON g.id = l.id AND g.key = x.key
 ), picked AS MATERIALIZED (
     SELECT c.id FROM cand c
-    WHERE NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.admit)
+    WHERE (SELECT roomy.ok FROM roomy)
+       OR NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.admit)
     ORDER BY c.ord, c.run_at, c.id
     LIMIT $17
 ), counted AS (
     INSERT INTO tenure.flow AS f (queue, kind, key, window_start, started, updated_at)
     SELECT $7, h.kind, h.key, h.win, count(*)::integer, (SELECT t FROM clk)
     FROM hit h
-    WHERE h.rate > 0 AND h.id IN (SELECT picked.id FROM picked)
+    WHERE NOT (SELECT roomy.ok FROM roomy) AND h.rate > 0 AND h.id IN (SELECT picked.id FROM picked)
     GROUP BY h.lid, h.kind, h.key, h.win
     ON CONFLICT (queue, kind, key) DO UPDATE
     SET started      = CASE WHEN f.window_start >= excluded.window_start THEN f.started + excluded.started
@@ -169,8 +179,11 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
           j.attempted_at, j.created_at, j.metadata
 ), flags AS (
     SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - $14::integer <= 0)
-            OR EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit))::boolean AS binding,
-           (least((SELECT min(grp.room) FROM grp), (SELECT min(hit.room) FROM hit), 2147483647) - $17::integer)::integer AS min_room
+            OR (NOT (SELECT roomy.ok FROM roomy) AND EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit)))::boolean AS binding,
+           (least((SELECT min(grp.room) FROM grp),
+                  (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
+                                    CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
+                  2147483647) - $17::integer)::integer AS min_room
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -230,7 +243,8 @@ type ClaimLimitedRow struct {
 //  1. grp: the groups something is counted for (jobs_limited_idx for the running count).
 //  2. cand: the segments' candidates in ClaimOrdered's order, up to @scan in all (the nested loop
 //     stops there), skipping (a heap filter on the same index range) jobs of groups without room.
-//  3. hit: each candidate under each limit covering it, numbered in claim order within its group;
+//  3. hit: each candidate under each limit covering it, numbered in claim order within its group
+//     (skipped when roomy: every group has room for the whole batch and no limit counts starts);
 //     a candidate is admitted if its number is within every group's room less @reserve (what
 //     claims holding the other stripes may admit unseen: 0 for an exclusive claim) and within
 //     @group_cap (what a striped claim may admit per group).
