@@ -275,6 +275,185 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
           j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes;
 
+-- name: ClaimLimitsLock :exec
+-- Flow control (worker/limits.go): the first statement of a limited claim. The engine sends it
+-- and ClaimLimited in one pipeline (one round trip, one implicit transaction): this one waits
+-- for the queue's limit stripes, locks (first_class..last_class, hashtext(queue)), in order (transaction-scoped,
+-- released at commit): one stripe for a striped claim, all of them for an exclusive one.
+-- ClaimLimited, a later statement, reads its snapshot only once they are held, so under READ
+-- COMMITTED it sees every job claimed by every claim that held one of its stripes before it
+-- (each committed before releasing it). The two-int4 form is a separate lock space from
+-- Tenure's bigint keys (internal/locks).
+SELECT pg_advisory_xact_lock(s.class, hashtext(@queue::text))
+FROM generate_series(@first_class::integer, @last_class::integer) AS s(class);
+
+-- name: ClaimLimited :many
+-- ClaimOrdered under the queue's limits (worker/limits.go; run after ClaimLimitsLock in the
+-- same transaction). Limits are parallel arrays; a limit covers the jobs of lim_kind ('' =
+-- every kind of the queue), grouped by their concurrency key (metadata "tenure.concurrency_key")
+-- when lim_per_key (jobs without a key are not covered by a per-key limit). A group has room =
+-- min(max_running - running leased jobs, rate - starts in the current fixed window), or 0 while
+-- a handler's RetryAfter blocks it; 0 for max_running or rate means no such limit.
+-- 1. grp: the groups something is counted for (jobs_limited_idx for the running count).
+-- 2. cand: the segments' candidates in ClaimOrdered's order, up to @scan in all (the nested loop
+--    stops there), skipping (a heap filter on the same index range) jobs of groups without room.
+-- 3. hit: each candidate under each limit covering it, numbered in claim order within its group
+--    (skipped when roomy: every group has room for the whole batch and no limit counts starts);
+--    a candidate is admitted if its number is within every group's room less @reserve (what
+--    claims holding the other stripes may admit unseen: 0 for an exclusive claim) and within
+--    @group_cap (what a striped claim may admit per group).
+-- 4. the first @batch admitted are claimed; the rate groups' window counts are updated; rows of
+--    kinds a concurrency limit covers are marked limited (they enter jobs_limited_idx).
+-- The result is the claimed rows with two flags, or one row of NULLs with the flags when
+-- nothing was claimed. binding: a limit held something back (the engine then does not move the
+-- band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
+-- of a counted group less @batch (the engine's choice between striped and exclusive claims).
+WITH clk AS MATERIALIZED (
+    SELECT clock_timestamp() AS t
+), lim AS MATERIALIZED (
+    SELECT l.*, CASE WHEN l.period_us > 0
+                     THEN 'epoch'::timestamptz + (div((extract(epoch FROM c.t) * 1000000)::numeric, l.period_us::numeric) * l.period_us)::bigint * interval '1 microsecond'
+                END AS win
+    FROM (SELECT unnest(@lim_id::integer[]) AS id,
+                 unnest(@lim_kind::text[]) AS kind,
+                 unnest(@lim_per_key::boolean[]) AS per_key,
+                 unnest(@lim_max_running::integer[]) AS max_running,
+                 unnest(@lim_rate::integer[]) AS rate,
+                 unnest(@lim_period_us::bigint[]) AS period_us) AS l
+    CROSS JOIN clk c
+), busy AS MATERIALIZED (
+    SELECT l.id, CASE WHEN l.per_key THEN r.metadata ->> 'tenure.concurrency_key' ELSE '' END AS key,
+           count(*)::integer AS n
+    FROM lim l
+    JOIN tenure.jobs r ON r.queue = @queue AND r.limited AND r.locked_until IS NOT NULL
+                      AND r.locked_until > (SELECT t FROM clk)
+                      AND (l.kind = '' OR r.kind = l.kind)
+                      AND (NOT l.per_key OR (r.metadata ->> 'tenure.concurrency_key') <> '')
+    WHERE l.max_running > 0
+    GROUP BY 1, 2
+), rated AS MATERIALIZED (
+    SELECT l.id, f.key,
+           CASE WHEN l.rate = 0 THEN 0
+                WHEN f.window_start = l.win THEN f.started
+                WHEN f.window_start > l.win THEN l.rate
+                ELSE 0 END AS started,
+           coalesce(f.blocked_until > (SELECT t FROM clk), false) AS blocked
+    FROM lim l
+    JOIN tenure.flow f ON f.queue = @queue AND f.kind = l.kind
+                      AND (CASE WHEN l.per_key THEN f.key <> '' ELSE f.key = '' END)
+), grp AS MATERIALIZED (
+    SELECT l.id, l.kind, l.per_key, k.key,
+           least(CASE WHEN l.max_running > 0 THEN l.max_running - coalesce(b.n, 0) ELSE 2147483647 END,
+                 CASE WHEN r.blocked THEN 0
+                      WHEN l.rate > 0 THEN l.rate - coalesce(r.started, 0) ELSE 2147483647 END) AS room
+    FROM (SELECT busy.id, busy.key FROM busy UNION SELECT rated.id, rated.key FROM rated) k
+    JOIN lim l ON l.id = k.id
+    LEFT JOIN busy b ON b.id = k.id AND b.key = k.key
+    LEFT JOIN rated r ON r.id = k.id AND r.key = k.key
+), seg AS (
+    SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
+            unnest(@seg_after_us::bigint[]) AS after_us,
+            unnest(@seg_min_age_us::bigint[]) AS min_age_us,
+            unnest(@seg_max_age_us::bigint[]) AS max_age_us,
+            generate_subscripts(@seg_priority::smallint[], 1) AS ord) AS s
+), cand AS MATERIALIZED (
+    SELECT s.ord, c.id, c.run_at, c.kind, c.ckey
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.kind, nullif(j.metadata ->> 'tenure.concurrency_key', '') AS ckey
+        FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
+          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer <= 0))
+               OR NOT EXISTS (SELECT 1 FROM grp g
+                          WHERE g.room - @reserve::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                            AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
+        ORDER BY j.run_at, j.id
+        LIMIT @scan
+        FOR UPDATE SKIP LOCKED
+    ) c
+    LIMIT @scan
+), roomy AS MATERIALIZED (
+    -- Every group, counted or not, has room for the whole batch (less the reserve, within the
+    -- cap), none is paused and no limit counts starts: every candidate is admitted, and hit
+    -- (the numbering) is never computed.
+    SELECT (@group_cap::integer >= @batch::integer
+            AND NOT EXISTS (SELECT 1 FROM lim WHERE lim.rate > 0
+                            OR (lim.max_running > 0 AND lim.max_running - @reserve::integer < @batch::integer))
+            AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer < @batch::integer))::boolean AS ok
+), hit AS MATERIALIZED (
+    SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
+           row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.ord, c.run_at, c.id) AS nth,
+           coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
+                                  CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room,
+           least(coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
+                                        CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) - @reserve::integer,
+                 @group_cap::integer) AS admit
+    FROM cand c
+    JOIN lim l ON (l.kind = '' OR l.kind = c.kind) AND (NOT l.per_key OR c.ckey IS NOT NULL)
+    CROSS JOIN LATERAL (SELECT CASE WHEN l.per_key THEN c.ckey ELSE '' END AS key) x
+    LEFT JOIN grp g ON g.id = l.id AND g.key = x.key
+), picked AS MATERIALIZED (
+    SELECT c.id FROM cand c
+    WHERE (SELECT roomy.ok FROM roomy)
+       OR NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.admit)
+    ORDER BY c.ord, c.run_at, c.id
+    LIMIT @batch
+), counted AS (
+    INSERT INTO tenure.flow AS f (queue, kind, key, window_start, started, updated_at)
+    SELECT @queue, h.kind, h.key, h.win, count(*)::integer, (SELECT t FROM clk)
+    FROM hit h
+    WHERE NOT (SELECT roomy.ok FROM roomy) AND h.rate > 0 AND h.id IN (SELECT picked.id FROM picked)
+    GROUP BY h.lid, h.kind, h.key, h.win
+    ON CONFLICT (queue, kind, key) DO UPDATE
+    SET started      = CASE WHEN f.window_start >= excluded.window_start THEN f.started + excluded.started
+                            ELSE excluded.started END,
+        window_start = greatest(f.window_start, excluded.window_start),
+        updated_at   = excluded.updated_at
+    RETURNING f.key
+), upd AS (
+UPDATE tenure.jobs j
+SET state        = 'running',
+    locked_by    = @worker_id::text,
+    lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
+    claim_token  = gen_random_uuid(),
+    generation   = j.generation + 1,
+    attempts     = j.attempts + 1,
+    attempted_at = (SELECT t FROM clk),
+    updated_at   = now(),
+    limited      = EXISTS (SELECT 1 FROM lim l WHERE l.max_running > 0 AND (l.kind = '' OR l.kind = j.kind))
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), flags AS (
+    SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer <= 0)
+            OR (NOT (SELECT roomy.ok FROM roomy) AND EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit)))::boolean AS binding,
+           (least((SELECT min(grp.room) FROM grp),
+                  (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
+                                    CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
+                  2147483647) - @batch::integer)::integer AS min_room
+)
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.binding, f.min_room
+FROM flags f LEFT JOIN upd u ON true;
+
+-- name: FlowBlock :exec
+-- A handler's RetryAfter(err, d) on a job covered by a limit with RetryAfterPauses: the limit's
+-- group (queue, kind or '', key or '') starts nothing before now() + d (never shortened).
+INSERT INTO tenure.flow AS f (queue, kind, key, blocked_until)
+SELECT g.q, g.kind, g.fkey, now() + g.delay_us * interval '1 microsecond'
+FROM (SELECT @queue::text AS q, @delay_us::bigint AS delay_us,
+             unnest(@kinds::text[]) AS kind, unnest(@group_keys::text[]) AS fkey) AS g
+ON CONFLICT (queue, kind, key) DO UPDATE
+SET blocked_until = greatest(f.blocked_until, excluded.blocked_until), updated_at = now();
+
 -- ---------------------------------------------------------------------------------------------
 -- Fenced transitions (docs/contract.md §2). Each returns the ids it changed; a missing id is a
 -- stale write (the caller lost ownership) and is never reported as success.

@@ -72,6 +72,9 @@ CREATE TABLE tenure.jobs (
     output              jsonb,
     -- how often the job snoozed (worker.Snooze): a snooze does not consume an attempt
     snoozes             integer          NOT NULL DEFAULT 0,
+    -- claimed by a limited claim as a kind a concurrency limit covers (migration 0010): only
+    -- such running rows enter jobs_limited_idx
+    limited             boolean          NOT NULL DEFAULT false,
 
     CONSTRAINT jobs_queue_len      CHECK (char_length(queue) BETWEEN 1 AND 128),
     CONSTRAINT jobs_kind_len       CHECK (char_length(kind) BETWEEN 1 AND 128),
@@ -125,6 +128,13 @@ CREATE INDEX jobs_ready_idx ON tenure.jobs (queue, priority DESC, run_at, id) IN
 -- planner, whenever statistics were taken while nothing ran, into walking every running row
 -- for each batch.
 CREATE INDEX jobs_running_idx ON tenure.jobs (locked_until) WHERE locked_until IS NOT NULL;
+
+-- Flow control (migration 0010): the limited claim counts running, leased jobs per limit group
+-- (queue, kind, concurrency key = metadata "tenure.concurrency_key"). Only rows a limited claim
+-- marked enter it, so unlimited kinds maintain no entry; the predicate is on locked_until (like
+-- jobs_running_idx) so it never tempts the planner for the fenced writes.
+CREATE INDEX jobs_limited_idx ON tenure.jobs (queue, kind, (metadata ->> 'tenure.concurrency_key'))
+    WHERE locked_until IS NOT NULL AND limited;
 
 -- Retention pruning and finished-job stats read final rows by finish time.
 CREATE INDEX jobs_finished_idx ON tenure.jobs (finished_at) WHERE state IN ('succeeded', 'dead', 'cancelled');
@@ -398,3 +408,21 @@ CREATE TABLE tenure.stream_effects (
 );
 
 CREATE INDEX stream_effects_created_idx ON tenure.stream_effects (created_at);
+
+-- Flow control state (migration 0010): one row per rate-limit group (queue, kind or '' for all
+-- kinds, concurrency key or '' when the limit is not per key), and per group a handler slowed
+-- with RetryAfter. started counts the claims in the fixed window beginning at window_start on the
+-- database clock; blocked_until stops the group's starts until then. Written only by limited
+-- claims (under the queue's limits lock) and by RetryAfter pushes.
+CREATE TABLE tenure.flow (
+    queue         text        NOT NULL,
+    kind          text        NOT NULL,
+    key           text        NOT NULL,
+    window_start  timestamptz NOT NULL DEFAULT 'epoch',
+    started       integer     NOT NULL DEFAULT 0,
+    blocked_until timestamptz,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, kind, key),
+
+    CONSTRAINT flow_started_pos CHECK (started >= 0)
+);

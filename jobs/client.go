@@ -147,6 +147,27 @@ type InsertOpts struct {
 	// Unique, when set, makes the job unique (see UniqueOpts): if a job with the same unique
 	// key holds it, the insert returns that job with Row.Duplicate set instead of inserting.
 	Unique *UniqueOpts
+	// ConcurrencyKey puts the job in a group of its own for the per-key limits of its queue
+	// (worker.Limit with PerKey: "at most 2 running per customer", "10 starts a second per
+	// account"). It is stored in Metadata under ConcurrencyKeyMetadata (replacing an entry
+	// there), so the handler sees it too. When empty, an args type implementing
+	// ConcurrencyKeyer supplies it. At most MaxConcurrencyKeyBytes bytes of valid UTF-8
+	// without NUL, else an *OptionError (Field "ConcurrencyKey"). Default none: per-key
+	// limits do not cover the job (limits per kind or queue still do).
+	ConcurrencyKey string
+}
+
+// ConcurrencyKeyMetadata is the metadata entry that holds a job's concurrency key; the
+// limited claim and its index (jobs_limited_idx) read it there.
+const ConcurrencyKeyMetadata = "tenure.concurrency_key"
+
+// MaxConcurrencyKeyBytes bounds InsertOpts.ConcurrencyKey.
+const MaxConcurrencyKeyBytes = 200
+
+// ConcurrencyKeyer is implemented by args types whose jobs carry a concurrency key taken from
+// their arguments (e.g. the customer id); InsertOpts.ConcurrencyKey overrides it.
+type ConcurrencyKeyer interface {
+	ConcurrencyKey() string
 }
 
 // Bounds of InsertOpts.Metadata. The database also refuses metadata above 8 KiB.
@@ -298,6 +319,19 @@ func (c *Client) prepare(ctx context.Context, args generics.Args, opts *InsertOp
 	case !o.RunAt.IsZero() && (o.RunAt.Before(minRunAt) || !o.RunAt.Before(maxRunAt)):
 		return prepared{}, &OptionError{Field: "RunAt", Msg: fmt.Sprintf("%s is outside %s..%s",
 			o.RunAt.UTC().Format(time.RFC3339Nano), minRunAt.Format(time.RFC3339), maxRunAt.Add(-time.Microsecond).Format(time.RFC3339Nano))}
+	}
+	key := o.ConcurrencyKey
+	if ck, ok := args.(ConcurrencyKeyer); ok && key == "" {
+		key = ck.ConcurrencyKey()
+	}
+	if key != "" {
+		if len(key) > MaxConcurrencyKeyBytes || !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0 {
+			return prepared{}, &OptionError{Field: "ConcurrencyKey", Msg: fmt.Sprintf("%q: must be 1..%d bytes of valid UTF-8 without NUL", truncate(key), MaxConcurrencyKeyBytes)}
+		}
+		m := make(map[string]string, len(o.Metadata)+1)
+		maps.Copy(m, o.Metadata)
+		m[ConcurrencyKeyMetadata] = key
+		o.Metadata = m
 	}
 	metadata, err := encodeMetadata(o.Metadata)
 	if err != nil {

@@ -50,12 +50,19 @@ func insertNoops(b *testing.B, c *jobs.Client, n int, opts *jobs.InsertOpts) {
 func BenchmarkBurnDown(b *testing.B) {
 	const total = 100000
 	for _, tc := range []struct {
-		name string
-		f    worker.Fairness
+		name   string
+		f      worker.Fairness
+		limits []worker.Limit
 	}{
-		{"strict", worker.Fairness{}},
-		{"aging", worker.Fairness{Aging: &worker.Aging{Step: 5 * time.Minute}}},
-		{"quota", worker.Fairness{Quotas: map[int]int{jobs.PriorityHigh: 12, jobs.PriorityNormal: 6, jobs.PriorityLow: 2}}},
+		{"strict", worker.Fairness{}, nil},
+		{"aging", worker.Fairness{Aging: &worker.Aging{Step: 5 * time.Minute}}, nil},
+		{"quota", worker.Fairness{Quotas: map[int]int{jobs.PriorityHigh: 12, jobs.PriorityNormal: 6, jobs.PriorityLow: 2}}, nil},
+		// Flow control configured but not binding: every claim is a limited claim (lock +
+		// ClaimLimited), every job enters jobs_limited_idx, no limit ever holds a job back.
+		{"strict-limits", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 1_000_000}}},
+		// A limit above the worker's 100 slots (never binding) but within 400 + batch of the
+		// running count: every claim is exclusive (serialized).
+		{"strict-limit150", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 150}}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var rate float64
@@ -74,7 +81,7 @@ func BenchmarkBurnDown(b *testing.B) {
 				var mu sync.Mutex
 				n := 0
 				w, err := worker.New(pool, &worker.Config{Logger: testLogger(), AsynchronousCommit: os.Getenv("TENURE_BENCH_ASYNC") == "1",
-					Queues: map[string]worker.QueueConfig{"default": {Concurrency: 100, Fairness: tc.f, Claimers: benchClaimers}},
+					Queues: map[string]worker.QueueConfig{"default": {Concurrency: 100, Fairness: tc.f, Claimers: benchClaimers, Limits: tc.limits}},
 					OnOutcome: func(o worker.Outcome) {
 						mu.Lock()
 						n++

@@ -204,6 +204,9 @@ func childWorker(out *childOut) error {
 				errors.Is(o.Err, worker.ErrLostOwnership), errText(o.Err))
 		},
 	}
+	if flags["limit2"] { // flow control: at most 2 chaos jobs running cluster-wide
+		cfg.Queues["default"] = worker.QueueConfig{Concurrency: envInt(envChildConc, 1), Limits: []worker.Limit{{Kind: "chaos", MaxRunning: 2}}}
+	}
 	w, err := worker.New(pool, cfg)
 	if err != nil {
 		return err

@@ -48,6 +48,9 @@ type claimPlan struct {
 	// prev holds the watermarks it replaced.
 	full bool
 	prev bandTimes
+	// limited claims (limits.go): exclusive (every stripe) or striped on stripe.
+	exclusive bool
+	stripe    int
 }
 
 // startClaim plans a claim of n jobs on the loop and runs its statement on a claim goroutine,
@@ -63,18 +66,22 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	p := claimPlan{n: n}
 	p.after, p.full, p.prev = q.watermarks()
 	p.segs, p.quota, p.ranked = q.pol.plan(n)
+	p.exclusive, p.stripe = !q.limitFar, idx
 	q.w.spawn(func() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
-		got, err := q.claim(cctx, &p)
+		got, lr, err := q.claim(cctx, &p)
 		cancel()
-		r := claimResult{idx: idx, n: n, plan: p, got: got, err: err, took: time.Since(start)}
+		r := claimResult{idx: idx, n: n, plan: p, got: got, err: err, took: time.Since(start), binding: lr.binding, far: lr.far()}
 		// Start the handlers here, a hop sooner than the loop could: the loop registers the
 		// executions when the result arrives (and holds any handler result that beats it).
 		// Once Stop has begun, the loop gives the jobs back instead.
 		stopping := q.stopFlag.Load()
 		for i := range got {
 			e := q.newExecution(&got[i])
+			// Near a limit (an exclusive claim), a finish gives room back: finish it without
+			// lingering and wake a claimer when it lands (limits.go).
+			e.limited = e.limited && p.exclusive
 			if !stopping {
 				e.started = true
 				q.w.m.handlersRunning.Add(1)
@@ -92,10 +99,11 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 // recordClaim moves the watermarks and the fairness state, and counts the claim.
 func (q *queue) recordClaim(r claimResult) {
 	w := q.w
-	if !r.plan.ranked {
+	if !r.plan.ranked && !r.binding {
 		// Only exact claims move watermarks: ClaimSegments locks more candidates than it
 		// claims, and a concurrent claimer that skipped those (locked, but then left ready)
-		// must not be allowed to jump past them.
+		// must not be allowed to jump past them. Nor does a limited claim a limit held back
+		// (limits.go): the jobs it skipped may lie before the ones it claimed.
 		q.advance(r.got)
 	}
 	if r.plan.full {
@@ -121,22 +129,22 @@ func (q *queue) recordClaim(r claimResult) {
 
 // claim runs the planned claim statement. It runs on a claim goroutine and touches no
 // queue state.
-func (q *queue) claim(ctx context.Context, p *claimPlan) ([]claimed, error) {
-	rows, err := q.claimSegments(ctx, p)
+func (q *queue) claim(ctx context.Context, p *claimPlan) ([]claimed, limitResult, error) {
+	rows, lr, err := q.claimSegments(ctx, p)
 	if err != nil {
-		return nil, err
+		return nil, lr, err
 	}
 	out := make([]claimed, len(rows))
 	for i, r := range rows {
 		out[i] = fromClaimRow(r)
 	}
-	return out, nil
+	return out, lr, nil
 }
 
 // claimSegments claims through the fairness policy's segments: ClaimOrdered when they can be
 // served in order (it locks only what it claims), ClaimSegments when the database must rank
 // them together (quotas, deadlines).
-func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictRow, error) {
+func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictRow, limitResult, error) {
 	w := q.w
 	k := &w.kinds
 	var prio []int16
@@ -149,16 +157,20 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStr
 	}
 	var rows []gen.ClaimStrictRow
 	if !p.ranked {
-		got, err := w.q.ClaimOrdered(ctx, gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
+		arg := gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 			SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,
-			Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs})
+			Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
+		if q.limits != nil {
+			return q.claimLimited(ctx, p, arg)
+		}
+		got, err := w.q.ClaimOrdered(ctx, arg)
 		if err != nil {
-			return nil, err
+			return nil, limitResult{}, err
 		}
 		for _, r := range got {
 			rows = append(rows, gen.ClaimStrictRow(r))
 		}
-		return rows, nil
+		return rows, limitResult{}, nil
 	}
 	arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 		SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,
@@ -170,12 +182,12 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStr
 	}
 	got, err := w.q.ClaimSegments(ctx, arg)
 	if err != nil {
-		return nil, err
+		return nil, limitResult{}, err
 	}
 	for _, r := range got {
 		rows = append(rows, gen.ClaimStrictRow(r))
 	}
-	return rows, nil
+	return rows, limitResult{}, nil
 }
 
 // Watermarks. Claims take each band's jobs oldest first, so once a claim took a band's job

@@ -149,6 +149,12 @@ type QueueConfig struct {
 	// round trip is in flight. Default 3 when Concurrency <= 32, else 2 (never more than
 	// Concurrency).
 	Claimers int
+	// Limits bound the queue's jobs cluster-wide: how many run at once and how many start per
+	// period, per kind, for the whole queue, or per concurrency key (see Limit, and
+	// docs/guide.md "Flow control"). Every worker serving the queue must configure the same
+	// limits. Limits need strict or aging fairness. Default none: the queue claims without any
+	// flow-control cost.
+	Limits []Limit
 }
 
 // HandlerOptions are per-kind options. A nil *HandlerOptions, or zero fields, mean defaults.
@@ -224,6 +230,9 @@ func (c *Config) withDefaults() (Config, error) {
 			q.Claimers = min(q.Claimers, q.Concurrency)
 		}
 		if err := q.Fairness.validate(name); err != nil {
+			return out, err
+		}
+		if err := validateLimits(name, q); err != nil {
 			return out, err
 		}
 		queues[name] = q

@@ -41,6 +41,7 @@ type execution struct {
 	leaseLost bool
 	released  bool   // given back by Stop before its handler returned; a late return is dropped
 	started   bool   // its handler was started (by the claim goroutine, before the loop saw it)
+	limited   bool   // a concurrency limit covers its kind and it was claimed near the limit (limits.go); fixed before the loop sees it
 	fin       finish // the write to make; set by the loop before the finishers get it
 }
 
@@ -78,6 +79,9 @@ const versionDeferDelay = 30 * time.Second
 func (q *queue) newExecution(c *claimed) *execution {
 	w := q.w
 	e := &execution{c: *c, q: q, h: w.handlers[c.Kind], start: time.Now()}
+	if la := q.limits; la != nil {
+		e.limited = la.concurrencyLimited[""] || la.concurrencyLimited[c.Kind]
+	}
 	e.leaseUntil.Store(e.start.Add(c.Lease).UnixNano())
 	e.nextHB = e.start.Add(c.Lease / time.Duration(w.cfg.HeartbeatDivisor))
 	timeout := defaultTimeout
@@ -138,6 +142,9 @@ func (w *Worker) runHandler(e *execution) (f finish) {
 		return w.failure(e, CodeSnoozeLimit, 0, fmt.Errorf("snoozed %d times, the kind's MaxSnoozes: %w", e.c.Snoozes, err))
 	}
 	code, delay := classify(e.ctx, err)
+	if delay > 0 && e.q != nil && e.q.limits != nil {
+		w.flowBlock(e, delay) // RetryAfter: pause the job's limit groups too (limits.go)
+	}
 	return w.failure(e, code, delay, err)
 }
 

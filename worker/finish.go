@@ -105,15 +105,17 @@ func (w *Worker) finisher(ctx context.Context) {
 			batch = append(batch[:0], e)
 		}
 		lingering := false
+		urgent := batch[0].limited // a limited job's finish frees room: do not linger (limits.go)
 	fill:
 		for len(batch) < max {
 			select {
 			case e := <-w.finishCh:
 				batch = append(batch, e)
+				urgent = urgent || e.limited
 				continue
 			default:
 			}
-			if w.cfg.FinishLinger <= 0 || len(batch) >= finishLingerTarget || w.stopping.Load() {
+			if urgent || w.cfg.FinishLinger <= 0 || len(batch) >= finishLingerTarget || w.stopping.Load() {
 				break
 			}
 			if !lingering {
@@ -123,6 +125,7 @@ func (w *Worker) finisher(ctx context.Context) {
 			select {
 			case e := <-w.finishCh:
 				batch = append(batch, e)
+				urgent = urgent || e.limited
 			case <-linger.C:
 				lingering = false
 				break fill

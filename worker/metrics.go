@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	claims, emptyClaims, claimErrors, claimed, claimAsked  atomic.Int64
 	fullClaims, claimedBehindWatermark, watermarkHints     atomic.Int64
+	limitedClaims, flowBlocks, stripedClaims               atomic.Int64
 	succeeded, retried, dead, cancelled, released, snoozed atomic.Int64
 	staleRejected, finishRetries, finishAbandoned          atomic.Int64
 	heartbeats, heartbeatRows, heartbeatErrors, leasesLost atomic.Int64
@@ -105,6 +106,11 @@ type Stats struct {
 	// WatermarkHints counts band watermarks lowered by a NOTIFY that announced a job committed
 	// behind them (an insert transaction that committed after a newer job was claimed).
 	WatermarkHints int64
+	// LimitedClaims counts claims a limit (QueueConfig.Limits) held back: they claimed less
+	// than asked because a group had no room. FlowBlocks counts RetryAfter results that paused
+	// their job's limit groups (Limit.RetryAfterPauses). StripedClaims counts limited claims
+	// that ran striped (in parallel with others, far from every limit; see limits.go).
+	LimitedClaims, FlowBlocks, StripedClaims int64
 	// Outcomes confirmed by a fenced write.
 	Succeeded, Retried, Dead, Cancelled, Released int64
 	// Snoozed counts attempts that ended with a snooze (Snooze) that landed.

@@ -71,6 +71,9 @@ type queue struct {
 	paused     bool                         // an operator paused the queue: start no claim (pause.go)
 	pausedFlag atomic.Bool                  // paused, for Stats and the registry (written by the loop)
 	early      map[*execution]handlerResult // results that arrived before their claim's
+
+	limits   *limitArgs // nil: no limits (limits.go); fixed at New
+	limitFar bool       // the last limited claim saw every group far from its limits: claim striped
 }
 
 // claimer is one claim slot's backoff state: a queue may have Claimers claims in flight.
@@ -89,6 +92,9 @@ type claimResult struct {
 	got   []claimed
 	err   error
 	took  time.Duration
+	// binding: a limit held jobs back (limits.go); the watermarks did not move. far: the
+	// next limited claim may be striped.
+	binding, far bool
 }
 
 type handlerResult struct {
@@ -132,7 +138,8 @@ func newQueue(w *Worker, name string, cfg QueueConfig) *queue {
 		claimedCh: make(chan claimResult, cfg.Claimers), returnedCh: make(chan handlerResult, cfg.Concurrency), settledCh: make(chan []settled),
 		hbCh: make(chan hbResult), cancelCh: make(chan int64, 16), wakeCh: make(chan struct{}, 1),
 		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), pauseCh: make(chan bool, 1), done: make(chan struct{}),
-		active: map[*execution]struct{}{}, early: map[*execution]handlerResult{}, claimers: make([]claimer, cfg.Claimers)}
+		active: map[*execution]struct{}{}, early: map[*execution]handlerResult{}, claimers: make([]claimer, cfg.Claimers),
+		limits: newLimitArgs(cfg.Limits)}
 }
 
 func signal(ch chan struct{}) {
@@ -355,6 +362,10 @@ func (q *queue) claimed(r claimResult) {
 	q.reserved -= r.n
 	if r.err == nil {
 		q.recordClaim(r)
+		q.limitFar = r.far
+		if q.limits != nil && !r.plan.exclusive {
+			w.m.stripedClaims.Add(1)
+		}
 	}
 	for _, e := range r.execs {
 		q.active[e] = struct{}{}
@@ -383,6 +394,21 @@ func (q *queue) claimed(r claimResult) {
 		w.engineError(&w.claimLog, "claim", r.err, logkey.Queue, q.name)
 		c.idle = q.backoff(c.idle)
 		q.sleep(c, c.idle, false)
+	case r.binding && len(r.got) < r.n:
+		// A limit held jobs back (limits.go). Room comes back when a limited job finishes:
+		// ours wake a claimer as they settle (settle), so the claimers back off as after an
+		// empty claim instead of polling — every limited claim of the queue, cluster-wide,
+		// takes the same lock, so polling claims would queue behind each other and delay the
+		// claims that find room. Another worker's finishes are seen by the polls.
+		if len(r.got) == 0 {
+			w.m.emptyClaims.Add(1)
+		}
+		w.m.limitedClaims.Add(1)
+		c.idle = q.backoff(c.idle)
+		if q.limits.pollCap > 0 {
+			c.idle = min(c.idle, max(q.limits.pollCap, w.cfg.FetchPollMin))
+		}
+		q.sleep(c, c.idle, true)
 	case len(r.got) == 0:
 		w.m.emptyClaims.Add(1)
 		if q.behindSuspected(r.plan) {
@@ -447,6 +473,9 @@ func (q *queue) settle(s settled) {
 	}
 	delete(q.active, e)
 	w := q.w
+	if e.limited {
+		q.wakeOne() // its group has room again (limits.go)
+	}
 	w.m.owned.Add(-1)
 	outcome := ""
 	switch {

@@ -77,6 +77,16 @@ type TenureEffect struct {
 	UpdatedAt  time.Time
 }
 
+type TenureFlow struct {
+	Queue        string
+	Kind         string
+	Key          string
+	WindowStart  time.Time
+	Started      int32
+	BlockedUntil *time.Time
+	UpdatedAt    time.Time
+}
+
 type TenureJob struct {
 	ID                int64
 	Queue             string
@@ -106,6 +116,7 @@ type TenureJob struct {
 	Tags              []string
 	Output            []byte
 	Snoozes           int32
+	Limited           bool
 }
 
 type TenureOutbox struct {

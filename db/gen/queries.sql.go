@@ -16,7 +16,7 @@ const cancelReady = `-- name: CancelReady :one
 UPDATE tenure.jobs
 SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
 `
 
 // ready -> cancelled, at once.
@@ -52,8 +52,298 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 		&i.Tags,
 		&i.Output,
 		&i.Snoozes,
+		&i.Limited,
 	)
 	return i, err
+}
+
+const claimLimited = `-- name: ClaimLimited :many
+WITH clk AS MATERIALIZED (
+    SELECT clock_timestamp() AS t
+), lim AS MATERIALIZED (
+    SELECT l.id, l.kind, l.per_key, l.max_running, l.rate, l.period_us, CASE WHEN l.period_us > 0
+                     THEN 'epoch'::timestamptz + (div((extract(epoch FROM c.t) * 1000000)::numeric, l.period_us::numeric) * l.period_us)::bigint * interval '1 microsecond'
+                END AS win
+    FROM (SELECT unnest($1::integer[]) AS id,
+                 unnest($2::text[]) AS kind,
+                 unnest($3::boolean[]) AS per_key,
+                 unnest($4::integer[]) AS max_running,
+                 unnest($5::integer[]) AS rate,
+                 unnest($6::bigint[]) AS period_us) AS l
+    CROSS JOIN clk c
+), busy AS MATERIALIZED (
+    SELECT l.id, CASE WHEN l.per_key THEN r.metadata ->> 'tenure.concurrency_key' ELSE '' END AS key,
+           count(*)::integer AS n
+    FROM lim l
+    JOIN tenure.jobs r ON r.queue = $7 AND r.limited AND r.locked_until IS NOT NULL
+                      AND r.locked_until > (SELECT t FROM clk)
+                      AND (l.kind = '' OR r.kind = l.kind)
+                      AND (NOT l.per_key OR (r.metadata ->> 'tenure.concurrency_key') <> '')
+    WHERE l.max_running > 0
+    GROUP BY 1, 2
+), rated AS MATERIALIZED (
+    SELECT l.id, f.key,
+           CASE WHEN l.rate = 0 THEN 0
+                WHEN f.window_start = l.win THEN f.started
+                WHEN f.window_start > l.win THEN l.rate
+                ELSE 0 END AS started,
+           coalesce(f.blocked_until > (SELECT t FROM clk), false) AS blocked
+    FROM lim l
+    JOIN tenure.flow f ON f.queue = $7 AND f.kind = l.kind
+                      AND (CASE WHEN l.per_key THEN f.key <> '' ELSE f.key = '' END)
+), grp AS MATERIALIZED (
+    SELECT l.id, l.kind, l.per_key, k.key,
+           least(CASE WHEN l.max_running > 0 THEN l.max_running - coalesce(b.n, 0) ELSE 2147483647 END,
+                 CASE WHEN r.blocked THEN 0
+                      WHEN l.rate > 0 THEN l.rate - coalesce(r.started, 0) ELSE 2147483647 END) AS room
+    FROM (SELECT busy.id, busy.key FROM busy UNION SELECT rated.id, rated.key FROM rated) k
+    JOIN lim l ON l.id = k.id
+    LEFT JOIN busy b ON b.id = k.id AND b.key = k.key
+    LEFT JOIN rated r ON r.id = k.id AND r.key = k.key
+), seg AS (
+    SELECT priority, after_us, min_age_us, max_age_us, ord FROM (SELECT unnest($8::smallint[]) AS priority,
+            unnest($9::bigint[]) AS after_us,
+            unnest($10::bigint[]) AS min_age_us,
+            unnest($11::bigint[]) AS max_age_us,
+            generate_subscripts($8::smallint[], 1) AS ord) AS s
+), cand AS MATERIALIZED (
+    SELECT s.ord, c.id, c.run_at, c.kind, c.ckey
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.kind, nullif(j.metadata ->> 'tenure.concurrency_key', '') AS ckey
+        FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = $7 AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= ($12::integer[])[array_position($13::text[], j.kind)]
+          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $14::integer <= 0))
+               OR NOT EXISTS (SELECT 1 FROM grp g
+                          WHERE g.room - $14::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                            AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
+        ORDER BY j.run_at, j.id
+        LIMIT $15
+        FOR UPDATE SKIP LOCKED
+    ) c
+    LIMIT $15
+), roomy AS MATERIALIZED (
+    -- Every group, counted or not, has room for the whole batch (less the reserve, within the
+    -- cap), none is paused and no limit counts starts: every candidate is admitted, and hit
+    -- (the numbering) is never computed.
+    SELECT ($16::integer >= $17::integer
+            AND NOT EXISTS (SELECT 1 FROM lim WHERE lim.rate > 0
+                            OR (lim.max_running > 0 AND lim.max_running - $14::integer < $17::integer))
+            AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - $14::integer < $17::integer))::boolean AS ok
+), hit AS MATERIALIZED (
+    SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
+           row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.ord, c.run_at, c.id) AS nth,
+           coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
+                                  CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room,
+           least(coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
+                                        CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) - $14::integer,
+                 $16::integer) AS admit
+    FROM cand c
+    JOIN lim l ON (l.kind = '' OR l.kind = c.kind) AND (NOT l.per_key OR c.ckey IS NOT NULL)
+    CROSS JOIN LATERAL (SELECT CASE WHEN l.per_key THEN c.ckey ELSE '' END AS key) x
+    LEFT JOIN grp g ON g.id = l.id AND g.key = x.key
+), picked AS MATERIALIZED (
+    SELECT c.id FROM cand c
+    WHERE (SELECT roomy.ok FROM roomy)
+       OR NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.admit)
+    ORDER BY c.ord, c.run_at, c.id
+    LIMIT $17
+), counted AS (
+    INSERT INTO tenure.flow AS f (queue, kind, key, window_start, started, updated_at)
+    SELECT $7, h.kind, h.key, h.win, count(*)::integer, (SELECT t FROM clk)
+    FROM hit h
+    WHERE NOT (SELECT roomy.ok FROM roomy) AND h.rate > 0 AND h.id IN (SELECT picked.id FROM picked)
+    GROUP BY h.lid, h.kind, h.key, h.win
+    ON CONFLICT (queue, kind, key) DO UPDATE
+    SET started      = CASE WHEN f.window_start >= excluded.window_start THEN f.started + excluded.started
+                            ELSE excluded.started END,
+        window_start = greatest(f.window_start, excluded.window_start),
+        updated_at   = excluded.updated_at
+    RETURNING f.key
+), upd AS (
+UPDATE tenure.jobs j
+SET state        = 'running',
+    locked_by    = $18::text,
+    lease_ms     = coalesce(nullif(($19::integer[])[array_position($13::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif(($19::integer[])[array_position($13::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
+    claim_token  = gen_random_uuid(),
+    generation   = j.generation + 1,
+    attempts     = j.attempts + 1,
+    attempted_at = (SELECT t FROM clk),
+    updated_at   = now(),
+    limited      = EXISTS (SELECT 1 FROM lim l WHERE l.max_running > 0 AND (l.kind = '' OR l.kind = j.kind))
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), flags AS (
+    SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - $14::integer <= 0)
+            OR (NOT (SELECT roomy.ok FROM roomy) AND EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit)))::boolean AS binding,
+           (least((SELECT min(grp.room) FROM grp),
+                  (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
+                                    CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
+                  2147483647) - $17::integer)::integer AS min_room
+)
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.binding, f.min_room
+FROM flags f LEFT JOIN upd u ON true
+`
+
+type ClaimLimitedParams struct {
+	LimID         []int32
+	LimKind       []string
+	LimPerKey     []bool
+	LimMaxRunning []int32
+	LimRate       []int32
+	LimPeriodUs   []int64
+	Queue         string
+	SegPriority   []int16
+	SegAfterUs    []int64
+	SegMinAgeUs   []int64
+	SegMaxAgeUs   []int64
+	KindVersions  []int32
+	Kinds         []string
+	Reserve       int32
+	Scan          int32
+	GroupCap      int32
+	Batch         int32
+	WorkerID      string
+	KindLeaseMs   []int32
+}
+
+type ClaimLimitedRow struct {
+	ID             *int64
+	Queue          *string
+	Kind           *string
+	Payload        []byte
+	PayloadVersion *int32
+	Priority       *int16
+	RunAt          *time.Time
+	Attempts       *int32
+	MaxAttempts    *int32
+	LeaseMs        *int32
+	LockedUntil    *time.Time
+	ClaimToken     *uuid.UUID
+	Generation     *int64
+	AttemptedAt    *time.Time
+	CreatedAt      *time.Time
+	Metadata       []byte
+	Tags           []string
+	Snoozes        *int32
+	Binding        bool
+	MinRoom        int32
+}
+
+// ClaimOrdered under the queue's limits (worker/limits.go; run after ClaimLimitsLock in the
+// same transaction). Limits are parallel arrays; a limit covers the jobs of lim_kind (” =
+// every kind of the queue), grouped by their concurrency key (metadata "tenure.concurrency_key")
+// when lim_per_key (jobs without a key are not covered by a per-key limit). A group has room =
+// min(max_running - running leased jobs, rate - starts in the current fixed window), or 0 while
+// a handler's RetryAfter blocks it; 0 for max_running or rate means no such limit.
+//  1. grp: the groups something is counted for (jobs_limited_idx for the running count).
+//  2. cand: the segments' candidates in ClaimOrdered's order, up to @scan in all (the nested loop
+//     stops there), skipping (a heap filter on the same index range) jobs of groups without room.
+//  3. hit: each candidate under each limit covering it, numbered in claim order within its group
+//     (skipped when roomy: every group has room for the whole batch and no limit counts starts);
+//     a candidate is admitted if its number is within every group's room less @reserve (what
+//     claims holding the other stripes may admit unseen: 0 for an exclusive claim) and within
+//     @group_cap (what a striped claim may admit per group).
+//  4. the first @batch admitted are claimed; the rate groups' window counts are updated; rows of
+//     kinds a concurrency limit covers are marked limited (they enter jobs_limited_idx).
+//
+// The result is the claimed rows with two flags, or one row of NULLs with the flags when
+// nothing was claimed. binding: a limit held something back (the engine then does not move the
+// band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
+// of a counted group less @batch (the engine's choice between striped and exclusive claims).
+func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]ClaimLimitedRow, error) {
+	rows, err := q.db.Query(ctx, claimLimited,
+		arg.LimID,
+		arg.LimKind,
+		arg.LimPerKey,
+		arg.LimMaxRunning,
+		arg.LimRate,
+		arg.LimPeriodUs,
+		arg.Queue,
+		arg.SegPriority,
+		arg.SegAfterUs,
+		arg.SegMinAgeUs,
+		arg.SegMaxAgeUs,
+		arg.KindVersions,
+		arg.Kinds,
+		arg.Reserve,
+		arg.Scan,
+		arg.GroupCap,
+		arg.Batch,
+		arg.WorkerID,
+		arg.KindLeaseMs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimLimitedRow{}
+	for rows.Next() {
+		var i ClaimLimitedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.CreatedAt,
+			&i.Metadata,
+			&i.Tags,
+			&i.Snoozes,
+			&i.Binding,
+			&i.MinRoom,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const claimLimitsLock = `-- name: ClaimLimitsLock :exec
+SELECT pg_advisory_xact_lock(s.class, hashtext($1::text))
+FROM generate_series($2::integer, $3::integer) AS s(class)
+`
+
+type ClaimLimitsLockParams struct {
+	Queue      string
+	FirstClass int32
+	LastClass  int32
+}
+
+// Flow control (worker/limits.go): the first statement of a limited claim. The engine sends it
+// and ClaimLimited in one pipeline (one round trip, one implicit transaction): this one waits
+// for the queue's limit stripes, locks (first_class..last_class, hashtext(queue)), in order (transaction-scoped,
+// released at commit): one stripe for a striped claim, all of them for an exclusive one.
+// ClaimLimited, a later statement, reads its snapshot only once they are held, so under READ
+// COMMITTED it sees every job claimed by every claim that held one of its stripes before it
+// (each committed before releasing it). The two-int4 form is a separate lock space from
+// Tenure's bigint keys (internal/locks).
+func (q *Queries) ClaimLimitsLock(ctx context.Context, arg ClaimLimitsLockParams) error {
+	_, err := q.db.Exec(ctx, claimLimitsLock, arg.Queue, arg.FirstClass, arg.LastClass)
+	return err
 }
 
 const claimOrdered = `-- name: ClaimOrdered :many
@@ -865,6 +1155,34 @@ func (q *Queries) FinishStates(ctx context.Context, ids []int64) ([]FinishStates
 	return items, nil
 }
 
+const flowBlock = `-- name: FlowBlock :exec
+INSERT INTO tenure.flow AS f (queue, kind, key, blocked_until)
+SELECT g.q, g.kind, g.fkey, now() + g.delay_us * interval '1 microsecond'
+FROM (SELECT $1::text AS q, $2::bigint AS delay_us,
+             unnest($3::text[]) AS kind, unnest($4::text[]) AS fkey) AS g
+ON CONFLICT (queue, kind, key) DO UPDATE
+SET blocked_until = greatest(f.blocked_until, excluded.blocked_until), updated_at = now()
+`
+
+type FlowBlockParams struct {
+	Queue     string
+	DelayUs   int64
+	Kinds     []string
+	GroupKeys []string
+}
+
+// A handler's RetryAfter(err, d) on a job covered by a limit with RetryAfterPauses: the limit's
+// group (queue, kind or ”, key or ”) starts nothing before now() + d (never shortened).
+func (q *Queries) FlowBlock(ctx context.Context, arg FlowBlockParams) error {
+	_, err := q.db.Exec(ctx, flowBlock,
+		arg.Queue,
+		arg.DelayUs,
+		arg.Kinds,
+		arg.GroupKeys,
+	)
+	return err
+}
+
 const getEffect = `-- name: GetEffect :one
 
 SELECT key, job_id, name, generation, result, created_at, updated_at FROM tenure.effects WHERE key = $1
@@ -890,7 +1208,7 @@ func (q *Queries) GetEffect(ctx context.Context, key string) (TenureEffect, erro
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs WHERE id = $1
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs WHERE id = $1
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -928,6 +1246,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.Tags,
 		&i.Output,
 		&i.Snoozes,
+		&i.Limited,
 	)
 	return i, err
 }
@@ -1025,14 +1344,14 @@ WITH k AS (
             $13, $14, $15, $16::text[], (SELECT key FROM k), $17::smallint)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
     DO NOTHING
-    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes
+    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
 )
-SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, false AS duplicate FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, false AS duplicate FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
                                               || (extract(epoch FROM i.run_at) * 1000000)::bigint)
                              FROM ins i WHERE $18::boolean) n) >= 0
 UNION ALL
-SELECT h.id, h.queue, h.kind, h.payload, h.payload_version, h.state, h.priority, h.run_at, h.attempts, h.max_attempts, h.lease_ms, h.locked_by, h.locked_until, h.claim_token, h.generation, h.attempted_at, h.last_error_code, h.errors, h.created_at, h.updated_at, h.finished_at, h.cancel_requested_at, h.metadata, h.unique_key, h.unique_states, h.tags, h.output, h.snoozes, true AS duplicate FROM tenure.jobs h
+SELECT h.id, h.queue, h.kind, h.payload, h.payload_version, h.state, h.priority, h.run_at, h.attempts, h.max_attempts, h.lease_ms, h.locked_by, h.locked_until, h.claim_token, h.generation, h.attempted_at, h.last_error_code, h.errors, h.created_at, h.updated_at, h.finished_at, h.cancel_requested_at, h.metadata, h.unique_key, h.unique_states, h.tags, h.output, h.snoozes, h.limited, true AS duplicate FROM tenure.jobs h
 WHERE NOT EXISTS (SELECT 1 FROM ins)
   AND h.unique_key = (SELECT key FROM k) AND h.unique_key IS NOT NULL
   AND tenure.unique_state_held(h.unique_states, h.state)
@@ -1088,6 +1407,7 @@ type InsertJobRow struct {
 	Tags              []string
 	Output            []byte
 	Snoozes           int32
+	Limited           bool
 	Duplicate         bool
 }
 
@@ -1160,6 +1480,7 @@ func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJob
 		&i.Tags,
 		&i.Output,
 		&i.Snoozes,
+		&i.Limited,
 		&i.Duplicate,
 	)
 	return i, err
@@ -1414,7 +1735,7 @@ func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]TenureA
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
 WHERE ($1::tenure.job_state IS NULL OR state = $1::tenure.job_state)
   AND ($2::text IS NULL OR kind = $2::text)
   AND ($3::text IS NULL OR queue = $3::text)
@@ -1479,6 +1800,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 			&i.Tags,
 			&i.Output,
 			&i.Snoozes,
+			&i.Limited,
 		); err != nil {
 			return nil, err
 		}
@@ -1491,7 +1813,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 }
 
 const listJobsTagged = `-- name: ListJobsTagged :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
 WHERE tags @> $1::text[] AND tags <> '{}'
   AND ($2::tenure.job_state IS NULL OR state = $2::tenure.job_state)
   AND ($3::text IS NULL OR kind = $3::text)
@@ -1560,6 +1882,7 @@ func (q *Queries) ListJobsTagged(ctx context.Context, arg ListJobsTaggedParams) 
 			&i.Tags,
 			&i.Output,
 			&i.Snoozes,
+			&i.Limited,
 		); err != nil {
 			return nil, err
 		}
@@ -1853,7 +2176,7 @@ func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]LockExpired
 
 const lockJob = `-- name: LockJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs WHERE id = $1 FOR UPDATE
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs WHERE id = $1 FOR UPDATE
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -1891,6 +2214,7 @@ func (q *Queries) LockJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.Tags,
 		&i.Output,
 		&i.Snoozes,
+		&i.Limited,
 	)
 	return i, err
 }
@@ -2533,7 +2857,7 @@ SET state = 'ready', attempts = 0, run_at = now(), finished_at = NULL, claim_tok
     cancel_requested_at = NULL, updated_at = now(),
     max_attempts = coalesce($1::integer, max_attempts)
 WHERE id = $2 AND state IN ('dead', 'cancelled')
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
 `
 
 type ReinjectParams struct {
@@ -2576,6 +2900,7 @@ func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (TenureJob, 
 		&i.Tags,
 		&i.Output,
 		&i.Snoozes,
+		&i.Limited,
 	)
 	return i, err
 }
@@ -2636,7 +2961,7 @@ const requestCancel = `-- name: RequestCancel :one
 UPDATE tenure.jobs
 SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
 WHERE id = $1 AND state = 'running'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
 `
 
 // running -> cancel requested; the owning worker cancels the handler and ends it cancelled.
@@ -2672,6 +2997,7 @@ func (q *Queries) RequestCancel(ctx context.Context, id int64) (TenureJob, error
 		&i.Tags,
 		&i.Output,
 		&i.Snoozes,
+		&i.Limited,
 	)
 	return i, err
 }
@@ -2680,7 +3006,7 @@ const runNow = `-- name: RunNow :one
 UPDATE tenure.jobs
 SET run_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
 `
 
 // A ready job (scheduled, or waiting out a retry backoff) becomes due now.
@@ -2716,6 +3042,7 @@ func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
 		&i.Tags,
 		&i.Output,
 		&i.Snoozes,
+		&i.Limited,
 	)
 	return i, err
 }
@@ -3027,7 +3354,7 @@ func (q *Queries) UIJobIDBounds(ctx context.Context) (UIJobIDBoundsRow, error) {
 }
 
 const uIListDead = `-- name: UIListDead :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
 WHERE state = 'dead' AND id < $1
   AND ($2::text IS NULL OR queue = $2::text)
   AND ($3::text IS NULL OR kind = $3::text)
@@ -3101,6 +3428,7 @@ func (q *Queries) UIListDead(ctx context.Context, arg UIListDeadParams) ([]Tenur
 			&i.Tags,
 			&i.Output,
 			&i.Snoozes,
+			&i.Limited,
 		); err != nil {
 			return nil, err
 		}
@@ -3113,7 +3441,7 @@ func (q *Queries) UIListDead(ctx context.Context, arg UIListDeadParams) ([]Tenur
 }
 
 const uIListReady = `-- name: UIListReady :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
 WHERE state = 'ready' AND id < $1
   AND ($2::text IS NULL OR queue = $2::text)
   AND ($3::text IS NULL OR kind = $3::text)
@@ -3187,6 +3515,7 @@ func (q *Queries) UIListReady(ctx context.Context, arg UIListReadyParams) ([]Ten
 			&i.Tags,
 			&i.Output,
 			&i.Snoozes,
+			&i.Limited,
 		); err != nil {
 			return nil, err
 		}
@@ -3199,7 +3528,7 @@ func (q *Queries) UIListReady(ctx context.Context, arg UIListReadyParams) ([]Ten
 }
 
 const uIListRunning = `-- name: UIListRunning :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
 WHERE locked_until IS NOT NULL AND state = 'running' AND id < $1
   AND ($2::text IS NULL OR queue = $2::text)
   AND ($3::text IS NULL OR kind = $3::text)
@@ -3273,6 +3602,7 @@ func (q *Queries) UIListRunning(ctx context.Context, arg UIListRunningParams) ([
 			&i.Tags,
 			&i.Output,
 			&i.Snoozes,
+			&i.Limited,
 		); err != nil {
 			return nil, err
 		}
@@ -3285,7 +3615,7 @@ func (q *Queries) UIListRunning(ctx context.Context, arg UIListRunningParams) ([
 }
 
 const uIListWindow = `-- name: UIListWindow :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
 WHERE id < $1 AND id >= $2
   AND ($3::tenure.job_state IS NULL OR state = $3::tenure.job_state)
   AND ($4::text IS NULL OR queue = $4::text)
@@ -3366,6 +3696,7 @@ func (q *Queries) UIListWindow(ctx context.Context, arg UIListWindowParams) ([]T
 			&i.Tags,
 			&i.Output,
 			&i.Snoozes,
+			&i.Limited,
 		); err != nil {
 			return nil, err
 		}

@@ -11,6 +11,11 @@
 //	0x74656e7572650002   Template   session, admin database internal/pgtest, building the test template
 //	0x74656e7572650003   Prune      session (one conn)      jobs.Client.PruneExpired, one pruner at a time
 //
+// More locks live in the separate two-int4 key space (pg_advisory_xact_lock(int4, int4), which
+// never matches a bigint key): (LimitsClass+s, hashtext(queue)) for the queue's limit stripes
+// s = 0..3, transaction scope, held by every limited claim of the queue (worker/limits.go) from
+// before it counts until its commit: one stripe by a striped claim, all four by an exclusive one.
+//
 // Migrate keeps its historical value (a running older binary must still exclude a newer one
 // that migrates the same database); the pruner moved to a key of its own. A new lock gets the
 // next number, a row in the table above and an entry in All; TestKeysAreDistinct fails
@@ -28,6 +33,11 @@ const (
 	// Prune elects one pruner of final jobs at a time across processes.
 	Prune Key = 0x74656e7572650003
 )
+
+// LimitsClass is the first int4 of the limited claims' stripe locks
+// (pg_advisory_xact_lock(LimitsClass+stripe, hashtext(queue)), stripes 0..3): "tenu" in ASCII.
+// Two queues whose names hash alike share the stripes, which only serializes their claims more.
+const LimitsClass int32 = 0x74656e75
 
 // Named is a key with the name of its constant.
 type Named struct {

@@ -1,0 +1,377 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/internal/locks"
+	"github.com/tenureq/tenure/jobs"
+)
+
+// This file is flow control (docs/guide.md, "Concurrency limits" and "Rate limits"): limits on
+// how many jobs run at once and how many start per period, cluster-wide, enforced inside the
+// claim.
+//
+// A queue with limits claims with a limited claim instead of ClaimOrdered: two statements sent
+// in one pipeline (one round trip, one implicit transaction). ClaimLimitsLock waits for
+// transaction-scoped advisory locks on the queue's limit stripes (limitStripes of them);
+// ClaimLimited then counts the groups' running, leased jobs and window starts and claims within
+// their room. A claim is exclusive (it takes every stripe, in order) or striped (it takes one).
+//
+// Why it is race-free under READ COMMITTED. Every limited claim of the queue, on every worker,
+// holds its stripes from before ClaimLimited takes its snapshot until after its transaction
+// committed (PostgreSQL makes a commit visible before it releases the transaction's locks), and
+// the count's rows can only leave a group after the snapshot (finished, released, lease
+// expired), never join it except through a limited claim. Take, at any instant, the committed
+// claim X with the latest snapshot. Every committed claim X does not see took its snapshot
+// before X's and committed after it, so it held a stripe at X's snapshot: none if X is
+// exclusive (X held them all), at most one per other stripe (limitStripes-1) if X is striped.
+// An exclusive claim admits up to a group's room; a striped one at most stripeGroupCap per
+// group and only within the room less what the other stripes may hold unseen
+// ((limitStripes-1)·stripeGroupCap). Either way the group's total at that instant is at most
+// its limit. A single statement could not do this: its snapshot would be taken before it
+// waited for the lock.
+//
+// Striped claims let claims of a queue far from its limits run in parallel (and share group
+// commits), which is what "configured but not binding" costs; near a limit, or when a limit
+// held something back, the queue's next claim is exclusive (exact up to the limit).
+//
+// Queues without limits claim exactly as before (ClaimOrdered, no lock, no extra index entry).
+
+// Limit bounds the jobs of one group of a queue, cluster-wide: at most MaxRunning running at
+// once and at most Rate started per Per. A limit covers the jobs of Kind in the queue it is
+// configured on ("" = every kind of the queue); with PerKey each concurrency key
+// (jobs.InsertOpts.ConcurrencyKey) is a group of its own and jobs without a key are not covered.
+//
+// Every worker serving the queue must configure the same limits: each claims against the
+// cluster-wide counts with its own configuration, and a worker without the limit claims
+// without it (its jobs are then neither limited nor counted).
+type Limit struct {
+	// Kind is the job kind the limit covers; "" covers every kind of the queue.
+	Kind string
+	// PerKey makes each concurrency key a group of its own (e.g. "at most 2 per customer");
+	// jobs without a key are not covered by the limit.
+	PerKey bool
+	// MaxRunning bounds the jobs of a group that are running with a lease that has not
+	// expired (a job whose lease expired stops counting: its worker is presumed dead).
+	// 1 gives "one at a time per group". 0 means no concurrency limit.
+	MaxRunning int
+	// Rate bounds the jobs of a group started (claimed) per Per, counted in fixed windows of
+	// length Per aligned to the Unix epoch on the database clock. 0 means no rate limit;
+	// Per is required with Rate.
+	Rate int
+	Per  time.Duration
+	// RetryAfterPauses makes a handler's RetryAfter(err, d) on a job the limit covers pause
+	// the job's whole group for d (no job of the group starts before then, on any worker),
+	// not only retry that job after d: for remotes that rate-limit per account.
+	RetryAfterPauses bool
+}
+
+// Limit configuration errors. Each is returned by New wrapped together with ErrInvalidConfig
+// (errors.Is matches both) and names the queue and limit.
+var (
+	// ErrInvalidLimit: a Limit's numbers are out of range (MaxRunning or Rate negative or
+	// above 1,000,000, a Rate without a Per of 1 ms..24 h or a Per without a Rate, neither
+	// MaxRunning nor Rate set, Per not a whole number of microseconds) or its Kind is longer
+	// than 128 bytes.
+	ErrInvalidLimit = errors.New("tenure: invalid limit")
+	// ErrDuplicateLimit: two limits of a queue cover the same group (same Kind and PerKey);
+	// put both bounds in one Limit.
+	ErrDuplicateLimit = errors.New("tenure: duplicate limit")
+	// ErrLimitsNeedOrderedFairness: limits work with strict priority and aging; a queue with
+	// quotas or a deadline (which rank candidates together) cannot have limits yet.
+	ErrLimitsNeedOrderedFairness = errors.New("tenure: limits need strict or aging fairness")
+)
+
+// maxLimitValue bounds MaxRunning and Rate.
+const maxLimitValue = 1_000_000
+
+// ConcurrencyKeyMetadata is the metadata entry a job's concurrency key is stored in (see
+// jobs.InsertOpts.ConcurrencyKey).
+const ConcurrencyKeyMetadata = jobs.ConcurrencyKeyMetadata
+
+func validateLimits(queue string, q QueueConfig) error {
+	if len(q.Limits) == 0 {
+		return nil
+	}
+	if q.Fairness.Quotas != nil || q.Fairness.Deadline > 0 {
+		return fmt.Errorf("%w: %w: queue %q", ErrInvalidConfig, ErrLimitsNeedOrderedFairness, queue)
+	}
+	type scope struct {
+		kind   string
+		perKey bool
+	}
+	seen := map[scope]bool{}
+	for i, l := range q.Limits {
+		bad := func(why string) error {
+			return fmt.Errorf("%w: %w: queue %q limit %d (kind %q): %s", ErrInvalidConfig, ErrInvalidLimit, queue, i, l.Kind, why)
+		}
+		switch {
+		case l.Kind != "" && (len(l.Kind) > 128):
+			return bad("kind longer than 128 bytes")
+		case l.MaxRunning < 0 || l.MaxRunning > maxLimitValue:
+			return bad("MaxRunning outside 0..1000000")
+		case l.Rate < 0 || l.Rate > maxLimitValue:
+			return bad("Rate outside 0..1000000")
+		case l.Rate > 0 && (l.Per < time.Millisecond || l.Per > 24*time.Hour):
+			return bad("Rate needs a Per of 1ms..24h")
+		case l.Rate == 0 && l.Per != 0:
+			return bad("Per without Rate")
+		case l.MaxRunning == 0 && l.Rate == 0:
+			return bad("neither MaxRunning nor Rate set")
+		case l.Per%time.Microsecond != 0:
+			return bad("Per must be a whole number of microseconds")
+		}
+		s := scope{l.Kind, l.PerKey}
+		if seen[s] {
+			return fmt.Errorf("%w: %w: queue %q: kind %q per-key %v listed twice", ErrInvalidConfig, ErrDuplicateLimit, queue, l.Kind, l.PerKey)
+		}
+		seen[s] = true
+	}
+	return nil
+}
+
+// limitArgs are a queue's limits as the claim statement's parallel arrays (built once, at New).
+type limitArgs struct {
+	id                 []int32
+	kind               []string
+	perKey             []bool
+	maxRunning, rate   []int32
+	periodUs           []int64
+	concurrencyLimited map[string]bool // kinds a MaxRunning covers ("" = all)
+	// pollCap bounds a claimer's backoff after a claim a limit held back: a quarter of the
+	// shortest rate window (a new window brings room no local event announces); 0 without
+	// rate limits (the usual FetchPollMax).
+	pollCap time.Duration
+}
+
+func newLimitArgs(ls []Limit) *limitArgs {
+	if len(ls) == 0 {
+		return nil
+	}
+	a := &limitArgs{concurrencyLimited: map[string]bool{}}
+	for i, l := range ls {
+		a.id = append(a.id, int32(i))
+		a.kind = append(a.kind, l.Kind)
+		a.perKey = append(a.perKey, l.PerKey)
+		a.maxRunning = append(a.maxRunning, int32(l.MaxRunning))
+		a.rate = append(a.rate, int32(l.Rate))
+		a.periodUs = append(a.periodUs, l.Per.Microseconds())
+		if l.MaxRunning > 0 {
+			a.concurrencyLimited[l.Kind] = true
+		}
+		if l.Rate > 0 && (a.pollCap == 0 || l.Per/4 < a.pollCap) {
+			a.pollCap = l.Per / 4
+		}
+	}
+	return a
+}
+
+// Stripes: limitStripes locks per queue; a striped claim admits at most stripeGroupCap jobs
+// per group and keeps (limitStripes-1)·stripeGroupCap of every group's room for the claims it
+// cannot see. A queue claims striped while its last limited claim held nothing back and saw
+// every counted group's room at least stripeFarRoom after its batch.
+const (
+	limitStripes   = 4
+	stripeGroupCap = 100
+	stripeReserve  = (limitStripes - 1) * stripeGroupCap
+	stripeFarRoom  = limitStripes * stripeGroupCap
+	noCap          = 1 << 30
+)
+
+// limitScanFactor: an exclusive limited claim of n reads up to limitScanFactor·n candidates (in
+// segment order), so candidates of a group whose room this batch exhausts do not leave it
+// short. A striped claim reads n (each candidate read is row-locked, a WAL record).
+const limitScanFactor = 2
+
+// claimLimited runs a limited claim: ClaimLimitsLock then ClaimLimited in one pipeline.
+func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
+	la := q.limits
+	first, last := locks.LimitsClass, locks.LimitsClass+limitStripes-1
+	reserve, groupCap := int32(0), int32(noCap)
+	scan := min(p.n*limitScanFactor, 10000)
+	if !p.exclusive {
+		scan = p.n // far from every limit: nothing is expected to be held back
+		first = locks.LimitsClass + int32(p.stripe%limitStripes)
+		last, reserve, groupCap = first, stripeReserve, stripeGroupCap
+	}
+	db := &afterLock{pool: q.w.eng, lock: lockStatement(ctx, q.name, first, last)}
+	got, err := gen.New(db).ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: reserve, GroupCap: groupCap,
+		WorkerID: base.WorkerID, Queue: base.Queue, Batch: base.Batch, Scan: int32(scan),
+		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,
+		Kinds: base.Kinds, KindVersions: base.KindVersions, KindLeaseMs: base.KindLeaseMs,
+		LimID: la.id, LimKind: la.kind, LimPerKey: la.perKey, LimMaxRunning: la.maxRunning, LimRate: la.rate, LimPeriodUs: la.periodUs,
+	})
+	if err != nil {
+		return nil, limitResult{}, err
+	}
+	var res limitResult
+	rows := make([]gen.ClaimStrictRow, 0, len(got))
+	for i, r := range got {
+		if i == 0 {
+			res = limitResult{binding: r.Binding, minRoom: r.MinRoom}
+		}
+		if r.ID == nil { // nothing claimed: the one row carries the flags only
+			continue
+		}
+		rows = append(rows, gen.ClaimStrictRow{ID: *r.ID, Queue: deref0(r.Queue), Kind: deref0(r.Kind), Payload: r.Payload,
+			PayloadVersion: deref0(r.PayloadVersion), Priority: deref0(r.Priority), RunAt: deref0(r.RunAt), Attempts: deref0(r.Attempts),
+			MaxAttempts: deref0(r.MaxAttempts), LeaseMs: deref0(r.LeaseMs), LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken,
+			Generation: deref0(r.Generation), AttemptedAt: r.AttemptedAt, CreatedAt: deref0(r.CreatedAt), Metadata: r.Metadata,
+			Tags: r.Tags, Snoozes: deref0(r.Snoozes)})
+	}
+	return rows, res, nil
+}
+
+// limitResult is what a limited claim reports besides its rows.
+type limitResult struct {
+	binding bool  // a limit held something back
+	minRoom int32 // the smallest counted room less the batch
+}
+
+// far reports whether the queue's next limited claim may be striped.
+func (r limitResult) far() bool { return !r.binding && r.minRoom >= stripeFarRoom }
+
+func deref0[T any](p *T) T {
+	var z T
+	if p == nil {
+		return z
+	}
+	return *p
+}
+
+// lockedStatement is a statement the generated code would run, captured instead.
+type lockedStatement struct {
+	sql  string
+	args []any
+}
+
+// lockStatement captures ClaimLimitsLock's text and arguments from the generated code, so the
+// statement stays in db/queries.sql.
+func lockStatement(ctx context.Context, queue string, first, last int32) lockedStatement {
+	var c capture
+	_ = gen.New(&c).ClaimLimitsLock(ctx, gen.ClaimLimitsLockParams{Queue: queue, FirstClass: first, LastClass: last})
+	return lockedStatement{c.sql, c.args}
+}
+
+// capture is a gen.DBTX that records the one Exec it is given.
+type capture struct {
+	sql  string
+	args []any
+}
+
+func (c *capture) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.sql, c.args = sql, args
+	return pgconn.CommandTag{}, nil
+}
+func (c *capture) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errors.New("tenure: capture supports Exec only")
+}
+func (c *capture) QueryRow(context.Context, string, ...any) pgx.Row { return nil }
+
+// batcher is what afterLock needs of a pool.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// afterLock is a gen.DBTX whose Query sends the lock statement and the query in one batch:
+// one round trip, one implicit transaction (pgx sends a single Sync), the query's snapshot
+// taken after the lock was granted. The returned rows end the batch (commit) when they are
+// exhausted, and report a failed commit as their error.
+type afterLock struct {
+	pool batcher
+	lock lockedStatement
+}
+
+func (a *afterLock) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errors.New("tenure: afterLock supports Query only")
+}
+func (a *afterLock) QueryRow(context.Context, string, ...any) pgx.Row { return nil }
+
+func (a *afterLock) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	b := &pgx.Batch{}
+	b.Queue(a.lock.sql, a.lock.args...)
+	b.Queue(sql, args...)
+	br := a.pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// batchRows closes the batch (the implicit transaction's commit) when the rows end.
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	closed bool
+	err    error
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+func (r *batchRows) Close() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.Rows.Close()
+	r.err = r.br.Close()
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+// flowBlock pauses the groups of e's job covered by limits with RetryAfterPauses for d (a
+// handler returned RetryAfter). It runs on the handler goroutine before the failure is
+// reported; an error is logged, not fatal (the job's own retry still waits d).
+func (w *Worker) flowBlock(e *execution, d time.Duration) {
+	q := e.q
+	if q == nil || d <= 0 {
+		return
+	}
+	var kinds, keys []string
+	key := e.c.Metadata[ConcurrencyKeyMetadata]
+	for _, l := range q.cfg.Limits {
+		if !l.RetryAfterPauses || (l.Kind != "" && l.Kind != e.c.Kind) {
+			continue
+		}
+		switch {
+		case !l.PerKey:
+			kinds, keys = append(kinds, l.Kind), append(keys, "")
+		case key != "":
+			kinds, keys = append(kinds, l.Kind), append(keys, key)
+		}
+	}
+	if len(kinds) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.engCtx, finishTimeout)
+	defer cancel()
+	if err := w.q.FlowBlock(ctx, gen.FlowBlockParams{Queue: q.name, DelayUs: d.Microseconds(), Kinds: kinds, GroupKeys: keys}); err != nil {
+		w.log.Warn("tenure: could not pause the job's limit groups after RetryAfter", "job_id", e.c.ID, "kind", e.c.Kind, "err", err)
+		return
+	}
+	w.m.flowBlocks.Add(1)
+}

@@ -1,0 +1,479 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/internal/plantest"
+	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker"
+)
+
+// limArgs is the kind the flow-control tests limit; its Key is the job's concurrency key.
+type limArgs struct {
+	Key   string        `json:"key"`
+	Sleep time.Duration `json:"sleep"`
+	N     int           `json:"n"`
+}
+
+func (limArgs) Kind() string             { return "lim" }
+func (limArgs) PayloadVersion() int      { return 1 }
+func (a limArgs) ConcurrencyKey() string { return a.Key }
+
+// extraPool opens another pool on the test database: a worker on its own connections, as
+// if it ran in another process.
+func extraPool(t testing.TB, pool *pgxpool.Pool, conns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg := pool.Config().Copy()
+	cfg.MaxConns = conns
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// maxTracker keeps the highest value it was shown.
+type maxTracker struct{ v atomic.Int64 }
+
+func (m *maxTracker) see(n int64) {
+	for {
+		cur := m.v.Load()
+		if n <= cur || m.v.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// sampleRunning samples, every 10 ms until stop is closed, the running and leased jobs of
+// kind lim, overall and for the busiest concurrency key.
+func sampleRunning(t testing.TB, pool *pgxpool.Pool, stop <-chan struct{}) (total, perKey *maxTracker, samples *atomic.Int64, done <-chan struct{}) {
+	return sampleKind(pool, "lim", stop)
+}
+
+// sampleKind is sampleRunning for any kind.
+func sampleKind(pool *pgxpool.Pool, kind string, stop <-chan struct{}) (total, perKey *maxTracker, samples *atomic.Int64, done <-chan struct{}) {
+	total, perKey, samples = &maxTracker{}, &maxTracker{}, &atomic.Int64{}
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			var all, key int64
+			err := pool.QueryRow(context.Background(), `
+				SELECT coalesce(sum(n), 0)::bigint, coalesce(max(n), 0)::bigint FROM (
+					SELECT count(*) AS n FROM tenure.jobs
+					WHERE kind = $1 AND state = 'running' AND locked_until > now()
+					GROUP BY metadata ->> 'tenure.concurrency_key') g`, kind).Scan(&all, &key)
+			if err != nil {
+				continue
+			}
+			samples.Add(1)
+			total.see(all)
+			perKey.see(key)
+		}
+	}()
+	return total, perKey, samples, ch
+}
+
+// limRun is what runLimited saw.
+type limRun struct {
+	elapsed                      time.Duration
+	handlerMax, handlerKeyMax    int64
+	sampledMax, sampledKeyMax    int64
+	samples                      int64
+	limitedClaims, emptyClaims   int64
+	stripedClaims                int64
+	workersStats                 []worker.Stats
+	jobsPerSecond                float64
+	distinctConcurrentKeysAtOnce int64
+}
+
+// runLimited runs n lim jobs (keys cycling over keys, each sleeping sleep) on workers workers
+// of slots slots each, with limits, and returns the elapsed time and the maxima seen by the
+// handlers (overall and per key) and by the sampler.
+func runLimited(t *testing.T, pool *pgxpool.Pool, workers, slots, n int, keys []string, sleep time.Duration, limits []worker.Limit) limRun {
+	t.Helper()
+	ctx := context.Background()
+	var cur atomic.Int64
+	hMax, keyMax, keysAtOnce := &maxTracker{}, &maxTracker{}, &maxTracker{}
+	var mu sync.Mutex
+	perKey := map[string]int64{}
+	var finished atomic.Int64
+	done := make(chan struct{})
+	var ws []*worker.Worker
+	for i := range workers {
+		p := extraPool(t, pool, int32(slots+2))
+		cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: slots, Limits: limits}})
+		cfg.ID = fmt.Sprintf("lim-worker-%d", i)
+		cfg.OnOutcome = func(o worker.Outcome) {
+			if o.Err == nil && finished.Add(1) == int64(n) {
+				close(done)
+			}
+		}
+		w, err := worker.New(p, cfg)
+		require.NoError(t, err)
+		worker.MustRegister(w, func(ctx context.Context, j *generics.Job[limArgs]) error {
+			hMax.see(cur.Add(1))
+			mu.Lock()
+			perKey[j.Args.Key]++
+			keyMax.see(perKey[j.Args.Key])
+			busy := int64(0)
+			for _, v := range perKey {
+				if v > 0 {
+					busy++
+				}
+			}
+			keysAtOnce.see(busy)
+			mu.Unlock()
+			time.Sleep(sleep)
+			mu.Lock()
+			perKey[j.Args.Key]--
+			mu.Unlock()
+			cur.Add(-1)
+			return nil
+		}, nil)
+		ws = append(ws, w)
+	}
+	c := newClient(t, pool, ws[0])
+	params := make([]jobs.InsertManyParams, n)
+	for i := range params {
+		params[i] = jobs.InsertManyParams{Args: limArgs{Key: keys[i%len(keys)], N: i}}
+	}
+	_, err := c.InsertMany(ctx, params)
+	require.NoError(t, err)
+
+	stop := make(chan struct{})
+	sTotal, sKey, samples, sDone := sampleRunning(t, pool, stop)
+	start := time.Now()
+	for _, w := range ws {
+		startWorker(t, w)
+	}
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("only %d of %d jobs finished", finished.Load(), n)
+	}
+	elapsed := time.Since(start)
+	close(stop)
+	<-sDone
+	r := limRun{elapsed: elapsed, handlerMax: hMax.v.Load(), handlerKeyMax: keyMax.v.Load(),
+		sampledMax: sTotal.v.Load(), sampledKeyMax: sKey.v.Load(), samples: samples.Load(),
+		jobsPerSecond: float64(n) / elapsed.Seconds(), distinctConcurrentKeysAtOnce: keysAtOnce.v.Load()}
+	for _, w := range ws {
+		require.NoError(t, stopWorker(t, w, 10*time.Second))
+		st := w.Stats()
+		r.limitedClaims += st.LimitedClaims
+		r.stripedClaims += st.StripedClaims
+		r.emptyClaims += st.EmptyClaims
+		require.Zero(t, st.StaleRejected)
+	}
+	return r
+}
+
+// TestLimitGlobalAcrossWorkers: four workers on pools of their own, 10 slots each (40), a
+// limit of 5 running jobs of the kind: neither the handlers nor a sampler of the table ever
+// see more than 5, and the limit is used (5 reached).
+func TestLimitGlobalAcrossWorkers(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	const limit, n = 5, 300
+	sleep := 10 * time.Millisecond
+	r := runLimited(t, pool, 4, 10, n, []string{"a", "b", "c"}, sleep, []worker.Limit{{Kind: "lim", MaxRunning: limit}})
+	t.Logf("limit %d: %d jobs of %v in %v = %.0f jobs/s (ideal %d/%v = %.0f jobs/s); max running: handlers %d, sampled %d (%d samples); limited claims %d",
+		limit, n, sleep, r.elapsed.Round(time.Millisecond), r.jobsPerSecond, limit, sleep, float64(limit)/sleep.Seconds(),
+		r.handlerMax, r.sampledMax, r.samples, r.limitedClaims)
+	require.LessOrEqual(t, r.handlerMax, int64(limit), "handlers ran more than the limit at once")
+	require.LessOrEqual(t, r.sampledMax, int64(limit), "the table showed more running leased jobs than the limit")
+	require.Equal(t, int64(limit), r.handlerMax, "the limit was never reached: claims are too slow to fill it")
+	require.Positive(t, r.samples)
+	require.Positive(t, r.limitedClaims)
+	if testing.Short() {
+		return
+	}
+	// The same jobs on one unlimited worker of 5 slots: what 5 at a time costs without limits.
+	pool2 := pgtest.NewPool(t)
+	b := runLimited(t, pool2, 1, limit, n, []string{"a", "b", "c"}, sleep, nil)
+	t.Logf("unlimited, 1 worker x %d slots: %v = %.0f jobs/s; limited run: %.0f%% of it", limit, b.elapsed.Round(time.Millisecond), b.jobsPerSecond, 100*r.jobsPerSecond/b.jobsPerSecond)
+}
+
+// TestLimitStripedNearTheLimit: a limit large enough for striped claims (parallel, each
+// keeping room for the stripes it cannot see), approached and held by 4 workers with more
+// slots than the limit: the claims switch between striped and exclusive and the limit holds.
+func TestLimitStripedNearTheLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("800 handler slots, ~2 s")
+	}
+	pool := pgtest.NewPool(t)
+	const limit, n = 600, 3000
+	r := runLimited(t, pool, 4, 200, n, []string{"a", "b", "c"}, 100*time.Millisecond, []worker.Limit{{Kind: "lim", MaxRunning: limit}})
+	t.Logf("limit %d, 4 workers x 200 slots: %d jobs of 100ms in %v = %.0f jobs/s (ideal %d/100ms = %d jobs/s); max running: handlers %d, sampled %d (%d samples); limited claims %d, striped claims %d",
+		limit, n, r.elapsed.Round(time.Millisecond), r.jobsPerSecond, limit, limit*10, r.handlerMax, r.sampledMax, r.samples, r.limitedClaims, r.stripedClaims)
+	require.LessOrEqual(t, r.handlerMax, int64(limit))
+	require.LessOrEqual(t, r.sampledMax, int64(limit))
+	require.Positive(t, r.stripedClaims, "no claim ran striped")
+	require.Positive(t, r.limitedClaims, "the limit never bound")
+}
+
+// TestLimitOnePerKey: a limit of 1 running job per concurrency key, four workers: never two
+// jobs of a key at once, while jobs of different keys run side by side.
+func TestLimitOnePerKey(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
+	r := runLimited(t, pool, 4, 10, 240, keys, 5*time.Millisecond, []worker.Limit{{Kind: "lim", PerKey: true, MaxRunning: 1}})
+	t.Logf("1 per key, %d keys: 240 jobs in %v = %.0f jobs/s; max per key: handlers %d, sampled %d; keys busy at once %d; limited claims %d",
+		len(keys), r.elapsed.Round(time.Millisecond), r.jobsPerSecond, r.handlerKeyMax, r.sampledKeyMax, r.distinctConcurrentKeysAtOnce, r.limitedClaims)
+	require.Equal(t, int64(1), r.handlerKeyMax, "two jobs of one key ran at once")
+	require.LessOrEqual(t, r.sampledKeyMax, int64(1))
+	require.Greater(t, r.distinctConcurrentKeysAtOnce, int64(1), "keys should run side by side")
+}
+
+// TestRateLimitWindows: 4 workers offered 6 windows' worth of jobs at once under a rate of
+// 10 starts per 200 ms: every window of the database clock holds at most 10 starts, and the
+// full windows close to 10.
+func TestRateLimitWindows(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	const rate, n = 10, 60
+	per := 200 * time.Millisecond
+	r := runLimited(t, pool, 4, 10, n, []string{"x"}, 0, []worker.Limit{{Kind: "lim", Rate: rate, Per: per}})
+	rows, err := pool.Query(context.Background(), `
+		SELECT div((extract(epoch FROM attempted_at) * 1000000)::numeric, $1::numeric)::bigint AS w, count(*)
+		FROM tenure.jobs WHERE kind = 'lim' GROUP BY 1 ORDER BY 1`, per.Microseconds())
+	require.NoError(t, err)
+	var windows, counts []int64
+	for rows.Next() {
+		var w, c int64
+		require.NoError(t, rows.Scan(&w, &c))
+		windows, counts = append(windows, w), append(counts, c)
+	}
+	require.NoError(t, rows.Err())
+	t.Logf("rate %d per %v, %d jobs offered at once: %v; starts per window %v", rate, per, n, r.elapsed.Round(time.Millisecond), counts)
+	for i, c := range counts {
+		require.LessOrEqual(t, c, int64(rate), "window %d started %d jobs", windows[i], c)
+	}
+	// Whole windows between the first and the last: close to the rate.
+	if len(counts) > 2 {
+		var sum int64
+		for _, c := range counts[1 : len(counts)-1] {
+			sum += c
+		}
+		avg := float64(sum) / float64(len(counts)-2)
+		require.GreaterOrEqual(t, avg, 0.8*rate, "inner windows average %.1f starts, want close to %d", avg, rate)
+	}
+	span := time.Duration(windows[len(windows)-1]-windows[0]+1) * per
+	require.LessOrEqual(t, span, time.Duration(n/rate+5)*per, "the backlog took too many windows")
+}
+
+// TestRetryAfterPausesKey: a handler's RetryAfter on a key with RetryAfterPauses holds every
+// job of that key, on every worker, until the delay passed; other keys go on.
+func TestRetryAfterPausesKey(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	const pause = 700 * time.Millisecond
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 4,
+		Limits: []worker.Limit{{Kind: "lim", PerKey: true, MaxRunning: 10, RetryAfterPauses: true}}}})
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	started := map[int]time.Time{}
+	var limitedOnce atomic.Bool
+	var pushedAt time.Time
+	worker.MustRegister(w, func(ctx context.Context, j *generics.Job[limArgs]) error {
+		mu.Lock()
+		if _, ok := started[j.Args.N]; !ok {
+			started[j.Args.N] = time.Now()
+		}
+		mu.Unlock()
+		if j.Args.N == 0 && limitedOnce.CompareAndSwap(false, true) {
+			mu.Lock()
+			pushedAt = time.Now()
+			mu.Unlock()
+			return worker.RetryAfter(errors.New("429 from the remote"), pause)
+		}
+		time.Sleep(j.Args.Sleep)
+		return nil
+	}, &worker.HandlerOptions{Retry: worker.FullJitter{Base: time.Millisecond, Cap: time.Millisecond}})
+	c := newClient(t, pool, w)
+	_, err = c.Insert(ctx, limArgs{Key: "slow", N: 0}, nil)
+	require.NoError(t, err)
+	startWorker(t, w)
+	waitFor(t, 5*time.Second, "the RetryAfter", func() bool { return limitedOnce.Load() && w.Stats().FlowBlocks == 1 })
+	// Both keys get work now; only "slow" must wait for the pause.
+	params := []jobs.InsertManyParams{}
+	for i := 1; i <= 4; i++ {
+		params = append(params, jobs.InsertManyParams{Args: limArgs{Key: "slow", N: i}}, jobs.InsertManyParams{Args: limArgs{Key: "fast", N: 100 + i}})
+	}
+	_, err = c.InsertMany(ctx, params)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "all jobs", func() bool { return countState(t, pool, "succeeded") == 9 })
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i <= 4; i++ {
+		require.GreaterOrEqual(t, started[i].Sub(pushedAt), pause-50*time.Millisecond, "job %d of the paused key started %v after the RetryAfter", i, started[i].Sub(pushedAt))
+		require.Less(t, started[100+i].Sub(pushedAt), pause-100*time.Millisecond, "job %d of another key waited %v", 100+i, started[100+i].Sub(pushedAt))
+	}
+}
+
+// TestLimitConfigErrors: bad limit configurations are refused by New with typed errors.
+func TestLimitConfigErrors(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	for _, tc := range []struct {
+		q    worker.QueueConfig
+		want error
+	}{
+		{worker.QueueConfig{Limits: []worker.Limit{{Kind: "lim"}}}, worker.ErrInvalidLimit},
+		{worker.QueueConfig{Limits: []worker.Limit{{Kind: "lim", MaxRunning: -1}}}, worker.ErrInvalidLimit},
+		{worker.QueueConfig{Limits: []worker.Limit{{Kind: "lim", Rate: 5}}}, worker.ErrInvalidLimit},
+		{worker.QueueConfig{Limits: []worker.Limit{{Kind: "lim", MaxRunning: 1, Per: time.Second}}}, worker.ErrInvalidLimit},
+		{worker.QueueConfig{Limits: []worker.Limit{{Kind: "lim", MaxRunning: 1}, {Kind: "lim", Rate: 1, Per: time.Second}}}, worker.ErrDuplicateLimit},
+		{worker.QueueConfig{Fairness: worker.Fairness{Quotas: map[int]int{3: 1, 2: 1}}, Limits: []worker.Limit{{MaxRunning: 1}}}, worker.ErrLimitsNeedOrderedFairness},
+	} {
+		_, err := worker.New(pool, &worker.Config{Queues: map[string]worker.QueueConfig{"default": tc.q}})
+		require.ErrorIs(t, err, tc.want)
+		require.ErrorIs(t, err, worker.ErrInvalidConfig)
+	}
+	// Both bounds in one limit, per key and for the whole queue: fine.
+	_, err := worker.New(pool, &worker.Config{Queues: map[string]worker.QueueConfig{"default": {Limits: []worker.Limit{
+		{Kind: "lim", PerKey: true, MaxRunning: 2, Rate: 10, Per: time.Second}, {MaxRunning: 50}}}}})
+	require.NoError(t, err)
+	// The concurrency key is validated at insert.
+	c := newClient(t, pool, nil)
+	_, err = c.Insert(context.Background(), limArgs{Key: string([]byte{0xff})}, nil)
+	var oe *jobs.OptionError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "ConcurrencyKey", oe.Field)
+}
+
+// TestClaimLimitedPlan: the limited claim reads candidates through jobs_ready_idx, counts
+// running jobs through jobs_limited_idx, and reaches the picked rows by primary key, with
+// 100,000 finished rows and 2,000 running unlimited ones in the table.
+func TestClaimLimitedPlan(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, state, attempts, attempted_at, claim_token, generation, finished_at)
+		SELECT 'default', 'noop', '{"n":0}', 'succeeded', 1, now(), gen_random_uuid(), 1, now() FROM generate_series(1, 100000)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, state, attempts, attempted_at, claim_token, generation, locked_by, locked_until)
+		SELECT 'default', 'noop', '{"n":0}', 'running', 1, now(), gen_random_uuid(), 1, 'w', now() + interval '1 minute' FROM generate_series(1, 2000)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, state, attempts, attempted_at, claim_token, generation, locked_by, locked_until, limited, metadata)
+		SELECT 'default', 'lim', '{}', 'running', 1, now(), gen_random_uuid(), 1, 'w', now() + interval '1 minute', true,
+		       jsonb_build_object('tenure.concurrency_key', 'k' || (i % 50)) FROM generate_series(1, 100) i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT 'default', 'lim', '{}' FROM generate_series(1, 1000)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "VACUUM ANALYZE tenure.jobs")
+	require.NoError(t, err)
+
+	sql, order := plantest.SQL(t, "ClaimLimited")
+	args := map[string]any{
+		"lim_id": []int32{0, 1}, "lim_kind": []string{"lim", ""}, "lim_per_key": []bool{true, false},
+		"lim_max_running": []int32{2, 500}, "lim_rate": []int32{10, 0}, "lim_period_us": []int64{1e6, 0},
+		"queue": "default", "seg_priority": []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, "seg_after_us": make([]int64, 9),
+		"seg_min_age_us": make([]int64, 9), "seg_max_age_us": []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15},
+		"kind_versions": []int32{1, 1}, "kinds": []string{"lim", "noop"}, "scan": 20, "batch": 10,
+		"reserve": 300, "group_cap": 100,
+		"worker_id": "explain-worker", "kind_lease_ms": []int32{0, 0},
+	}
+	var vals []any
+	for _, name := range order {
+		v, ok := args[name]
+		require.True(t, ok, "no value for %s", name)
+		vals = append(vals, v)
+	}
+	plan := plantest.Explain(t, pool, true, sql, vals...)
+	idx := plantest.Indexes(plan)
+	for _, want := range []string{"jobs_ready_idx", "jobs_limited_idx", "jobs_pkey"} {
+		require.True(t, idx[want], "ClaimLimited does not use %s (uses %v)", want, idx)
+	}
+	plantest.Walk(plan, func(n plantest.Node) {
+		require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "ClaimLimited scans the jobs table")
+	})
+	t.Logf("ClaimLimited (EXPLAIN ANALYZE, rolled back): %d buffers; indexes %v", plan.Buffers(), idx)
+}
+
+// TestLimitFreedBySIGKILL: a worker process holding the 2 jobs a limit of 2 allows is
+// SIGKILLed. Until their leases expire on the database clock nobody else starts a job of the
+// kind (the dead worker's jobs still count); once they expire the limit frees without any
+// sweep, and every job completes. The table never shows more than 2 running leased jobs.
+func TestLimitFreedBySIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child process and a lease expiry (~3 s)")
+	}
+	ctx := context.Background()
+	pool, url := chaosPool(t)
+	c := newClient(t, pool, nil)
+	var ids []int64
+	for i := range 4 {
+		row, err := c.Insert(ctx, chaosArgs{Tag: fmt.Sprint("limited-", i)}, &jobs.InsertOpts{Lease: 2 * time.Second, MaxAttempts: 5})
+		require.NoError(t, err)
+		ids = append(ids, row.ID)
+	}
+	stop := make(chan struct{})
+	sTotal, _, samples, sDone := sampleKind(pool, "chaos", stop)
+
+	child := startChild(t, childOpts{DB: url, Handler: "block", ID: "doomed-limited", Concurrency: 4, Flags: "limit2"})
+	claimedN := func() int {
+		n := 0
+		child.find("claimed", func([]string) bool { n++; return false })
+		return n
+	}
+	waitFor(t, 20*time.Second, "the child to claim 2 jobs", func() bool { return claimedN() >= 2 })
+	// The worker has 4 slots and 4 jobs, but the limit lets it run 2.
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, 2, claimedN(), "the child ran more jobs than the limit")
+
+	// A second worker with the same limit starts nothing while the child holds both.
+	var mu sync.Mutex
+	var firstStart time.Time
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 4, Limits: []worker.Limit{{Kind: "chaos", MaxRunning: 2}}}})
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[chaosArgs]) error {
+		mu.Lock()
+		if firstStart.IsZero() {
+			firstStart = time.Now()
+		}
+		mu.Unlock()
+		return nil
+	}, &worker.HandlerOptions{Retry: fastRetry})
+	startWorker(t, w)
+	time.Sleep(500 * time.Millisecond)
+	mu.Lock()
+	require.True(t, firstStart.IsZero(), "a job started while the limit was full")
+	mu.Unlock()
+
+	child.killAndWait(t)
+	killed := time.Now()
+	var leaseEnd time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT max(locked_until) FROM tenure.jobs WHERE locked_by = 'doomed-limited'`).Scan(&leaseEnd))
+	var dbNow time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT now()`).Scan(&dbNow))
+	waitFor(t, 20*time.Second, "every job to complete", func() bool { return countState(t, pool, "succeeded") == len(ids) })
+	close(stop)
+	<-sDone
+	mu.Lock()
+	defer mu.Unlock()
+	// The dead worker's leases ended leaseEnd on the database clock (dbNow was read right
+	// after the kill); the first job started after that, give or take the clocks' 50 ms.
+	untilExpiry := leaseEnd.Sub(dbNow)
+	t.Logf("killed at %v; leases ended %v later; first start after the kill %v later; max running sampled %d (%d samples)",
+		killed.Format("15:04:05.000"), untilExpiry.Round(time.Millisecond), firstStart.Sub(killed).Round(time.Millisecond), sTotal.v.Load(), samples.Load())
+	require.GreaterOrEqual(t, firstStart.Sub(killed), untilExpiry-50*time.Millisecond, "a job started before the dead worker's leases expired")
+	require.LessOrEqual(t, sTotal.v.Load(), int64(2))
+	require.Positive(t, samples.Load())
+}
