@@ -93,6 +93,12 @@ func TestPoisonJobEndsDeadWithBoundedBackoff(t *testing.T) {
 	require.NoError(t, err)
 	startWorker(t, w)
 	waitFor(t, 15*time.Second, "job dead", func() bool { return countState(t, pool, "dead") == 1 })
+	// OnOutcome runs after the fenced write landed, so it can trail the row by a moment.
+	waitFor(t, 5*time.Second, "the dead outcome reported", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(outcomes) == 5
+	})
 
 	got, err := c.Get(context.Background(), row.ID)
 	require.NoError(t, err)
