@@ -55,7 +55,7 @@ func (w *Worker) listenService(ctx context.Context) {
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		backoff = min(backoff*2, listenRetryMax)
 	}
 }
 
@@ -64,6 +64,10 @@ func (w *Worker) listenService(ctx context.Context) {
 const (
 	listenIdle        = 5 * time.Second
 	listenPingTimeout = 3 * time.Second
+	// listenRetryMax caps the wait between reconnect attempts: after an outage heals, NOTIFY
+	// wake-ups are back within about this long (polling covers the gap). An attempt costs one
+	// connection; the fault matrix's half-open case bounds the recovery at 5 s.
+	listenRetryMax = 2 * time.Second
 )
 
 func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
