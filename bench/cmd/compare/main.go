@@ -72,7 +72,18 @@ type config struct {
 	// server: "own" starts a production-like cluster for the comparison (stock settings,
 	// autovacuum on, pg_stat_statements); "url" uses the server of adminURL.
 	server string
+	// connCap caps every connection a run's process opens in the peak scenarios.
+	connCap int
+	// tune overrides peak settings per system (-tune), for sweeps.
+	tune map[string]map[string]string
+	// inserters: bulk-enqueue's inserting goroutines (each its own connection).
+	inserters int
+	// ceiling: bulk-enqueue also measures the server's own insert ceiling.
+	ceiling bool
 }
+
+// defaultConnCap is the peak scenarios' cap on the connections of one run's process.
+const defaultConnCap = 20
 
 // defaultSystems run when -systems is not given, in this order within each repetition.
 var defaultSystems = []string{tenuresut.Name, tenuresut.NameAsync, riversut.Name, riversut.NameDefault}
@@ -126,8 +137,18 @@ func parseFlags() config {
 	flag.BoolVar(&c.analyze, "analyze", true, "ANALYZE after pre-inserting a backlog (burn-down, few-workers), as autovacuum would")
 	flag.BoolVar(&c.keepDBs, "keep-dbs", false, "do not drop the per-run databases (debugging)")
 	flag.BoolVar(&c.together, "together", envBool("BENCH_TOGETHER"), "run the systems of each repetition at the same time on the one server, each in its own database (as the public postgresql-job-queue-benchmarking harness does), instead of one after the other (env BENCH_TOGETHER=1)")
+	flag.IntVar(&c.connCap, "conn-cap", envInt("BENCH_CONN_CAP", defaultConnCap), "peak scenarios: cap on every connection one run's process opens (its pools and sessions taken out of them) (env BENCH_CONN_CAP)")
+	var tune string
+	flag.StringVar(&tune, "tune", envOr("BENCH_TUNE", ""), "peak scenarios: override peak settings, 'system:key=value,key=value;system:...' (e.g. 'tenure:concurrency=300;river:pool=4'); keys per system in bench/README.md (env BENCH_TUNE)")
+	flag.IntVar(&c.inserters, "inserters", envInt("BENCH_INSERTERS", 1), "bulk-enqueue: inserting goroutines, each with its own connection (env BENCH_INSERTERS)")
+	flag.BoolVar(&c.ceiling, "ceiling", true, "bulk-enqueue: also measure the server's own insert ceiling (INSERT ... SELECT into the same table) in the same run")
 	flag.DurationVar(&c.phaseDur, "phase-duration", 0, "phases: run every phase this long instead of the schedule's own (120s, 120s, 60s, 60s; quick 8s)")
 	flag.Parse()
+	var err error
+	if c.tune, err = parseTune(tune); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(2)
+	}
 	if c.server == "" {
 		c.server = "own"
 		flag.Visit(func(f *flag.Flag) {
@@ -163,6 +184,33 @@ func parseFlags() config {
 		c.systems, c.systemsDefault = defaultSystems, true
 	}
 	return c
+}
+
+// parseTune parses -tune: "system:key=value,key=value;system:key=value".
+func parseTune(s string) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	for _, part := range strings.Split(s, ";") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		sys, kvs, ok := strings.Cut(part, ":")
+		if !ok {
+			return nil, fmt.Errorf("-tune %q: want system:key=value,...", part)
+		}
+		d, err := sut.Get(strings.TrimSpace(sys))
+		if err != nil {
+			return nil, fmt.Errorf("-tune: %w", err)
+		}
+		m, err := sut.ParseTune(kvs)
+		if err != nil {
+			return nil, fmt.Errorf("-tune: %w", err)
+		}
+		if err := sut.CheckTune(d, m); err != nil {
+			return nil, fmt.Errorf("-tune: %w", err)
+		}
+		out[d.Name] = m
+	}
+	return out, nil
 }
 
 // runChild runs one scenario in this process and prints its Result as JSON on stdout.
@@ -239,8 +287,17 @@ func (c config) plan(name string) (scenario.Spec, error) {
 	case scenario.Latency:
 		s.Workers, s.Rate, s.Batch = 32, 200, 0
 		s.Duration, s.Warmup = dur(60*time.Second, 5*time.Second), dur(2*time.Second, time.Second)
+	case scenario.PeakBurnDown:
+		s.Peak, s.ConnCap = true, c.connCap
+		s.Jobs = pick(200_000, 20_000)
+		s.Duration = dur(10*time.Minute, 15*time.Second) // time limit
+	case scenario.PeakSteady:
+		s.Peak, s.ConnCap = true, c.connCap
+		s.Duration = dur(30*time.Second, 5*time.Second)
+		s.Batch, s.Producers, s.BacklogCap = 1000, 2, 20_000
 	case scenario.BulkEnqueue:
 		s.Jobs = pick(100_000, 20_000)
+		s.Inserters, s.Ceiling = max(1, c.inserters), c.ceiling
 	case scenario.Phases:
 		s.Workers, s.Rate, s.Batch, s.Work = 32, 200, 0, time.Millisecond
 		s.Readers, s.ReaderHold = 4, dur(20*time.Second, 4*time.Second)
@@ -258,6 +315,11 @@ func (c config) plan(name string) (scenario.Spec, error) {
 		return s, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(scenario.All, ", "))
 	}
 	s.MaxConns = int32(max(s.Workers, 1)/4 + 10)
+	if s.Peak {
+		s.MaxConns = 0 // the driver's (sut.Driver.PeakPool), within ConnCap
+	} else if s.Inserters > 1 {
+		s.MaxConns = max(s.MaxConns, int32(s.Inserters)+2)
+	}
 	s.StopTimeout = dur(30*time.Second, 5*time.Second)
 	return s, nil
 }
@@ -384,7 +446,7 @@ func runCompare(ctx context.Context, c config) error {
 				for _, o := range outs {
 					if o.res != nil {
 						results[runKey{name, o.u}] = append(results[runKey{name, o.u}], o.res)
-						if settings[o.u.System] == nil {
+						if settings[o.u.System] == nil && !spec.Peak {
 							settings[o.u.System] = o.res.Settings
 						}
 					}
@@ -403,7 +465,7 @@ func runCompare(ctx context.Context, c config) error {
 				res, err := runOne(ctx, c, exe, spec, u, rep, drops)
 				if res != nil {
 					results[runKey{name, u}] = append(results[runKey{name, u}], res)
-					if settings[u.System] == nil {
+					if settings[u.System] == nil && !spec.Peak {
 						settings[u.System] = res.Settings
 					}
 				}
@@ -485,6 +547,9 @@ func runOne(ctx context.Context, c config, exe string, spec scenario.Spec, u uni
 		return nil, err
 	}
 	spec.System, spec.BatchAPI, spec.DBURL = u.System, u.BatchAPI, dbURL
+	if spec.Peak {
+		spec.Tune = c.tune[u.System]
+	}
 	specJSON, _ := json.Marshal(spec)
 	fmt.Fprintf(os.Stderr, "==> %-12s rep %d  %-22s (db %s)\n", spec.Scenario, rep, u.label(), dbName)
 	cctx, cancel := context.WithTimeout(ctx, spec.Duration+15*time.Minute)
@@ -518,7 +583,8 @@ func runOne(ctx context.Context, c config, exe string, spec scenario.Spec, u uni
 func summarize(r *scenario.Result) string {
 	var parts []string
 	for _, k := range []string{scenario.MJobsPerS, scenario.MInsertedPerS, scenario.MCompletedPerS,
-		scenario.MP50, scenario.MP95, scenario.MP99, scenario.MDeadTuples} {
+		scenario.MP50, scenario.MP95, scenario.MP99, scenario.MDeadTuples, scenario.MConnsMax,
+		scenario.MCeilingPerS, scenario.MOfCeiling} {
 		if v, ok := r.Metrics[k]; ok {
 			parts = append(parts, fmt.Sprintf("%s=%s", k, fmtNum(v)))
 		}

@@ -55,6 +55,20 @@ var scenarioDefs = map[string][]metricDef{
 	},
 	scenario.BulkEnqueue: {
 		{scenario.MJobsPerS, "throughput", "jobs/s", true},
+		{scenario.MCeilingPerS, "server's own insert ceiling, same table", "rows/s", true},
+		{scenario.MOfCeiling, "throughput as % of own ceiling", "%", true},
+	},
+	scenario.PeakBurnDown: {
+		{scenario.MJobsPerS, "throughput", "jobs/s", true},
+		{scenario.MConnsMax, "connections held, max", "conns", false},
+	},
+	scenario.PeakSteady: {
+		{scenario.MInsertedPerS, "inserted", "jobs/s", true},
+		{scenario.MCompletedPerS, "completed", "jobs/s", true},
+		{scenario.MP50, "claim latency p50", "ms", false},
+		{scenario.MP99, "claim latency p99", "ms", false},
+		{scenario.MDeadPer1k, "dead tuples per 1k completed", "rows", false},
+		{scenario.MConnsMax, "connections held, max", "conns", false},
 	},
 	scenario.HeldXmin: {
 		{scenario.MInsertedPerS, "inserted", "jobs/s", true},
@@ -210,6 +224,14 @@ type scenarioConfig struct {
 	HoldXmin      bool    `json:"hold_xmin,omitempty"`
 	// Phases describes the phases scenario's schedule, e.g. "clean 120s, idle-in-tx 120s (...)".
 	Phases string `json:"phases,omitempty"`
+	// ConnCap caps every connection of a run's process (peak scenarios); PeakSettings are each
+	// system's peak settings as the first repetition reported them.
+	ConnCap      int                          `json:"conn_cap,omitempty"`
+	PeakSettings map[string]map[string]string `json:"peak_settings,omitempty"`
+	// Inserters and Ceiling: bulk-enqueue's inserting connections and whether the server's own
+	// insert ceiling was measured.
+	Inserters int  `json:"inserters,omitempty"`
+	Ceiling   bool `json:"ceiling,omitempty"`
 }
 
 const latencyDefinition = "enqueue-commit → handler-start: from the moment the insert call returns " +
@@ -293,8 +315,19 @@ func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerI
 			Producers: s.Producers, BacklogCap: s.BacklogCap, RatePerS: s.Rate,
 			HandlerWorkMS: float64(s.Work) / float64(time.Millisecond), HoldXmin: s.HoldXmin,
 		}
-		if name == scenario.BurnDown {
+		if name == scenario.BurnDown || name == scenario.PeakBurnDown {
 			sc.TimeLimitS, sc.DurationS = sc.DurationS, 0
+		}
+		if name == scenario.BulkEnqueue {
+			sc.Inserters, sc.Ceiling = max(1, s.Inserters), s.Ceiling
+		}
+		if s.Peak {
+			sc.ConnCap, sc.PeakSettings = s.ConnCap, map[string]map[string]string{}
+			for _, u := range c.units(name) {
+				if rs := results[runKey{name, u}]; len(rs) > 0 && rs[0] != nil {
+					sc.PeakSettings[u.System] = rs[0].Settings
+				}
+			}
 		}
 		var ph []string
 		for _, p := range s.Phases {
@@ -377,6 +410,8 @@ func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerI
 	if slices.Contains(c.scenarios, scenario.FewWorkers) {
 		rep.Targets = fewWorkersTargets(rep.Results)
 	}
+	rep.Targets = append(rep.Targets, peakTargets(rep.Results)...)
+	rep.Targets = append(rep.Targets, bulkTargets(rep.Results)...)
 	rep.Notes = append(rep.Notes,
 		"ratio = tenure/river for higher-is-better metrics and river/tenure for lower-is-better ones: > 1 always means Tenure is better; "+
 			"each result compares the Tenure variant tenure_system with the River variant river_system (a metric name marked [tenure-async] or (vs river-default) says so)",
@@ -447,6 +482,100 @@ func fewWorkersTargets(rows []row) []string {
 	if len(out) == 0 {
 		out = append(out, fmt.Sprintf("few-workers (>= %d jobs/s and >= %d× %s): not evaluated (%s did not run or a side failed)",
 			fewWorkersTargetJobsPerS, fewWorkersTargetVsDef, riversut.NameDefault, riversut.NameDefault))
+	}
+	return out
+}
+
+// The issue's targets for the peak scenarios (Tenure at least this many times River, each at
+// its own peak settings under one connection cap) and for bulk enqueue (at least this share of
+// the server's own insert ceiling, and at least bulkTargetJobsPerS where that ceiling allows).
+const (
+	peakTargetRatio    = 1.2
+	bulkTargetShare    = 80.0
+	bulkTargetJobsPerS = 150_000
+)
+
+// peakTargets evaluates the peak target for every Tenure variant against River.
+func peakTargets(rows []row) []string {
+	var out []string
+	for _, rw := range rows {
+		var line string
+		switch {
+		case rw.Scenario == scenario.PeakBurnDown && rw.line == "throughput":
+		case rw.Scenario == scenario.PeakSteady && rw.line == "completed":
+		default:
+			continue
+		}
+		line = fmt.Sprintf("%s %s (>= %.1f× %s): %s %s jobs/s, %s %s jobs/s", rw.Scenario, rw.line,
+			peakTargetRatio, rw.RiverSystem, rw.TenureSystem, fmtPtr(rw.Tenure), rw.RiverSystem, fmtPtr(rw.River))
+		switch {
+		case rw.Ratio == nil:
+			line += ": not evaluated (a side did not run or failed)"
+		case *rw.Ratio >= peakTargetRatio:
+			line += fmt.Sprintf(", %.2f×: met", *rw.Ratio)
+		default:
+			line += fmt.Sprintf(", %.2f×: not met", *rw.Ratio)
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// bulkTargets evaluates the bulk-enqueue target for every Tenure variant that inserted: its
+// share of its own ceiling, and the absolute rate when the ceiling allows it (ceiling >=
+// bulkTargetJobsPerS; otherwise only the share applies).
+func bulkTargets(rows []row) []string {
+	var out []string
+	var share *row
+	for i, rw := range rows {
+		if rw.Scenario == scenario.BulkEnqueue && rw.line == "throughput as % of own ceiling (River InsertManyFast)" {
+			share = &rows[i]
+		}
+	}
+	if share == nil {
+		for i, rw := range rows {
+			if rw.Scenario == scenario.BulkEnqueue && strings.HasPrefix(rw.line, "throughput as % of own ceiling") {
+				share = &rows[i]
+				break
+			}
+		}
+	}
+	if share == nil {
+		return nil
+	}
+	var ceiling, rate *float64
+	for _, rw := range rows {
+		if rw.Scenario != scenario.BulkEnqueue || rw.TenureSystem != share.TenureSystem || rw.RiverSystem != share.RiverSystem {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(rw.line, "server's own insert ceiling"):
+			ceiling = rw.Tenure
+		case strings.HasPrefix(rw.line, "throughput") && !strings.Contains(rw.line, "%"):
+			rate = rw.Tenure
+		}
+	}
+	if share.Tenure == nil || ceiling == nil || rate == nil {
+		return []string{fmt.Sprintf("bulk-enqueue (>= %.0f%% of the server's own insert ceiling, and >= %d jobs/s if it allows): not evaluated (no ceiling measured)",
+			bulkTargetShare, bulkTargetJobsPerS)}
+	}
+	verdict := "met"
+	if *share.Tenure < bulkTargetShare {
+		verdict = "not met"
+	}
+	line := fmt.Sprintf("bulk-enqueue share (>= %.0f%% of the server's own insert ceiling): %s %s jobs/s = %.1f%% of %s rows/s: %s",
+		bulkTargetShare, share.TenureSystem, fmtNum(*rate), *share.Tenure, fmtNum(*ceiling), verdict)
+	out = append(out, line)
+	if *ceiling >= bulkTargetJobsPerS {
+		verdict = "met"
+		if *rate < bulkTargetJobsPerS {
+			verdict = "not met"
+		}
+		out = append(out, fmt.Sprintf("bulk-enqueue rate (>= %d jobs/s; applies: the ceiling is %s rows/s): %s jobs/s: %s",
+			bulkTargetJobsPerS, fmtNum(*ceiling), fmtNum(*rate), verdict))
+	} else {
+		out = append(out, fmt.Sprintf("bulk-enqueue rate (>= %d jobs/s): does not apply: the server's own ceiling is %s rows/s, below it; only the share applies",
+			bulkTargetJobsPerS, fmtNum(*ceiling)))
 	}
 	return out
 }
@@ -616,6 +745,11 @@ func (rep *report) header() []string {
 			continue
 		}
 		out = append(out, "  "+name+": "+describeScenario(s))
+		for _, sys := range rep.Config.Systems {
+			if ps, ok := s.PeakSettings[sys]; ok {
+				out = append(out, "    "+sys+" peak settings: "+describeSettings(ps))
+			}
+		}
 	}
 	out = append(out, "Latency: "+rep.Config.Latency)
 	out = append(out, "Ratio: > 1 means Tenure is better (tenure/river for throughput, river/tenure for latency, CPU and dead tuples)")
@@ -742,7 +876,17 @@ func describeScenario(s scenarioConfig) string {
 	if s.Workers > 0 {
 		p = append(p, fmt.Sprintf("workers=%d", s.Workers))
 	}
-	p = append(p, fmt.Sprintf("pool MaxConns=%d", s.PoolMaxConns))
+	if s.ConnCap > 0 {
+		p = append(p, fmt.Sprintf("connection cap=%d (every connection of the process, both sides; each side's peak settings below)", s.ConnCap))
+	} else {
+		p = append(p, fmt.Sprintf("pool MaxConns=%d", s.PoolMaxConns))
+	}
+	if s.Ceiling {
+		p = append(p, "server's own insert ceiling measured in the same database (INSERT ... SELECT FROM generate_series into the same table, same batches, one pass before and one after the queue's inserts, table truncated before each; the better pass)")
+	}
+	if s.Inserters > 1 {
+		p = append(p, fmt.Sprintf("%d inserting connections", s.Inserters))
+	}
 	if s.Jobs > 0 {
 		p = append(p, fmt.Sprintf("jobs=%d", s.Jobs))
 	}
@@ -776,6 +920,20 @@ func describeScenario(s scenarioConfig) string {
 		p = append(p, "phases: "+s.Phases)
 	}
 	return strings.Join(p, ", ")
+}
+
+// describeSettings lists settings as "k=v, ..." in key order.
+func describeSettings(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (rep *report) text() string {

@@ -182,8 +182,78 @@ func TestBuildReportVariants(t *testing.T) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
 	}
-	if len(rep.Targets) != 2 || !strings.Contains(rep.Targets[0], "tenure 3000 jobs/s, 30.0× river-default (100.0 jobs/s): met") ||
+	// Two few-workers lines, then bulk-enqueue's, not evaluated without a measured ceiling.
+	if len(rep.Targets) != 3 || !strings.Contains(rep.Targets[0], "tenure 3000 jobs/s, 30.0× river-default (100.0 jobs/s): met") ||
+		!strings.Contains(rep.Targets[2], "bulk-enqueue") || !strings.Contains(rep.Targets[2], "not evaluated") ||
 		!strings.Contains(rep.Targets[1], "tenure-async 2000 jobs/s, 20.0× river-default (100.0 jobs/s): not met") {
 		t.Errorf("targets %q", rep.Targets)
+	}
+}
+
+func TestPeakAndBulkTargets(t *testing.T) {
+	c := config{reps: 1, scenarios: []string{scenario.PeakBurnDown, scenario.PeakSteady, scenario.BulkEnqueue},
+		systems: []string{"tenure", "river"}, payload: 256, connCap: 20, ceiling: true}
+	specs := map[string]scenario.Spec{}
+	for _, s := range c.scenarios {
+		sp, err := c.plan(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s != scenario.BulkEnqueue && (!sp.Peak || sp.ConnCap != 20 || sp.MaxConns != 0) {
+			t.Fatalf("%s spec %+v: want peak, cap 20, pool left to the driver", s, sp)
+		}
+		specs[s] = sp
+	}
+	res := func(m map[string]float64, settings map[string]string) *scenario.Result {
+		return &scenario.Result{Metrics: m, Jobs: 1000, Settings: settings}
+	}
+	results := map[runKey][]*scenario.Result{
+		{scenario.PeakBurnDown, unit{System: "tenure"}}: {res(map[string]float64{scenario.MJobsPerS: 1300, scenario.MConnsMax: 9}, map[string]string{"Concurrency": "500"})},
+		{scenario.PeakBurnDown, unit{System: "river"}}:  {res(map[string]float64{scenario.MJobsPerS: 1000, scenario.MConnsMax: 5}, map[string]string{"MaxWorkers": "2000"})},
+		{scenario.PeakSteady, unit{System: "tenure"}}:   {res(map[string]float64{scenario.MCompletedPerS: 1100}, nil)},
+		{scenario.PeakSteady, unit{System: "river"}}:    {res(map[string]float64{scenario.MCompletedPerS: 1000}, nil)},
+		{scenario.BulkEnqueue, unit{System: "tenure"}}: {res(map[string]float64{scenario.MJobsPerS: 160_000,
+			scenario.MCeilingPerS: 190_000, scenario.MOfCeiling: 100 * 160_000.0 / 190_000}, nil)},
+		{scenario.BulkEnqueue, unit{"river", "InsertManyFast"}}: {res(map[string]float64{scenario.MJobsPerS: 50_000}, nil)},
+		{scenario.BulkEnqueue, unit{"river", "InsertMany"}}:     {res(map[string]float64{scenario.MJobsPerS: 40_000}, nil)},
+	}
+	rep := buildReport(c, specs, pgutil.ServerInfo{Settings: map[string]string{}}, results, nil, nil)
+	want := []string{
+		"peak-burn-down throughput (>= 1.2× river): tenure 1300 jobs/s, river 1000 jobs/s, 1.30×: met",
+		"peak-steady completed (>= 1.2× river): tenure 1100 jobs/s, river 1000 jobs/s, 1.10×: not met",
+		"bulk-enqueue share (>= 80% of the server's own insert ceiling): tenure 160000 jobs/s = 84.2% of 190000 rows/s: met",
+		"bulk-enqueue rate (>= 150000 jobs/s; applies: the ceiling is 190000 rows/s): 160000 jobs/s: met",
+	}
+	if strings.Join(rep.Targets, "\n") != strings.Join(want, "\n") {
+		t.Errorf("targets:\n%s\nwant:\n%s", strings.Join(rep.Targets, "\n"), strings.Join(want, "\n"))
+	}
+	md := rep.markdown()
+	for _, s := range []string{"connection cap=20", "tenure peak settings: Concurrency=500", "river peak settings: MaxWorkers=2000",
+		"| peak-burn-down | connections held, max | conns | 9.000 | 5.000 |"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("markdown lacks %q:\n%s", s, md)
+		}
+	}
+	// A ceiling below the absolute target leaves only the share.
+	results[runKey{scenario.BulkEnqueue, unit{System: "tenure"}}] = []*scenario.Result{res(map[string]float64{scenario.MJobsPerS: 60_000,
+		scenario.MCeilingPerS: 100_000, scenario.MOfCeiling: 60}, nil)}
+	rep = buildReport(c, specs, pgutil.ServerInfo{Settings: map[string]string{}}, results, nil, nil)
+	if got := strings.Join(rep.Targets[2:], "\n"); !strings.Contains(got, "60.0% of 100000 rows/s: not met") || !strings.Contains(got, "does not apply") {
+		t.Errorf("bulk targets with a low ceiling: %s", got)
+	}
+}
+
+func TestParseTune(t *testing.T) {
+	got, err := parseTune("tenure:concurrency=300,claimbatch=200; river:pool=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["tenure"]["concurrency"] != "300" || got["tenure"]["claimbatch"] != "200" || got["river"]["pool"] != "4" {
+		t.Fatalf("parsed %v", got)
+	}
+	for _, bad := range []string{"tenure:nosuchkey=1", "nosuchsystem:pool=1", "tenure:concurrency", "river"} {
+		if _, err := parseTune(bad); err == nil {
+			t.Errorf("parseTune(%q) accepted", bad)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -179,7 +180,7 @@ type ServerCPU struct {
 // StartServerCPU opens a monitoring connection to dbURL and takes the before snapshot. If
 // /proc is unreadable the measurement degrades to zero and OK reports false.
 func StartServerCPU(ctx context.Context, dbURL string) (*ServerCPU, error) {
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := ConnectMeter(ctx, dbURL)
 	if err != nil {
 		return nil, err
 	}
@@ -444,4 +445,74 @@ func StatementsSince(before, after []Statement, n int) []Statement {
 		out = out[:n]
 	}
 	return out
+}
+
+// MeterAppName is the application_name of the bench's own measuring connections (server CPU,
+// connection counts), so that ConnSampler does not count them as the queue's.
+const MeterAppName = "tenure-bench-meter"
+
+// ConnectMeter opens a measuring connection to dbURL, marked with MeterAppName.
+func ConnectMeter(ctx context.Context, dbURL string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["application_name"] = MeterAppName
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// ConnSampler counts, every period, the client connections to one database that are not the
+// bench's measuring connections (pg_stat_activity), and keeps the largest count: every
+// connection the process under test holds, whichever pool opened it (a session taken out of
+// its pool for LISTEN included).
+type ConnSampler struct {
+	max  atomic.Int64
+	stop chan struct{}
+	done chan struct{}
+}
+
+// StartConnSampler starts sampling on its own connection until Stop.
+func StartConnSampler(ctx context.Context, dbURL string, period time.Duration) (*ConnSampler, error) {
+	conn, err := ConnectMeter(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	s := &ConnSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	sample := func() {
+		var n int64
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		err := conn.QueryRow(qctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND backend_type = 'client backend'
+			  AND coalesce(application_name, '') <> $1`, MeterAppName).Scan(&n)
+		if err == nil && n > s.max.Load() {
+			s.max.Store(n)
+		}
+	}
+	sample()
+	go func() {
+		defer close(s.done)
+		defer conn.Close(context.Background())
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				sample()
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				sample()
+			}
+		}
+	}()
+	return s, nil
+}
+
+// Stop ends the sampling and returns the largest count seen.
+func (s *ConnSampler) Stop() int64 {
+	close(s.stop)
+	<-s.done
+	return s.max.Load()
 }

@@ -30,10 +30,14 @@ const (
 	HeldXmin    = "held-xmin"
 	FewWorkers  = "few-workers"
 	Phases      = "phases"
+	// PeakBurnDown and PeakSteady are burn-down and steady with each queue at its own
+	// peak-throughput settings (sut.Options.Peak) under one cap on connections (Spec.ConnCap).
+	PeakBurnDown = "peak-burn-down"
+	PeakSteady   = "peak-steady"
 )
 
 // All lists the scenarios in report order.
-var All = []string{BurnDown, Steady, Latency, BulkEnqueue, HeldXmin, FewWorkers, Phases}
+var All = []string{BurnDown, Steady, PeakBurnDown, PeakSteady, Latency, BulkEnqueue, HeldXmin, FewWorkers, Phases}
 
 // RunsWorkers says whether a scenario starts the queue's workers (bulk-enqueue only inserts).
 func RunsWorkers(name string) bool { return name != BulkEnqueue }
@@ -63,6 +67,17 @@ type Spec struct {
 	// Readers and ReaderHold: the active-readers disturbance (sessions, transaction length).
 	Readers    int           `json:"readers,omitempty"`
 	ReaderHold time.Duration `json:"reader_hold,omitempty"`
+	// Peak runs the queue at its own peak-throughput settings (the peak scenarios); Workers and
+	// MaxConns are then the driver's (sut.Driver.PeakPool), within ConnCap connections in all.
+	// Tune overrides single peak settings of this run's system (sut.Driver.PeakKeys).
+	Peak    bool              `json:"peak,omitempty"`
+	ConnCap int               `json:"conn_cap,omitempty"`
+	Tune    map[string]string `json:"tune,omitempty"`
+	// Inserters is the number of goroutines (each on its own connection) bulk-enqueue inserts
+	// from, the batches dealt out in turn; 0 or 1: one. Ceiling measures the server's own
+	// insert ceiling (sut.Driver.CeilingSQL) in the same run with the same batches.
+	Inserters int  `json:"inserters,omitempty"`
+	Ceiling   bool `json:"ceiling,omitempty"`
 }
 
 // Phase is one interval of the phases scenario and the disturbance applied during it.
@@ -128,6 +143,14 @@ const (
 	MDeadTuples    = "dead_tuples"
 	MDeadPer1k     = "dead_tuples_per_1k"
 	MLatencyN      = "latency_samples"
+	// MConnsMax is the largest number of connections the run's process held at once (sampled
+	// every 100 ms from pg_stat_activity over the measured interval; peak scenarios).
+	MConnsMax = "conns_max"
+	// MCeilingPerS is the server's own insert ceiling (bulk-enqueue with Ceiling): rows/s of
+	// INSERT ... SELECT FROM generate_series into the same table, the better of one pass before
+	// and one after the queue's inserts; MOfCeiling is the queue's throughput as % of it.
+	MCeilingPerS = "ceiling_per_s"
+	MOfCeiling   = "of_ceiling_pct"
 )
 
 func logf(format string, args ...any) {
@@ -141,6 +164,19 @@ func Run(ctx context.Context, spec Spec, publish func(*Result)) error {
 	drv, err := sut.Get(spec.System)
 	if err != nil {
 		return err
+	}
+	if spec.Peak {
+		if err := sut.CheckTune(drv, spec.Tune); err != nil {
+			return err
+		}
+		if drv.PeakPool == nil || spec.ConnCap <= 0 {
+			return fmt.Errorf("%s: no peak settings, or no connection cap", spec.System)
+		}
+		if spec.MaxConns, err = drv.PeakPool(spec.ConnCap, spec.Tune); err != nil {
+			return err
+		}
+	} else if len(spec.Tune) > 0 {
+		return fmt.Errorf("tune applies only to the peak scenarios")
 	}
 	pool, err := pgutil.NewPool(ctx, spec.DBURL, spec.MaxConns)
 	if err != nil {
@@ -160,9 +196,9 @@ func Run(ctx context.Context, spec Spec, publish func(*Result)) error {
 	r := &runner{spec: spec, drv: drv, pool: pool, closePool: closePool, publishFn: publish,
 		res: &Result{Scenario: spec.Scenario, System: spec.System, BatchAPI: spec.BatchAPI, Metrics: map[string]float64{}}}
 	switch spec.Scenario {
-	case BurnDown:
+	case BurnDown, PeakBurnDown:
 		err = r.burnDown(ctx)
-	case Steady, HeldXmin:
+	case Steady, HeldXmin, PeakSteady:
 		err = r.steady(ctx)
 	case Latency:
 		err = r.latency(ctx)
@@ -205,7 +241,7 @@ func (r *runner) newSystem(ctx context.Context, workers int, onStart, onDone sut
 	r.pad = sut.Pad(r.spec.PayloadBytes)
 	sys, err := r.drv.New(ctx, sut.Options{
 		Pool: r.pool, Workers: workers, OnStart: onStart, OnDone: onDone,
-		Work: r.spec.Work, BatchAPI: r.spec.BatchAPI,
+		Work: r.spec.Work, BatchAPI: r.spec.BatchAPI, Peak: r.spec.Peak, Tune: r.spec.Tune,
 	})
 	if err != nil {
 		return nil, err
@@ -224,6 +260,7 @@ type meter struct {
 	cpu0  time.Duration
 	busy0 time.Duration
 	srv   *pgutil.ServerCPU
+	conns *pgutil.ConnSampler // with a connection cap
 }
 
 func (r *runner) startMeter(ctx context.Context) (*meter, error) {
@@ -232,9 +269,15 @@ func (r *runner) startMeter(ctx context.Context) (*meter, error) {
 		return nil, fmt.Errorf("server cpu: %w", err)
 	}
 	stmts := pgutil.Statements(ctx, r.spec.DBURL, 1000)
+	var conns *pgutil.ConnSampler
+	if r.spec.ConnCap > 0 {
+		if conns, err = pgutil.StartConnSampler(ctx, r.spec.DBURL, 100*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("connection sampler: %w", err)
+		}
+	}
 	srv.Reset()
 	busy, _ := procstat.MachineBusy()
-	return &meter{stmts: stmts, t0: time.Now(), cpu0: procstat.SelfCPU(), busy0: busy, srv: srv}, nil
+	return &meter{stmts: stmts, t0: time.Now(), cpu0: procstat.SelfCPU(), busy0: busy, srv: srv, conns: conns}, nil
 }
 
 // stop ends the interval; jobs is the CPU denominator. Call before closing the pool.
@@ -244,6 +287,13 @@ func (r *runner) stopMeter(ctx context.Context, m *meter, jobs int64) time.Durat
 	busy, _ := procstat.MachineBusy()
 	attributed, all, err := m.srv.Stop(ctx)
 	m.srv.Close(ctx)
+	if m.conns != nil {
+		n := m.conns.Stop()
+		r.res.Metrics[MConnsMax] = float64(n)
+		if n > int64(r.spec.ConnCap) {
+			r.note("held %d connections at once, above the cap of %d", n, r.spec.ConnCap)
+		}
+	}
 	if m.stmts != nil {
 		r.res.Statements = pgutil.StatementsSince(m.stmts, pgutil.Statements(ctx, r.spec.DBURL, 1000), 8)
 	}
@@ -575,7 +625,11 @@ func (r *runner) latency(ctx context.Context) error {
 	return nil
 }
 
-// bulk inserts Jobs in batches of Batch from one goroutine, no workers running.
+// bulk inserts Jobs in batches of Batch from Inserters goroutines (default one), no workers
+// running. With Ceiling it also measures, in the same database, the server's own insert
+// ceiling for the same table and indexes: the same batches as server-side INSERT ... SELECT
+// statements (sut.Driver.CeilingSQL), one pass before the queue's inserts and one after, the
+// table truncated before each pass; the better pass is the ceiling.
 func (r *runner) bulk(ctx context.Context) error {
 	sys, err := r.newSystem(ctx, 0, nil, nil)
 	if err != nil {
@@ -591,16 +645,105 @@ func (r *runner) bulk(ctx context.Context) error {
 		}
 		batches = append(batches, b)
 	}
+	ceiling := r.spec.Ceiling && r.drv.CeilingSQL != ""
+	if r.spec.Ceiling && !ceiling {
+		r.note("no ceiling statement for %s", r.spec.System)
+	}
+	var ceilings []float64
+	if ceiling {
+		v, err := r.ceilingPass(ctx, batches)
+		if err != nil {
+			return err
+		}
+		ceilings = append(ceilings, v)
+		if err := r.truncate(ctx); err != nil {
+			return err
+		}
+	}
 	m, err := r.startMeter(ctx)
 	if err != nil {
 		return err
 	}
-	for _, b := range batches {
-		if err := sys.InsertBatch(ctx, b); err != nil {
-			return fmt.Errorf("insert batch: %w", err)
-		}
+	err = r.inParallel(ctx, len(batches), func(ctx context.Context, i int) error {
+		return sys.InsertBatch(ctx, batches[i])
+	})
+	if err != nil {
+		return fmt.Errorf("insert batch: %w", err)
 	}
 	elapsed := r.stopMeter(ctx, m, int64(n))
+	if err := r.checkCount(ctx, n); err != nil {
+		return err
+	}
+	r.res.Metrics[MJobsPerS] = float64(n) / elapsed.Seconds()
+	if ceiling {
+		if err := r.truncate(ctx); err != nil {
+			return err
+		}
+		v, err := r.ceilingPass(ctx, batches)
+		if err != nil {
+			return err
+		}
+		ceilings = append(ceilings, v)
+		best := max(ceilings[0], ceilings[1])
+		r.res.Metrics[MCeilingPerS] = best
+		r.res.Metrics[MOfCeiling] = 100 * r.res.Metrics[MJobsPerS] / best
+		logf("server ceiling %.0f and %.0f rows/s (before, after); %s %.0f jobs/s = %.0f%% of %.0f",
+			ceilings[0], ceilings[1], r.spec.System, r.res.Metrics[MJobsPerS], r.res.Metrics[MOfCeiling], best)
+	}
+	return nil
+}
+
+// inParallel calls f for 0..n-1 from Inserters goroutines (at least one), index i on goroutine
+// i mod Inserters, and returns the first error.
+func (r *runner) inParallel(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	k := max(1, r.spec.Inserters)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for g := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < n; i += k {
+				if err := f(ctx, i); err != nil {
+					errs[g] = err
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ceilingPass inserts the batches' rows with the driver's server-side INSERT ... SELECT, one
+// autocommitted statement per batch, from Inserters connections, checks the row count and
+// returns rows/s.
+func (r *runner) ceilingPass(ctx context.Context, batches [][]sut.BenchArgs) (float64, error) {
+	t0 := time.Now()
+	err := r.inParallel(ctx, len(batches), func(ctx context.Context, i int) error {
+		b := batches[i]
+		_, err := r.pool.Exec(ctx, r.drv.CeilingSQL, r.pad, b[0].Seq, b[len(b)-1].Seq)
+		return err
+	})
+	elapsed := time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("ceiling: %w", err)
+	}
+	if err := r.checkCount(ctx, r.spec.Jobs); err != nil {
+		return 0, fmt.Errorf("ceiling: %w", err)
+	}
+	return float64(r.spec.Jobs) / elapsed.Seconds(), nil
+}
+
+func (r *runner) truncate(ctx context.Context) error {
+	_, err := r.pool.Exec(ctx, "TRUNCATE "+r.drv.QueueTable+" CASCADE")
+	return err
+}
+
+func (r *runner) checkCount(ctx context.Context, n int) error {
 	var count int64
 	if err := r.pool.QueryRow(ctx, "SELECT count(*) FROM "+r.drv.QueueTable).Scan(&count); err != nil {
 		return fmt.Errorf("count: %w", err)
@@ -608,7 +751,6 @@ func (r *runner) bulk(ctx context.Context) error {
 	if count != int64(n) {
 		return fmt.Errorf("bulk-enqueue: %d rows in %s, want %d", count, r.drv.QueueTable, n)
 	}
-	r.res.Metrics[MJobsPerS] = float64(n) / elapsed.Seconds()
 	return nil
 }
 

@@ -52,6 +52,12 @@ type Options struct {
 	// BatchAPI selects the bulk insert API where a queue has more than one ("" = default).
 	BatchAPI string
 	Logger   *slog.Logger
+	// Peak selects the queue's peak-throughput settings (the peak scenarios): River as its own
+	// benchmark configures it, Tenure as its guide tells a user to configure it; Workers is
+	// then ignored. Tune overrides single peak settings by name (for sweeps; see each driver's
+	// PeakKeys).
+	Peak bool
+	Tune map[string]string
 }
 
 // System is one queue, ready to insert and (after Start) to work jobs.
@@ -89,6 +95,48 @@ type Driver struct {
 	New       func(ctx context.Context, opts Options) (System, error)
 	// SchemaVersion reports the schema version in effect after Migrate.
 	SchemaVersion func(ctx context.Context, pool *pgxpool.Pool) (string, error)
+	// PeakPool returns the MaxConns of the shared pool (the one the bench and the queue's
+	// client use) in the peak scenarios, so that every connection the process opens (that
+	// pool plus whatever the queue opens beside it) stays within connCap; tune as in Options.
+	PeakPool func(connCap int, tune map[string]string) (int32, error)
+	// PeakKeys lists the Tune keys the driver accepts, with what each sets.
+	PeakKeys map[string]string
+	// CeilingSQL inserts the rows $2..$3 (bigint sequence numbers) into QueueTable as one
+	// server-side INSERT ... SELECT FROM generate_series, with the payload the bench's jobs
+	// carry ($1 = the pad string) and the values the queue's own bulk insert stores: the
+	// server's own insert ceiling for the same table and indexes (bulk-enqueue).
+	CeilingSQL string
+}
+
+// ParseTune parses "key=value,key=value" into a map (empty string: nil).
+func ParseTune(s string) (map[string]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("sut: tune %q: want key=value", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// CheckTune refuses keys a driver does not know.
+func CheckTune(d *Driver, tune map[string]string) error {
+	for k := range tune {
+		if _, ok := d.PeakKeys[k]; !ok {
+			known := make([]string, 0, len(d.PeakKeys))
+			for n := range d.PeakKeys {
+				known = append(known, n)
+			}
+			sort.Strings(known)
+			return fmt.Errorf("sut: %s: unknown tune key %q (known: %s)", d.Name, k, strings.Join(known, ", "))
+		}
+	}
+	return nil
 }
 
 var drivers = map[string]*Driver{}

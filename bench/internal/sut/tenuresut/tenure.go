@@ -48,6 +48,9 @@ func init() {
 			SchemaVersion: func(context.Context, *pgxpool.Pool) (string, error) {
 				return strconv.Itoa(migrations.Latest()), nil
 			},
+			PeakPool:   peakPool,
+			PeakKeys:   peakKeys,
+			CeilingSQL: ceilingSQL,
 		})
 	}
 	register(Name, "", "library defaults: the worker's own transactions (claims, heartbeats, finishes, "+
@@ -55,6 +58,89 @@ func init() {
 	register(NameAsync, Name, "tenure with worker.Config{AsynchronousCommit: true}: the worker's own "+
 		"transactions commit with synchronous_commit=off (inserts keep the server's setting)", true)
 }
+
+// Peak throughput settings: what docs/guide.md ("Peak throughput settings") tells a user who
+// wants the most jobs/s of short handlers from one worker process, measured with
+// `go run ./cmd/compare -scenarios peak-burn-down,peak-steady -systems tenure -tune tenure:...`
+// (bench/README.md, "Peak"). Everything not listed keeps the library default.
+const (
+	PeakConcurrency   = 500
+	PeakMaxClaimBatch = 500
+	PeakClaimers      = 2
+	PeakFinishers     = 2
+	PeakFinishBatch   = 1000
+)
+
+// peakKeys are the -tune keys of the Tenure drivers.
+var peakKeys = map[string]string{
+	"concurrency": "QueueConfig.Concurrency",
+	"claimbatch":  "Config.MaxClaimBatch",
+	"claimers":    "QueueConfig.Claimers",
+	"finishers":   "Config.Finishers",
+	"finishbatch": "Config.MaxFinishBatch",
+	"linger":      "Config.FinishLinger (a Go duration; negative disables)",
+	"engine":      "Config.EngineConns (default: the library's, 3 + finishers + claimers)",
+	"pool":        "MaxConns of the shared pool (default: the connection cap less the engine pool and the LISTEN session)",
+}
+
+// peakConfig is the worker configuration of the peak scenarios, with tune applied.
+type peakConfig struct {
+	concurrency, claimBatch, claimers, finishers, finishBatch, engine, pool int
+	linger                                                                  time.Duration
+}
+
+func parsePeak(tune map[string]string) (peakConfig, error) {
+	p := peakConfig{concurrency: PeakConcurrency, claimBatch: PeakMaxClaimBatch, claimers: PeakClaimers,
+		finishers: PeakFinishers, finishBatch: PeakFinishBatch}
+	ints := map[string]*int{"concurrency": &p.concurrency, "claimbatch": &p.claimBatch, "claimers": &p.claimers,
+		"finishers": &p.finishers, "finishbatch": &p.finishBatch, "engine": &p.engine, "pool": &p.pool}
+	for k, v := range tune {
+		if ptr, ok := ints[k]; ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return p, fmt.Errorf("tenure: tune %s=%q: want a positive integer", k, v)
+			}
+			*ptr = n
+		} else if k == "linger" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return p, fmt.Errorf("tenure: tune linger=%q: %w", v, err)
+			}
+			p.linger = d
+		} else {
+			return p, fmt.Errorf("tenure: unknown tune key %q", k)
+		}
+	}
+	if p.engine == 0 {
+		p.engine = 3 + p.finishers + p.claimers // the library's default for one queue
+	}
+	return p, nil
+}
+
+// peakPool: the shared pool gets what the cap leaves after the worker's private engine pool
+// and the LISTEN session it takes out of that pool (the pool may then open another).
+func peakPool(connCap int, tune map[string]string) (int32, error) {
+	p, err := parsePeak(tune)
+	if err != nil {
+		return 0, err
+	}
+	pool := p.pool
+	if pool == 0 {
+		pool = connCap - p.engine - 1
+	}
+	if pool < 2 || pool+p.engine+1 > connCap {
+		return 0, fmt.Errorf("tenure: shared pool %d + engine pool %d + LISTEN 1 does not fit the cap of %d connections (shared pool needs >= 2)",
+			pool, p.engine, connCap)
+	}
+	return int32(pool), nil
+}
+
+// ceilingSQL inserts what InsertMany stores for the bench's jobs (queue default, kind bench,
+// payload {"pad", "seq"}, version 1, priority 2, due now, 25 attempts, 30 s lease, no metadata
+// or tags), server-side.
+const ceilingSQL = `INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata, tags)
+SELECT 'default', 'bench', jsonb_build_object('pad', $1::text, 'seq', g), 1, 2, now(), 25, 30000, '{}'::jsonb, '{}'::text[]
+FROM generate_series($2::bigint, $3::bigint) AS g`
 
 type tenureSystem struct {
 	name   string
@@ -64,6 +150,7 @@ type tenureSystem struct {
 	w      *worker.Worker
 	opts   sut.Options
 	insert *jobs.InsertOpts
+	peak   *peakConfig
 }
 
 func newTenure(_ context.Context, name string, async bool, opts sut.Options) (sut.System, error) {
@@ -76,16 +163,29 @@ func newTenure(_ context.Context, name string, async bool, opts sut.Options) (su
 	if opts.BatchAPI != "" && opts.BatchAPI != TenureBatchInsertMany {
 		return nil, fmt.Errorf("%s: unknown batch API %q", name, opts.BatchAPI)
 	}
-	if opts.Workers > 0 {
+	if opts.Peak {
+		p, err := parsePeak(opts.Tune)
+		if err != nil {
+			return nil, err
+		}
+		s.peak = &p
+	}
+	if opts.Workers > 0 || opts.Peak {
 		logger := opts.Logger
 		if logger == nil {
 			logger = sut.StderrLogger(name)
 		}
-		w, err := worker.New(opts.Pool, &worker.Config{
+		cfg := &worker.Config{
 			Queues:             map[string]worker.QueueConfig{"default": {Concurrency: opts.Workers}},
 			Logger:             logger,
 			AsynchronousCommit: async,
-		})
+		}
+		if p := s.peak; p != nil {
+			cfg.Queues = map[string]worker.QueueConfig{"default": {Concurrency: p.concurrency, Claimers: p.claimers}}
+			cfg.MaxClaimBatch, cfg.Finishers, cfg.MaxFinishBatch = p.claimBatch, p.finishers, p.finishBatch
+			cfg.EngineConns, cfg.FinishLinger = p.engine, p.linger
+		}
+		w, err := worker.New(opts.Pool, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%s: new worker: %w", name, err)
 		}
@@ -152,6 +252,26 @@ func (s *tenureSystem) Depth(ctx context.Context) (int64, error) {
 }
 
 func (s *tenureSystem) Settings() map[string]string {
+	if p := s.peak; p != nil {
+		linger := "library default (20ms)"
+		if p.linger != 0 {
+			linger = p.linger.String()
+		}
+		return map[string]string{
+			"Concurrency":        strconv.Itoa(p.concurrency),
+			"Claimers":           strconv.Itoa(p.claimers),
+			"MaxClaimBatch":      strconv.Itoa(p.claimBatch),
+			"Finishers":          strconv.Itoa(p.finishers),
+			"MaxFinishBatch":     strconv.Itoa(p.finishBatch),
+			"FinishLinger":       linger,
+			"EngineConns":        strconv.Itoa(p.engine),
+			"AsynchronousCommit": strconv.FormatBool(s.async) + asyncNote[s.async],
+			"other settings":     "library defaults",
+			"bulk insert API":    TenureBatchInsertMany,
+			"pool MaxConns":      strconv.Itoa(int(s.pool.Config().MaxConns)),
+			"connections":        fmt.Sprintf("shared pool %d + engine pool %d + 1 LISTEN session taken out of it", s.pool.Config().MaxConns, p.engine),
+		}
+	}
 	return map[string]string{
 		"Concurrency":        strconv.Itoa(s.opts.Workers),
 		"AsynchronousCommit": strconv.FormatBool(s.async) + asyncNote[s.async],
