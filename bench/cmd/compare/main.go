@@ -7,7 +7,7 @@
 // pair of a Tenure and a River variant. See bench/README.md.
 //
 //	go run ./cmd/compare                       # everything, 3 repetitions
-//	BENCH_QUICK=1 go run ./cmd/compare         # shortened, 1 repetition (< 2 minutes)
+//	BENCH_QUICK=1 go run ./cmd/compare         # shortened, 1 repetition (< 3 minutes)
 //	go run ./cmd/compare -scenarios latency -reps 5
 package main
 
@@ -80,6 +80,12 @@ type config struct {
 	inserters int
 	// ceiling: bulk-enqueue also measures the server's own insert ceiling.
 	ceiling bool
+	// jobs and duration override the sizes of burn-down, peak-burn-down and bulk-enqueue (jobs)
+	// and of steady, peak-steady and held-xmin (duration), for sweeps; 0 = the mode's own.
+	jobs     int
+	duration time.Duration
+	// profileDir: every run writes a CPU profile of its measured interval there.
+	profileDir string
 }
 
 // defaultConnCap is the peak scenarios' cap on the connections of one run's process.
@@ -123,7 +129,7 @@ func envBool(key string) bool {
 func parseFlags() config {
 	var c config
 	var scen, systems string
-	flag.BoolVar(&c.quick, "quick", envBool("BENCH_QUICK"), "shortened run: 1 repetition, 20k jobs, 5 s timed runs (env BENCH_QUICK=1)")
+	flag.BoolVar(&c.quick, "quick", envBool("BENCH_QUICK"), "shortened run: 1 repetition, 20k jobs, 3 s timed runs, 4 s phases (env BENCH_QUICK=1)")
 	flag.IntVar(&c.reps, "reps", envInt("BENCH_REPS", 0), "repetitions per scenario (env BENCH_REPS; default 3, or 1 with -quick)")
 	flag.StringVar(&scen, "scenarios", envOr("BENCH_SCENARIOS", "all"), "comma-separated scenarios or 'all' (env BENCH_SCENARIOS): "+strings.Join(scenario.All, ", "))
 	flag.StringVar(&systems, "systems", envOr("BENCH_SYSTEMS", ""), "comma-separated systems to run (env BENCH_SYSTEMS): "+
@@ -142,7 +148,10 @@ func parseFlags() config {
 	flag.StringVar(&tune, "tune", envOr("BENCH_TUNE", ""), "peak scenarios: override peak settings, 'system:key=value,key=value;system:...' (e.g. 'tenure:concurrency=300;river:pool=4'); keys per system in bench/README.md (env BENCH_TUNE)")
 	flag.IntVar(&c.inserters, "inserters", envInt("BENCH_INSERTERS", 1), "bulk-enqueue: inserting goroutines, each with its own connection (env BENCH_INSERTERS)")
 	flag.BoolVar(&c.ceiling, "ceiling", true, "bulk-enqueue: also measure the server's own insert ceiling (INSERT ... SELECT into the same table) in the same run")
-	flag.DurationVar(&c.phaseDur, "phase-duration", 0, "phases: run every phase this long instead of the schedule's own (120s, 120s, 60s, 60s; quick 8s)")
+	flag.IntVar(&c.jobs, "jobs", envInt("BENCH_JOBS", 0), "jobs of burn-down, peak-burn-down and bulk-enqueue instead of the mode's own (env BENCH_JOBS)")
+	flag.DurationVar(&c.duration, "duration", 0, "duration of steady, peak-steady and held-xmin instead of the mode's own")
+	flag.StringVar(&c.profileDir, "cpuprofile-dir", "", "write a Go CPU profile of every run's measured interval (the child process) to this directory, one file per run")
+	flag.DurationVar(&c.phaseDur, "phase-duration", 0, "phases: run every phase this long instead of the schedule's own (120s, 120s, 60s, 60s; quick 4s)")
 	flag.Parse()
 	var err error
 	if c.tune, err = parseTune(tune); err != nil {
@@ -182,6 +191,11 @@ func parseFlags() config {
 	}
 	if len(c.systems) == 0 {
 		c.systems, c.systemsDefault = defaultSystems, true
+		if c.quick {
+			// Quick mode keeps under 3 minutes by leaving out the variant that only changes the
+			// engine's commit durability (name it with -systems to run it).
+			c.systems = slices.DeleteFunc(slices.Clone(defaultSystems), func(s string) bool { return s == tenuresut.NameAsync })
+		}
 	}
 	return c
 }
@@ -281,28 +295,28 @@ func (c config) plan(name string) (scenario.Spec, error) {
 		s.Workers, s.Jobs = c.workers, pick(200_000, 20_000)
 		s.Duration = dur(10*time.Minute, 15*time.Second) // time limit
 	case scenario.Steady, scenario.HeldXmin:
-		s.Workers, s.Duration = c.workers, dur(30*time.Second, 5*time.Second)
+		s.Workers, s.Duration = c.workers, dur(30*time.Second, 3*time.Second)
 		s.Batch, s.Producers, s.BacklogCap = 100, 2, 20*c.workers
 		s.HoldXmin = name == scenario.HeldXmin
 	case scenario.Latency:
 		s.Workers, s.Rate, s.Batch = 32, 200, 0
-		s.Duration, s.Warmup = dur(60*time.Second, 5*time.Second), dur(2*time.Second, time.Second)
+		s.Duration, s.Warmup = dur(60*time.Second, 3*time.Second), dur(2*time.Second, time.Second)
 	case scenario.PeakBurnDown:
 		s.Peak, s.ConnCap = true, c.connCap
 		s.Jobs = pick(200_000, 20_000)
 		s.Duration = dur(10*time.Minute, 15*time.Second) // time limit
 	case scenario.PeakSteady:
 		s.Peak, s.ConnCap = true, c.connCap
-		s.Duration = dur(30*time.Second, 5*time.Second)
+		s.Duration = dur(30*time.Second, 3*time.Second)
 		s.Batch, s.Producers, s.BacklogCap = 1000, 2, 20_000
 	case scenario.BulkEnqueue:
 		s.Jobs = pick(100_000, 20_000)
 		s.Inserters, s.Ceiling = max(1, c.inserters), c.ceiling
 	case scenario.Phases:
 		s.Workers, s.Rate, s.Batch, s.Work = 32, 200, 0, time.Millisecond
-		s.Readers, s.ReaderHold = 4, dur(20*time.Second, 4*time.Second)
+		s.Readers, s.ReaderHold = 4, dur(20*time.Second, 2*time.Second)
 		for _, p := range phaseSchedule {
-			p.Duration = dur(p.Duration, 8*time.Second)
+			p.Duration = dur(p.Duration, 4*time.Second)
 			if c.phaseDur > 0 {
 				p.Duration = c.phaseDur
 			}
@@ -310,9 +324,19 @@ func (c config) plan(name string) (scenario.Spec, error) {
 		}
 	case scenario.FewWorkers:
 		s.Workers, s.Work = 8, time.Millisecond
-		s.Duration, s.Jobs = dur(30*time.Second, 5*time.Second), pick(250_000, 15_000)
+		s.Duration, s.Jobs = dur(30*time.Second, 3*time.Second), pick(250_000, 15_000)
 	default:
 		return s, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(scenario.All, ", "))
+	}
+	switch name {
+	case scenario.BurnDown, scenario.PeakBurnDown, scenario.BulkEnqueue:
+		if c.jobs > 0 {
+			s.Jobs = c.jobs
+		}
+	case scenario.Steady, scenario.PeakSteady, scenario.HeldXmin:
+		if c.duration > 0 {
+			s.Duration = c.duration
+		}
 	}
 	s.MaxConns = int32(max(s.Workers, 1)/4 + 10)
 	if s.Peak {
@@ -549,6 +573,16 @@ func runOne(ctx context.Context, c config, exe string, spec scenario.Spec, u uni
 	spec.System, spec.BatchAPI, spec.DBURL = u.System, u.BatchAPI, dbURL
 	if spec.Peak {
 		spec.Tune = c.tune[u.System]
+	}
+	if c.profileDir != "" {
+		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
+			return nil, err
+		}
+		abs, err := filepath.Abs(filepath.Join(c.profileDir, dbName+".pprof"))
+		if err != nil {
+			return nil, err
+		}
+		spec.CPUProfile = abs
 	}
 	specJSON, _ := json.Marshal(spec)
 	fmt.Fprintf(os.Stderr, "==> %-12s rep %d  %-22s (db %s)\n", spec.Scenario, rep, u.label(), dbName)

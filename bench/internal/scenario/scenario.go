@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,9 @@ type Spec struct {
 	// insert ceiling (sut.Driver.CeilingSQL) in the same run with the same batches.
 	Inserters int  `json:"inserters,omitempty"`
 	Ceiling   bool `json:"ceiling,omitempty"`
+	// CPUProfile, when set, is a file the run writes a Go CPU profile of its measured interval
+	// to (the queue library and the bench's producers in this process).
+	CPUProfile string `json:"cpu_profile,omitempty"`
 }
 
 // Phase is one interval of the phases scenario and the disturbance applied during it.
@@ -227,6 +231,7 @@ type runner struct {
 	pad       string
 	publishFn func(*Result)
 	published bool
+	profile   *os.File // the CPU profile being written, if any
 }
 
 // publish hands the result over once; call it when the measurement is complete.
@@ -275,6 +280,17 @@ func (r *runner) startMeter(ctx context.Context) (*meter, error) {
 			return nil, fmt.Errorf("connection sampler: %w", err)
 		}
 	}
+	if r.spec.CPUProfile != "" {
+		f, err := os.Create(r.spec.CPUProfile)
+		if err != nil {
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		r.profile = f
+	}
 	srv.Reset()
 	busy, _ := procstat.MachineBusy()
 	return &meter{stmts: stmts, t0: time.Now(), cpu0: procstat.SelfCPU(), busy0: busy, srv: srv, conns: conns}, nil
@@ -284,6 +300,13 @@ func (r *runner) startMeter(ctx context.Context) (*meter, error) {
 func (r *runner) stopMeter(ctx context.Context, m *meter, jobs int64) time.Duration {
 	elapsed := time.Since(m.t0)
 	bench := procstat.SelfCPU() - m.cpu0
+	if r.profile != nil {
+		pprof.StopCPUProfile()
+		if err := r.profile.Close(); err != nil {
+			r.note("cpu profile: %v", err)
+		}
+		r.profile = nil
+	}
 	busy, _ := procstat.MachineBusy()
 	attributed, all, err := m.srv.Stop(ctx)
 	m.srv.Close(ctx)
