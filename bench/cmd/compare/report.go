@@ -734,10 +734,16 @@ func (rep *report) header() []string {
 	if syncCommit == "" {
 		syncCommit = "?"
 	}
-	out = append(out, fmt.Sprintf("River settings: MaxWorkers=%s, everything else River's default; bulk API InsertManyFast unless noted; every River transaction commits with the server's synchronous_commit (%s). Variants:",
-		workers, syncCommit))
+	peakNote := ""
+	for _, sc := range rep.Config.Scenarios {
+		if sc.ConnCap > 0 {
+			peakNote = " (peak scenarios: each side's own peak settings, listed under the scenario)"
+		}
+	}
+	out = append(out, fmt.Sprintf("River settings: MaxWorkers=%s, everything else River's default; bulk API InsertManyFast unless noted; every River transaction commits with the server's synchronous_commit (%s)%s. Variants:",
+		workers, syncCommit, peakNote))
 	out = append(out, rep.variantLines("river")...)
-	out = append(out, "Tenure settings: library defaults, Concurrency = scenario worker count; bulk API InsertMany; its worker also opens its default private engine pool (worker.Config.EngineConns default) besides the shared pool. Variants:")
+	out = append(out, "Tenure settings: library defaults, Concurrency = scenario worker count; bulk API InsertMany; its worker also opens its default private engine pool (worker.Config.EngineConns default) besides the shared pool"+peakNote+". Variants:")
 	out = append(out, rep.variantLines("tenure")...)
 	for _, name := range scenario.All {
 		s, ok := rep.Config.Scenarios[name]
