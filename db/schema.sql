@@ -136,6 +136,50 @@ CREATE INDEX jobs_running_idx ON tenure.jobs (locked_until) WHERE locked_until I
 CREATE INDEX jobs_limited_idx ON tenure.jobs (queue, kind, (metadata ->> 'tenure.concurrency_key'))
     WHERE locked_until IS NOT NULL AND limited;
 
+-- Fair share (migration 0012): the fair claim finds a band's tenants (metadata
+-- "tenure.fair_key") by a skip scan and reads each tenant's oldest ready jobs. Only keyed ready
+-- rows enter it.
+CREATE INDEX jobs_fair_idx ON tenure.jobs (queue, priority, (metadata ->> 'tenure.fair_key'), run_at, id)
+    WHERE state = 'ready' AND (metadata ->> 'tenure.fair_key') IS NOT NULL;
+
+-- The tenants (fair keys) of one band of a queue with ready jobs, in rotation order: the keys
+-- after after_key, then from the first key up to after_key; at most max_keys of them, in order. A skip scan
+-- of jobs_fair_idx: one index descent per key, whatever each tenant's backlog. Used by the fair
+-- claim (db/queries.sql, ClaimFair).
+CREATE FUNCTION tenure.fair_keys(q text, prio smallint, after_key text, max_keys integer)
+RETURNS SETOF text
+LANGUAGE sql STABLE PARALLEL SAFE ROWS 20 AS $$
+    WITH RECURSIVE walk(key, wrapped, pos) AS (
+        SELECT f.key, f.wrapped, 1 FROM (
+            (SELECT j.metadata ->> 'tenure.fair_key' AS key, false AS wrapped FROM tenure.jobs j
+             WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
+               AND j.queue = q AND j.priority = prio AND (j.metadata ->> 'tenure.fair_key') > after_key
+             ORDER BY j.metadata ->> 'tenure.fair_key' LIMIT 1)
+            UNION ALL
+            (SELECT j.metadata ->> 'tenure.fair_key', true FROM tenure.jobs j
+             WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
+               AND j.queue = q AND j.priority = prio AND (j.metadata ->> 'tenure.fair_key') <= after_key
+             ORDER BY j.metadata ->> 'tenure.fair_key' LIMIT 1)
+            LIMIT 1) f
+        UNION ALL
+        SELECT n.key, n.wrapped, w.pos + 1
+        FROM walk w CROSS JOIN LATERAL (
+            (SELECT j.metadata ->> 'tenure.fair_key' AS key, w.wrapped FROM tenure.jobs j
+             WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
+               AND j.queue = q AND j.priority = prio AND (j.metadata ->> 'tenure.fair_key') > w.key
+               AND (NOT w.wrapped OR (j.metadata ->> 'tenure.fair_key') <= after_key)
+             ORDER BY j.metadata ->> 'tenure.fair_key' LIMIT 1)
+            UNION ALL
+            (SELECT j.metadata ->> 'tenure.fair_key', true FROM tenure.jobs j
+             WHERE NOT w.wrapped AND j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
+               AND j.queue = q AND j.priority = prio AND (j.metadata ->> 'tenure.fair_key') <= after_key
+             ORDER BY j.metadata ->> 'tenure.fair_key' LIMIT 1)
+            LIMIT 1) n
+        WHERE w.pos < max_keys
+    )
+    SELECT walk.key FROM walk ORDER BY walk.pos
+$$;
+
 -- Retention pruning and finished-job stats read final rows by finish time.
 CREATE INDEX jobs_finished_idx ON tenure.jobs (finished_at) WHERE state IN ('succeeded', 'dead', 'cancelled');
 

@@ -51,6 +51,12 @@ type claimPlan struct {
 	// limited claims (limits.go): exclusive (every stripe) or striped on stripe.
 	exclusive bool
 	stripe    int
+	// fair-share claims (fairshare.go): each band's cursor, and, set by the claim, the cursor
+	// its next claim starts after (for the bands where fairMoved).
+	fair       bool
+	fairCursor bandKeys
+	fairNext   bandKeys
+	fairMoved  [maxPriority + 1]bool
 }
 
 // startClaim plans a claim of n jobs on the loop and runs its statement on a claim goroutine,
@@ -67,6 +73,7 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	p.after, p.full, p.prev = q.watermarks()
 	p.segs, p.quota, p.ranked = q.pol.plan(n)
 	p.exclusive, p.stripe = !q.limitFar, idx
+	p.fair, p.fairCursor = q.pol.f.FairShare, q.fairCursor
 	q.w.spawn(func() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
@@ -99,11 +106,14 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 // recordClaim moves the watermarks and the fairness state, and counts the claim.
 func (q *queue) recordClaim(r claimResult) {
 	w := q.w
-	if !r.plan.ranked && !r.binding {
+	if r.plan.fair {
+		q.fairAdvance(r.plan)
+	} else if !r.plan.ranked && !r.binding {
 		// Only exact claims move watermarks: ClaimSegments locks more candidates than it
 		// claims, and a concurrent claimer that skipped those (locked, but then left ready)
 		// must not be allowed to jump past them. Nor does a limited claim a limit held back
-		// (limits.go): the jobs it skipped may lie before the ones it claimed.
+		// (limits.go): the jobs it skipped may lie before the ones it claimed. A fair claim
+		// (fairshare.go) serves tenants, not the band's oldest jobs: it moves its cursors.
 		q.advance(r.got)
 	}
 	if r.plan.full {
@@ -145,6 +155,10 @@ func (q *queue) claim(ctx context.Context, p *claimPlan) ([]claimed, limitResult
 // served in order (it locks only what it claims), ClaimSegments when the database must rank
 // them together (quotas, deadlines).
 func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictRow, limitResult, error) {
+	if p.fair {
+		rows, err := q.claimFair(ctx, p)
+		return rows, limitResult{}, err
+	}
 	w := q.w
 	k := &w.kinds
 	var prio []int16
@@ -287,7 +301,7 @@ func (q *queue) fullClaimed(p claimPlan, got []claimed) {
 // full one: a NOTIFY without a due-time hint arrived since the last full claim, which is at
 // least watermarkReset old.
 func (q *queue) behindSuspected(p claimPlan) bool {
-	return !p.full && !p.ranked && q.plainNotified.Load() && time.Since(q.wmSince) >= watermarkReset
+	return !p.full && !p.ranked && !p.fair && q.plainNotified.Load() && time.Since(q.wmSince) >= watermarkReset
 }
 
 func maxAgeUs(d time.Duration) int64 {

@@ -235,6 +235,9 @@ func (c *Config) withDefaults() (Config, error) {
 		if err := validateLimits(name, q); err != nil {
 			return out, err
 		}
+		if q.Fairness.FairShare && len(q.Limits) > 0 {
+			return out, fmt.Errorf("%w: %w: queue %q", ErrInvalidConfig, ErrFairShareWithLimits, name)
+		}
 		queues[name] = q
 	}
 	out.Queues = queues

@@ -74,6 +74,8 @@ type queue struct {
 
 	limits   *limitArgs // nil: no limits (limits.go); fixed at New
 	limitFar bool       // the last limited claim saw every group far from its limits: claim striped
+
+	fairCursor bandKeys // fair share (fairshare.go): per band, the tenant served last
 }
 
 // claimer is one claim slot's backoff state: a queue may have Claimers claims in flight.

@@ -57,6 +57,220 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 	return i, err
 }
 
+const claimFair = `-- name: ClaimFair :many
+WITH seg AS (
+    SELECT priority, min_age_us, max_age_us, rank, quota, ord, batch FROM (SELECT unnest($4::smallint[]) AS priority,
+            unnest($5::bigint[]) AS min_age_us,
+            unnest($6::bigint[]) AS max_age_us,
+            unnest($7::integer[]) AS rank,
+            unnest($8::integer[]) AS quota,
+            generate_subscripts($4::smallint[], 1) AS ord,
+            $9::integer AS batch) AS s
+), band AS (
+    SELECT b.priority, coalesce(c.key, '') AS after_key
+    FROM (SELECT DISTINCT seg.priority FROM seg) b
+    LEFT JOIN (SELECT unnest($10::smallint[]) AS priority,
+                      unnest($11::text[]) AS key) c ON c.priority = b.priority
+), tenant AS MATERIALIZED (
+    SELECT b.priority, k.key, k.pos::integer AS pos, count(*) OVER (PARTITION BY b.priority) AS keys
+    FROM band b
+    CROSS JOIN LATERAL tenure.fair_keys($12, b.priority, b.after_key, $9::integer) WITH ORDINALITY AS k(key, pos)
+), share AS MATERIALIZED (
+    SELECT s.ord, s.priority, s.rank, s.quota, s.min_age_us, s.max_age_us, s.batch, t.key, t.pos,
+           (s.batch + t.keys::integer) / (t.keys::integer + 1) + 1 AS per
+    FROM seg s JOIN tenant t ON t.priority = s.priority
+), cand AS MATERIALIZED (
+    SELECT h.ord, h.priority AS band, h.rank, h.quota, h.pos, c.id, c.run_at
+    FROM share h
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at FROM tenure.jobs j
+        WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
+          AND j.queue = $12 AND j.priority = h.priority AND (j.metadata ->> 'tenure.fair_key') = h.key
+          AND j.run_at <= now() - h.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - h.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= ($13::integer[])[array_position($3::text[], j.kind)]
+        ORDER BY j.run_at, j.id
+        LIMIT h.per
+    ) c
+    UNION ALL
+    SELECT s.ord, s.priority, s.rank, s.quota, 0, k.id, k.run_at
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT x.id, x.run_at FROM (
+            SELECT j.id, j.run_at, j.kind, j.payload_version, j.metadata FROM tenure.jobs j
+            WHERE j.state = 'ready' AND j.queue = $12 AND j.priority = s.priority
+              AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+              AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+            ORDER BY j.run_at, j.id
+            LIMIT s.batch) x
+        WHERE (x.metadata ->> 'tenure.fair_key') IS NULL
+          AND x.payload_version <= ($13::integer[])[array_position($3::text[], x.kind)]
+    ) k
+), more AS MATERIALIZED (
+    SELECT h.ord, h.priority AS band, h.rank, h.quota, h.pos, c.id, c.run_at
+    FROM share h
+    CROSS JOIN LATERAL (SELECT h.batch - count(*)::integer AS short FROM cand) m
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at FROM tenure.jobs j
+        WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
+          AND j.queue = $12 AND j.priority = h.priority AND (j.metadata ->> 'tenure.fair_key') = h.key
+          AND j.run_at <= now() - h.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - h.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= ($13::integer[])[array_position($3::text[], j.kind)]
+        ORDER BY j.run_at, j.id
+        OFFSET h.per LIMIT m.short
+    ) c
+    WHERE m.short > 0
+      AND (SELECT count(*) FROM cand WHERE cand.ord = h.ord AND cand.pos = h.pos) = h.per
+), numbered AS (
+    SELECT a.ord, a.band, a.rank, a.quota, a.pos, a.id, a.run_at, row_number() OVER (PARTITION BY a.ord, a.pos ORDER BY a.run_at, a.id) AS rn
+    FROM (SELECT ord, band, rank, quota, pos, id, run_at FROM cand UNION ALL SELECT ord, band, rank, quota, pos, id, run_at FROM more) a
+), ranked AS (
+    SELECT n.ord, n.band, n.rank, n.quota, n.pos, n.id, n.run_at, n.rn, row_number() OVER (PARTITION BY n.band ORDER BY n.rank, n.rn, n.pos, n.run_at, n.id) AS band_rn
+    FROM numbered n
+), picked AS MATERIALIZED (
+    SELECT r.id, r.pos, r.rn
+    FROM (SELECT ord, band, rank, quota, pos, id, run_at, rn, band_rn FROM ranked ORDER BY (ranked.rank > 0 AND ranked.band_rn > ranked.quota), ranked.rank,
+                                        ranked.rn, ranked.pos, ranked.run_at, ranked.id) r
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM tenure.jobs j WHERE j.id = r.id AND j.state = 'ready'
+        FOR UPDATE SKIP LOCKED
+    ) l
+    LIMIT $9
+)
+UPDATE tenure.jobs j
+SET state        = 'running',
+    locked_by    = $1::text,
+    lease_ms     = coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
+    claim_token  = gen_random_uuid(),
+    generation   = j.generation + 1,
+    attempts     = j.attempts + 1,
+    attempted_at = now(),
+    updated_at   = now()
+FROM picked p
+WHERE j.id = p.id
+RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes,
+          p.pos::integer AS fair_pos, p.rn::integer AS fair_round
+`
+
+type ClaimFairParams struct {
+	WorkerID       string
+	KindLeaseMs    []int32
+	Kinds          []string
+	SegPriority    []int16
+	SegMinAgeUs    []int64
+	SegMaxAgeUs    []int64
+	SegRank        []int32
+	SegQuota       []int32
+	Batch          int32
+	CursorPriority []int16
+	CursorKey      []string
+	Queue          string
+	KindVersions   []int32
+}
+
+type ClaimFairRow struct {
+	ID             int64
+	Queue          string
+	Kind           string
+	Payload        []byte
+	PayloadVersion int32
+	Priority       int16
+	RunAt          time.Time
+	Attempts       int32
+	MaxAttempts    int32
+	LeaseMs        int32
+	LockedUntil    *time.Time
+	ClaimToken     *uuid.UUID
+	Generation     int64
+	AttemptedAt    *time.Time
+	CreatedAt      time.Time
+	Metadata       []byte
+	Tags           []string
+	Snoozes        int32
+	FairPos        int32
+	FairRound      int32
+}
+
+// Fair share (worker/fairshare.go): the claim of a queue with Fairness.FairShare, for every
+// priority policy. Within each segment (a priority band and an age window, as in
+// ClaimSegments) the tenants (metadata "tenure.fair_key") with ready jobs are served round
+// robin: every tenant's first job, then every tenant's second, ... so one tenant's backlog
+// cannot starve another. Jobs without a key form one more participant, served oldest first.
+//  1. tenant: per band, up to @batch keys with ready jobs, found by a skip scan of jobs_fair_idx
+//     (one index descent per key), in rotation order: the keys after the band's cursor (the
+//     last key the previous claim served), then from the first key up to the cursor.
+//  2. cand: per segment and tenant, its oldest jobs through jobs_fair_idx, ceil(batch/(keys+1))+1
+//     of them (a share of the batch each, and one more); keyless jobs: those among the
+//     segment's first @batch ready jobs (jobs_ready_idx) that have no key. Nothing is locked.
+//  3. more: when the shares leave the batch short (light tenants), the tenants that had more
+//     give up to the shortfall each, ranked after every share.
+//  4. ranked: the policy's rank and quotas as in ClaimSegments, and within them the round:
+//     (n-th job of its tenant, tenant's rotation position).
+//  5. picked: candidates are locked in that order, skipping rows another claim holds, until
+//     the batch is full; only claimed rows are ever locked.
+//
+// The rows come back with their tenant's position and round, from which the engine moves the
+// band's cursor.
+func (q *Queries) ClaimFair(ctx context.Context, arg ClaimFairParams) ([]ClaimFairRow, error) {
+	rows, err := q.db.Query(ctx, claimFair,
+		arg.WorkerID,
+		arg.KindLeaseMs,
+		arg.Kinds,
+		arg.SegPriority,
+		arg.SegMinAgeUs,
+		arg.SegMaxAgeUs,
+		arg.SegRank,
+		arg.SegQuota,
+		arg.Batch,
+		arg.CursorPriority,
+		arg.CursorKey,
+		arg.Queue,
+		arg.KindVersions,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimFairRow{}
+	for rows.Next() {
+		var i ClaimFairRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.CreatedAt,
+			&i.Metadata,
+			&i.Tags,
+			&i.Snoozes,
+			&i.FairPos,
+			&i.FairRound,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimLimited = `-- name: ClaimLimited :many
 WITH clk AS MATERIALIZED (
     SELECT clock_timestamp() AS t
