@@ -274,4 +274,3 @@ func trimToBuffers(line string) string {
 	}
 	return ""
 }
-

@@ -201,8 +201,8 @@ type ClaimFairRow struct {
 // ClaimSegments) the tenants (metadata "tenure.fair_key") with ready jobs are served round
 // robin: every tenant's first job, then every tenant's second, ... so one tenant's backlog
 // cannot starve another. Jobs without a key form one more participant, served oldest first.
-//  1. tenant: per band, up to @batch keys with ready jobs, found by a skip scan of jobs_fair_idx
-//     (one index descent per key), in rotation order: the keys after the band's cursor (the
+//  1. tenant: per band, up to @batch keys with ready jobs, found by tenure.fair_keys (a skip scan of jobs_fair_idx
+//     index, one descent per key), in rotation order: the keys after the band's cursor (the
 //     last key the previous claim served), then from the first key up to the cursor.
 //  2. cand: per segment and tenant, its oldest jobs through jobs_fair_idx, ceil(batch/(keys+1))+1
 //     of them (a share of the batch each, and one more); keyless jobs: those among the
