@@ -51,12 +51,17 @@ type claimPlan struct {
 	// limited claims (limits.go): exclusive (every stripe) or striped on stripe.
 	exclusive bool
 	stripe    int
-	// fair-share claims (fairshare.go): each band's cursor, and, set by the claim, the cursor
-	// its next claim starts after (for the bands where fairMoved).
-	fair       bool
-	fairCursor bandKeys
-	fairNext   bandKeys
-	fairMoved  [maxPriority + 1]bool
+	// fair-share claims (fairshare.go): each band's cursor and, with fairWatermarks, the
+	// tenants' watermarks (after holds the keyless jobs'); set by the claim: the cursor each
+	// band's next claim starts after (where fairMoved) and how far keyless jobs were read.
+	fair           bool
+	fairWatermarks bool
+	fairCursor     bandKeys
+	known          []tenantKey
+	knownAfter     []int64
+	fairNext       bandKeys
+	fairMoved      [maxPriority + 1]bool
+	keylessUpto    bandTimes
 }
 
 // startClaim plans a claim of n jobs on the loop and runs its statement on a claim goroutine,
@@ -73,7 +78,9 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	p.after, p.full, p.prev = q.watermarks()
 	p.segs, p.quota, p.ranked = q.pol.plan(n)
 	p.exclusive, p.stripe = !q.limitFar, idx
-	p.fair, p.fairCursor = q.pol.f.FairShare, q.fairCursor
+	if q.pol.f.FairShare {
+		q.fairPlan(&p)
+	}
 	q.w.spawn(func() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
@@ -107,7 +114,7 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 func (q *queue) recordClaim(r claimResult) {
 	w := q.w
 	if r.plan.fair {
-		q.fairAdvance(r.plan)
+		q.fairAdvance(r.plan, r.got)
 	} else if !r.plan.ranked && !r.binding {
 		// Only exact claims move watermarks: ClaimSegments locks more candidates than it
 		// claims, and a concurrent claimer that skipped those (locked, but then left ready)
@@ -251,10 +258,15 @@ func (q *queue) watermarks() (after bandTimes, full bool, prev bandTimes) {
 		return q.wm, true, prev
 	}
 	for b := range q.dueHint {
-		if h := q.dueHint[b].Swap(0); h != 0 && h < q.wm[b] {
+		h := q.dueHint[b].Swap(0)
+		if h == 0 {
+			continue
+		}
+		if h < q.wm[b] {
 			q.wm[b] = h // a job committed behind the watermark: start the band there
 			q.w.m.watermarkHints.Add(1)
 		}
+		q.fairHint(b, h)
 	}
 	return q.wm, false, prev
 }

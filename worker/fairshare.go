@@ -41,8 +41,48 @@ var ErrFairShareWithLimits = errors.New("tenure: fair share does not combine wit
 // bandKeys holds one fair key per priority band (index = priority); "" = from the first key.
 type bandKeys [maxPriority + 1]string
 
-// claimFair runs the fair claim for the plan's segments. It records in p.fairNext the cursor
-// each band's next claim should start after.
+// tenantKey names a tenant's watermark: its band and fair key.
+type tenantKey struct {
+	band int
+	key  string
+}
+
+// maxTenantWatermarks bounds the tenants a queue keeps a watermark for; past it the map is
+// cleared (a tenant without a watermark is read from the start of its range, which is only
+// slower).
+const maxTenantWatermarks = 10000
+
+// fairPlan fills a fair claim's plan (loop only): the cursors, and the watermarks when every
+// band has a single segment. With several segments per band (aging, deadline) a tenant's jobs
+// are claimed from several age windows, not oldest first, so no watermark can be kept: those
+// claims read every range from its start.
+func (q *queue) fairPlan(p *claimPlan) {
+	p.fair, p.fairCursor = true, q.fairCursor
+	seen := map[int]bool{}
+	p.fairWatermarks = true
+	for _, s := range p.segs {
+		if seen[s.priority] {
+			p.fairWatermarks = false
+		}
+		seen[s.priority] = true
+	}
+	if p.full {
+		clear(q.fairWm) // a full claim reads every range from its start
+	}
+	if !p.fairWatermarks {
+		p.after = bandTimes{}
+		return
+	}
+	p.known = make([]tenantKey, 0, len(q.fairWm))
+	p.knownAfter = make([]int64, 0, len(q.fairWm))
+	for k, us := range q.fairWm {
+		p.known = append(p.known, k)
+		p.knownAfter = append(p.knownAfter, us)
+	}
+}
+
+// claimFair runs the fair claim for the plan's segments (claim goroutine). It records in the
+// plan the cursor each band's next claim starts after and how far the keyless jobs were read.
 func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictRow, error) {
 	w := q.w
 	k := &w.kinds
@@ -50,6 +90,7 @@ func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictR
 		Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
 	for _, s := range p.segs {
 		arg.SegPriority = append(arg.SegPriority, int16(s.priority))
+		arg.SegAfterUs = append(arg.SegAfterUs, p.after[s.priority])
 		arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
 		arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))
 		arg.SegRank = append(arg.SegRank, int32(s.rank))
@@ -61,25 +102,40 @@ func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictR
 			arg.CursorKey = append(arg.CursorKey, key)
 		}
 	}
+	for i, t := range p.known {
+		arg.KnownPriority = append(arg.KnownPriority, int16(t.band))
+		arg.KnownKey = append(arg.KnownKey, t.key)
+		arg.KnownAfterUs = append(arg.KnownAfterUs, p.knownAfter[i])
+	}
 	got, err := w.q.ClaimFair(ctx, arg)
 	if err != nil {
 		return nil, err
 	}
 	// The band's last served tenant: the keyed row of the latest (round, position).
 	var last [maxPriority + 1]*gen.ClaimFairRow
-	rows := make([]gen.ClaimStrictRow, len(got))
+	rows := make([]gen.ClaimStrictRow, 0, len(got))
 	for i := range got {
 		r := &got[i]
-		rows[i] = gen.ClaimStrictRow{ID: r.ID, Queue: r.Queue, Kind: r.Kind, Payload: r.Payload,
-			PayloadVersion: r.PayloadVersion, Priority: r.Priority, RunAt: r.RunAt, Attempts: r.Attempts,
-			MaxAttempts: r.MaxAttempts, LeaseMs: r.LeaseMs, LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken,
-			Generation: r.Generation, AttemptedAt: r.AttemptedAt, CreatedAt: r.CreatedAt, Metadata: r.Metadata,
-			Tags: r.Tags, Snoozes: r.Snoozes}
-		b := int(r.Priority)
-		if r.FairPos == 0 || b < minPriority || b > maxPriority {
+		if i == 0 {
+			for j, b := range r.KeylessBand {
+				if b >= minPriority && b <= maxPriority && j < len(r.KeylessUptoUs) {
+					p.keylessUpto[b] = r.KeylessUptoUs[j]
+				}
+			}
+		}
+		if r.ID == nil { // nothing claimed: the one row carries the keyless watermarks only
 			continue
 		}
-		if l := last[b]; l == nil || r.FairRound > l.FairRound || (r.FairRound == l.FairRound && r.FairPos > l.FairPos) {
+		rows = append(rows, gen.ClaimStrictRow{ID: *r.ID, Queue: deref0(r.Queue), Kind: deref0(r.Kind), Payload: r.Payload,
+			PayloadVersion: deref0(r.PayloadVersion), Priority: deref0(r.Priority), RunAt: deref0(r.RunAt), Attempts: deref0(r.Attempts),
+			MaxAttempts: deref0(r.MaxAttempts), LeaseMs: deref0(r.LeaseMs), LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken,
+			Generation: deref0(r.Generation), AttemptedAt: r.AttemptedAt, CreatedAt: deref0(r.CreatedAt), Metadata: r.Metadata,
+			Tags: r.Tags, Snoozes: deref0(r.Snoozes)})
+		b, pos, round := int(deref0(r.Priority)), deref0(r.FairPos), deref0(r.FairRound)
+		if pos == 0 || b < minPriority || b > maxPriority {
+			continue
+		}
+		if l := last[b]; l == nil || round > deref0(l.FairRound) || (round == deref0(l.FairRound) && pos > deref0(l.FairPos)) {
 			last[b] = r
 		}
 	}
@@ -92,11 +148,49 @@ func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictR
 	return rows, nil
 }
 
-// fairAdvance moves each band's cursor to the tenant the claim served last (loop only).
-func (q *queue) fairAdvance(p claimPlan) {
+// fairAdvance records a fair claim (loop only): each band's cursor moves to the tenant served
+// last; with watermarks, each tenant's to the newest job claimed of it (a tenant's jobs are
+// claimed oldest first) and the keyless jobs' (the band watermark) to how far the claim read
+// them.
+func (q *queue) fairAdvance(p claimPlan, got []claimed) {
 	for b, moved := range p.fairMoved {
 		if moved {
 			q.fairCursor[b] = p.fairNext[b]
+		}
+	}
+	if !p.fairWatermarks {
+		return
+	}
+	for b, us := range p.keylessUpto {
+		if us > q.wm[b] {
+			q.wm[b] = us
+		}
+	}
+	if q.fairWm == nil {
+		q.fairWm = map[tenantKey]int64{}
+	}
+	for i := range got {
+		key, ok := got[i].Metadata[jobs.FairKeyMetadata]
+		b := got[i].Priority
+		if !ok || b < minPriority || b > maxPriority {
+			continue
+		}
+		t := tenantKey{b, key}
+		if us := got[i].RunAt.UnixMicro(); us > q.fairWm[t] {
+			if _, had := q.fairWm[t]; !had && len(q.fairWm) >= maxTenantWatermarks {
+				clear(q.fairWm)
+			}
+			q.fairWm[t] = us
+		}
+	}
+}
+
+// fairHint lowers the watermarks of band b's tenants to a job committed due at us (loop only):
+// the listener's hint carries no key.
+func (q *queue) fairHint(b int, us int64) {
+	for t, cur := range q.fairWm {
+		if t.band == b && us < cur {
+			q.fairWm[t] = us
 		}
 	}
 }

@@ -59,53 +59,73 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 
 const claimFair = `-- name: ClaimFair :many
 WITH seg AS (
-    SELECT priority, min_age_us, max_age_us, rank, quota, ord, batch FROM (SELECT unnest($4::smallint[]) AS priority,
-            unnest($5::bigint[]) AS min_age_us,
-            unnest($6::bigint[]) AS max_age_us,
-            unnest($7::integer[]) AS rank,
-            unnest($8::integer[]) AS quota,
-            generate_subscripts($4::smallint[], 1) AS ord,
-            $9::integer AS batch) AS s
+    SELECT priority, after_us, min_age_us, max_age_us, rank, quota, ord, batch FROM (SELECT unnest($1::smallint[]) AS priority,
+            unnest($2::bigint[]) AS after_us,
+            unnest($3::bigint[]) AS min_age_us,
+            unnest($4::bigint[]) AS max_age_us,
+            unnest($5::integer[]) AS rank,
+            unnest($6::integer[]) AS quota,
+            generate_subscripts($1::smallint[], 1) AS ord,
+            $7::integer AS batch) AS s
+), known AS (
+    SELECT unnest($8::smallint[]) AS priority, unnest($9::text[]) AS key,
+           unnest($10::bigint[]) AS after_us
 ), band AS (
     SELECT b.priority, coalesce(c.key, '') AS after_key
     FROM (SELECT DISTINCT seg.priority FROM seg) b
-    LEFT JOIN (SELECT unnest($10::smallint[]) AS priority,
-                      unnest($11::text[]) AS key) c ON c.priority = b.priority
+    LEFT JOIN (SELECT unnest($11::smallint[]) AS priority,
+                      unnest($12::text[]) AS key) c ON c.priority = b.priority
 ), tenant AS MATERIALIZED (
-    SELECT b.priority, k.key, k.pos::integer AS pos, count(*) OVER (PARTITION BY b.priority) AS keys
+    SELECT b.priority, k.key, k.pos::integer AS pos, count(*) OVER (PARTITION BY b.priority) AS keys,
+           coalesce(w.after_us, 0) AS after_us
     FROM band b
-    CROSS JOIN LATERAL tenure.fair_keys($12, b.priority, b.after_key, $9::integer) WITH ORDINALITY AS k(key, pos)
+    CROSS JOIN LATERAL tenure.fair_keys($13, b.priority, b.after_key, $7::integer,
+        ARRAY(SELECT kk.key FROM known kk WHERE kk.priority = b.priority ORDER BY kk.key),
+        ARRAY(SELECT kk.after_us FROM known kk WHERE kk.priority = b.priority ORDER BY kk.key))
+        WITH ORDINALITY AS k(key, pos)
+    LEFT JOIN known w ON w.priority = b.priority AND w.key = k.key
+), kscan AS MATERIALIZED (
+    SELECT s.ord, s.priority, s.rank, s.quota, x.id, x.run_at,
+           (x.metadata ->> 'tenure.fair_key') IS NULL
+             AND x.payload_version <= ($14::integer[])[array_position($15::text[], x.kind)] AS keyless
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.kind, j.payload_version, j.metadata FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = $13 AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+        ORDER BY j.run_at, j.id
+        LIMIT (SELECT s.batch / (count(*)::integer + 1) + 1 FROM tenant WHERE tenant.priority = s.priority)
+    ) x
 ), share AS MATERIALIZED (
-    SELECT s.ord, s.priority, s.rank, s.quota, s.min_age_us, s.max_age_us, s.batch, t.key, t.pos,
-           (s.batch + t.keys::integer) / (t.keys::integer + 1) + 1 AS per
+    SELECT s.ord, s.priority, s.rank, s.quota, s.min_age_us, s.max_age_us, s.batch, t.key, t.pos, t.after_us,
+           (s.batch + t.keys::integer - 1 + k.n) / (t.keys::integer + k.n) AS per
     FROM seg s JOIN tenant t ON t.priority = s.priority
+    CROSS JOIN LATERAL (SELECT (EXISTS (SELECT 1 FROM kscan WHERE kscan.ord = s.ord AND kscan.keyless))::integer AS n) k
 ), cand AS MATERIALIZED (
     SELECT h.ord, h.priority AS band, h.rank, h.quota, h.pos, c.id, c.run_at
     FROM share h
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at FROM tenure.jobs j
         WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
-          AND j.queue = $12 AND j.priority = h.priority AND (j.metadata ->> 'tenure.fair_key') = h.key
+          AND j.queue = $13 AND j.priority = h.priority AND (j.metadata ->> 'tenure.fair_key') = h.key
+          AND j.run_at >= 'epoch'::timestamptz + h.after_us * interval '1 microsecond'
           AND j.run_at <= now() - h.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - h.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($13::integer[])[array_position($3::text[], j.kind)]
+          AND j.payload_version <= ($14::integer[])[array_position($15::text[], j.kind)]
         ORDER BY j.run_at, j.id
         LIMIT h.per
+        FOR UPDATE SKIP LOCKED
     ) c
     UNION ALL
-    SELECT s.ord, s.priority, s.rank, s.quota, 0, k.id, k.run_at
-    FROM seg s
+    SELECT k.ord, k.priority, k.rank, k.quota, 0, k.id, k.run_at
+    FROM kscan k
     CROSS JOIN LATERAL (
-        SELECT x.id, x.run_at FROM (
-            SELECT j.id, j.run_at, j.kind, j.payload_version, j.metadata FROM tenure.jobs j
-            WHERE j.state = 'ready' AND j.queue = $12 AND j.priority = s.priority
-              AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
-              AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-            ORDER BY j.run_at, j.id
-            LIMIT s.batch) x
-        WHERE (x.metadata ->> 'tenure.fair_key') IS NULL
-          AND x.payload_version <= ($13::integer[])[array_position($3::text[], x.kind)]
-    ) k
+        SELECT j.id FROM tenure.jobs j WHERE j.id = k.id AND j.state = 'ready'
+        FOR UPDATE SKIP LOCKED
+    ) l
+    WHERE k.keyless
 ), more AS MATERIALIZED (
     SELECT h.ord, h.priority AS band, h.rank, h.quota, h.pos, c.id, c.run_at
     FROM share h
@@ -113,12 +133,14 @@ WITH seg AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at FROM tenure.jobs j
         WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
-          AND j.queue = $12 AND j.priority = h.priority AND (j.metadata ->> 'tenure.fair_key') = h.key
+          AND j.queue = $13 AND j.priority = h.priority AND (j.metadata ->> 'tenure.fair_key') = h.key
+          AND j.run_at >= 'epoch'::timestamptz + h.after_us * interval '1 microsecond'
           AND j.run_at <= now() - h.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - h.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($13::integer[])[array_position($3::text[], j.kind)]
+          AND j.payload_version <= ($14::integer[])[array_position($15::text[], j.kind)]
         ORDER BY j.run_at, j.id
         OFFSET h.per LIMIT m.short
+        FOR UPDATE SKIP LOCKED
     ) c
     WHERE m.short > 0
       AND (SELECT count(*) FROM cand WHERE cand.ord = h.ord AND cand.pos = h.pos) = h.per
@@ -129,71 +151,91 @@ WITH seg AS (
     SELECT n.ord, n.band, n.rank, n.quota, n.pos, n.id, n.run_at, n.rn, row_number() OVER (PARTITION BY n.band ORDER BY n.rank, n.rn, n.pos, n.run_at, n.id) AS band_rn
     FROM numbered n
 ), picked AS MATERIALIZED (
-    SELECT r.id, r.pos, r.rn
-    FROM (SELECT ord, band, rank, quota, pos, id, run_at, rn, band_rn FROM ranked ORDER BY (ranked.rank > 0 AND ranked.band_rn > ranked.quota), ranked.rank,
-                                        ranked.rn, ranked.pos, ranked.run_at, ranked.id) r
-    CROSS JOIN LATERAL (
-        SELECT j.id FROM tenure.jobs j WHERE j.id = r.id AND j.state = 'ready'
-        FOR UPDATE SKIP LOCKED
-    ) l
-    LIMIT $9
+    SELECT r.id, r.pos, r.rn, r.band, r.run_at
+    FROM ranked r
+    ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.rn, r.pos, r.run_at, r.id
+    LIMIT $7
+), upd AS (
+    UPDATE tenure.jobs j
+    SET state        = 'running',
+        locked_by    = $16::text,
+        lease_ms     = coalesce(nullif(($17::integer[])[array_position($15::text[], j.kind)], 0), j.lease_ms),
+        locked_until = now() + coalesce(nullif(($17::integer[])[array_position($15::text[], j.kind)], 0), j.lease_ms)
+                               * interval '1 millisecond',
+        claim_token  = gen_random_uuid(),
+        generation   = j.generation + 1,
+        attempts     = j.attempts + 1,
+        attempted_at = now(),
+        updated_at   = now()
+    WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked))
+    RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+              j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+              j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), upto AS (
+    SELECT k.priority,
+           CASE WHEN bool_and(NOT k.keyless OR k.id IN (SELECT picked.id FROM picked))
+                THEN max(k.run_at)
+                ELSE (SELECT max(pk.run_at) FROM picked pk WHERE pk.pos = 0 AND pk.band = k.priority)
+           END AS upto
+    FROM kscan k GROUP BY k.priority
+), claimed AS (
+    SELECT upd.id, upd.queue, upd.kind, upd.payload, upd.payload_version, upd.priority, upd.run_at, upd.attempts, upd.max_attempts, upd.lease_ms, upd.locked_until, upd.claim_token, upd.generation, upd.attempted_at, upd.created_at, upd.metadata, upd.tags, upd.snoozes, picked.pos AS fair_pos, picked.rn::integer AS fair_round FROM upd JOIN picked ON picked.id = upd.id
+), flags AS (
+    SELECT coalesce(array_agg(upto.priority) FILTER (WHERE upto.upto IS NOT NULL), '{}')::smallint[] AS keyless_band,
+           coalesce(array_agg((extract(epoch FROM upto.upto) * 1000000)::bigint) FILTER (WHERE upto.upto IS NOT NULL), '{}')::bigint[] AS keyless_upto_us
+    FROM upto
 )
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = $1::text,
-    lease_ms     = coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = now(),
-    updated_at   = now()
-FROM picked p
-WHERE j.id = p.id
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes,
-          p.pos::integer AS fair_pos, p.rn::integer AS fair_round
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes,
+       u.fair_pos, u.fair_round,
+       f.keyless_band, f.keyless_upto_us
+FROM flags f LEFT JOIN claimed u ON true
 `
 
 type ClaimFairParams struct {
-	WorkerID       string
-	KindLeaseMs    []int32
-	Kinds          []string
 	SegPriority    []int16
+	SegAfterUs     []int64
 	SegMinAgeUs    []int64
 	SegMaxAgeUs    []int64
 	SegRank        []int32
 	SegQuota       []int32
 	Batch          int32
+	KnownPriority  []int16
+	KnownKey       []string
+	KnownAfterUs   []int64
 	CursorPriority []int16
 	CursorKey      []string
 	Queue          string
 	KindVersions   []int32
+	Kinds          []string
+	WorkerID       string
+	KindLeaseMs    []int32
 }
 
 type ClaimFairRow struct {
-	ID             int64
-	Queue          string
-	Kind           string
+	ID             *int64
+	Queue          *string
+	Kind           *string
 	Payload        []byte
-	PayloadVersion int32
-	Priority       int16
-	RunAt          time.Time
-	Attempts       int32
-	MaxAttempts    int32
-	LeaseMs        int32
+	PayloadVersion *int32
+	Priority       *int16
+	RunAt          *time.Time
+	Attempts       *int32
+	MaxAttempts    *int32
+	LeaseMs        *int32
 	LockedUntil    *time.Time
 	ClaimToken     *uuid.UUID
-	Generation     int64
+	Generation     *int64
 	AttemptedAt    *time.Time
-	CreatedAt      time.Time
+	CreatedAt      *time.Time
 	Metadata       []byte
 	Tags           []string
-	Snoozes        int32
-	FairPos        int32
-	FairRound      int32
+	Snoozes        *int32
+	FairPos        *int32
+	FairRound      *int32
+	KeylessBand    []int16
+	KeylessUptoUs  []int64
 }
 
 // Fair share (worker/fairshare.go): the claim of a queue with Fairness.FairShare, for every
@@ -201,36 +243,49 @@ type ClaimFairRow struct {
 // ClaimSegments) the tenants (metadata "tenure.fair_key") with ready jobs are served round
 // robin: every tenant's first job, then every tenant's second, ... so one tenant's backlog
 // cannot starve another. Jobs without a key form one more participant, served oldest first.
-//  1. tenant: per band, up to @batch keys with ready jobs, found by tenure.fair_keys (a skip scan of jobs_fair_idx
-//     index, one descent per key), in rotation order: the keys after the band's cursor (the
-//     last key the previous claim served), then from the first key up to the cursor.
-//  2. cand: per segment and tenant, its oldest jobs through jobs_fair_idx, ceil(batch/(keys+1))+1
-//     of them (a share of the batch each, and one more); keyless jobs: those among the
-//     segment's first @batch ready jobs (jobs_ready_idx) that have no key. Nothing is locked.
+// Watermarks, as in ClaimOrdered, keep each read past the index entries earlier claims left
+// behind: known_* give each tenant the engine claimed from its watermark (every ready job of
+// the tenant due before it was claimed), seg_after_us the keyless jobs' (0 = from the start).
+//  1. tenant: per band, up to @batch keys with ready jobs, from tenure.fair_keys (a skip scan of
+//     jobs_fair_idx), in rotation order: the keys after the band's cursor (the last key the
+//     previous claim served), then from the first key up to the cursor.
+//  2. kscan: the segment's first ready jobs from the keyless watermark (jobs_ready_idx), a
+//     share of the batch (batch/(keys+1)+1); the keyless ones among them are candidates, locked
+//     (skipping rows another claim holds) — the keyed ones it read are not. cand: per segment
+//     and tenant, its oldest jobs from its watermark through jobs_fair_idx, a share of the batch
+//     each (the keyless jobs, if any, count as one more participant), locked as they are read,
+//     skipping rows other claims hold (so concurrent claims of one tenant take consecutive
+//     rows instead of colliding on the same ones). A claim locks at most tenants rows it does
+//     not claim (the shares' rounding), released when it commits.
 //  3. more: when the shares leave the batch short (light tenants), the tenants that had more
 //     give up to the shortfall each, ranked after every share.
 //  4. ranked: the policy's rank and quotas as in ClaimSegments, and within them the round:
 //     (n-th job of its tenant, tenant's rotation position).
-//  5. picked: candidates are locked in that order, skipping rows another claim holds, until
-//     the batch is full; only claimed rows are ever locked.
+//  5. picked: the first @batch in that order.
 //
-// The rows come back with their tenant's position and round, from which the engine moves the
-// band's cursor.
+// The result is the claimed rows (with their tenant's position and round, from which the
+// engine moves the band's cursor) LEFT JOINed to one row of per-band keyless watermarks: how
+// far kscan read when every keyless job it read was claimed, else the newest keyless job
+// claimed. When nothing was claimed the one row carries only those.
 func (q *Queries) ClaimFair(ctx context.Context, arg ClaimFairParams) ([]ClaimFairRow, error) {
 	rows, err := q.db.Query(ctx, claimFair,
-		arg.WorkerID,
-		arg.KindLeaseMs,
-		arg.Kinds,
 		arg.SegPriority,
+		arg.SegAfterUs,
 		arg.SegMinAgeUs,
 		arg.SegMaxAgeUs,
 		arg.SegRank,
 		arg.SegQuota,
 		arg.Batch,
+		arg.KnownPriority,
+		arg.KnownKey,
+		arg.KnownAfterUs,
 		arg.CursorPriority,
 		arg.CursorKey,
 		arg.Queue,
 		arg.KindVersions,
+		arg.Kinds,
+		arg.WorkerID,
+		arg.KindLeaseMs,
 	)
 	if err != nil {
 		return nil, err
@@ -260,6 +315,8 @@ func (q *Queries) ClaimFair(ctx context.Context, arg ClaimFairParams) ([]ClaimFa
 			&i.Snoozes,
 			&i.FairPos,
 			&i.FairRound,
+			&i.KeylessBand,
+			&i.KeylessUptoUs,
 		); err != nil {
 			return nil, err
 		}
