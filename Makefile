@@ -96,7 +96,9 @@ bench:
 
 ## bench-fairness: the starvation benchmark (high 50/s + normal 20/s offered, 60/s capacity,
 ## time-compressed x10) under strict, aging, quota and deadline policies; fails when a
-## promised bound on normal's oldest ready age breaks. ARGS='-duration 30s' to shorten.
+## promised bound on normal's oldest ready age breaks; then the tenant benchmark (tenant A's
+## 100,000 queued jobs against ten light tenants, strict vs Fairness.FairShare).
+## ARGS='-duration 30s -tenant-backlog 20000' to shorten, -tenant-backlog 0 to skip tenants.
 bench-fairness:
 	$(GO) run ./cmd/tenure-fairness -out bench/results/fairness.json $(ARGS)
 
