@@ -159,7 +159,11 @@ const preloadChunk = 250_000
 // through jobs.Client.InsertMany (the API the applications use), so the rows are what the
 // engine writes; only the payload's seq, the queue and, for finished rows, the fields the
 // claim and the completion set (state, attempts, generation, claim_token, attempted_at,
-// finished_at) differ. Then VACUUM (ANALYZE) and CHECKPOINT, as autovacuum and the
+// finished_at) differ. Ready jobs get run_at = created_at = one instant per 1,000 rows, 1 ms
+// apart, in id order, in the past: what InsertMany batches of 1,000 give (a statement's now()
+// per batch). One now() for every row would be wrong: the claim's watermark is a run_at, so
+// a band whose jobs all share one run_at makes each claim re-walk every index entry the
+// previous claims left behind. Then VACUUM (ANALYZE) and CHECKPOINT, as autovacuum and the
 // checkpointer would have done to a backlog that built up over time.
 func (e *env) preload(ctx context.Context, s shape, queues []string) error {
 	pool, err := pgutil.NewPool(ctx, e.url, 2)
@@ -209,12 +213,12 @@ CROSS JOIN LATERAL (SELECT now() - (($6::bigint - g)::float8 / $6::bigint * 7200
 	}
 	if s.Ready > 0 {
 		err := chunks(s.Ready, "ready", `
-INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, max_attempts, lease_ms, metadata, tags)
+INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata, tags, created_at, updated_at)
 SELECT ($5::text[])[1 + (g % cardinality($5::text[]))], t.kind, jsonb_build_object('pad', $4::text, 'seq', g),
-       t.payload_version, t.priority, t.max_attempts, t.lease_ms, t.metadata, t.tags
+       t.payload_version, t.priority, x.at, t.max_attempts, t.lease_ms, t.metadata, t.tags, x.at, x.at
 FROM generate_series($1::bigint, $2::bigint) g
 CROSS JOIN (SELECT * FROM tenure.jobs WHERE id = $3) t
-WHERE $6::bigint > 0`)
+CROSS JOIN LATERAL (SELECT now() - (($6::bigint - g) / 1000 + 1) * interval '1 millisecond' AS at) x`)
 		if err != nil {
 			return err
 		}
@@ -319,10 +323,12 @@ func newRig(ctx context.Context, c *config, dbURL string, queues []string, slots
 		r.close()
 		return nil, err
 	}
+	// The kind's default queue is one the worker serves (else the worker warns that "default"
+	// is not served when the sweep names its queues q0000...; the jobs carry their queue).
 	err = worker.Register(w, func(context.Context, *generics.Job[sut.BenchArgs]) error {
 		r.handled.Add(1)
 		return nil
-	}, nil)
+	}, &worker.HandlerOptions{Queue: queues[0]})
 	if err != nil {
 		r.close()
 		return nil, err
