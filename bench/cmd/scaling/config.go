@@ -52,6 +52,7 @@ type config struct {
 	outDir   string
 	publish  string // date prefix: also write <publish>-scaling.{md,json} and scaling-*.svg
 	merge    string // a previous run's JSON whose sweeps are kept unless rerun
+	render   string // only re-render this JSON report's markdown and plots (no run)
 	keepDBs  bool
 }
 
@@ -150,6 +151,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.outDir, "out", envOr("BENCH_OUT", "results"), "directory for latest-scaling.{json,md} and the plots")
 	fs.StringVar(&c.publish, "publish", "", "also write <publish>-scaling.{md,json} and scaling-*.svg (e.g. -publish 2026-12-01)")
 	fs.StringVar(&c.merge, "merge", "", "start from this earlier JSON report: its sweeps are kept unless this run reruns them")
+	fs.StringVar(&c.render, "render", "", "run nothing: re-render the markdown and the plots of this JSON report (into -out; with -publish, the published names too)")
 	fs.BoolVar(&c.keepDBs, "keep-dbs", false, "do not drop the per-point databases (debugging)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

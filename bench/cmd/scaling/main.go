@@ -92,6 +92,17 @@ var sweepDefs = []sweepDef{
 }
 
 func run(ctx context.Context, c *config) error {
+	if c.render != "" {
+		b, err := os.ReadFile(c.render)
+		if err != nil {
+			return err
+		}
+		rep := &Report{}
+		if err := json.Unmarshal(b, rep); err != nil {
+			return fmt.Errorf("-render %s: %w", c.render, err)
+		}
+		return writeReport(c, rep)
+	}
 	adminURL := c.adminURL
 	if c.server == "own" {
 		srv, err := pgserver.StartWith(ctx, func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }, pgserver.Options{

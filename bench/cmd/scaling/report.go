@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -131,7 +132,9 @@ func (r *Report) figures() map[string]svgplot.Figure {
 		for _, n := range idx {
 			sizes = append(sizes, svgplot.Series{Name: n})
 		}
-		tuples := []svgplot.Series{{Name: "dead tuples"}, {Name: "live tuples"}, {Name: "ready backlog"}}
+		tuples := []svgplot.Series{{Name: "dead tuples"}, {Name: "live tuples"}}
+		ready := []svgplot.Series{{Name: "ready backlog"}}
+		load := []svgplot.Series{{Name: "1-minute load average (2 CPUs; other agents included)"}}
 		rate := []svgplot.Series{{Name: "completed/s"}, {Name: "offered/s"}}
 		lat := []svgplot.Series{{Name: "claim p99 (client)"}, {Name: "claim p50 (client)"}}
 		for _, s := range sk.Samples {
@@ -143,7 +146,12 @@ func (r *Report) figures() map[string]svgplot.Figure {
 			}
 			tuples[0].Points = append(tuples[0].Points, svgplot.Point{X: t, Y: float64(s.Sizes.Dead)})
 			tuples[1].Points = append(tuples[1].Points, svgplot.Point{X: t, Y: float64(s.Sizes.Live)})
-			tuples[2].Points = append(tuples[2].Points, svgplot.Point{X: t, Y: float64(s.Ready)})
+			ready[0].Points = append(ready[0].Points, svgplot.Point{X: t, Y: float64(s.Ready)})
+			if f := strings.Fields(s.Load); len(f) > 0 {
+				if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+					load[0].Points = append(load[0].Points, svgplot.Point{X: t, Y: v})
+				}
+			}
 			rate[0].Points = append(rate[0].Points, svgplot.Point{X: t, Y: s.CompletedPS})
 			rate[1].Points = append(rate[1].Points, svgplot.Point{X: t, Y: s.OfferedPerS})
 			lat[0].Points = append(lat[0].Points, svgplot.Point{X: t, Y: s.Claim.P99Ms})
@@ -153,10 +161,13 @@ func (r *Report) figures() map[string]svgplot.Figure {
 			Title: fmt.Sprintf("Soak: %.0f%% of capacity (%.0f of %.0f jobs/s), autovacuum on, retention %s", sk.Load*100, sk.OfferedPerS, sk.CapacityPerS, time.Duration(sk.RetentionS*float64(time.Second))),
 			Note:  note, Cols: 2,
 			Panels: []svgplot.Panel{
-				{Title: "Queue table and index sizes", XLabel: "minutes", YLabel: "MB", YZero: true, Series: sizes},
-				{Title: "Tuples", XLabel: "minutes", YLabel: "rows", YZero: true, Series: tuples},
+				{Title: "Queue table size", XLabel: "minutes", YLabel: "MB", YZero: true, Series: sizes[:2]},
+				{Title: "Index sizes", XLabel: "minutes", YLabel: "MB", YZero: true, Series: sizes[2:]},
+				{Title: "Tuples (pg_stat_user_tables)", XLabel: "minutes", YLabel: "rows", YZero: true, Series: tuples},
+				{Title: "Ready backlog", XLabel: "minutes", YLabel: "jobs", YZero: true, Series: ready},
 				{Title: "Throughput", XLabel: "minutes", YLabel: "jobs/s", YZero: true, Series: rate},
 				{Title: "Claim statement latency per interval", XLabel: "minutes", YLabel: "ms", YZero: true, Series: lat},
+				{Title: "Machine load", XLabel: "minutes", YLabel: "runnable tasks", YZero: true, Series: load},
 			},
 		}
 	}

@@ -136,8 +136,9 @@ func newAxis(vals []float64, log, zero bool, p0, p1 float64) axis {
 		}
 	}
 	step := niceStep((hi - lo) / 5)
-	a.lo = math.Floor(lo/step) * step
-	a.hi = math.Ceil(hi/step) * step
+	// A value a hair past a tick (30.02 minutes) does not open a whole new step.
+	a.lo = math.Floor(lo/step+1e-3) * step
+	a.hi = math.Ceil(hi/step-1e-3) * step
 	for v := a.lo; v <= a.hi+step/2; v += step {
 		a.ticks = append(a.ticks, v)
 		a.tickText = append(a.tickText, Human(v))
