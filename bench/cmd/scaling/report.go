@@ -71,7 +71,9 @@ func (r *Report) figures() map[string]svgplot.Figure {
 		if len(sw.Points) == 0 {
 			continue
 		}
-		var thr, p99, p50, srv, wp99 svgplot.Series
+		var thr, p99, p50, srv, wp99, pgc, bc, jpc svgplot.Series
+		jpc.Name = "jobs claimed per claim statement"
+		pgc.Name, bc.Name = "postgres", "bench process (worker + monitor)"
 		thr.Name, p99.Name, p50.Name, srv.Name, wp99.Name = "jobs/s", "claim p99 (client)", "claim p50 (client)", "claim mean (server, pg_stat_statements)", "claim p99 incl. pool wait (worker.Stats)"
 		for _, p := range sw.Points {
 			x := float64(p.X)
@@ -79,6 +81,9 @@ func (r *Report) figures() map[string]svgplot.Figure {
 				x = float64(p.X) // 0 finished rows: plotted at the first decade below (see below)
 			}
 			thr.Points = append(thr.Points, svgplot.Point{X: x, Y: p.JobsPerS})
+			pgc.Points = append(pgc.Points, svgplot.Point{X: x, Y: p.PGCPUPer1k})
+			jpc.Points = append(jpc.Points, svgplot.Point{X: x, Y: p.JobsPerClaim})
+			bc.Points = append(bc.Points, svgplot.Point{X: x, Y: p.CPUPer1k})
 			p99.Points = append(p99.Points, svgplot.Point{X: x, Y: p.Claim.P99Ms})
 			p50.Points = append(p50.Points, svgplot.Point{X: x, Y: p.Claim.P50Ms})
 			wp99.Points = append(wp99.Points, svgplot.Point{X: x, Y: p.WorkerClaimP99Ms})
@@ -91,7 +96,7 @@ func (r *Report) figures() map[string]svgplot.Figure {
 		// decade below the next point and say so in the label.
 		if sw.Points[0].X == 0 && len(sw.Points) > 1 {
 			zx := float64(sw.Points[1].X) / 10
-			for _, s := range []*svgplot.Series{&thr, &p99, &p50, &wp99, &srv} {
+			for _, s := range []*svgplot.Series{&thr, &p99, &p50, &wp99, &srv, &pgc, &bc, &jpc} {
 				for i := range s.Points {
 					if s.Points[i].X == 0 {
 						s.Points[i].X = zx
@@ -109,6 +114,8 @@ func (r *Report) figures() map[string]svgplot.Figure {
 			Panels: []svgplot.Panel{
 				{Title: "Throughput (burn-down)", XLabel: xl, YLabel: "jobs/s", LogX: true, YZero: true, Series: []svgplot.Series{thr}},
 				{Title: "Claim statement latency", XLabel: xl, YLabel: "ms", LogX: true, LogY: true, Series: lat},
+				{Title: "CPU per 1,000 jobs", XLabel: xl, YLabel: "CPU seconds", LogX: true, YZero: true, Series: []svgplot.Series{pgc, bc}},
+				{Title: "Claim batch size", XLabel: xl, YLabel: "jobs per claim", LogX: true, YZero: true, Series: []svgplot.Series{jpc}},
 			},
 		}
 	}

@@ -216,15 +216,48 @@ func (p Panel) render(b *bytes.Buffer, x0, y0 int) {
 	}
 	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", (left+right)/2, bottom+38, esc(xl))
 	fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="middle" transform="rotate(-90 %d %.1f)">%s</text>`+"\n", x0+16, (top+bottom)/2, x0+16, (top+bottom)/2, esc(yl))
-	// series, then the legend on a white box above them
+	// series, then the legend on a white box above them, in the corner that hides the
+	// fewest points
 	var legend bytes.Buffer
-	if len(p.Series) > 0 {
-		wmax := 0
-		for _, s := range p.Series {
-			wmax = max(wmax, len([]rune(s.Name)))
+	wmax := 0
+	for _, s := range p.Series {
+		wmax = max(wmax, len([]rune(s.Name)))
+	}
+	lw, lh := 34+float64(wmax)*6.6, float64(16*len(p.Series)+4)
+	var projected [][2]float64
+	for _, s := range p.Series {
+		var prev *[2]float64
+		for _, pt := range s.Points {
+			if (p.LogX && pt.X <= 0) || (p.LogY && pt.Y <= 0) || math.IsNaN(pt.X) || math.IsNaN(pt.Y) {
+				continue
+			}
+			q := [2]float64{ax.pos(pt.X), ay.pos(pt.Y)}
+			if prev != nil { // sample the segment too, so a line crossing the box counts
+				for k := 1; k < 8; k++ {
+					f := float64(k) / 8
+					projected = append(projected, [2]float64{prev[0] + f*(q[0]-prev[0]), prev[1] + f*(q[1]-prev[1])})
+				}
+			}
+			projected = append(projected, q)
+			prev = &q
 		}
-		fmt.Fprintf(&legend, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="#ffffff" fill-opacity="0.85" stroke="#cccccc"/>`+"\n",
-			left+4, top+3, 34+float64(wmax)*6.6, 16*len(p.Series)+4)
+	}
+	lx, ly0 := left+4, top+3
+	best := -1
+	for _, c := range [][2]float64{{left + 4, top + 3}, {right - 4 - lw, top + 3}, {left + 4, bottom - 3 - lh}, {right - 4 - lw, bottom - 3 - lh}} {
+		n := 0
+		for _, q := range projected {
+			if q[0] >= c[0] && q[0] <= c[0]+lw && q[1] >= c[1] && q[1] <= c[1]+lh {
+				n++
+			}
+		}
+		if best < 0 || n < best {
+			best, lx, ly0 = n, c[0], c[1]
+		}
+	}
+	if len(p.Series) > 0 {
+		fmt.Fprintf(&legend, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.0f" fill="#ffffff" fill-opacity="0.85" stroke="#cccccc"/>`+"\n",
+			lx, ly0, lw, lh)
 	}
 	for i, s := range p.Series {
 		color := Palette[i%len(Palette)]
@@ -243,9 +276,9 @@ func (p Panel) render(b *bytes.Buffer, x0, y0 int) {
 			}
 		}
 		// legend entry
-		ly := top + 14 + float64(i)*16
-		fmt.Fprintf(&legend, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2"/>`+"\n", left+8, ly-4, left+26, ly-4, color)
-		fmt.Fprintf(&legend, `<text x="%.1f" y="%.1f" fill="#111111">%s</text>`+"\n", left+30, ly, esc(s.Name))
+		ly := ly0 + 14 + float64(i)*16
+		fmt.Fprintf(&legend, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2"/>`+"\n", lx+4, ly-4, lx+22, ly-4, color)
+		fmt.Fprintf(&legend, `<text x="%.1f" y="%.1f" fill="#111111">%s</text>`+"\n", lx+26, ly, esc(s.Name))
 	}
 	b.Write(legend.Bytes())
 	b.WriteString("</g>\n")
