@@ -80,7 +80,8 @@ migrate:
 
 ## bench-compare: Tenure vs River on the same PostgreSQL, fresh database per run, then how
 ## Tenure's cost grows (bench-scaling) (see bench/README.md). BENCH_QUICK=1 for a shortened
-## run of both (< 3 min in all); BENCH_SCENARIOS=a,b and BENCH_REPS=N select compare's runs.
+## run of both (measured 2026-12-01 on the shared 2-CPU machine: 4 min 28 s, compare ~3 min 35 s
+## and scaling ~50 s); BENCH_SCENARIOS=a,b and BENCH_REPS=N select compare's runs.
 .PHONY: bench-compare
 bench-compare:
 	cd bench && $(GO) run ./cmd/compare
