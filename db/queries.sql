@@ -287,6 +287,101 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 SELECT pg_advisory_xact_lock(s.class, hashtext(@queue::text))
 FROM generate_series(@first_class::integer, @last_class::integer) AS s(class);
 
+-- name: ClaimGrantsLock :exec
+-- Flow control: the second statement of an exclusive limited claim (after ClaimLimitsLock, before
+-- ClaimLimited, same pipeline and transaction): it locks the queue's grant rows, so the grant
+-- claims of every stripe (ClaimGranted, which take no advisory lock) wait until this claim has
+-- recounted and regranted, and ClaimLimited's snapshot sees every grant claim that spent before.
+SELECT g.stripe FROM tenure.flow_grant g WHERE g.queue = @queue::text FOR UPDATE;
+
+-- name: ClaimGranted :many
+-- Flow control far from the limits (worker/limits.go, "Grants"): ClaimOrdered within the budget
+-- an exclusive limited claim granted this stripe, without counting the running jobs and without
+-- marking the rows (they do not enter jobs_limited_idx). For queues whose limits are all
+-- concurrency limits without PerKey (lim_kind, lim_max_running: all of them). One statement, no
+-- advisory lock:
+-- 1. g: this stripe's grant row per limit (budget, for the limit as configured) and whether a
+--    RetryAfter pause blocks the limit's group; room = the smallest budget (0 without a grant
+--    row, or while paused), at most @batch.
+-- 2. picked: ClaimOrdered's candidates, at most room.
+-- 3. spend: each limit's grant row loses the picked jobs it covers from budget and adds them to
+--    spent, only while budget still covers them: the UPDATE waits for a concurrent holder of the
+--    row (another grant claim of the stripe, or an exclusive claim regranting) and rechecks its
+--    condition on the row it then finds (READ COMMITTED), so the budget never goes below zero.
+-- 4. upd: the picked jobs are claimed only if every limit's spend succeeded.
+-- The result is the claimed rows with `left` (the smallest budget left; 0 if a spend failed), or
+-- one row of NULLs with `left` when nothing was claimed.
+WITH g AS MATERIALIZED (
+    SELECT l.kind, gr.budget, coalesce(f.blocked_until > now(), false) AS blocked
+    FROM (SELECT unnest(@lim_kind::text[]) AS kind, unnest(@lim_max_running::integer[]) AS max_running) AS l
+    LEFT JOIN tenure.flow_grant gr ON gr.queue = @queue AND gr.kind = l.kind AND gr.stripe = @stripe::smallint
+                                  AND gr.max_running = l.max_running
+    LEFT JOIN tenure.flow f ON f.queue = @queue AND f.kind = l.kind AND f.key = ''
+), room AS MATERIALIZED (
+    SELECT CASE WHEN bool_or(g.budget IS NULL OR g.blocked) THEN 0
+                ELSE least(min(g.budget), @batch::integer) END AS n
+    FROM g
+), seg AS (
+    SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
+            unnest(@seg_after_us::bigint[]) AS after_us,
+            unnest(@seg_min_age_us::bigint[]) AS min_age_us,
+            unnest(@seg_max_age_us::bigint[]) AS max_age_us) AS s
+), picked AS MATERIALIZED (
+    SELECT c.id, c.kind
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.kind FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
+        ORDER BY j.run_at, j.id
+        LIMIT (SELECT room.n FROM room)
+        FOR UPDATE SKIP LOCKED
+    ) c
+    LIMIT (SELECT room.n FROM room)
+), need AS MATERIALIZED (
+    SELECT l.kind, l.max_running, count(p.id)::integer AS n
+    FROM (SELECT unnest(@lim_kind::text[]) AS kind, unnest(@lim_max_running::integer[]) AS max_running) AS l
+    LEFT JOIN picked p ON l.kind = '' OR l.kind = p.kind
+    GROUP BY l.kind, l.max_running
+), spend AS (
+    UPDATE tenure.flow_grant gr
+    SET budget = gr.budget - n.n, spent = gr.spent + n.n, updated_at = now()
+    FROM need n
+    WHERE n.n > 0 AND gr.queue = @queue AND gr.kind = n.kind AND gr.stripe = @stripe::smallint
+      AND gr.max_running = n.max_running AND gr.budget >= n.n
+    RETURNING gr.kind, gr.budget
+), ok AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM spend) = (SELECT count(*) FROM need WHERE need.n > 0) AS ok
+), upd AS (
+UPDATE tenure.jobs j
+SET state        = 'running',
+    locked_by    = @worker_id::text,
+    lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
+    claim_token  = gen_random_uuid(),
+    generation   = j.generation + 1,
+    attempts     = j.attempts + 1,
+    attempted_at = now(),
+    updated_at   = now(),
+    limited      = false
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND (SELECT ok.ok FROM ok)
+RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), flags AS (
+    SELECT (CASE WHEN NOT (SELECT ok.ok FROM ok) THEN 0
+                 ELSE coalesce((SELECT min(CASE WHEN g.blocked OR g.budget IS NULL THEN 0 ELSE coalesce(s.budget, g.budget) END)
+                                FROM g LEFT JOIN spend s ON s.kind = g.kind), 0) END)::integer AS budget_left
+)
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.budget_left
+FROM flags f LEFT JOIN upd u ON true;
+
 -- name: ClaimLimited :many
 -- ClaimOrdered under the queue's limits (worker/limits.go; run after ClaimLimitsLock in the
 -- same transaction). Limits are parallel arrays; a limit covers the jobs of lim_kind ('' =
@@ -321,7 +416,7 @@ WITH clk AS MATERIALIZED (
                  unnest(@lim_rate::integer[]) AS rate,
                  unnest(@lim_period_us::bigint[]) AS period_us) AS l
     CROSS JOIN clk c
-), busy AS MATERIALIZED (
+), marked AS MATERIALIZED (
     SELECT l.id, CASE WHEN l.per_key THEN r.metadata ->> 'tenure.concurrency_key' ELSE '' END AS key,
            count(*)::integer AS n
     FROM lim l
@@ -331,6 +426,36 @@ WITH clk AS MATERIALIZED (
                       AND (NOT l.per_key OR (r.metadata ->> 'tenure.concurrency_key') <> '')
     WHERE l.max_running > 0
     GROUP BY 1, 2
+), gr AS MATERIALIZED (
+    SELECT l.id, sum(g.spent)::integer AS spent, sum(g.budget)::integer AS budget
+    FROM lim l
+    JOIN tenure.flow_grant g ON g.queue = @queue AND g.kind = l.kind
+    WHERE l.max_running > 0 AND NOT l.per_key
+    GROUP BY l.id
+), stale AS MATERIALIZED (
+    SELECT l.id, l.kind, l.max_running - coalesce(m.n, 0) - gr.spent AS room
+    FROM lim l
+    JOIN gr ON gr.id = l.id
+    LEFT JOIN marked m ON m.id = l.id AND m.key = ''
+    WHERE gr.spent > 0
+), tight AS MATERIALIZED (
+    SELECT stale.id, stale.kind FROM stale
+    WHERE @exclusive::boolean AND stale.room - @recount_below::integer < 0
+), recount AS MATERIALIZED (
+    SELECT w.id, c.cnt
+    FROM tight w
+    CROSS JOIN LATERAL (
+        SELECT count(*)::integer AS cnt FROM tenure.jobs r
+        WHERE r.locked_until > (SELECT t FROM clk) AND r.queue = @queue AND NOT r.limited
+          AND (w.kind = '' OR r.kind = w.kind)
+    ) AS c
+), busy AS MATERIALIZED (
+    SELECT x.id, x.key, sum(x.n)::integer AS n
+    FROM (SELECT m.id, m.key, m.n FROM marked m
+          UNION ALL
+          SELECT gr.id, '', CASE WHEN @exclusive::boolean THEN coalesce(rc.cnt, gr.spent) ELSE gr.spent + gr.budget END
+          FROM gr LEFT JOIN recount rc ON rc.id = gr.id) AS x
+    GROUP BY x.id, x.key
 ), rated AS MATERIALIZED (
     SELECT l.id, f.key,
            CASE WHEN l.rate = 0 THEN 0
@@ -431,17 +556,55 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
           j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), stripe_ids AS MATERIALIZED (
+    SELECT s::smallint AS stripe FROM generate_series(0, @last_stripe::integer) AS s
+), share AS MATERIALIZED (
+    -- per limit a grant may cover: the room left after this batch, split over the stripes
+    SELECT l.id, l.kind, l.max_running, rc.cnt AS recounted,
+           greatest(0, coalesce(g.room, l.max_running)
+                       - (SELECT count(*) FROM cand c WHERE c.id IN (SELECT picked.id FROM picked)
+                                                        AND (l.kind = '' OR c.kind = l.kind))::integer) AS room
+    FROM lim l
+    LEFT JOIN grp g ON g.id = l.id AND g.key = ''
+    LEFT JOIN recount rc ON rc.id = l.id
+    WHERE l.max_running > 0 AND NOT l.per_key
+), granted AS MATERIALIZED (
+    SELECT share.id, share.kind, share.max_running, share.recounted,
+           CASE WHEN @may_grant::boolean AND share.room - @grant_room::integer >= 0
+                THEN share.room / (SELECT count(*) FROM stripe_ids)::integer ELSE 0 END AS budget
+    FROM share
+    WHERE @exclusive::boolean
+), regrant AS (
+    UPDATE tenure.flow_grant f
+    SET budget      = gt.budget,
+        max_running = gt.max_running,
+        spent       = CASE WHEN gt.recounted IS NULL THEN f.spent WHEN f.stripe = 0 THEN gt.recounted ELSE 0 END,
+        updated_at  = now()
+    FROM granted gt
+    WHERE f.queue = @queue AND f.kind = gt.kind
+      AND (f.budget <> gt.budget OR f.max_running <> gt.max_running
+           OR f.spent <> (CASE WHEN gt.recounted IS NULL THEN f.spent WHEN f.stripe = 0 THEN gt.recounted ELSE 0 END))
+    RETURNING f.stripe
+), newgrant AS (
+    INSERT INTO tenure.flow_grant (queue, kind, stripe, max_running, budget, spent)
+    SELECT @queue, gt.kind, s.stripe, gt.max_running, gt.budget, 0
+    FROM granted gt
+    CROSS JOIN stripe_ids s
+    WHERE gt.budget > 0 AND NOT EXISTS (SELECT 1 FROM gr WHERE gr.id = gt.id)
+    ON CONFLICT (queue, kind, stripe) DO NOTHING
+    RETURNING stripe
 ), flags AS (
     SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer <= 0)
             OR (NOT (SELECT roomy.ok FROM roomy) AND EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit)))::boolean AS binding,
            (least((SELECT min(grp.room) FROM grp),
                   (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
                                     CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
-                  2147483647) - @batch::integer)::integer AS min_room
+                  2147483647) - @batch::integer)::integer AS min_room,
+           coalesce((SELECT min(granted.budget) FROM granted), 0)::integer AS granted
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.binding, f.min_room
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.binding, f.min_room, f.granted
 FROM flags f LEFT JOIN upd u ON true;
 
 -- name: FlowBlock :exec

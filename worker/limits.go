@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -149,14 +150,20 @@ type limitArgs struct {
 	// shortest rate window (a new window brings room no local event announces); 0 without
 	// rate limits (the usual FetchPollMax).
 	pollCap time.Duration
+	// grantable: every limit is a concurrency limit without PerKey and without Rate, so far
+	// from them the queue claims against grants (ClaimGranted) instead of striped claims.
+	grantable bool
 }
 
 func newLimitArgs(ls []Limit) *limitArgs {
 	if len(ls) == 0 {
 		return nil
 	}
-	a := &limitArgs{concurrencyLimited: map[string]bool{}}
+	a := &limitArgs{concurrencyLimited: map[string]bool{}, grantable: true}
 	for i, l := range ls {
+		if l.PerKey || l.Rate > 0 || l.MaxRunning == 0 {
+			a.grantable = false
+		}
 		a.id = append(a.id, int32(i))
 		a.kind = append(a.kind, l.Kind)
 		a.perKey = append(a.perKey, l.PerKey)
@@ -190,9 +197,27 @@ const (
 // short. A striped claim reads n (each candidate read is row-locked, a WAL record).
 const limitScanFactor = 2
 
-// claimLimited runs a limited claim: ClaimLimitsLock then ClaimLimited in one pipeline.
+// grantMin is the smallest budget an exclusive claim grants a stripe (below it the queue stays
+// exclusive): a grant claim is worth its statement only if it can fill batches.
+const grantMin = stripeGroupCap
+
+// claimLimited runs a limited claim: a grant claim (ClaimGranted) for a grantable queue far
+// from its limits, else ClaimLimitsLock (+ ClaimGrantsLock when exclusive) then ClaimLimited in
+// one pipeline.
 func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
 	la := q.limits
+	if la.grantable && !p.exclusive {
+		rows, res, err := q.claimGranted(ctx, p, base)
+		if err != nil || len(rows) > 0 || res.budgetLeft > 0 {
+			return rows, res, err
+		}
+		// The stripe's budget is spent (or was voided, or a pause blocks a group): nothing was
+		// claimed for lack of a grant, not of jobs. Claim exclusively now (it recounts and
+		// regrants) rather than report an empty claim the loop would back off from.
+		ex := *p
+		ex.exclusive = true
+		p = &ex
+	}
 	first, last := locks.LimitsClass, locks.LimitsClass+limitStripes-1
 	reserve, groupCap := int32(0), int32(noCap)
 	scan := min(p.n*limitScanFactor, 10000)
@@ -201,21 +226,28 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 		first = locks.LimitsClass + int32(p.stripe%limitStripes)
 		last, reserve, groupCap = first, stripeReserve, stripeGroupCap
 	}
-	db := &afterLock{pool: q.w.eng, lock: lockStatement(ctx, q.name, first, last)}
+	db := &afterLock{pool: q.w.eng, locks: []lockedStatement{lockStatement(ctx, q.name, first, last)}}
+	if p.exclusive {
+		// Hold the grant rows too, so no grant claim spends while this one recounts and
+		// regrants (and its snapshot sees every grant claim that spent before).
+		db.locks = append(db.locks, grantsLockStatement(ctx, q.name))
+	}
 	got, err := gen.New(db).ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: reserve, GroupCap: groupCap,
 		WorkerID: base.WorkerID, Queue: base.Queue, Batch: base.Batch, Scan: int32(scan),
 		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,
 		Kinds: base.Kinds, KindVersions: base.KindVersions, KindLeaseMs: base.KindLeaseMs,
 		LimID: la.id, LimKind: la.kind, LimPerKey: la.perKey, LimMaxRunning: la.maxRunning, LimRate: la.rate, LimPeriodUs: la.periodUs,
+		Exclusive: p.exclusive, MayGrant: la.grantable, LastStripe: limitStripes - 1,
+		GrantRoom: limitStripes * grantMin, RecountBelow: base.Batch + limitStripes*grantMin,
 	})
 	if err != nil {
 		return nil, limitResult{}, err
 	}
-	var res limitResult
+	res := limitResult{grantable: la.grantable, exclusive: p.exclusive, n: int32(p.n)}
 	rows := make([]gen.ClaimStrictRow, 0, len(got))
 	for i, r := range got {
 		if i == 0 {
-			res = limitResult{binding: r.Binding, minRoom: r.MinRoom}
+			res.binding, res.minRoom, res.granted = r.Binding, r.MinRoom, r.Granted
 		}
 		if r.ID == nil { // nothing claimed: the one row carries the flags only
 			continue
@@ -229,14 +261,66 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 	return rows, res, nil
 }
 
-// limitResult is what a limited claim reports besides its rows.
-type limitResult struct {
-	binding bool  // a limit held something back
-	minRoom int32 // the smallest counted room less the batch
+// claimGranted runs a grant claim: ClaimOrdered within the stripe's grant, one statement, no
+// lock, no count, rows not marked.
+func (q *queue) claimGranted(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
+	la := q.limits
+	got, err := q.w.q.ClaimGranted(ctx, gen.ClaimGrantedParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
+		Queue: base.Queue, Stripe: int16((p.stripe + workerStripe(q.w.cfg.ID)) % limitStripes), Batch: base.Batch,
+		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,
+		KindVersions: base.KindVersions, Kinds: base.Kinds, WorkerID: base.WorkerID, KindLeaseMs: base.KindLeaseMs})
+	if err != nil {
+		return nil, limitResult{}, err
+	}
+	res := limitResult{grantable: true, n: int32(p.n)}
+	rows := make([]gen.ClaimStrictRow, 0, len(got))
+	for i, r := range got {
+		if i == 0 {
+			res.budgetLeft = r.BudgetLeft
+		}
+		if r.ID == nil {
+			continue
+		}
+		rows = append(rows, gen.ClaimStrictRow{ID: *r.ID, Queue: deref0(r.Queue), Kind: deref0(r.Kind), Payload: r.Payload,
+			PayloadVersion: deref0(r.PayloadVersion), Priority: deref0(r.Priority), RunAt: deref0(r.RunAt), Attempts: deref0(r.Attempts),
+			MaxAttempts: deref0(r.MaxAttempts), LeaseMs: deref0(r.LeaseMs), LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken,
+			Generation: deref0(r.Generation), AttemptedAt: r.AttemptedAt, CreatedAt: deref0(r.CreatedAt), Metadata: r.Metadata,
+			Tags: r.Tags, Snoozes: deref0(r.Snoozes)})
+	}
+	return rows, res, nil
 }
 
-// far reports whether the queue's next limited claim may be striped.
-func (r limitResult) far() bool { return !r.binding && r.minRoom >= stripeFarRoom }
+// workerStripe spreads the workers' grant claims over the stripes: claimer i of a worker claims
+// on stripe (i + workerStripe(ID)) mod limitStripes, so the first claimers of different workers
+// do not all queue for the same grant row.
+func workerStripe(id string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % limitStripes)
+}
+
+// limitResult is what a limited claim reports besides its rows.
+type limitResult struct {
+	binding    bool  // a limit held something back
+	minRoom    int32 // the smallest counted room less the batch
+	granted    int32 // an exclusive claim of a grantable queue: the smallest budget it granted a stripe
+	budgetLeft int32 // a grant claim: the smallest budget left on its stripe
+	grantable  bool  // the queue claims against grants when far
+	exclusive  bool
+	n          int32 // the batch asked for
+}
+
+// far reports whether the queue's next limited claim may be striped (a grant claim, for a
+// grantable queue).
+func (r limitResult) far() bool {
+	switch {
+	case r.grantable && r.exclusive:
+		return !r.binding && r.granted >= grantMin
+	case r.grantable:
+		return r.budgetLeft >= r.n
+	}
+	return !r.binding && r.minRoom >= stripeFarRoom
+}
 
 func deref0[T any](p *T) T {
 	var z T
@@ -257,6 +341,13 @@ type lockedStatement struct {
 func lockStatement(ctx context.Context, queue string, first, last int32) lockedStatement {
 	var c capture
 	_ = gen.New(&c).ClaimLimitsLock(ctx, gen.ClaimLimitsLockParams{Queue: queue, FirstClass: first, LastClass: last})
+	return lockedStatement{c.sql, c.args}
+}
+
+// grantsLockStatement captures ClaimGrantsLock the same way.
+func grantsLockStatement(ctx context.Context, queue string) lockedStatement {
+	var c capture
+	_ = gen.New(&c).ClaimGrantsLock(ctx, queue)
 	return lockedStatement{c.sql, c.args}
 }
 
@@ -285,8 +376,8 @@ type batcher interface {
 // taken after the lock was granted. The returned rows end the batch (commit) when they are
 // exhausted, and report a failed commit as their error.
 type afterLock struct {
-	pool batcher
-	lock lockedStatement
+	pool  batcher
+	locks []lockedStatement // sent in order before the query
 }
 
 func (a *afterLock) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
@@ -296,12 +387,16 @@ func (a *afterLock) QueryRow(context.Context, string, ...any) pgx.Row { return n
 
 func (a *afterLock) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	b := &pgx.Batch{}
-	b.Queue(a.lock.sql, a.lock.args...)
+	for _, l := range a.locks {
+		b.Queue(l.sql, l.args...)
+	}
 	b.Queue(sql, args...)
 	br := a.pool.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, err
+	for range a.locks {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
