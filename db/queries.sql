@@ -617,6 +617,48 @@ FROM (SELECT @queue::text AS q, @delay_us::bigint AS delay_us,
 ON CONFLICT (queue, kind, key) DO UPDATE
 SET blocked_until = greatest(f.blocked_until, excluded.blocked_until), updated_at = now();
 
+-- name: FlowPrune :one
+-- Flow control housekeeping (worker/limits.go, "Pruning tenure.flow"): one bounded step through
+-- a queue's tenure.flow rows in key order, from the start or after (after_kind, after_key): of the next @batch rows
+-- it deletes those that carry no information: no pause in force (blocked_until passed or
+-- unset) and a window that is over (window_start + the period of the rate limit the row belongs
+-- to — lim_* lists the queue's rate limits — or + 24 h, the longest period, for a row no
+-- configured rate limit claims). Only while this transaction holds the flow prune lock
+-- (pg_try_advisory_xact_lock, internal/locks): one pruner at a time. Returns how many rows it
+-- read and deleted and the last key read (the caller's next cursor).
+WITH lk AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(@lock_key::bigint) AS got
+), lim AS MATERIALIZED (
+    SELECT unnest(@lim_kind::text[]) AS kind, unnest(@lim_per_key::boolean[]) AS per_key,
+           unnest(@lim_period_us::bigint[]) AS period_us
+), scanned AS MATERIALIZED (
+    SELECT f.kind, f.key FROM tenure.flow f
+    WHERE (SELECT lk.got FROM lk) AND f.queue = @queue::text
+      AND (@from_start::boolean OR (f.kind, f.key) > (@after_kind::text, @after_key::text))
+    ORDER BY f.kind, f.key
+    LIMIT @batch::integer
+), victim AS MATERIALIZED (
+    SELECT f.kind, f.key, coalesce(l.period_us, 86400000000) AS period_us
+    FROM scanned s
+    JOIN tenure.flow f ON f.queue = @queue::text AND f.kind = s.kind AND f.key = s.key
+    LEFT JOIN lim l ON l.kind = f.kind AND l.per_key = (f.key <> '')
+    WHERE (f.blocked_until IS NULL OR f.blocked_until <= now())
+      AND f.window_start + coalesce(l.period_us, 86400000000) * interval '1 microsecond' <= now()
+    FOR UPDATE OF f SKIP LOCKED
+), gone AS (
+    DELETE FROM tenure.flow f
+    USING victim v
+    WHERE f.queue = @queue::text AND f.kind = v.kind AND f.key = v.key
+      AND (f.blocked_until IS NULL OR f.blocked_until <= now())
+      AND f.window_start + v.period_us * interval '1 microsecond' <= now()
+    RETURNING f.key
+)
+SELECT (SELECT count(*) FROM scanned)::integer AS scanned,
+       (SELECT count(*) FROM gone)::integer AS deleted,
+       coalesce((SELECT s.kind FROM scanned s ORDER BY s.kind DESC, s.key DESC LIMIT 1), '')::text AS last_kind,
+       coalesce((SELECT s.key FROM scanned s ORDER BY s.kind DESC, s.key DESC LIMIT 1), '')::text AS last_key,
+       (SELECT lk.got FROM lk)::boolean AS locked;
+
 -- ---------------------------------------------------------------------------------------------
 -- Fenced transitions (docs/contract.md §2). Each returns the ids it changed; a missing id is a
 -- stale write (the caller lost ownership) and is never reported as success.

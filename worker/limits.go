@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -151,8 +153,13 @@ type limitArgs struct {
 	// rate limits (the usual FetchPollMax).
 	pollCap time.Duration
 	// grantable: every limit is a concurrency limit without PerKey and without Rate, so far
-	// from them the queue claims against grants (ClaimGranted) instead of striped claims.
+	// from them the queue can claim against grants (ClaimGranted).
 	grantable bool
+	// granting: the queue's latest limited claim granted budgets (or left its stripe's budget
+	// for another batch), so the next claim that is not exclusive is a grant claim rather than
+	// a striped one. Written by claim goroutines; only a hint for speed (every kind of claim
+	// keeps the limit on its own).
+	granting atomic.Bool
 }
 
 func newLimitArgs(ls []Limit) *limitArgs {
@@ -198,25 +205,34 @@ const (
 const limitScanFactor = 2
 
 // grantMin is the smallest budget an exclusive claim grants a stripe (below it the queue stays
-// exclusive): a grant claim is worth its statement only if it can fill batches.
-const grantMin = stripeGroupCap
+// exclusive): a grant is worth it only if it lasts a few full batches (MaxClaimBatch defaults to
+// 100), since the claim that finds it spent costs a second, exclusive, statement. A limit needs
+// a room of limitStripes·grantMin = 1,000 after the batch to be granted.
+const grantMin = 250
 
 // claimLimited runs a limited claim: a grant claim (ClaimGranted) for a grantable queue far
 // from its limits, else ClaimLimitsLock (+ ClaimGrantsLock when exclusive) then ClaimLimited in
 // one pipeline.
 func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
 	la := q.limits
-	if la.grantable && !p.exclusive {
+	if la.grantable && !p.exclusive && la.granting.Load() {
 		rows, res, err := q.claimGranted(ctx, p, base)
-		if err != nil || len(rows) > 0 || res.budgetLeft > 0 {
-			return rows, res, err
+		if err != nil || len(rows) == p.n || res.budgetLeft > 0 {
+			return rows, res, err // claimed in full, or the queue ran out of jobs before the grant did
 		}
-		// The stripe's budget is spent (or was voided, or a pause blocks a group): nothing was
-		// claimed for lack of a grant, not of jobs. Claim exclusively now (it recounts and
-		// regrants) rather than report an empty claim the loop would back off from.
+		la.granting.Store(false)
+		// The stripe's budget is spent (or was voided, or a pause blocks a group): the claim
+		// came back short for lack of a grant, not of jobs. Claim the rest exclusively now (it
+		// recounts and regrants) rather than report a short claim the loop would wait after.
 		ex := *p
-		ex.exclusive = true
-		p = &ex
+		ex.exclusive, ex.n = true, p.n-len(rows)
+		base.Batch = int32(ex.n)
+		more, res, err := q.claimLimited(ctx, &ex, base)
+		if err != nil && len(rows) > 0 {
+			// The grant claim committed: its jobs are ours whatever the second claim did.
+			return rows, limitResult{grantable: true, n: int32(p.n)}, nil
+		}
+		return append(rows, more...), res, err
 	}
 	first, last := locks.LimitsClass, locks.LimitsClass+limitStripes-1
 	reserve, groupCap := int32(0), int32(noCap)
@@ -248,6 +264,9 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 	for i, r := range got {
 		if i == 0 {
 			res.binding, res.minRoom, res.granted = r.Binding, r.MinRoom, r.Granted
+			if la.grantable && p.exclusive {
+				la.granting.Store(r.Granted >= grantMin)
+			}
 		}
 		if r.ID == nil { // nothing claimed: the one row carries the flags only
 			continue
@@ -272,7 +291,7 @@ func (q *queue) claimGranted(ctx context.Context, p *claimPlan, base gen.ClaimOr
 	if err != nil {
 		return nil, limitResult{}, err
 	}
-	res := limitResult{grantable: true, n: int32(p.n)}
+	res := limitResult{grantable: true, granting: true, n: int32(p.n)}
 	rows := make([]gen.ClaimStrictRow, 0, len(got))
 	for i, r := range got {
 		if i == 0 {
@@ -305,19 +324,20 @@ type limitResult struct {
 	minRoom    int32 // the smallest counted room less the batch
 	granted    int32 // an exclusive claim of a grantable queue: the smallest budget it granted a stripe
 	budgetLeft int32 // a grant claim: the smallest budget left on its stripe
-	grantable  bool  // the queue claims against grants when far
+	grantable  bool  // the queue may claim against grants when far
+	granting   bool  // this was a grant claim
 	exclusive  bool
 	n          int32 // the batch asked for
 }
 
-// far reports whether the queue's next limited claim may be striped (a grant claim, for a
-// grantable queue).
+// far reports whether the queue's next limited claim may be one that is not exclusive: a grant
+// claim if the queue is granting, else a striped one.
 func (r limitResult) far() bool {
 	switch {
-	case r.grantable && r.exclusive:
-		return !r.binding && r.granted >= grantMin
-	case r.grantable:
+	case r.granting:
 		return r.budgetLeft >= r.n
+	case r.grantable && r.exclusive && r.granted >= grantMin:
+		return true
 	}
 	return !r.binding && r.minRoom >= stripeFarRoom
 }
@@ -469,4 +489,104 @@ func (w *Worker) flowBlock(e *execution, d time.Duration) {
 		return
 	}
 	w.m.flowBlocks.Add(1)
+}
+
+// Pruning tenure.flow. A rate limit per key leaves one row per key it ever saw, and a RetryAfter
+// pause one per group it paused; a row whose window is over and whose pause has passed carries
+// nothing a claim would read (a claim treats a missing row and an old window alike: no starts in
+// the current window, no pause). The reclaim service (reclaim.go) runs a pass every PruneEvery:
+// for each queue the worker serves, steps of FlowPrune through the queue's rows in key order,
+// at most flowPruneSteps statements of flowPruneBatch rows per pass, continuing where the last
+// pass stopped. Each step holds locks.FlowPrune (try, transaction scope): while another worker
+// prunes, the pass ends.
+//
+// Why a racing claim loses no count, without the queue's limit stripes: the prune deletes a row
+// only after locking it (FOR UPDATE SKIP LOCKED) and rechecking, on the row's latest committed
+// version, that its window is over and its pause passed (READ COMMITTED re-evaluates the
+// conditions of a locked row that changed). A claim that counted starts into the row (or
+// FlowBlock that paused it) either committed before the prune locked it — the prune then sees
+// the current window (or the pause) and keeps it — or has it locked — skipped —, or writes
+// after the delete: its INSERT .. ON CONFLICT then waits for the pruner's commit and inserts a
+// fresh row with the starts it adds (the deleted row's window was over, so they are the whole
+// count of the current window). A claim whose snapshot still showed the deleted row read an
+// over window as zero starts, as it would a missing row. Nothing counted is lost, and the
+// concurrency count (jobs rows, flow_grant) is not touched.
+const (
+	flowPruneBatch = 1000
+	flowPruneSteps = 20
+)
+
+// flowPruner is the reclaim service's pruning state: when the next pass is due and where each
+// queue's walk stopped.
+type flowPruner struct {
+	next   time.Time
+	cursor map[string][2]string
+}
+
+// maybePruneFlow runs a pass of the flow prune if one is due.
+func (w *Worker) maybePruneFlow(ctx context.Context, fp *flowPruner) {
+	now := time.Now()
+	if now.Before(fp.next) {
+		return
+	}
+	fp.next = now.Add(w.cfg.PruneEvery)
+	pctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+	defer cancel()
+	if _, err := w.pruneFlow(pctx, fp); err != nil && ctx.Err() == nil {
+		w.m.pruneErrors.Add(1)
+		w.engineError(&w.pruneLog, "flow prune", err)
+	}
+}
+
+// PruneFlow runs one bounded pass of the tenure.flow prune over the worker's queues (from the
+// start of each) and returns the rows it deleted. The worker runs it every PruneEvery; it is
+// exported for operators and tests.
+func (w *Worker) PruneFlow(ctx context.Context) (int, error) {
+	if w.q == nil {
+		return 0, errors.New("tenure: PruneFlow on a worker whose engine has not started")
+	}
+	return w.pruneFlow(ctx, &flowPruner{})
+}
+
+func (w *Worker) pruneFlow(ctx context.Context, fp *flowPruner) (int, error) {
+	if fp.cursor == nil {
+		fp.cursor = map[string][2]string{}
+	}
+	names := make([]string, 0, len(w.cfg.Queues))
+	for name := range w.cfg.Queues {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	deleted, steps := 0, 0
+	for _, name := range names {
+		p := gen.FlowPruneParams{LockKey: int64(locks.FlowPrune), Queue: name, Batch: flowPruneBatch,
+			LimKind: []string{}, LimPerKey: []bool{}, LimPeriodUs: []int64{}}
+		for _, l := range w.cfg.Queues[name].Limits {
+			if l.Rate > 0 {
+				p.LimKind, p.LimPerKey, p.LimPeriodUs = append(p.LimKind, l.Kind), append(p.LimPerKey, l.PerKey), append(p.LimPeriodUs, l.Per.Microseconds())
+			}
+		}
+		for {
+			if steps == flowPruneSteps {
+				return deleted, nil
+			}
+			steps++
+			c, ok := fp.cursor[name]
+			p.FromStart, p.AfterKind, p.AfterKey = !ok, c[0], c[1]
+			r, err := w.q.FlowPrune(ctx, p)
+			if err != nil {
+				return deleted, err
+			}
+			if !r.Locked {
+				return deleted, nil // another worker is pruning
+			}
+			deleted += int(r.Deleted)
+			if r.Scanned < flowPruneBatch {
+				delete(fp.cursor, name) // the end of the queue's rows: the next pass starts over
+				break
+			}
+			fp.cursor[name] = [2]string{r.LastKind, r.LastKey}
+		}
+	}
+	return deleted, nil
 }

@@ -232,6 +232,28 @@ func TestLimitStripedNearTheLimit(t *testing.T) {
 	require.Positive(t, r.limitedClaims, "the limit never bound")
 }
 
+// TestLimitGrantsNearTheLimit: a limit with room for grants (1,500, 4 workers x 500 slots):
+// the workers claim against grants (no count, rows outside jobs_limited_idx) while far, then
+// exclusively as the grants run out and the running jobs approach the limit; neither the
+// handlers nor the table ever show more than the limit.
+func TestLimitGrantsNearTheLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2,000 handler slots, ~4 s")
+	}
+	pool := pgtest.NewPool(t)
+	const limit, n = 1500, 6000
+	r := runLimited(t, pool, 4, 500, n, []string{"a", "b", "c"}, 500*time.Millisecond, []worker.Limit{{Kind: "lim", MaxRunning: limit}})
+	var grants, spent int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*), coalesce(sum(spent), 0) FROM tenure.flow_grant`).Scan(&grants, &spent))
+	t.Logf("limit %d, 4 workers x 500 slots: %d jobs of 500ms in %v = %.0f jobs/s; max running: handlers %d, sampled %d (%d samples); limited claims %d, striped/grant claims %d; grant rows %d",
+		limit, n, r.elapsed.Round(time.Millisecond), r.jobsPerSecond, r.handlerMax, r.sampledMax, r.samples, r.limitedClaims, r.stripedClaims, grants)
+	require.LessOrEqual(t, r.handlerMax, int64(limit))
+	require.LessOrEqual(t, r.sampledMax, int64(limit))
+	require.Equal(t, 4, grants, "no grant was issued")
+	require.Positive(t, r.stripedClaims, "no claim ran against a grant")
+	require.Positive(t, r.limitedClaims, "the limit never bound")
+}
+
 // TestLimitOnePerKey: a limit of 1 running job per concurrency key, four workers: never two
 // jobs of a key at once, while jobs of different keys run side by side.
 func TestLimitOnePerKey(t *testing.T) {
@@ -511,9 +533,10 @@ func TestLimitFreedBySIGKILL(t *testing.T) {
 // grantHarness drives the limited claim statements directly, as the engine sends them, for one
 // queue "default" with one limit: kind lim, MaxRunning max.
 type grantHarness struct {
-	t    *testing.T
-	pool *pgxpool.Pool
-	max  int32
+	t        *testing.T
+	pool     *pgxpool.Pool
+	max      int32
+	grantMin int32 // the smallest budget granted a stripe (the engine's grantMin)
 }
 
 func (h grantHarness) ordered(batch int32) gen.ClaimOrderedParams {
@@ -545,7 +568,7 @@ func (h grantHarness) exclusive(ctx context.Context, db interface {
 		Batch: batch, Scan: 2 * batch, SegPriority: o.SegPriority, SegAfterUs: o.SegAfterUs, SegMinAgeUs: o.SegMinAgeUs, SegMaxAgeUs: o.SegMaxAgeUs,
 		Kinds: o.Kinds, KindVersions: o.KindVersions, KindLeaseMs: o.KindLeaseMs,
 		LimID: []int32{0}, LimKind: []string{"lim"}, LimPerKey: []bool{false}, LimMaxRunning: []int32{h.max}, LimRate: []int32{0}, LimPeriodUs: []int64{0},
-		Exclusive: true, MayGrant: true, LastStripe: 3, GrantRoom: 400, RecountBelow: batch + 400})
+		Exclusive: true, MayGrant: true, LastStripe: 3, GrantRoom: 4 * h.grantMin, RecountBelow: batch + 4*h.grantMin})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -604,7 +627,7 @@ func (h grantHarness) invariant(ctx context.Context) {
 func TestLimitGrants(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	h := grantHarness{t: t, pool: pool, max: 500}
+	h := grantHarness{t: t, pool: pool, max: 500, grantMin: 100}
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT 'default', 'lim', '{}' FROM generate_series(1, 2000)`)
 	require.NoError(t, err)
 
@@ -690,7 +713,7 @@ func TestLimitGrants(t *testing.T) {
 func TestLimitGrantRace(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	h := grantHarness{t: t, pool: pool, max: 500}
+	h := grantHarness{t: t, pool: pool, max: 500, grantMin: 100}
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT 'default', 'lim', '{}' FROM generate_series(1, 2000)`)
 	require.NoError(t, err)
 	_, granted, err := h.exclusive(ctx, pool, 10)
@@ -725,4 +748,157 @@ func TestLimitGrantRace(t *testing.T) {
 	// 10 + 50 marked, 100 spent: (500 - 160) / 4 = 85 < 100, so nothing is granted.
 	require.Zero(t, r.granted)
 	h.invariant(ctx)
+}
+
+// rateClaim runs an exclusive limited claim of batch jobs of kind lim under one limit, 10 starts
+// per hour per concurrency key, in its own transaction, and returns how many it claimed.
+func rateClaim(ctx context.Context, pool *pgxpool.Pool, batch int32) (int, error) {
+	h := grantHarness{}
+	o := h.ordered(batch)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	q := gen.New(tx)
+	if err := q.ClaimLimitsLock(ctx, gen.ClaimLimitsLockParams{Queue: "default", FirstClass: locks.LimitsClass, LastClass: locks.LimitsClass + 3}); err != nil {
+		return 0, err
+	}
+	rows, err := q.ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: 0, GroupCap: 1 << 30, WorkerID: o.WorkerID, Queue: o.Queue,
+		Batch: batch, Scan: 2 * batch, SegPriority: o.SegPriority, SegAfterUs: o.SegAfterUs, SegMinAgeUs: o.SegMinAgeUs, SegMaxAgeUs: o.SegMaxAgeUs,
+		Kinds: o.Kinds, KindVersions: o.KindVersions, KindLeaseMs: o.KindLeaseMs,
+		LimID: []int32{0}, LimKind: []string{"lim"}, LimPerKey: []bool{true}, LimMaxRunning: []int32{0}, LimRate: []int32{10}, LimPeriodUs: []int64{3600e6},
+		Exclusive: true, MayGrant: false, LastStripe: 3, GrantRoom: 400, RecountBelow: batch + 400})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range rows {
+		if r.ID != nil {
+			n++
+		}
+	}
+	return n, tx.Commit(ctx)
+}
+
+// TestFlowPrune: the worker's flow prune deletes the tenure.flow rows that carry nothing (window
+// over, no pause in force) and keeps the others, in bounded passes; a limited claim racing it
+// (either order) keeps its count.
+func TestFlowPrune(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 2, Limits: []worker.Limit{
+		{Kind: "lim", PerKey: true, Rate: 10, Per: time.Hour},
+		{Kind: "other", MaxRunning: 2, RetryAfterPauses: true},
+	}}})
+	cfg.ReclaimEvery, cfg.PruneEvery = time.Hour, time.Hour // the test drives the prune
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
+	startWorker(t, w)
+
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.flow (queue, kind, key, window_start, started, blocked_until) VALUES
+		('default', 'lim', 'old', now() - interval '2 hours', 3, NULL),             -- window over: goes
+		('default', 'lim', 'current', now() - interval '1 minute', 3, NULL),         -- current window: stays
+		('default', 'lim', 'paused', now() - interval '2 hours', 0, now() + interval '1 hour'), -- pause in force: stays
+		('default', 'lim', 'unpaused', 'epoch', 0, now() - interval '1 second'),     -- pause over: goes
+		('default', 'other', '', 'epoch', 0, now() + interval '1 hour'),             -- pause in force: stays
+		('default', '', '', 'epoch', 0, now() - interval '1 minute'),                -- pause over: goes
+		('default', 'unknown', 'x', now() - interval '2 hours', 1, NULL),            -- no limit: within 24 h, stays
+		('default', 'unknown', 'y', now() - interval '25 hours', 1, NULL),           -- no limit: past 24 h, goes
+		('elsewhere', 'lim', 'old', now() - interval '2 hours', 3, NULL)             -- a queue the worker does not serve: stays`)
+	require.NoError(t, err)
+	// 25,000 stale per-key rows: more than one pass (20 steps of 1,000) removes.
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.flow (queue, kind, key, window_start, started)
+		SELECT 'default', 'lim', 'bulk-' || lpad(i::text, 6, '0'), now() - interval '3 hours', 1 FROM generate_series(1, 25000) i`)
+	require.NoError(t, err)
+
+	keys := func() []string {
+		var ks []string
+		rows, err := pool.Query(ctx, `SELECT queue || '/' || kind || '/' || key FROM tenure.flow ORDER BY 1`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var k string
+			require.NoError(t, rows.Scan(&k))
+			ks = append(ks, k)
+		}
+		require.NoError(t, rows.Err())
+		return ks
+	}
+	n1, err := w.PruneFlow(ctx)
+	require.NoError(t, err)
+	require.Positive(t, n1)
+	require.LessOrEqual(t, n1, 20000, "a pass deleted more than it may read")
+	n2, err := w.PruneFlow(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 25000+4, n1+n2, "left: %v", keys())
+	require.Equal(t, []string{"default/lim/current", "default/lim/paused", "default/other/", "default/unknown/x", "elsewhere/lim/old"}, keys())
+
+	// Race 1: a claim has counted into a stale row and not committed: the prune skips the row;
+	// once committed the row holds the current window and stays.
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, metadata)
+		SELECT 'default', 'lim', '{}', jsonb_build_object('tenure.concurrency_key', k)
+		FROM unnest(ARRAY['race1', 'race1', 'race2', 'race2', 'race2']) k`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.flow (queue, kind, key, window_start, started) VALUES
+		('default', 'lim', 'race1', now() - interval '2 hours', 10)`)
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `UPDATE tenure.flow SET started = 2,
+		window_start = 'epoch'::timestamptz + floor(extract(epoch FROM now()) / 3600) * interval '1 hour' -- the current window
+		WHERE queue = 'default' AND key = 'race1'`)
+	require.NoError(t, err)
+	_, err = w.PruneFlow(ctx)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	_, err = w.PruneFlow(ctx)
+	require.NoError(t, err)
+	var started int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT started FROM tenure.flow WHERE queue = 'default' AND key = 'race1'`).Scan(&started))
+	require.Equal(t, 2, started)
+
+	// Race 2: the prune has deleted a stale row and not committed when a claim counts into it:
+	// the claim waits, then inserts the row afresh with its starts.
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.flow (queue, kind, key, window_start, started) VALUES
+		('default', 'lim', 'race2', now() - interval '2 hours', 10)`)
+	require.NoError(t, err)
+	ptx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = ptx.Rollback(ctx) }()
+	r, err := gen.New(ptx).FlowPrune(ctx, gen.FlowPruneParams{LockKey: int64(locks.FlowPrune), Queue: "default", Batch: 1000, FromStart: true,
+		LimKind: []string{"lim"}, LimPerKey: []bool{true}, LimPeriodUs: []int64{3600e6}})
+	require.NoError(t, err)
+	require.True(t, r.Locked)
+	require.Equal(t, int32(1), r.Deleted) // race2
+	done := make(chan error, 1)
+	claimedN := make(chan int, 1)
+	go func() {
+		n, err := rateClaim(ctx, pool, 10)
+		claimedN <- n
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the claim did not wait for the prune's delete: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, ptx.Commit(ctx))
+	require.NoError(t, <-done)
+	require.Equal(t, 5, <-claimedN) // race1: 2 more (room 10-2), race2: 3 (its old window is over)
+	rows, err := pool.Query(ctx, `SELECT key, started, window_start > now() - interval '1 hour' FROM tenure.flow
+		WHERE queue = 'default' AND key IN ('race1', 'race2') ORDER BY key`)
+	require.NoError(t, err)
+	got := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		var current bool
+		require.NoError(t, rows.Scan(&k, &n, &current))
+		require.True(t, current, k)
+		got[k] = n
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]int{"race1": 4, "race2": 3}, got)
 }

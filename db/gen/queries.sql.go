@@ -1458,6 +1458,92 @@ func (q *Queries) FlowBlock(ctx context.Context, arg FlowBlockParams) error {
 	return err
 }
 
+const flowPrune = `-- name: FlowPrune :one
+WITH lk AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock($1::bigint) AS got
+), lim AS MATERIALIZED (
+    SELECT unnest($2::text[]) AS kind, unnest($3::boolean[]) AS per_key,
+           unnest($4::bigint[]) AS period_us
+), scanned AS MATERIALIZED (
+    SELECT f.kind, f.key FROM tenure.flow f
+    WHERE (SELECT lk.got FROM lk) AND f.queue = $5::text
+      AND ($6::boolean OR (f.kind, f.key) > ($7::text, $8::text))
+    ORDER BY f.kind, f.key
+    LIMIT $9::integer
+), victim AS MATERIALIZED (
+    SELECT f.kind, f.key, coalesce(l.period_us, 86400000000) AS period_us
+    FROM scanned s
+    JOIN tenure.flow f ON f.queue = $5::text AND f.kind = s.kind AND f.key = s.key
+    LEFT JOIN lim l ON l.kind = f.kind AND l.per_key = (f.key <> '')
+    WHERE (f.blocked_until IS NULL OR f.blocked_until <= now())
+      AND f.window_start + coalesce(l.period_us, 86400000000) * interval '1 microsecond' <= now()
+    FOR UPDATE OF f SKIP LOCKED
+), gone AS (
+    DELETE FROM tenure.flow f
+    USING victim v
+    WHERE f.queue = $5::text AND f.kind = v.kind AND f.key = v.key
+      AND (f.blocked_until IS NULL OR f.blocked_until <= now())
+      AND f.window_start + v.period_us * interval '1 microsecond' <= now()
+    RETURNING f.key
+)
+SELECT (SELECT count(*) FROM scanned)::integer AS scanned,
+       (SELECT count(*) FROM gone)::integer AS deleted,
+       coalesce((SELECT s.kind FROM scanned s ORDER BY s.kind DESC, s.key DESC LIMIT 1), '')::text AS last_kind,
+       coalesce((SELECT s.key FROM scanned s ORDER BY s.kind DESC, s.key DESC LIMIT 1), '')::text AS last_key,
+       (SELECT lk.got FROM lk)::boolean AS locked
+`
+
+type FlowPruneParams struct {
+	LockKey     int64
+	LimKind     []string
+	LimPerKey   []bool
+	LimPeriodUs []int64
+	Queue       string
+	FromStart   bool
+	AfterKind   string
+	AfterKey    string
+	Batch       int32
+}
+
+type FlowPruneRow struct {
+	Scanned  int32
+	Deleted  int32
+	LastKind string
+	LastKey  string
+	Locked   bool
+}
+
+// Flow control housekeeping (worker/limits.go, "Pruning tenure.flow"): one bounded step through
+// a queue's tenure.flow rows in key order, from the start or after (after_kind, after_key): of the next @batch rows
+// it deletes those that carry no information: no pause in force (blocked_until passed or
+// unset) and a window that is over (window_start + the period of the rate limit the row belongs
+// to — lim_* lists the queue's rate limits — or + 24 h, the longest period, for a row no
+// configured rate limit claims). Only while this transaction holds the flow prune lock
+// (pg_try_advisory_xact_lock, internal/locks): one pruner at a time. Returns how many rows it
+// read and deleted and the last key read (the caller's next cursor).
+func (q *Queries) FlowPrune(ctx context.Context, arg FlowPruneParams) (FlowPruneRow, error) {
+	row := q.db.QueryRow(ctx, flowPrune,
+		arg.LockKey,
+		arg.LimKind,
+		arg.LimPerKey,
+		arg.LimPeriodUs,
+		arg.Queue,
+		arg.FromStart,
+		arg.AfterKind,
+		arg.AfterKey,
+		arg.Batch,
+	)
+	var i FlowPruneRow
+	err := row.Scan(
+		&i.Scanned,
+		&i.Deleted,
+		&i.LastKind,
+		&i.LastKey,
+		&i.Locked,
+	)
+	return i, err
+}
+
 const getEffect = `-- name: GetEffect :one
 
 SELECT key, job_id, name, generation, result, created_at, updated_at FROM tenure.effects WHERE key = $1
