@@ -480,8 +480,11 @@ WITH clk AS MATERIALIZED (
             unnest(@seg_after_us::bigint[]) AS after_us,
             unnest(@seg_min_age_us::bigint[]) AS min_age_us,
             unnest(@seg_max_age_us::bigint[]) AS max_age_us,
+            unnest(@seg_limit::integer[]) AS lim,
+            unnest(@seg_rank::integer[]) AS rank,
+            unnest(@seg_quota::integer[]) AS quota,
             generate_subscripts(@seg_priority::smallint[], 1) AS ord) AS s
-), cand AS MATERIALIZED (
+), ordc AS MATERIALIZED (
     SELECT s.ord, c.id, c.run_at, c.kind, c.ckey
     FROM seg s
     CROSS JOIN LATERAL (
@@ -500,7 +503,38 @@ WITH clk AS MATERIALIZED (
         LIMIT @scan
         FOR UPDATE SKIP LOCKED
     ) c
+    WHERE NOT @ranked::boolean
     LIMIT @scan
+), rankc AS MATERIALIZED (
+    SELECT s.ord, s.priority AS band, s.rank, s.quota, c.id, c.run_at, c.kind, c.ckey
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.kind, nullif(j.metadata ->> 'tenure.concurrency_key', '') AS ckey
+        FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
+          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer <= 0))
+               OR NOT EXISTS (SELECT 1 FROM grp g
+                          WHERE g.room - @reserve::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                            AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
+        ORDER BY j.run_at, j.id
+        LIMIT s.lim
+        FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE @ranked::boolean
+), cand AS MATERIALIZED (
+    -- pos: the claim order. Ordered: segment order, then run_at. Ranked (ClaimSegments'): a
+    -- band's first `quota` candidates ahead of every band's overflow, then rank, run_at.
+    SELECT o.ord, o.id, o.run_at, o.kind, o.ckey, row_number() OVER (ORDER BY o.ord, o.run_at, o.id) AS pos
+    FROM ordc o
+    UNION ALL
+    SELECT r.ord, r.id, r.run_at, r.kind, r.ckey,
+           row_number() OVER (ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.run_at, r.id) AS pos
+    FROM (SELECT rankc.*, row_number() OVER (PARTITION BY rankc.band ORDER BY rankc.rank, rankc.run_at, rankc.id) AS band_rn
+          FROM rankc) AS r
 ), roomy AS MATERIALIZED (
     -- Every group, counted or not, has room for the whole batch (less the reserve, within the
     -- cap), none is paused and no limit counts starts: every candidate is admitted, and hit
@@ -511,7 +545,7 @@ WITH clk AS MATERIALIZED (
             AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer < @batch::integer))::boolean AS ok
 ), hit AS MATERIALIZED (
     SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
-           row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.ord, c.run_at, c.id) AS nth,
+           row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.pos) AS nth,
            coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
                                   CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room,
            least(coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
@@ -525,7 +559,7 @@ WITH clk AS MATERIALIZED (
     SELECT c.id FROM cand c
     WHERE (SELECT roomy.ok FROM roomy)
        OR NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.admit)
-    ORDER BY c.ord, c.run_at, c.id
+    ORDER BY c.pos
     LIMIT @batch
 ), counted AS (
     INSERT INTO tenure.flow AS f (queue, kind, key, window_start, started, updated_at)

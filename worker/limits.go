@@ -21,29 +21,70 @@ import (
 // how many jobs run at once and how many start per period, cluster-wide, enforced inside the
 // claim.
 //
-// A queue with limits claims with a limited claim instead of ClaimOrdered: two statements sent
-// in one pipeline (one round trip, one implicit transaction). ClaimLimitsLock waits for
-// transaction-scoped advisory locks on the queue's limit stripes (limitStripes of them);
-// ClaimLimited then counts the groups' running, leased jobs and window starts and claims within
-// their room. A claim is exclusive (it takes every stripe, in order) or striped (it takes one).
+// A queue with limits claims in one of three ways:
+//   - exclusive: ClaimLimitsLock (transaction-scoped advisory locks on all limitStripes of the
+//     queue's limit stripes, in order), ClaimGrantsLock (the queue's tenure.flow_grant rows, FOR
+//     UPDATE) and ClaimLimited, sent in one pipeline (one round trip, one implicit transaction).
+//     ClaimLimited counts the groups' running, leased, marked jobs (limited = true, through
+//     jobs_limited_idx) and window starts, claims within their room, marks the rows it claims of
+//     kinds a concurrency limit covers, and (re)grants budgets (below);
+//   - striped: the same with one stripe and without the grant rows; it admits at most
+//     stripeGroupCap per group and keeps stripeReserve of every group's room for the claims it
+//     cannot see;
+//   - grant (ClaimGranted, one statement, no advisory lock): only for a grantable queue (every
+//     limit a concurrency limit without PerKey and without Rate). ClaimOrdered within the budget
+//     an exclusive claim granted the claimer's stripe; it does not count and does not mark.
 //
-// Why it is race-free under READ COMMITTED. Every limited claim of the queue, on every worker,
-// holds its stripes from before ClaimLimited takes its snapshot until after its transaction
-// committed (PostgreSQL makes a commit visible before it releases the transaction's locks), and
-// the count's rows can only leave a group after the snapshot (finished, released, lease
-// expired), never join it except through a limited claim. Take, at any instant, the committed
-// claim X with the latest snapshot. Every committed claim X does not see took its snapshot
-// before X's and committed after it, so it held a stripe at X's snapshot: none if X is
-// exclusive (X held them all), at most one per other stripe (limitStripes-1) if X is striped.
-// An exclusive claim admits up to a group's room; a striped one at most stripeGroupCap per
-// group and only within the room less what the other stripes may hold unseen
-// ((limitStripes-1)·stripeGroupCap). Either way the group's total at that instant is at most
-// its limit. A single statement could not do this: its snapshot would be taken before it
-// waited for the lock.
+// Grants. Per limit L of a grantable queue and stripe s, a tenure.flow_grant row holds budget_s
+// (jobs grant claims on s may still start) and spent_s (a bound on the jobs they started that
+// may still run). Write marked for L's running, leased, marked jobs; unmarked for L's running,
+// leased jobs grant claims started; S = Σ spent_s, B = Σ budget_s (committed values). Two
+// invariants hold at every instant:
 //
-// Striped claims let claims of a queue far from its limits run in parallel (and share group
-// commits), which is what "configured but not binding" costs; near a limit, or when a limit
-// held something back, the queue's next claim is exclusive (exact up to the limit).
+//	(I1) unmarked ≤ S            (I2) T := marked + S + B ≤ MaxRunning
+//
+// so L's running, leased jobs number marked + unmarked ≤ T ≤ MaxRunning: the guarantee. (Jobs
+// started by a worker that does not configure the limit are neither marked nor granted and are
+// not counted, as documented.) Each event keeps them:
+//   - a finish, release or lease expiry only lowers marked or unmarked;
+//   - a grant claim's UPDATE of its stripe's row (which waits for a concurrent holder and then
+//     rechecks `budget >= k` on the row's latest committed version, READ COMMITTED) moves k from
+//     budget to spent, and only if every limit's row allowed it does the same statement claim
+//     the k jobs: T unchanged, unmarked and S both up by k. It reads no count, so its snapshot
+//     does not matter; its jobs enter no index (the cost saved while far from the limit);
+//   - an exclusive claim holds every stripe and every grant row from before ClaimLimited's
+//     snapshot until after its commit. Every claim that marks rows holds a stripe and every
+//     change to spent or budget holds a grant row, and PostgreSQL makes a commit visible before
+//     it releases the transaction's locks, so its snapshot sees them all and nothing but
+//     finishes changes them until it commits. It counts marked = M exactly, bounds unmarked by
+//     U = S (I1) or, when that bound leaves less than batch + limitStripes·grantMin of room,
+//     recounts U exactly (every unmarked running leased job L covers, through
+//     jobs_running_idx), admits k ≤ MaxRunning − M − U, and writes spent = U (the recount, on
+//     stripe 0; else unchanged) and budgets summing to at most MaxRunning − M − U − k (the rest
+//     split over the stripes, granted only if each gets grantMin; otherwise 0, voiding what
+//     was left). Then marked ≤ M + k, unmarked ≤ U ≤ S, and T ≤ MaxRunning;
+//   - a striped claim counts marked + S + B as the group's running count (T at its snapshot).
+//     Take, at any instant, the committed striped claim X with the latest snapshot. Grant claims
+//     leave T unchanged, exclusive claims hold every stripe (none overlaps X), and every other
+//     claim X does not see took its snapshot before X's and committed after it, so it held a
+//     stripe at X's snapshot: at most one per other stripe (limitStripes−1), each adding at most
+//     stripeGroupCap to T. X admits at most stripeGroupCap and only within the room less
+//     (limitStripes−1)·stripeGroupCap, so T stays within the limit.
+//
+// Groups of per-key limits and of rate limits have no grants (S = B = 0): the exclusive and
+// striped arguments above are the whole proof, with marked the group's running count, and for
+// rate limits the window's starts in tenure.flow (written only under the stripes). A single
+// statement that locked and counted could not do this: its snapshot would be taken before it
+// waited for the lock. TestLimitGrants and TestLimitGrantRace check the accounting step by step
+// and the wait for a grant claim in flight; TestLimitGrantsNearTheLimit, TestLimitStripedNearTheLimit
+// and TestLimitGlobalAcrossWorkers check the guarantee with workers.
+//
+// Mode choice (a hint for speed; every claim keeps the limit on its own): a queue starts
+// exclusive; an exclusive claim of a grantable queue that granted makes the next claims grant
+// claims while their stripe's budget lasts (a grant claim that comes back short for lack of
+// budget claims the rest exclusively at once); an exclusive or striped claim that held nothing
+// back and saw every counted group's room at least stripeFarRoom after its batch makes the next
+// claims striped; anything else, exclusive.
 //
 // Queues without limits claim exactly as before (ClaimOrdered, no lock, no extra index entry).
 
@@ -87,8 +128,9 @@ var (
 	// ErrDuplicateLimit: two limits of a queue cover the same group (same Kind and PerKey);
 	// put both bounds in one Limit.
 	ErrDuplicateLimit = errors.New("tenure: duplicate limit")
-	// ErrLimitsNeedOrderedFairness: limits work with strict priority and aging; a queue with
-	// quotas or a deadline (which rank candidates together) cannot have limits yet.
+	// ErrLimitsNeedOrderedFairness is no longer returned: limits work with every fairness
+	// policy (quotas and deadlines claim through the ranked form of the limited claim). Kept so
+	// code that tests for it still compiles.
 	ErrLimitsNeedOrderedFairness = errors.New("tenure: limits need strict or aging fairness")
 )
 
@@ -102,9 +144,6 @@ const ConcurrencyKeyMetadata = jobs.ConcurrencyKeyMetadata
 func validateLimits(queue string, q QueueConfig) error {
 	if len(q.Limits) == 0 {
 		return nil
-	}
-	if q.Fairness.Quotas != nil || q.Fairness.Deadline > 0 {
-		return fmt.Errorf("%w: %w: queue %q", ErrInvalidConfig, ErrLimitsNeedOrderedFairness, queue)
 	}
 	type scope struct {
 		kind   string
@@ -215,7 +254,7 @@ const grantMin = 250
 // one pipeline.
 func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
 	la := q.limits
-	if la.grantable && !p.exclusive && la.granting.Load() {
+	if la.grantable && !p.exclusive && !p.ranked && la.granting.Load() {
 		rows, res, err := q.claimGranted(ctx, p, base)
 		if err != nil || len(rows) == p.n || res.budgetLeft > 0 {
 			return rows, res, err // claimed in full, or the queue ran out of jobs before the grant did
@@ -233,6 +272,12 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 			return rows, limitResult{grantable: true, n: int32(p.n)}, nil
 		}
 		return append(rows, more...), res, err
+	}
+	var segLimit, segRank, segQuota []int32
+	if p.ranked { // quotas, deadline: ClaimSegments' candidates and order (each segment its own LIMIT)
+		for _, s := range p.segs {
+			segLimit, segRank, segQuota = append(segLimit, int32(s.limit)), append(segRank, int32(s.rank)), append(segQuota, int32(s.quota))
+		}
 	}
 	first, last := locks.LimitsClass, locks.LimitsClass+limitStripes-1
 	reserve, groupCap := int32(0), int32(noCap)
@@ -253,7 +298,8 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,
 		Kinds: base.Kinds, KindVersions: base.KindVersions, KindLeaseMs: base.KindLeaseMs,
 		LimID: la.id, LimKind: la.kind, LimPerKey: la.perKey, LimMaxRunning: la.maxRunning, LimRate: la.rate, LimPeriodUs: la.periodUs,
-		Exclusive: p.exclusive, MayGrant: la.grantable, LastStripe: limitStripes - 1,
+		Ranked: p.ranked, SegLimit: segLimit, SegRank: segRank, SegQuota: segQuota,
+		Exclusive: p.exclusive, MayGrant: la.grantable && !p.ranked, LastStripe: limitStripes - 1,
 		GrantRoom: limitStripes * grantMin, RecountBelow: base.Batch + limitStripes*grantMin,
 	})
 	if err != nil {

@@ -365,7 +365,6 @@ func TestLimitConfigErrors(t *testing.T) {
 		{worker.QueueConfig{Limits: []worker.Limit{{Kind: "lim", Rate: 5}}}, worker.ErrInvalidLimit},
 		{worker.QueueConfig{Limits: []worker.Limit{{Kind: "lim", MaxRunning: 1, Per: time.Second}}}, worker.ErrInvalidLimit},
 		{worker.QueueConfig{Limits: []worker.Limit{{Kind: "lim", MaxRunning: 1}, {Kind: "lim", Rate: 1, Per: time.Second}}}, worker.ErrDuplicateLimit},
-		{worker.QueueConfig{Fairness: worker.Fairness{Quotas: map[int]int{3: 1, 2: 1}}, Limits: []worker.Limit{{MaxRunning: 1}}}, worker.ErrLimitsNeedOrderedFairness},
 	} {
 		_, err := worker.New(pool, &worker.Config{Queues: map[string]worker.QueueConfig{"default": tc.q}})
 		require.ErrorIs(t, err, tc.want)
@@ -375,6 +374,11 @@ func TestLimitConfigErrors(t *testing.T) {
 	_, err := worker.New(pool, &worker.Config{Queues: map[string]worker.QueueConfig{"default": {Limits: []worker.Limit{
 		{Kind: "lim", PerKey: true, MaxRunning: 2, Rate: 10, Per: time.Second}, {MaxRunning: 50}}}}})
 	require.NoError(t, err)
+	// Limits with quotas or a deadline: fine (ErrLimitsNeedOrderedFairness is no longer returned).
+	for _, f := range []worker.Fairness{{Quotas: map[int]int{3: 1, 2: 1}}, {Deadline: time.Minute}} {
+		_, err = worker.New(pool, &worker.Config{Queues: map[string]worker.QueueConfig{"default": {Fairness: f, Limits: []worker.Limit{{MaxRunning: 1}}}}})
+		require.NoError(t, err)
+	}
 	// The concurrency key is validated at insert.
 	c := newClient(t, pool, nil)
 	_, err = c.Insert(context.Background(), limArgs{Key: string([]byte{0xff})}, nil)
@@ -414,6 +418,7 @@ func TestClaimLimitedPlan(t *testing.T) {
 		"reserve": 300, "group_cap": 100,
 		"worker_id": "explain-worker", "kind_lease_ms": []int32{0, 0},
 		"exclusive": false, "may_grant": false, "last_stripe": 3, "grant_room": 400, "recount_below": 410,
+		"ranked": false, "seg_limit": []int32(nil), "seg_rank": []int32(nil), "seg_quota": []int32(nil),
 	}
 	vals := func() []any {
 		var vals []any
@@ -456,6 +461,19 @@ func TestClaimLimitedPlan(t *testing.T) {
 		require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "ClaimLimited scans the jobs table")
 	})
 	t.Logf("ClaimLimited exclusive with a recount (EXPLAIN ANALYZE, rolled back): %d buffers; indexes %v", plan.Buffers(), idx)
+
+	// Ranked (quotas, deadline): each segment reads its own LIMIT through jobs_ready_idx.
+	args["ranked"] = true
+	args["seg_limit"], args["seg_rank"], args["seg_quota"] = []int32{10, 10, 10, 10, 10, 10, 10, 10, 10}, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}, []int32{5, 1, 1, 1, 1, 1, 1, 1, 1}
+	plan = plantest.ExplainEngine(t, pool, true, sql, vals()...)
+	idx = plantest.Indexes(plan)
+	for _, want := range []string{"jobs_ready_idx", "jobs_limited_idx", "jobs_pkey"} {
+		require.True(t, idx[want], "ranked ClaimLimited does not use %s (uses %v)", want, idx)
+	}
+	plantest.Walk(plan, func(n plantest.Node) {
+		require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "ranked ClaimLimited scans the jobs table")
+	})
+	t.Logf("ClaimLimited ranked (EXPLAIN ANALYZE, rolled back): %d buffers; indexes %v", plan.Buffers(), idx)
 }
 
 // TestLimitFreedBySIGKILL: a worker process holding the 2 jobs a limit of 2 allows is
@@ -901,4 +919,83 @@ func TestFlowPrune(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, map[string]int{"race1": 4, "race2": 3}, got)
+}
+
+// TestLimitWithQuotas: limits on a queue with quotas (ranked claims). While no limit binds, a
+// batch honours the quota shares exactly as without limits (12/6/2 of 20, and a band's unused
+// share flows to the others); when the limit binds, two workers of 20 slots each start 7 jobs
+// in all, never more, and the rest once room returns.
+func TestLimitWithQuotas(t *testing.T) {
+	quotas := worker.Fairness{Quotas: map[int]int{jobs.PriorityHigh: 12, jobs.PriorityNormal: 6, jobs.PriorityLow: 2}}
+	far := []worker.Limit{{Kind: "noop", MaxRunning: 1000}}
+	t.Run("shares", func(t *testing.T) {
+		pool := pgtest.NewPool(t)
+		c := newClient(t, pool, nil)
+		past := time.Now().Add(-time.Second)
+		insertAt(t, c, 30, jobs.PriorityHigh, past)
+		insertAt(t, c, 30, jobs.PriorityNormal, past)
+		insertAt(t, c, 30, jobs.PriorityLow, past)
+		started, _ := blockingWorker(t, pool, worker.QueueConfig{Concurrency: 20, Fairness: quotas, Limits: far})
+		require.Equal(t, map[int]int{3: 12, 2: 6, 1: 2}, collect(t, started, 20))
+	})
+	t.Run("unused share flows", func(t *testing.T) {
+		pool := pgtest.NewPool(t)
+		c := newClient(t, pool, nil)
+		past := time.Now().Add(-time.Second)
+		insertAt(t, c, 30, jobs.PriorityHigh, past)
+		insertAt(t, c, 2, jobs.PriorityNormal, past)
+		started, _ := blockingWorker(t, pool, worker.QueueConfig{Concurrency: 20, Fairness: quotas, Limits: far})
+		require.Equal(t, map[int]int{3: 18, 2: 2}, collect(t, started, 20))
+	})
+	for _, f := range []struct {
+		name string
+		f    worker.Fairness
+	}{{"quotas bound", quotas}, {"deadline bound", worker.Fairness{Deadline: time.Millisecond}}} {
+		t.Run(f.name, func(t *testing.T) {
+			pool := pgtest.NewPool(t)
+			c := newClient(t, pool, nil)
+			past := time.Now().Add(-time.Second)
+			insertAt(t, c, 30, jobs.PriorityHigh, past)
+			insertAt(t, c, 30, jobs.PriorityNormal, past)
+			insertAt(t, c, 30, jobs.PriorityLow, past)
+			stop := make(chan struct{})
+			sTotal, _, samples, sDone := sampleKind(pool, "noop", stop)
+			qc := worker.QueueConfig{Concurrency: 20, Fairness: f.f, Limits: []worker.Limit{{Kind: "noop", MaxRunning: 7}}}
+			s1, r1 := blockingWorker(t, pool, qc)
+			s2, r2 := blockingWorker(t, extraPool(t, pool, 10), qc)
+			n := 0
+			deadline := time.After(10 * time.Second)
+			for n < 7 {
+				select {
+				case <-s1:
+				case <-s2:
+				case <-deadline:
+					t.Fatalf("only %d of 7 jobs started", n)
+				}
+				n++
+			}
+			select {
+			case <-s1:
+				t.Fatal("an 8th job started on worker 1")
+			case <-s2:
+				t.Fatal("an 8th job started on worker 2")
+			case <-time.After(500 * time.Millisecond):
+			}
+			close(r1)
+			close(r2)
+			for n < 90 {
+				select {
+				case <-s1:
+				case <-s2:
+				case <-time.After(10 * time.Second):
+					t.Fatalf("only %d of 90 jobs started", n)
+				}
+				n++
+			}
+			close(stop)
+			<-sDone
+			require.Positive(t, samples.Load())
+			require.LessOrEqual(t, sTotal.v.Load(), int64(7), "the table showed more running leased jobs than the limit")
+		})
+	}
 }

@@ -326,12 +326,15 @@ WITH clk AS MATERIALIZED (
     LEFT JOIN busy b ON b.id = k.id AND b.key = k.key
     LEFT JOIN rated r ON r.id = k.id AND r.key = k.key
 ), seg AS (
-    SELECT priority, after_us, min_age_us, max_age_us, ord FROM (SELECT unnest($10::smallint[]) AS priority,
+    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota, ord FROM (SELECT unnest($10::smallint[]) AS priority,
             unnest($11::bigint[]) AS after_us,
             unnest($12::bigint[]) AS min_age_us,
             unnest($13::bigint[]) AS max_age_us,
+            unnest($14::integer[]) AS lim,
+            unnest($15::integer[]) AS rank,
+            unnest($16::integer[]) AS quota,
             generate_subscripts($10::smallint[], 1) AS ord) AS s
-), cand AS MATERIALIZED (
+), ordc AS MATERIALIZED (
     SELECT s.ord, c.id, c.run_at, c.kind, c.ckey
     FROM seg s
     CROSS JOIN LATERAL (
@@ -341,32 +344,63 @@ WITH clk AS MATERIALIZED (
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($14::integer[])[array_position($15::text[], j.kind)]
-          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $16::integer <= 0))
+          AND j.payload_version <= ($17::integer[])[array_position($18::text[], j.kind)]
+          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer <= 0))
                OR NOT EXISTS (SELECT 1 FROM grp g
-                          WHERE g.room - $16::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                          WHERE g.room - $19::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
                             AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
         ORDER BY j.run_at, j.id
-        LIMIT $17
+        LIMIT $20
         FOR UPDATE SKIP LOCKED
     ) c
-    LIMIT $17
+    WHERE NOT $21::boolean
+    LIMIT $20
+), rankc AS MATERIALIZED (
+    SELECT s.ord, s.priority AS band, s.rank, s.quota, c.id, c.run_at, c.kind, c.ckey
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.kind, nullif(j.metadata ->> 'tenure.concurrency_key', '') AS ckey
+        FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = $7 AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= ($17::integer[])[array_position($18::text[], j.kind)]
+          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer <= 0))
+               OR NOT EXISTS (SELECT 1 FROM grp g
+                          WHERE g.room - $19::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                            AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
+        ORDER BY j.run_at, j.id
+        LIMIT s.lim
+        FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE $21::boolean
+), cand AS MATERIALIZED (
+    -- pos: the claim order. Ordered: segment order, then run_at. Ranked (ClaimSegments'): a
+    -- band's first ` + "`" + `quota` + "`" + ` candidates ahead of every band's overflow, then rank, run_at.
+    SELECT o.ord, o.id, o.run_at, o.kind, o.ckey, row_number() OVER (ORDER BY o.ord, o.run_at, o.id) AS pos
+    FROM ordc o
+    UNION ALL
+    SELECT r.ord, r.id, r.run_at, r.kind, r.ckey,
+           row_number() OVER (ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.run_at, r.id) AS pos
+    FROM (SELECT rankc.ord, rankc.band, rankc.rank, rankc.quota, rankc.id, rankc.run_at, rankc.kind, rankc.ckey, row_number() OVER (PARTITION BY rankc.band ORDER BY rankc.rank, rankc.run_at, rankc.id) AS band_rn
+          FROM rankc) AS r
 ), roomy AS MATERIALIZED (
     -- Every group, counted or not, has room for the whole batch (less the reserve, within the
     -- cap), none is paused and no limit counts starts: every candidate is admitted, and hit
     -- (the numbering) is never computed.
-    SELECT ($18::integer >= $19::integer
+    SELECT ($22::integer >= $23::integer
             AND NOT EXISTS (SELECT 1 FROM lim WHERE lim.rate > 0
-                            OR (lim.max_running > 0 AND lim.max_running - $16::integer < $19::integer))
-            AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - $16::integer < $19::integer))::boolean AS ok
+                            OR (lim.max_running > 0 AND lim.max_running - $19::integer < $23::integer))
+            AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer < $23::integer))::boolean AS ok
 ), hit AS MATERIALIZED (
     SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
-           row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.ord, c.run_at, c.id) AS nth,
+           row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.pos) AS nth,
            coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
                                   CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room,
            least(coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
-                                        CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) - $16::integer,
-                 $18::integer) AS admit
+                                        CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) - $19::integer,
+                 $22::integer) AS admit
     FROM cand c
     JOIN lim l ON (l.kind = '' OR l.kind = c.kind) AND (NOT l.per_key OR c.ckey IS NOT NULL)
     CROSS JOIN LATERAL (SELECT CASE WHEN l.per_key THEN c.ckey ELSE '' END AS key) x
@@ -375,8 +409,8 @@ WITH clk AS MATERIALIZED (
     SELECT c.id FROM cand c
     WHERE (SELECT roomy.ok FROM roomy)
        OR NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.admit)
-    ORDER BY c.ord, c.run_at, c.id
-    LIMIT $19
+    ORDER BY c.pos
+    LIMIT $23
 ), counted AS (
     INSERT INTO tenure.flow AS f (queue, kind, key, window_start, started, updated_at)
     SELECT $7, h.kind, h.key, h.win, count(*)::integer, (SELECT t FROM clk)
@@ -392,9 +426,9 @@ WITH clk AS MATERIALIZED (
 ), upd AS (
 UPDATE tenure.jobs j
 SET state        = 'running',
-    locked_by    = $20::text,
-    lease_ms     = coalesce(nullif(($21::integer[])[array_position($15::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif(($21::integer[])[array_position($15::text[], j.kind)], 0), j.lease_ms)
+    locked_by    = $24::text,
+    lease_ms     = coalesce(nullif(($25::integer[])[array_position($18::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif(($25::integer[])[array_position($18::text[], j.kind)], 0), j.lease_ms)
                            * interval '1 millisecond',
     claim_token  = gen_random_uuid(),
     generation   = j.generation + 1,
@@ -407,7 +441,7 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
           j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
 ), stripe_ids AS MATERIALIZED (
-    SELECT s::smallint AS stripe FROM generate_series(0, $22::integer) AS s
+    SELECT s::smallint AS stripe FROM generate_series(0, $26::integer) AS s
 ), share AS MATERIALIZED (
     -- per limit a grant may cover: the room left after this batch, split over the stripes
     SELECT l.id, l.kind, l.max_running, rc.cnt AS recounted,
@@ -420,7 +454,7 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
     WHERE l.max_running > 0 AND NOT l.per_key
 ), granted AS MATERIALIZED (
     SELECT share.id, share.kind, share.max_running, share.recounted,
-           CASE WHEN $23::boolean AND share.room - $24::integer >= 0
+           CASE WHEN $27::boolean AND share.room - $28::integer >= 0
                 THEN share.room / (SELECT count(*) FROM stripe_ids)::integer ELSE 0 END AS budget
     FROM share
     WHERE $8::boolean
@@ -444,12 +478,12 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
     ON CONFLICT (queue, kind, stripe) DO NOTHING
     RETURNING stripe
 ), flags AS (
-    SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - $16::integer <= 0)
+    SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer <= 0)
             OR (NOT (SELECT roomy.ok FROM roomy) AND EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit)))::boolean AS binding,
            (least((SELECT min(grp.room) FROM grp),
                   (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
                                     CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
-                  2147483647) - $19::integer)::integer AS min_room,
+                  2147483647) - $23::integer)::integer AS min_room,
            coalesce((SELECT min(granted.budget) FROM granted), 0)::integer AS granted
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
@@ -472,10 +506,14 @@ type ClaimLimitedParams struct {
 	SegAfterUs    []int64
 	SegMinAgeUs   []int64
 	SegMaxAgeUs   []int64
+	SegLimit      []int32
+	SegRank       []int32
+	SegQuota      []int32
 	KindVersions  []int32
 	Kinds         []string
 	Reserve       int32
 	Scan          int32
+	Ranked        bool
 	GroupCap      int32
 	Batch         int32
 	WorkerID      string
@@ -545,10 +583,14 @@ func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]C
 		arg.SegAfterUs,
 		arg.SegMinAgeUs,
 		arg.SegMaxAgeUs,
+		arg.SegLimit,
+		arg.SegRank,
+		arg.SegQuota,
 		arg.KindVersions,
 		arg.Kinds,
 		arg.Reserve,
 		arg.Scan,
+		arg.Ranked,
 		arg.GroupCap,
 		arg.Batch,
 		arg.WorkerID,
