@@ -22,7 +22,8 @@ import (
 // claim.
 //
 // A queue with limits claims in one of three ways:
-//   - exclusive: ClaimLimitsLock (transaction-scoped advisory locks on all limitStripes of the
+//   - exclusive: ClaimNoJIT (JIT off for the transaction: compiling ClaimLimited's plan cost
+//     ~0.5 s), ClaimLimitsLock (transaction-scoped advisory locks on all limitStripes of the
 //     queue's limit stripes, in order), ClaimGrantsLock (the queue's tenure.flow_grant rows, FOR
 //     UPDATE) and ClaimLimited, sent in one pipeline (one round trip, one implicit transaction).
 //     ClaimLimited counts the groups' running, leased, marked jobs (limited = true, through
@@ -287,7 +288,13 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 		first = locks.LimitsClass + int32(p.stripe%limitStripes)
 		last, reserve, groupCap = first, stripeReserve, stripeGroupCap
 	}
-	db := &afterLock{pool: q.w.eng, locks: []lockedStatement{lockStatement(ctx, q.name, first, last)}}
+	if p.ranked {
+		scan = 0 // every segment's candidates (each segment has its own LIMIT)
+		for _, l := range segLimit {
+			scan += int(l)
+		}
+	}
+	db := &afterLock{pool: q.w.eng, locks: []lockedStatement{noJITStatement(ctx), lockStatement(ctx, q.name, first, last)}}
 	if p.exclusive {
 		// Hold the grant rows too, so no grant claim spends while this one recounts and
 		// regrants (and its snapshot sees every grant claim that spent before).
@@ -407,6 +414,13 @@ type lockedStatement struct {
 func lockStatement(ctx context.Context, queue string, first, last int32) lockedStatement {
 	var c capture
 	_ = gen.New(&c).ClaimLimitsLock(ctx, gen.ClaimLimitsLockParams{Queue: queue, FirstClass: first, LastClass: last})
+	return lockedStatement{c.sql, c.args}
+}
+
+// noJITStatement captures ClaimNoJIT the same way.
+func noJITStatement(ctx context.Context) lockedStatement {
+	var c capture
+	_ = gen.New(&c).ClaimNoJIT(ctx)
 	return lockedStatement{c.sql, c.args}
 }
 

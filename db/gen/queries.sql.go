@@ -375,6 +375,7 @@ WITH clk AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) c
     WHERE $21::boolean
+    LIMIT $20
 ), cand AS MATERIALIZED (
     -- pos: the claim order. Ordered: segment order, then run_at. Ranked (ClaimSegments'): a
     -- band's first ` + "`" + `quota` + "`" + ` candidates ahead of every band's overflow, then rank, run_at.
@@ -547,15 +548,22 @@ type ClaimLimitedRow struct {
 	Granted        int32
 }
 
-// ClaimOrdered under the queue's limits (worker/limits.go; run after ClaimLimitsLock in the
-// same transaction). Limits are parallel arrays; a limit covers the jobs of lim_kind (” =
-// every kind of the queue), grouped by their concurrency key (metadata "tenure.concurrency_key")
-// when lim_per_key (jobs without a key are not covered by a per-key limit). A group has room =
-// min(max_running - running leased jobs, rate - starts in the current fixed window), or 0 while
-// a handler's RetryAfter blocks it; 0 for max_running or rate means no such limit.
-//  1. grp: the groups something is counted for (jobs_limited_idx for the running count).
-//  2. cand: the segments' candidates in ClaimOrdered's order, up to @scan in all (the nested loop
-//     stops there), skipping (a heap filter on the same index range) jobs of groups without room.
+// ClaimOrdered (or, @ranked, ClaimSegments) under the queue's limits (worker/limits.go; run
+// after ClaimLimitsLock, and ClaimGrantsLock when @exclusive, in the same transaction). Limits
+// are parallel arrays; a limit covers the jobs of lim_kind (” = every kind of the queue),
+// grouped by their concurrency key (metadata "tenure.concurrency_key") when lim_per_key (jobs
+// without a key are not covered by a per-key limit). A group has room = min(max_running -
+// running leased jobs, rate - starts in the current fixed window), or 0 while a handler's
+// RetryAfter blocks it; 0 for max_running or rate means no such limit.
+//  1. grp: the groups something is counted for: marked running leased jobs (jobs_limited_idx)
+//     plus, for a limit with grants (tenure.flow_grant), the jobs grant claims may still run:
+//     spent (exclusive; recounted exactly — unmarked running leased jobs of the limit, through
+//     jobs_running_idx — when spent leaves less than @recount_below of room) or spent + budget
+//     (striped: budgets may be spent unseen).
+//  2. cand: the segments' candidates with their claim order pos: ordered (ClaimOrdered's order,
+//     up to @scan in all: the nested loop stops there) or ranked (each segment up to its
+//     seg_limit, ClaimSegments' order), skipping (a heap filter on the same index range) jobs of
+//     groups without room.
 //  3. hit: each candidate under each limit covering it, numbered in claim order within its group
 //     (skipped when roomy: every group has room for the whole batch and no limit counts starts);
 //     a candidate is admitted if its number is within every group's room less @reserve (what
@@ -563,11 +571,16 @@ type ClaimLimitedRow struct {
 //     @group_cap (what a striped claim may admit per group).
 //  4. the first @batch admitted are claimed; the rate groups' window counts are updated; rows of
 //     kinds a concurrency limit covers are marked limited (they enter jobs_limited_idx).
+//  5. @exclusive: each limit's grant rows get spent = the recount (if any, on stripe 0) and a
+//     budget of (room left after the batch) / 4 per stripe when @may_grant and that room is at
+//     least @grant_room, else 0 (what was left is voided); rows are created four at a time.
 //
-// The result is the claimed rows with two flags, or one row of NULLs with the flags when
+// The result is the claimed rows with three flags, or one row of NULLs with the flags when
 // nothing was claimed. binding: a limit held something back (the engine then does not move the
 // band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
 // of a counted group less @batch (the engine's choice between striped and exclusive claims).
+// granted: the smallest budget granted a stripe (0: none; the next claims are then not grant
+// claims).
 func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]ClaimLimitedRow, error) {
 	rows, err := q.db.Query(ctx, claimLimited,
 		arg.LimID,
@@ -660,6 +673,19 @@ type ClaimLimitsLockParams struct {
 // Tenure's bigint keys (internal/locks).
 func (q *Queries) ClaimLimitsLock(ctx context.Context, arg ClaimLimitsLockParams) error {
 	_, err := q.db.Exec(ctx, claimLimitsLock, arg.Queue, arg.FirstClass, arg.LastClass)
+	return err
+}
+
+const claimNoJIT = `-- name: ClaimNoJIT :exec
+SELECT set_config('jit', 'off', true)
+`
+
+// Flow control: the first statement of an exclusive or striped limited claim's pipeline. It
+// turns JIT off for the claim's transaction only: ClaimLimited's generic plan can be estimated
+// above jit_above_cost, and compiling it then took ~0.5 s per claim (auto_explain in
+// BenchmarkBurnDown/strict-limit150: JIT 490 ms of a 430-680 ms statement that runs in 2.5 ms).
+func (q *Queries) ClaimNoJIT(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, claimNoJIT)
 	return err
 }
 
