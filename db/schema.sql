@@ -517,3 +517,24 @@ CREATE TABLE tenure.flow (
 
     CONSTRAINT flow_started_pos CHECK (started >= 0)
 );
+
+-- Grants (migration 0011): claims of a queue far from its concurrency limits start jobs against
+-- a budget instead of counting the running ones (worker/limits.go, "Grants"). One row per
+-- (queue, limit kind or '', stripe 0..3) of a limit without PerKey and Rate: budget = jobs the
+-- stripe's grant claims may still start unmarked (outside jobs_limited_idx); spent = a bound on
+-- the jobs they started that may still run (only an exact recount lowers it); max_running = the
+-- limit the budget was granted for. Written by exclusive limited claims (holding every stripe
+-- and these rows), decremented by the stripe's grant claims.
+CREATE TABLE tenure.flow_grant (
+    queue       text     NOT NULL,
+    kind        text     NOT NULL,
+    stripe      smallint NOT NULL,
+    max_running integer  NOT NULL,
+    budget      integer  NOT NULL DEFAULT 0,
+    spent       integer  NOT NULL DEFAULT 0,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, kind, stripe),
+
+    CONSTRAINT flow_grant_budget_pos CHECK (budget >= 0),
+    CONSTRAINT flow_grant_spent_pos  CHECK (spent >= 0)
+);

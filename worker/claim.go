@@ -193,6 +193,11 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStr
 		}
 		return rows, limitResult{}, nil
 	}
+	if q.limits != nil { // ranked under limits: ClaimLimited ranks the same way (limits.go)
+		return q.claimLimited(ctx, p, gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
+			SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,
+			Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs})
+	}
 	arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 		SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,
 		Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}

@@ -152,7 +152,7 @@ type QueueConfig struct {
 	// Limits bound the queue's jobs cluster-wide: how many run at once and how many start per
 	// period, per kind, for the whole queue, or per concurrency key (see Limit, and
 	// docs/guide.md "Flow control"). Every worker serving the queue must configure the same
-	// limits. Limits need strict or aging fairness. Default none: the queue claims without any
+	// limits. Limits work with every Fairness policy. Default none: the queue claims without any
 	// flow-control cost.
 	Limits []Limit
 }
