@@ -17,7 +17,7 @@ PKGS         ?= ./...
 # run by .ci/run after make test, without -race: its recovery bounds are timings).
 TEST_PKGS    ?= $(shell $(GO) list $(PKGS) | grep -v /internal/faults)
 
-.PHONY: all generate check-generated vet fmt-check test test-short migrate demo bench bench-fairness bench-compare
+.PHONY: all generate check-generated vet fmt-check test test-short migrate demo bench bench-fairness bench-compare bench-scaling
 
 all: test
 
@@ -78,11 +78,22 @@ migrate:
 # Demo and benchmark targets (demo, bench, bench-compare, bench-fairness) go below.
 # ---------------------------------------------------------------------------------------
 
-## bench-compare: Tenure vs River on the same PostgreSQL, fresh database per run (see bench/README.md).
-## BENCH_QUICK=1 for a shortened run (< 2 min); BENCH_SCENARIOS=a,b and BENCH_REPS=N select.
+## bench-compare: Tenure vs River on the same PostgreSQL, fresh database per run, then how
+## Tenure's cost grows (bench-scaling) (see bench/README.md). BENCH_QUICK=1 for a shortened
+## run of both (measured 2026-12-01 on the shared 2-CPU machine: 1 min 54 s at load 1-4; under
+## load ~11 compare alone 1 min 59 s and scaling ~50 s); BENCH_SCENARIOS=a,b and BENCH_REPS=N
+## select compare's runs.
 .PHONY: bench-compare
 bench-compare:
 	cd bench && $(GO) run ./cmd/compare
+	$(MAKE) --no-print-directory bench-scaling
+
+## bench-scaling: throughput and claim latency against ready backlog, finished rows, queues and
+## worker slots, and a 30-minute soak at 70% of capacity (~1 h in all; BENCH_QUICK=1: < 1 min;
+## ARGS='-sweeps backlog,soak -soak-duration 10m'; see bench/README.md)
+.PHONY: bench-scaling
+bench-scaling:
+	cd bench && $(GO) run ./cmd/scaling $(ARGS)
 
 ## demo: the main job: the example shop service (finds or starts PostgreSQL; ~25 s)
 demo:
@@ -96,7 +107,9 @@ bench:
 
 ## bench-fairness: the starvation benchmark (high 50/s + normal 20/s offered, 60/s capacity,
 ## time-compressed x10) under strict, aging, quota and deadline policies; fails when a
-## promised bound on normal's oldest ready age breaks. ARGS='-duration 30s' to shorten.
+## promised bound on normal's oldest ready age breaks; then the tenant benchmark (tenant A's
+## 100,000 queued jobs against ten light tenants, strict vs Fairness.FairShare).
+## ARGS='-duration 30s -tenant-backlog 20000' to shorten, -tenant-backlog 0 to skip tenants.
 bench-fairness:
 	$(GO) run ./cmd/tenure-fairness -out bench/results/fairness.json $(ARGS)
 

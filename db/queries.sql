@@ -275,6 +275,169 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
           j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes;
 
+-- name: ClaimFair :many
+-- Fair share (worker/fairshare.go): the claim of a queue with Fairness.FairShare, for every
+-- priority policy. Within each segment (a priority band and an age window, as in
+-- ClaimSegments) the tenants (metadata "tenure.fair_key") with ready jobs are served round
+-- robin: every tenant's first job, then every tenant's second, ... so one tenant's backlog
+-- cannot starve another. Jobs without a key form one more participant, served oldest first.
+-- Watermarks, as in ClaimOrdered, keep each read past the index entries earlier claims left
+-- behind: known_* give each tenant the engine claimed from its watermark (every ready job of
+-- the tenant due before it was claimed), seg_after_us the keyless jobs' (0 = from the start).
+-- 1. tenant: per band, up to @batch keys with ready jobs, from tenure.fair_keys (a skip scan of
+--    jobs_fair_idx), in rotation order: the keys after the band's cursor (the last key the
+--    previous claim served), then from the first key up to the cursor.
+-- 2. kscan: the segment's first ready jobs from the keyless watermark (jobs_ready_idx), a
+--    share of the batch (batch/(keys+1)+1); the keyless ones among them are candidates, locked
+--    (skipping rows another claim holds) — the keyed ones it read are not. cand: per segment
+--    and tenant, its oldest jobs from its watermark through jobs_fair_idx, a share of the batch
+--    each (the keyless jobs, if any, count as one more participant), locked as they are read,
+--    skipping rows other claims hold (so concurrent claims of one tenant take consecutive
+--    rows instead of colliding on the same ones). A claim locks at most tenants rows it does
+--    not claim (the shares' rounding), released when it commits.
+-- 3. more: when the shares leave the batch short (light tenants), the tenants that had more
+--    give up to the shortfall each, ranked after every share.
+-- 4. ranked: the policy's rank and quotas as in ClaimSegments, and within them the round:
+--    (n-th job of its tenant, tenant's rotation position).
+-- 5. picked: the first @batch in that order.
+-- The result is the claimed rows (with their tenant's position and round, from which the
+-- engine moves the band's cursor) LEFT JOINed to one row of per-band keyless watermarks: how
+-- far kscan read when every keyless job it read was claimed, else the newest keyless job
+-- claimed. When nothing was claimed the one row carries only those.
+WITH seg AS (
+    SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
+            unnest(@seg_after_us::bigint[]) AS after_us,
+            unnest(@seg_min_age_us::bigint[]) AS min_age_us,
+            unnest(@seg_max_age_us::bigint[]) AS max_age_us,
+            unnest(@seg_rank::integer[]) AS rank,
+            unnest(@seg_quota::integer[]) AS quota,
+            generate_subscripts(@seg_priority::smallint[], 1) AS ord,
+            @batch::integer AS batch) AS s
+), known AS (
+    SELECT unnest(@known_priority::smallint[]) AS priority, unnest(@known_key::text[]) AS key,
+           unnest(@known_after_us::bigint[]) AS after_us
+), band AS (
+    SELECT b.priority, coalesce(c.key, '') AS after_key
+    FROM (SELECT DISTINCT seg.priority FROM seg) b
+    LEFT JOIN (SELECT unnest(@cursor_priority::smallint[]) AS priority,
+                      unnest(@cursor_key::text[]) AS key) c ON c.priority = b.priority
+), tenant AS MATERIALIZED (
+    SELECT b.priority, k.key, k.pos::integer AS pos, count(*) OVER (PARTITION BY b.priority) AS keys,
+           coalesce(w.after_us, 0) AS after_us
+    FROM band b
+    CROSS JOIN LATERAL tenure.fair_keys(@queue, b.priority, b.after_key, @batch::integer,
+        ARRAY(SELECT kk.key FROM known kk WHERE kk.priority = b.priority ORDER BY kk.key),
+        ARRAY(SELECT kk.after_us FROM known kk WHERE kk.priority = b.priority ORDER BY kk.key))
+        WITH ORDINALITY AS k(key, pos)
+    LEFT JOIN known w ON w.priority = b.priority AND w.key = k.key
+), kscan AS MATERIALIZED (
+    SELECT s.ord, s.priority, s.rank, s.quota, x.id, x.run_at,
+           (x.metadata ->> 'tenure.fair_key') IS NULL
+             AND x.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], x.kind)] AS keyless
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.kind, j.payload_version, j.metadata FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+        ORDER BY j.run_at, j.id
+        LIMIT (SELECT s.batch / (count(*)::integer + 1) + 1 FROM tenant WHERE tenant.priority = s.priority)
+    ) x
+), share AS MATERIALIZED (
+    SELECT s.ord, s.priority, s.rank, s.quota, s.min_age_us, s.max_age_us, s.batch, t.key, t.pos, t.after_us,
+           (s.batch + t.keys::integer - 1 + k.n) / (t.keys::integer + k.n) AS per
+    FROM seg s JOIN tenant t ON t.priority = s.priority
+    CROSS JOIN LATERAL (SELECT (EXISTS (SELECT 1 FROM kscan WHERE kscan.ord = s.ord AND kscan.keyless))::integer AS n) k
+), cand AS MATERIALIZED (
+    SELECT h.ord, h.priority AS band, h.rank, h.quota, h.pos, c.id, c.run_at
+    FROM share h
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at FROM tenure.jobs j
+        WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
+          AND j.queue = @queue AND j.priority = h.priority AND (j.metadata ->> 'tenure.fair_key') = h.key
+          AND j.run_at >= 'epoch'::timestamptz + h.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - h.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - h.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
+        ORDER BY j.run_at, j.id
+        LIMIT h.per
+        FOR UPDATE SKIP LOCKED
+    ) c
+    UNION ALL
+    SELECT k.ord, k.priority, k.rank, k.quota, 0, k.id, k.run_at
+    FROM kscan k
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM tenure.jobs j WHERE j.id = k.id AND j.state = 'ready'
+        FOR UPDATE SKIP LOCKED
+    ) l
+    WHERE k.keyless
+), more AS MATERIALIZED (
+    SELECT h.ord, h.priority AS band, h.rank, h.quota, h.pos, c.id, c.run_at
+    FROM share h
+    CROSS JOIN LATERAL (SELECT h.batch - count(*)::integer AS short FROM cand) m
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at FROM tenure.jobs j
+        WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
+          AND j.queue = @queue AND j.priority = h.priority AND (j.metadata ->> 'tenure.fair_key') = h.key
+          AND j.run_at >= 'epoch'::timestamptz + h.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - h.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - h.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
+        ORDER BY j.run_at, j.id
+        OFFSET h.per LIMIT m.short
+        FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE m.short > 0
+      AND (SELECT count(*) FROM cand WHERE cand.ord = h.ord AND cand.pos = h.pos) = h.per
+), numbered AS (
+    SELECT a.*, row_number() OVER (PARTITION BY a.ord, a.pos ORDER BY a.run_at, a.id) AS rn
+    FROM (SELECT * FROM cand UNION ALL SELECT * FROM more) a
+), ranked AS (
+    SELECT n.*, row_number() OVER (PARTITION BY n.band ORDER BY n.rank, n.rn, n.pos, n.run_at, n.id) AS band_rn
+    FROM numbered n
+), picked AS MATERIALIZED (
+    SELECT r.id, r.pos, r.rn, r.band, r.run_at
+    FROM ranked r
+    ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.rn, r.pos, r.run_at, r.id
+    LIMIT @batch
+), upd AS (
+    UPDATE tenure.jobs j
+    SET state        = 'running',
+        locked_by    = @worker_id::text,
+        lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
+        locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
+                               * interval '1 millisecond',
+        claim_token  = gen_random_uuid(),
+        generation   = j.generation + 1,
+        attempts     = j.attempts + 1,
+        attempted_at = now(),
+        updated_at   = now()
+    WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked))
+    RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+              j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+              j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), upto AS (
+    SELECT k.priority,
+           CASE WHEN bool_and(NOT k.keyless OR k.id IN (SELECT picked.id FROM picked))
+                THEN max(k.run_at)
+                ELSE (SELECT max(pk.run_at) FROM picked pk WHERE pk.pos = 0 AND pk.band = k.priority)
+           END AS upto
+    FROM kscan k GROUP BY k.priority
+), claimed AS (
+    SELECT upd.*, picked.pos AS fair_pos, picked.rn::integer AS fair_round FROM upd JOIN picked ON picked.id = upd.id
+), flags AS (
+    SELECT coalesce(array_agg(upto.priority) FILTER (WHERE upto.upto IS NOT NULL), '{}')::smallint[] AS keyless_band,
+           coalesce(array_agg((extract(epoch FROM upto.upto) * 1000000)::bigint) FILTER (WHERE upto.upto IS NOT NULL), '{}')::bigint[] AS keyless_upto_us
+    FROM upto
+)
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes,
+       u.fair_pos, u.fair_round,
+       f.keyless_band, f.keyless_upto_us
+FROM flags f LEFT JOIN claimed u ON true;
+
 -- name: ClaimLimitsLock :exec
 -- Flow control (worker/limits.go): the first statement of a limited claim. The engine sends it
 -- and ClaimLimited in one pipeline (one round trip, one implicit transaction): this one waits
@@ -287,16 +450,118 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 SELECT pg_advisory_xact_lock(s.class, hashtext(@queue::text))
 FROM generate_series(@first_class::integer, @last_class::integer) AS s(class);
 
+-- name: ClaimGrantsLock :exec
+-- Flow control: the second statement of an exclusive limited claim (after ClaimLimitsLock, before
+-- ClaimLimited, same pipeline and transaction): it locks the queue's grant rows, so the grant
+-- claims of every stripe (ClaimGranted, which take no advisory lock) wait until this claim has
+-- recounted and regranted, and ClaimLimited's snapshot sees every grant claim that spent before.
+SELECT g.stripe FROM tenure.flow_grant g WHERE g.queue = @queue::text FOR UPDATE;
+
+-- name: ClaimGranted :many
+-- Flow control far from the limits (worker/limits.go, "Grants"): ClaimOrdered within the budget
+-- an exclusive limited claim granted this stripe, without counting the running jobs and without
+-- marking the rows (they do not enter jobs_limited_idx). For queues whose limits are all
+-- concurrency limits without PerKey (lim_kind, lim_max_running: all of them). One statement, no
+-- advisory lock:
+-- 1. g: this stripe's grant row per limit (budget, for the limit as configured) and whether a
+--    RetryAfter pause blocks the limit's group; room = the smallest budget (0 without a grant
+--    row, or while paused), at most @batch.
+-- 2. picked: ClaimOrdered's candidates, at most room.
+-- 3. spend: each limit's grant row loses the picked jobs it covers from budget and adds them to
+--    spent, only while budget still covers them: the UPDATE waits for a concurrent holder of the
+--    row (another grant claim of the stripe, or an exclusive claim regranting) and rechecks its
+--    condition on the row it then finds (READ COMMITTED), so the budget never goes below zero.
+-- 4. upd: the picked jobs are claimed only if every limit's spend succeeded.
+-- The result is the claimed rows with `left` (the smallest budget left; 0 if a spend failed), or
+-- one row of NULLs with `left` when nothing was claimed.
+WITH g AS MATERIALIZED (
+    SELECT l.kind, gr.budget, coalesce(f.blocked_until > now(), false) AS blocked
+    FROM (SELECT unnest(@lim_kind::text[]) AS kind, unnest(@lim_max_running::integer[]) AS max_running) AS l
+    LEFT JOIN tenure.flow_grant gr ON gr.queue = @queue AND gr.kind = l.kind AND gr.stripe = @stripe::smallint
+                                  AND gr.max_running = l.max_running
+    LEFT JOIN tenure.flow f ON f.queue = @queue AND f.kind = l.kind AND f.key = ''
+), room AS MATERIALIZED (
+    SELECT CASE WHEN bool_or(g.budget IS NULL OR g.blocked) THEN 0
+                ELSE least(min(g.budget), @batch::integer) END AS n
+    FROM g
+), seg AS (
+    SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
+            unnest(@seg_after_us::bigint[]) AS after_us,
+            unnest(@seg_min_age_us::bigint[]) AS min_age_us,
+            unnest(@seg_max_age_us::bigint[]) AS max_age_us) AS s
+), picked AS MATERIALIZED (
+    SELECT c.id, c.kind
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.kind FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
+        ORDER BY j.run_at, j.id
+        LIMIT (SELECT room.n FROM room)
+        FOR UPDATE SKIP LOCKED
+    ) c
+    LIMIT (SELECT room.n FROM room)
+), need AS MATERIALIZED (
+    SELECT l.kind, l.max_running, count(p.id)::integer AS n
+    FROM (SELECT unnest(@lim_kind::text[]) AS kind, unnest(@lim_max_running::integer[]) AS max_running) AS l
+    LEFT JOIN picked p ON l.kind = '' OR l.kind = p.kind
+    GROUP BY l.kind, l.max_running
+), spend AS (
+    UPDATE tenure.flow_grant gr
+    SET budget = gr.budget - n.n, spent = gr.spent + n.n, updated_at = now()
+    FROM need n
+    WHERE n.n > 0 AND gr.queue = @queue AND gr.kind = n.kind AND gr.stripe = @stripe::smallint
+      AND gr.max_running = n.max_running AND gr.budget >= n.n
+    RETURNING gr.kind, gr.budget
+), ok AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM spend) = (SELECT count(*) FROM need WHERE need.n > 0) AS ok
+), upd AS (
+UPDATE tenure.jobs j
+SET state        = 'running',
+    locked_by    = @worker_id::text,
+    lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
+    claim_token  = gen_random_uuid(),
+    generation   = j.generation + 1,
+    attempts     = j.attempts + 1,
+    attempted_at = now(),
+    updated_at   = now(),
+    limited      = false
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND (SELECT ok.ok FROM ok)
+RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), flags AS (
+    SELECT (CASE WHEN NOT (SELECT ok.ok FROM ok) THEN 0
+                 ELSE coalesce((SELECT min(CASE WHEN g.blocked OR g.budget IS NULL THEN 0 ELSE coalesce(s.budget, g.budget) END)
+                                FROM g LEFT JOIN spend s ON s.kind = g.kind), 0) END)::integer AS budget_left
+)
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.budget_left
+FROM flags f LEFT JOIN upd u ON true;
+
 -- name: ClaimLimited :many
--- ClaimOrdered under the queue's limits (worker/limits.go; run after ClaimLimitsLock in the
--- same transaction). Limits are parallel arrays; a limit covers the jobs of lim_kind ('' =
--- every kind of the queue), grouped by their concurrency key (metadata "tenure.concurrency_key")
--- when lim_per_key (jobs without a key are not covered by a per-key limit). A group has room =
--- min(max_running - running leased jobs, rate - starts in the current fixed window), or 0 while
--- a handler's RetryAfter blocks it; 0 for max_running or rate means no such limit.
--- 1. grp: the groups something is counted for (jobs_limited_idx for the running count).
--- 2. cand: the segments' candidates in ClaimOrdered's order, up to @scan in all (the nested loop
---    stops there), skipping (a heap filter on the same index range) jobs of groups without room.
+-- ClaimOrdered (or, @ranked, ClaimSegments) under the queue's limits (worker/limits.go; run
+-- after ClaimLimitsLock, and ClaimGrantsLock when @exclusive, in the same transaction). Limits
+-- are parallel arrays; a limit covers the jobs of lim_kind ('' = every kind of the queue),
+-- grouped by their concurrency key (metadata "tenure.concurrency_key") when lim_per_key (jobs
+-- without a key are not covered by a per-key limit). A group has room = min(max_running -
+-- running leased jobs, rate - starts in the current fixed window), or 0 while a handler's
+-- RetryAfter blocks it; 0 for max_running or rate means no such limit.
+-- 1. grp: the groups something is counted for: marked running leased jobs (jobs_limited_idx)
+--    plus, for a limit with grants (tenure.flow_grant), the jobs grant claims may still run:
+--    spent (exclusive; recounted exactly — unmarked running leased jobs of the limit, through
+--    jobs_running_idx — when spent leaves less than @recount_below of room) or spent + budget
+--    (striped: budgets may be spent unseen).
+-- 2. cand: the segments' candidates with their claim order pos: ordered (ClaimOrdered's order,
+--    up to @scan in all: the nested loop stops there) or ranked (each segment up to its
+--    seg_limit, ClaimSegments' order), skipping (a heap filter on the same index range) jobs of
+--    groups without room.
 -- 3. hit: each candidate under each limit covering it, numbered in claim order within its group
 --    (skipped when roomy: every group has room for the whole batch and no limit counts starts);
 --    a candidate is admitted if its number is within every group's room less @reserve (what
@@ -304,10 +569,15 @@ FROM generate_series(@first_class::integer, @last_class::integer) AS s(class);
 --    @group_cap (what a striped claim may admit per group).
 -- 4. the first @batch admitted are claimed; the rate groups' window counts are updated; rows of
 --    kinds a concurrency limit covers are marked limited (they enter jobs_limited_idx).
--- The result is the claimed rows with two flags, or one row of NULLs with the flags when
+-- 5. @exclusive: each limit's grant rows get spent = the recount (if any, on stripe 0) and a
+--    budget of (room left after the batch) / 4 per stripe when @may_grant and that room is at
+--    least @grant_room, else 0 (what was left is voided); rows are created four at a time.
+-- The result is the claimed rows with three flags, or one row of NULLs with the flags when
 -- nothing was claimed. binding: a limit held something back (the engine then does not move the
 -- band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
 -- of a counted group less @batch (the engine's choice between striped and exclusive claims).
+-- granted: the smallest budget granted a stripe (0: none; the next claims are then not grant
+-- claims).
 WITH clk AS MATERIALIZED (
     SELECT clock_timestamp() AS t
 ), lim AS MATERIALIZED (
@@ -321,7 +591,7 @@ WITH clk AS MATERIALIZED (
                  unnest(@lim_rate::integer[]) AS rate,
                  unnest(@lim_period_us::bigint[]) AS period_us) AS l
     CROSS JOIN clk c
-), busy AS MATERIALIZED (
+), marked AS MATERIALIZED (
     SELECT l.id, CASE WHEN l.per_key THEN r.metadata ->> 'tenure.concurrency_key' ELSE '' END AS key,
            count(*)::integer AS n
     FROM lim l
@@ -331,6 +601,36 @@ WITH clk AS MATERIALIZED (
                       AND (NOT l.per_key OR (r.metadata ->> 'tenure.concurrency_key') <> '')
     WHERE l.max_running > 0
     GROUP BY 1, 2
+), gr AS MATERIALIZED (
+    SELECT l.id, sum(g.spent)::integer AS spent, sum(g.budget)::integer AS budget
+    FROM lim l
+    JOIN tenure.flow_grant g ON g.queue = @queue AND g.kind = l.kind
+    WHERE l.max_running > 0 AND NOT l.per_key
+    GROUP BY l.id
+), stale AS MATERIALIZED (
+    SELECT l.id, l.kind, l.max_running - coalesce(m.n, 0) - gr.spent AS room
+    FROM lim l
+    JOIN gr ON gr.id = l.id
+    LEFT JOIN marked m ON m.id = l.id AND m.key = ''
+    WHERE gr.spent > 0
+), tight AS MATERIALIZED (
+    SELECT stale.id, stale.kind FROM stale
+    WHERE @exclusive::boolean AND stale.room - @recount_below::integer < 0
+), recount AS MATERIALIZED (
+    SELECT w.id, c.cnt
+    FROM tight w
+    CROSS JOIN LATERAL (
+        SELECT count(*)::integer AS cnt FROM tenure.jobs r
+        WHERE r.locked_until > (SELECT t FROM clk) AND r.queue = @queue AND NOT r.limited
+          AND (w.kind = '' OR r.kind = w.kind)
+    ) AS c
+), busy AS MATERIALIZED (
+    SELECT x.id, x.key, sum(x.n)::integer AS n
+    FROM (SELECT m.id, m.key, m.n FROM marked m
+          UNION ALL
+          SELECT gr.id, '', CASE WHEN @exclusive::boolean THEN coalesce(rc.cnt, gr.spent) ELSE gr.spent + gr.budget END
+          FROM gr LEFT JOIN recount rc ON rc.id = gr.id) AS x
+    GROUP BY x.id, x.key
 ), rated AS MATERIALIZED (
     SELECT l.id, f.key,
            CASE WHEN l.rate = 0 THEN 0
@@ -355,8 +655,11 @@ WITH clk AS MATERIALIZED (
             unnest(@seg_after_us::bigint[]) AS after_us,
             unnest(@seg_min_age_us::bigint[]) AS min_age_us,
             unnest(@seg_max_age_us::bigint[]) AS max_age_us,
+            unnest(@seg_limit::integer[]) AS lim,
+            unnest(@seg_rank::integer[]) AS rank,
+            unnest(@seg_quota::integer[]) AS quota,
             generate_subscripts(@seg_priority::smallint[], 1) AS ord) AS s
-), cand AS MATERIALIZED (
+), ordc AS MATERIALIZED (
     SELECT s.ord, c.id, c.run_at, c.kind, c.ckey
     FROM seg s
     CROSS JOIN LATERAL (
@@ -375,7 +678,39 @@ WITH clk AS MATERIALIZED (
         LIMIT @scan
         FOR UPDATE SKIP LOCKED
     ) c
+    WHERE NOT @ranked::boolean
     LIMIT @scan
+), rankc AS MATERIALIZED (
+    SELECT s.ord, s.priority AS band, s.rank, s.quota, c.id, c.run_at, c.kind, c.ckey
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.kind, nullif(j.metadata ->> 'tenure.concurrency_key', '') AS ckey
+        FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
+          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer <= 0))
+               OR NOT EXISTS (SELECT 1 FROM grp g
+                          WHERE g.room - @reserve::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                            AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
+        ORDER BY j.run_at, j.id
+        LIMIT s.lim
+        FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE @ranked::boolean
+    LIMIT @scan
+), cand AS MATERIALIZED (
+    -- pos: the claim order. Ordered: segment order, then run_at. Ranked (ClaimSegments'): a
+    -- band's first `quota` candidates ahead of every band's overflow, then rank, run_at.
+    SELECT o.ord, o.id, o.run_at, o.kind, o.ckey, row_number() OVER (ORDER BY o.ord, o.run_at, o.id) AS pos
+    FROM ordc o
+    UNION ALL
+    SELECT r.ord, r.id, r.run_at, r.kind, r.ckey,
+           row_number() OVER (ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.run_at, r.id) AS pos
+    FROM (SELECT rankc.*, row_number() OVER (PARTITION BY rankc.band ORDER BY rankc.rank, rankc.run_at, rankc.id) AS band_rn
+          FROM rankc) AS r
 ), roomy AS MATERIALIZED (
     -- Every group, counted or not, has room for the whole batch (less the reserve, within the
     -- cap), none is paused and no limit counts starts: every candidate is admitted, and hit
@@ -386,7 +721,7 @@ WITH clk AS MATERIALIZED (
             AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer < @batch::integer))::boolean AS ok
 ), hit AS MATERIALIZED (
     SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
-           row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.ord, c.run_at, c.id) AS nth,
+           row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.pos) AS nth,
            coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
                                   CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room,
            least(coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
@@ -400,7 +735,7 @@ WITH clk AS MATERIALIZED (
     SELECT c.id FROM cand c
     WHERE (SELECT roomy.ok FROM roomy)
        OR NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.admit)
-    ORDER BY c.ord, c.run_at, c.id
+    ORDER BY c.pos
     LIMIT @batch
 ), counted AS (
     INSERT INTO tenure.flow AS f (queue, kind, key, window_start, started, updated_at)
@@ -431,17 +766,55 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
           j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), stripe_ids AS MATERIALIZED (
+    SELECT s::smallint AS stripe FROM generate_series(0, @last_stripe::integer) AS s
+), share AS MATERIALIZED (
+    -- per limit a grant may cover: the room left after this batch, split over the stripes
+    SELECT l.id, l.kind, l.max_running, rc.cnt AS recounted,
+           greatest(0, coalesce(g.room, l.max_running)
+                       - (SELECT count(*) FROM cand c WHERE c.id IN (SELECT picked.id FROM picked)
+                                                        AND (l.kind = '' OR c.kind = l.kind))::integer) AS room
+    FROM lim l
+    LEFT JOIN grp g ON g.id = l.id AND g.key = ''
+    LEFT JOIN recount rc ON rc.id = l.id
+    WHERE l.max_running > 0 AND NOT l.per_key
+), granted AS MATERIALIZED (
+    SELECT share.id, share.kind, share.max_running, share.recounted,
+           CASE WHEN @may_grant::boolean AND share.room - @grant_room::integer >= 0
+                THEN share.room / (SELECT count(*) FROM stripe_ids)::integer ELSE 0 END AS budget
+    FROM share
+    WHERE @exclusive::boolean
+), regrant AS (
+    UPDATE tenure.flow_grant f
+    SET budget      = gt.budget,
+        max_running = gt.max_running,
+        spent       = CASE WHEN gt.recounted IS NULL THEN f.spent WHEN f.stripe = 0 THEN gt.recounted ELSE 0 END,
+        updated_at  = now()
+    FROM granted gt
+    WHERE f.queue = @queue AND f.kind = gt.kind
+      AND (f.budget <> gt.budget OR f.max_running <> gt.max_running
+           OR f.spent <> (CASE WHEN gt.recounted IS NULL THEN f.spent WHEN f.stripe = 0 THEN gt.recounted ELSE 0 END))
+    RETURNING f.stripe
+), newgrant AS (
+    INSERT INTO tenure.flow_grant (queue, kind, stripe, max_running, budget, spent)
+    SELECT @queue, gt.kind, s.stripe, gt.max_running, gt.budget, 0
+    FROM granted gt
+    CROSS JOIN stripe_ids s
+    WHERE gt.budget > 0 AND NOT EXISTS (SELECT 1 FROM gr WHERE gr.id = gt.id)
+    ON CONFLICT (queue, kind, stripe) DO NOTHING
+    RETURNING stripe
 ), flags AS (
     SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer <= 0)
             OR (NOT (SELECT roomy.ok FROM roomy) AND EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit)))::boolean AS binding,
            (least((SELECT min(grp.room) FROM grp),
                   (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
                                     CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
-                  2147483647) - @batch::integer)::integer AS min_room
+                  2147483647) - @batch::integer)::integer AS min_room,
+           coalesce((SELECT min(granted.budget) FROM granted), 0)::integer AS granted
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.binding, f.min_room
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.binding, f.min_room, f.granted
 FROM flags f LEFT JOIN upd u ON true;
 
 -- name: FlowBlock :exec
@@ -453,6 +826,48 @@ FROM (SELECT @queue::text AS q, @delay_us::bigint AS delay_us,
              unnest(@kinds::text[]) AS kind, unnest(@group_keys::text[]) AS fkey) AS g
 ON CONFLICT (queue, kind, key) DO UPDATE
 SET blocked_until = greatest(f.blocked_until, excluded.blocked_until), updated_at = now();
+
+-- name: FlowPrune :one
+-- Flow control housekeeping (worker/limits.go, "Pruning tenure.flow"): one bounded step through
+-- a queue's tenure.flow rows in key order, from the start or after (after_kind, after_key): of the next @batch rows
+-- it deletes those that carry no information: no pause in force (blocked_until passed or
+-- unset) and a window that is over (window_start + the period of the rate limit the row belongs
+-- to — lim_* lists the queue's rate limits — or + 24 h, the longest period, for a row no
+-- configured rate limit claims). Only while this transaction holds the flow prune lock
+-- (pg_try_advisory_xact_lock, internal/locks): one pruner at a time. Returns how many rows it
+-- read and deleted and the last key read (the caller's next cursor).
+WITH lk AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(@lock_key::bigint) AS got
+), lim AS MATERIALIZED (
+    SELECT unnest(@lim_kind::text[]) AS kind, unnest(@lim_per_key::boolean[]) AS per_key,
+           unnest(@lim_period_us::bigint[]) AS period_us
+), scanned AS MATERIALIZED (
+    SELECT f.kind, f.key FROM tenure.flow f
+    WHERE (SELECT lk.got FROM lk) AND f.queue = @queue::text
+      AND (@from_start::boolean OR (f.kind, f.key) > (@after_kind::text, @after_key::text))
+    ORDER BY f.kind, f.key
+    LIMIT @batch::integer
+), victim AS MATERIALIZED (
+    SELECT f.kind, f.key, coalesce(l.period_us, 86400000000) AS period_us
+    FROM scanned s
+    JOIN tenure.flow f ON f.queue = @queue::text AND f.kind = s.kind AND f.key = s.key
+    LEFT JOIN lim l ON l.kind = f.kind AND l.per_key = (f.key <> '')
+    WHERE (f.blocked_until IS NULL OR f.blocked_until <= now())
+      AND f.window_start + coalesce(l.period_us, 86400000000) * interval '1 microsecond' <= now()
+    FOR UPDATE OF f SKIP LOCKED
+), gone AS (
+    DELETE FROM tenure.flow f
+    USING victim v
+    WHERE f.queue = @queue::text AND f.kind = v.kind AND f.key = v.key
+      AND (f.blocked_until IS NULL OR f.blocked_until <= now())
+      AND f.window_start + v.period_us * interval '1 microsecond' <= now()
+    RETURNING f.key
+)
+SELECT (SELECT count(*) FROM scanned)::integer AS scanned,
+       (SELECT count(*) FROM gone)::integer AS deleted,
+       coalesce((SELECT s.kind FROM scanned s ORDER BY s.kind DESC, s.key DESC LIMIT 1), '')::text AS last_kind,
+       coalesce((SELECT s.key FROM scanned s ORDER BY s.kind DESC, s.key DESC LIMIT 1), '')::text AS last_key,
+       (SELECT lk.got FROM lk)::boolean AS locked;
 
 -- ---------------------------------------------------------------------------------------------
 -- Fenced transitions (docs/contract.md §2). Each returns the ids it changed; a missing id is a

@@ -136,6 +136,97 @@ CREATE INDEX jobs_running_idx ON tenure.jobs (locked_until) WHERE locked_until I
 CREATE INDEX jobs_limited_idx ON tenure.jobs (queue, kind, (metadata ->> 'tenure.concurrency_key'))
     WHERE locked_until IS NOT NULL AND limited;
 
+-- Fair share (migration 0012): the fair claim finds a band's tenants (metadata
+-- "tenure.fair_key") by a skip scan and reads each tenant's oldest ready jobs. Only keyed ready
+-- rows enter it.
+CREATE INDEX jobs_fair_idx ON tenure.jobs (queue, priority, (metadata ->> 'tenure.fair_key'), run_at, id)
+    WHERE state = 'ready' AND (metadata ->> 'tenure.fair_key') IS NOT NULL;
+
+-- The tenants (fair keys) of one band of a queue with ready jobs, in rotation order: the keys
+-- after after_key, then from the first key up to after_key; at most max_keys of them, in order.
+-- A skip scan of jobs_fair_idx, one index descent per tenant. known/known_after_us are tenants
+-- the engine has claimed from, each with its watermark (every ready job of the tenant due
+-- before it was claimed): a known tenant is checked by a descent to its watermark, so the index
+-- entries its claims left behind at the front of its range (dead until VACUUM) are not walked;
+-- the keys between two known ones are searched by a descent bounded by the next known key. Used
+-- by the fair claim (db/queries.sql, ClaimFair).
+CREATE FUNCTION tenure.fair_keys(q text, prio smallint, after_key text, max_keys integer,
+                                 known text[], known_after_us bigint[])
+RETURNS SETOF text
+LANGUAGE plpgsql STABLE PARALLEL SAFE ROWS 20 AS $$
+DECLARE
+    n       integer := 0;
+    cur     text := after_key;   -- keys > cur are next (NULL: from the first key)
+    wrapped boolean := false;    -- second pass: from the first key up to after_key
+    i       integer := 1;        -- next known key: known[i]
+    len     integer := coalesce(array_length(known, 1), 0);
+    nk      text;
+    k       text;
+BEGIN
+    WHILE i <= len AND known[i] <= cur LOOP
+        i := i + 1;
+    END LOOP;
+    WHILE n < max_keys LOOP
+        nk := NULL;
+        IF i <= len AND (NOT wrapped OR known[i] <= after_key) THEN
+            nk := known[i];
+        END IF;
+        -- an unknown tenant before the next known one (each bound its own statement, so that
+        -- every one is an index range in a cached generic plan)
+        IF cur IS NOT NULL AND nk IS NOT NULL THEN
+            SELECT j.metadata ->> 'tenure.fair_key' INTO k FROM tenure.jobs j
+            WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL AND j.queue = q AND j.priority = prio
+              AND (j.metadata ->> 'tenure.fair_key') > cur AND (j.metadata ->> 'tenure.fair_key') < nk
+            ORDER BY j.metadata ->> 'tenure.fair_key' LIMIT 1;
+        ELSIF cur IS NOT NULL AND NOT wrapped THEN
+            SELECT j.metadata ->> 'tenure.fair_key' INTO k FROM tenure.jobs j
+            WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL AND j.queue = q AND j.priority = prio
+              AND (j.metadata ->> 'tenure.fair_key') > cur
+            ORDER BY j.metadata ->> 'tenure.fair_key' LIMIT 1;
+        ELSIF cur IS NOT NULL THEN
+            SELECT j.metadata ->> 'tenure.fair_key' INTO k FROM tenure.jobs j
+            WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL AND j.queue = q AND j.priority = prio
+              AND (j.metadata ->> 'tenure.fair_key') > cur AND (j.metadata ->> 'tenure.fair_key') <= after_key
+            ORDER BY j.metadata ->> 'tenure.fair_key' LIMIT 1;
+        ELSIF nk IS NOT NULL THEN
+            SELECT j.metadata ->> 'tenure.fair_key' INTO k FROM tenure.jobs j
+            WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL AND j.queue = q AND j.priority = prio
+              AND (j.metadata ->> 'tenure.fair_key') < nk
+            ORDER BY j.metadata ->> 'tenure.fair_key' LIMIT 1;
+        ELSE
+            SELECT j.metadata ->> 'tenure.fair_key' INTO k FROM tenure.jobs j
+            WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL AND j.queue = q AND j.priority = prio
+              AND (j.metadata ->> 'tenure.fair_key') <= after_key
+            ORDER BY j.metadata ->> 'tenure.fair_key' LIMIT 1;
+        END IF;
+        IF k IS NULL AND nk IS NOT NULL THEN
+            -- the known tenant, if it has a ready job at or after its watermark
+            PERFORM 1 FROM tenure.jobs j
+            WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
+              AND j.queue = q AND j.priority = prio AND (j.metadata ->> 'tenure.fair_key') = nk
+              AND j.run_at >= 'epoch'::timestamptz + known_after_us[i] * interval '1 microsecond'
+            LIMIT 1;
+            i := i + 1;
+            cur := nk;
+            IF NOT FOUND THEN
+                CONTINUE;
+            END IF;
+            k := nk;
+        ELSIF k IS NULL THEN
+            EXIT WHEN wrapped OR after_key IS NULL;
+            wrapped := true;  -- from the first key up to after_key
+            cur := NULL;
+            i := 1;
+            CONTINUE;
+        ELSE
+            cur := k;
+        END IF;
+        RETURN NEXT k;
+        n := n + 1;
+    END LOOP;
+END
+$$;
+
 -- Retention pruning and finished-job stats read final rows by finish time.
 CREATE INDEX jobs_finished_idx ON tenure.jobs (finished_at) WHERE state IN ('succeeded', 'dead', 'cancelled');
 
@@ -425,4 +516,25 @@ CREATE TABLE tenure.flow (
     PRIMARY KEY (queue, kind, key),
 
     CONSTRAINT flow_started_pos CHECK (started >= 0)
+);
+
+-- Grants (migration 0011): claims of a queue far from its concurrency limits start jobs against
+-- a budget instead of counting the running ones (worker/limits.go, "Grants"). One row per
+-- (queue, limit kind or '', stripe 0..3) of a limit without PerKey and Rate: budget = jobs the
+-- stripe's grant claims may still start unmarked (outside jobs_limited_idx); spent = a bound on
+-- the jobs they started that may still run (only an exact recount lowers it); max_running = the
+-- limit the budget was granted for. Written by exclusive limited claims (holding every stripe
+-- and these rows), decremented by the stripe's grant claims.
+CREATE TABLE tenure.flow_grant (
+    queue       text     NOT NULL,
+    kind        text     NOT NULL,
+    stripe      smallint NOT NULL,
+    max_running integer  NOT NULL,
+    budget      integer  NOT NULL DEFAULT 0,
+    spent       integer  NOT NULL DEFAULT 0,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, kind, stripe),
+
+    CONSTRAINT flow_grant_budget_pos CHECK (budget >= 0),
+    CONSTRAINT flow_grant_spent_pos  CHECK (spent >= 0)
 );

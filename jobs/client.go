@@ -155,13 +155,31 @@ type InsertOpts struct {
 	// without NUL, else an *OptionError (Field "ConcurrencyKey"). Default none: per-key
 	// limits do not cover the job (limits per kind or queue still do).
 	ConcurrencyKey string
+	// FairKey names the job's tenant for fair share (worker.Fairness.FairShare): within a
+	// priority band, a fair-share queue serves the tenants with ready jobs round robin, so a
+	// tenant with a million queued jobs cannot starve one with a single job. It is stored in
+	// Metadata under FairKeyMetadata (replacing an entry there). When empty, an args type
+	// implementing FairKeyer supplies it. At most MaxConcurrencyKeyBytes bytes of valid UTF-8
+	// without NUL, else an *OptionError (Field "FairKey"). Default none: in a fair-share queue
+	// a job without a key is served in the band's oldest-first order (docs/guide.md §20).
+	FairKey string
 }
 
 // ConcurrencyKeyMetadata is the metadata entry that holds a job's concurrency key; the
 // limited claim and its index (jobs_limited_idx) read it there.
 const ConcurrencyKeyMetadata = "tenure.concurrency_key"
 
-// MaxConcurrencyKeyBytes bounds InsertOpts.ConcurrencyKey.
+// FairKeyMetadata is the metadata entry that holds a job's fair-share key (its tenant); the
+// fair claim and its index (jobs_fair_idx) read it there.
+const FairKeyMetadata = "tenure.fair_key"
+
+// FairKeyer is implemented by args types whose jobs carry a fair-share key taken from their
+// arguments (e.g. the tenant id); InsertOpts.FairKey overrides it.
+type FairKeyer interface {
+	FairKey() string
+}
+
+// MaxConcurrencyKeyBytes bounds InsertOpts.ConcurrencyKey and InsertOpts.FairKey.
 const MaxConcurrencyKeyBytes = 200
 
 // ConcurrencyKeyer is implemented by args types whose jobs carry a concurrency key taken from
@@ -320,17 +338,25 @@ func (c *Client) prepare(ctx context.Context, args generics.Args, opts *InsertOp
 		return prepared{}, &OptionError{Field: "RunAt", Msg: fmt.Sprintf("%s is outside %s..%s",
 			o.RunAt.UTC().Format(time.RFC3339Nano), minRunAt.Format(time.RFC3339), maxRunAt.Add(-time.Microsecond).Format(time.RFC3339Nano))}
 	}
-	key := o.ConcurrencyKey
-	if ck, ok := args.(ConcurrencyKeyer); ok && key == "" {
-		key = ck.ConcurrencyKey()
+	ckey := o.ConcurrencyKey
+	if ck, ok := args.(ConcurrencyKeyer); ok && ckey == "" {
+		ckey = ck.ConcurrencyKey()
 	}
-	if key != "" {
-		if len(key) > MaxConcurrencyKeyBytes || !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0 {
-			return prepared{}, &OptionError{Field: "ConcurrencyKey", Msg: fmt.Sprintf("%q: must be 1..%d bytes of valid UTF-8 without NUL", truncate(key), MaxConcurrencyKeyBytes)}
+	fkey := o.FairKey
+	if fk, ok := args.(FairKeyer); ok && fkey == "" {
+		fkey = fk.FairKey()
+	}
+	for _, k := range []struct{ field, entry, key string }{
+		{"ConcurrencyKey", ConcurrencyKeyMetadata, ckey}, {"FairKey", FairKeyMetadata, fkey}} {
+		if k.key == "" {
+			continue
+		}
+		if len(k.key) > MaxConcurrencyKeyBytes || !utf8.ValidString(k.key) || strings.IndexByte(k.key, 0) >= 0 {
+			return prepared{}, &OptionError{Field: k.field, Msg: fmt.Sprintf("%q: must be 1..%d bytes of valid UTF-8 without NUL", truncate(k.key), MaxConcurrencyKeyBytes)}
 		}
 		m := make(map[string]string, len(o.Metadata)+1)
 		maps.Copy(m, o.Metadata)
-		m[ConcurrencyKeyMetadata] = key
+		m[k.entry] = k.key
 		o.Metadata = m
 	}
 	metadata, err := encodeMetadata(o.Metadata)

@@ -163,3 +163,45 @@ func TestBeforeInsertAddsMetadata(t *testing.T) {
 	var oe *jobs.OptionError
 	require.True(t, errors.As(err, &oe) && oe.Field == "Metadata", "%v", err)
 }
+
+type tenantArgs struct {
+	Tenant string `json:"tenant"`
+}
+
+func (tenantArgs) Kind() string             { return "tenant_args" }
+func (tenantArgs) PayloadVersion() int      { return 1 }
+func (a tenantArgs) FairKey() string        { return a.Tenant }
+func (a tenantArgs) ConcurrencyKey() string { return "acct-" + a.Tenant }
+
+// TestFairKeyStoredInMetadata: InsertOpts.FairKey (or the args' FairKey method) lands in the
+// metadata entry the fair claim and jobs_fair_idx read, next to the concurrency key; the option
+// overrides the method; a key that is too long or not UTF-8 is refused with an *OptionError
+// naming FairKey and inserts nothing.
+func TestFairKeyStoredInMetadata(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	c, err := jobs.NewClient(pool, nil)
+	require.NoError(t, err)
+
+	row, err := c.Insert(ctx, tenantArgs{Tenant: "t-1"}, &jobs.InsertOpts{Metadata: map[string]string{"k": "v"}})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"k": "v", jobs.FairKeyMetadata: "t-1", jobs.ConcurrencyKeyMetadata: "acct-t-1"}, row.Metadata)
+
+	row, err = c.Insert(ctx, tenantArgs{Tenant: "t-1"}, &jobs.InsertOpts{FairKey: "override"})
+	require.NoError(t, err)
+	require.Equal(t, "override", row.Metadata[jobs.FairKeyMetadata])
+
+	for _, bad := range []string{strings.Repeat("x", jobs.MaxConcurrencyKeyBytes+1), "\xff", "a\x00b"} {
+		_, err = c.Insert(ctx, kindArgs{"fk"}, &jobs.InsertOpts{FairKey: bad})
+		var oe *jobs.OptionError
+		require.ErrorAs(t, err, &oe)
+		require.Equal(t, "FairKey", oe.Field)
+	}
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE kind = 'fk'`).Scan(&n))
+	require.Zero(t, n)
+	// keyed ready jobs enter the fair index; the others do not
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE state = 'ready' AND (metadata ->> 'tenure.fair_key') IS NOT NULL`).Scan(&n))
+	require.Equal(t, 2, n)
+}

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"sync"
@@ -44,6 +45,21 @@ func insertNoops(b *testing.B, c *jobs.Client, n int, opts *jobs.InsertOpts) {
 	}
 }
 
+// insertTenants inserts n no-op jobs whose fair keys cycle through tenants keys.
+func insertTenants(b *testing.B, c *jobs.Client, n, tenants int) {
+	b.Helper()
+	for done := 0; done < n; {
+		k := min(5000, n-done)
+		ps := make([]jobs.InsertManyParams, k)
+		for i := range ps {
+			ps[i] = jobs.InsertManyParams{Args: noopArgs{N: done + i}, Opts: &jobs.InsertOpts{FairKey: fmt.Sprintf("t%d", (done+i)%tenants)}}
+		}
+		_, err := c.InsertMany(context.Background(), ps)
+		require.NoError(b, err)
+		done += k
+	}
+}
+
 // BenchmarkBurnDown: 100,000 pre-inserted no-op jobs, default settings plus Concurrency,
 // time to finish them all. Reports jobs/s. Sub-benchmarks compare fairness policies in the
 // same run (the fairness issue's ≤10% overhead budget).
@@ -53,16 +69,22 @@ func BenchmarkBurnDown(b *testing.B) {
 		name   string
 		f      worker.Fairness
 		limits []worker.Limit
+		// tenants > 0: the jobs carry fair keys t0..t<tenants-1> in turn
+		tenants int
 	}{
-		{"strict", worker.Fairness{}, nil},
-		{"aging", worker.Fairness{Aging: &worker.Aging{Step: 5 * time.Minute}}, nil},
-		{"quota", worker.Fairness{Quotas: map[int]int{jobs.PriorityHigh: 12, jobs.PriorityNormal: 6, jobs.PriorityLow: 2}}, nil},
+		{"strict", worker.Fairness{}, nil, 0},
+		{"aging", worker.Fairness{Aging: &worker.Aging{Step: 5 * time.Minute}}, nil, 0},
+		{"quota", worker.Fairness{Quotas: map[int]int{jobs.PriorityHigh: 12, jobs.PriorityNormal: 6, jobs.PriorityLow: 2}}, nil, 0},
 		// Flow control configured but not binding: every claim is a limited claim (lock +
 		// ClaimLimited), every job enters jobs_limited_idx, no limit ever holds a job back.
-		{"strict-limits", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 1_000_000}}},
+		{"strict-limits", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 1_000_000}}, 0},
 		// A limit above the worker's 100 slots (never binding) but within 400 + batch of the
 		// running count: every claim is exclusive (serialized).
-		{"strict-limit150", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 150}}},
+		{"strict-limit150", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 150}}, 0},
+		// Fair share (fairshare.go): one tenant (the claim's round robin has nothing to
+		// share), and 100 tenants with 1,000 jobs each.
+		{"fair-1tenant", worker.Fairness{FairShare: true}, nil, 1},
+		{"fair-100tenants", worker.Fairness{FairShare: true}, nil, 100},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var rate float64
@@ -70,7 +92,11 @@ func BenchmarkBurnDown(b *testing.B) {
 				b.StopTimer()
 				pool := benchPool(b)
 				c := newClient(b, pool, nil)
-				insertNoops(b, c, total, nil)
+				if tc.tenants > 0 {
+					insertTenants(b, c, total, tc.tenants)
+				} else {
+					insertNoops(b, c, total, nil)
+				}
 				if x := os.Getenv("TENURE_BENCH_SQL"); x != "" { // experiments: e.g. DROP INDEX ...
 					_, err := pool.Exec(context.Background(), x)
 					require.NoError(b, err)

@@ -51,6 +51,17 @@ type claimPlan struct {
 	// limited claims (limits.go): exclusive (every stripe) or striped on stripe.
 	exclusive bool
 	stripe    int
+	// fair-share claims (fairshare.go): each band's cursor and, with fairWatermarks, the
+	// tenants' watermarks (after holds the keyless jobs'); set by the claim: the cursor each
+	// band's next claim starts after (where fairMoved) and how far keyless jobs were read.
+	fair           bool
+	fairWatermarks bool
+	fairCursor     bandKeys
+	known          []tenantKey
+	knownAfter     []int64
+	fairNext       bandKeys
+	fairMoved      [maxPriority + 1]bool
+	keylessUpto    bandTimes
 }
 
 // startClaim plans a claim of n jobs on the loop and runs its statement on a claim goroutine,
@@ -67,6 +78,9 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	p.after, p.full, p.prev = q.watermarks()
 	p.segs, p.quota, p.ranked = q.pol.plan(n)
 	p.exclusive, p.stripe = !q.limitFar, idx
+	if q.pol.f.FairShare {
+		q.fairPlan(&p)
+	}
 	q.w.spawn(func() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
@@ -99,11 +113,14 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 // recordClaim moves the watermarks and the fairness state, and counts the claim.
 func (q *queue) recordClaim(r claimResult) {
 	w := q.w
-	if !r.plan.ranked && !r.binding {
+	if r.plan.fair {
+		q.fairAdvance(r.plan, r.got)
+	} else if !r.plan.ranked && !r.binding {
 		// Only exact claims move watermarks: ClaimSegments locks more candidates than it
 		// claims, and a concurrent claimer that skipped those (locked, but then left ready)
 		// must not be allowed to jump past them. Nor does a limited claim a limit held back
-		// (limits.go): the jobs it skipped may lie before the ones it claimed.
+		// (limits.go): the jobs it skipped may lie before the ones it claimed. A fair claim
+		// (fairshare.go) serves tenants, not the band's oldest jobs: it moves its cursors.
 		q.advance(r.got)
 	}
 	if r.plan.full {
@@ -145,6 +162,10 @@ func (q *queue) claim(ctx context.Context, p *claimPlan) ([]claimed, limitResult
 // served in order (it locks only what it claims), ClaimSegments when the database must rank
 // them together (quotas, deadlines).
 func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictRow, limitResult, error) {
+	if p.fair {
+		rows, err := q.claimFair(ctx, p)
+		return rows, limitResult{}, err
+	}
 	w := q.w
 	k := &w.kinds
 	var prio []int16
@@ -171,6 +192,11 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStr
 			rows = append(rows, gen.ClaimStrictRow(r))
 		}
 		return rows, limitResult{}, nil
+	}
+	if q.limits != nil { // ranked under limits: ClaimLimited ranks the same way (limits.go)
+		return q.claimLimited(ctx, p, gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
+			SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,
+			Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs})
 	}
 	arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 		SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,
@@ -237,10 +263,15 @@ func (q *queue) watermarks() (after bandTimes, full bool, prev bandTimes) {
 		return q.wm, true, prev
 	}
 	for b := range q.dueHint {
-		if h := q.dueHint[b].Swap(0); h != 0 && h < q.wm[b] {
+		h := q.dueHint[b].Swap(0)
+		if h == 0 {
+			continue
+		}
+		if h < q.wm[b] {
 			q.wm[b] = h // a job committed behind the watermark: start the band there
 			q.w.m.watermarkHints.Add(1)
 		}
+		q.fairHint(b, h)
 	}
 	return q.wm, false, prev
 }
@@ -287,7 +318,7 @@ func (q *queue) fullClaimed(p claimPlan, got []claimed) {
 // full one: a NOTIFY without a due-time hint arrived since the last full claim, which is at
 // least watermarkReset old.
 func (q *queue) behindSuspected(p claimPlan) bool {
-	return !p.full && !p.ranked && q.plainNotified.Load() && time.Since(q.wmSince) >= watermarkReset
+	return !p.full && !p.ranked && !p.fair && q.plainNotified.Load() && time.Since(q.wmSince) >= watermarkReset
 }
 
 func maxAgeUs(d time.Duration) int64 {

@@ -152,7 +152,7 @@ type QueueConfig struct {
 	// Limits bound the queue's jobs cluster-wide: how many run at once and how many start per
 	// period, per kind, for the whole queue, or per concurrency key (see Limit, and
 	// docs/guide.md "Flow control"). Every worker serving the queue must configure the same
-	// limits. Limits need strict or aging fairness. Default none: the queue claims without any
+	// limits. Limits work with every Fairness policy. Default none: the queue claims without any
 	// flow-control cost.
 	Limits []Limit
 }
@@ -234,6 +234,9 @@ func (c *Config) withDefaults() (Config, error) {
 		}
 		if err := validateLimits(name, q); err != nil {
 			return out, err
+		}
+		if q.Fairness.FairShare && len(q.Limits) > 0 {
+			return out, fmt.Errorf("%w: %w: queue %q", ErrInvalidConfig, ErrFairShareWithLimits, name)
 		}
 		queues[name] = q
 	}

@@ -49,10 +49,18 @@ type Fairness struct {
 	// Deadline, when > 0, takes jobs that have waited longer than Deadline first, oldest first,
 	// whatever their priority.
 	Deadline time.Duration
+	// FairShare, when set, serves the tenants of each priority band round robin (jobs carry a
+	// tenant in jobs.InsertOpts.FairKey): every tenant with ready jobs gets one start per
+	// round, so a tenant with a million queued jobs and a tenant with one both make progress.
+	// It combines with Aging, Quotas and Deadline (they decide the bands' order and shares; fair
+	// share decides the order within them), not with QueueConfig.Limits. See fairshare.go.
+	FairShare bool
 }
 
 // Strict reports whether f is plain strict priority.
-func (f Fairness) Strict() bool { return f.Aging == nil && len(f.Quotas) == 0 && f.Deadline <= 0 }
+func (f Fairness) Strict() bool {
+	return f.Aging == nil && len(f.Quotas) == 0 && f.Deadline <= 0 && !f.FairShare
+}
 
 func (f Fairness) validate(queue string) error {
 	bad := func(field, msg string, args ...any) error {

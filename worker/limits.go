@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,29 +21,70 @@ import (
 // how many jobs run at once and how many start per period, cluster-wide, enforced inside the
 // claim.
 //
-// A queue with limits claims with a limited claim instead of ClaimOrdered: two statements sent
-// in one pipeline (one round trip, one implicit transaction). ClaimLimitsLock waits for
-// transaction-scoped advisory locks on the queue's limit stripes (limitStripes of them);
-// ClaimLimited then counts the groups' running, leased jobs and window starts and claims within
-// their room. A claim is exclusive (it takes every stripe, in order) or striped (it takes one).
+// A queue with limits claims in one of three ways:
+//   - exclusive: ClaimLimitsLock (transaction-scoped advisory locks on all limitStripes of the
+//     queue's limit stripes, in order), ClaimGrantsLock (the queue's tenure.flow_grant rows, FOR
+//     UPDATE) and ClaimLimited, sent in one pipeline (one round trip, one implicit transaction).
+//     ClaimLimited counts the groups' running, leased, marked jobs (limited = true, through
+//     jobs_limited_idx) and window starts, claims within their room, marks the rows it claims of
+//     kinds a concurrency limit covers, and (re)grants budgets (below);
+//   - striped: the same with one stripe and without the grant rows; it admits at most
+//     stripeGroupCap per group and keeps stripeReserve of every group's room for the claims it
+//     cannot see;
+//   - grant (ClaimGranted, one statement, no advisory lock): only for a grantable queue (every
+//     limit a concurrency limit without PerKey and without Rate). ClaimOrdered within the budget
+//     an exclusive claim granted the claimer's stripe; it does not count and does not mark.
 //
-// Why it is race-free under READ COMMITTED. Every limited claim of the queue, on every worker,
-// holds its stripes from before ClaimLimited takes its snapshot until after its transaction
-// committed (PostgreSQL makes a commit visible before it releases the transaction's locks), and
-// the count's rows can only leave a group after the snapshot (finished, released, lease
-// expired), never join it except through a limited claim. Take, at any instant, the committed
-// claim X with the latest snapshot. Every committed claim X does not see took its snapshot
-// before X's and committed after it, so it held a stripe at X's snapshot: none if X is
-// exclusive (X held them all), at most one per other stripe (limitStripes-1) if X is striped.
-// An exclusive claim admits up to a group's room; a striped one at most stripeGroupCap per
-// group and only within the room less what the other stripes may hold unseen
-// ((limitStripes-1)·stripeGroupCap). Either way the group's total at that instant is at most
-// its limit. A single statement could not do this: its snapshot would be taken before it
-// waited for the lock.
+// Grants. Per limit L of a grantable queue and stripe s, a tenure.flow_grant row holds budget_s
+// (jobs grant claims on s may still start) and spent_s (a bound on the jobs they started that
+// may still run). Write marked for L's running, leased, marked jobs; unmarked for L's running,
+// leased jobs grant claims started; S = Σ spent_s, B = Σ budget_s (committed values). Two
+// invariants hold at every instant:
 //
-// Striped claims let claims of a queue far from its limits run in parallel (and share group
-// commits), which is what "configured but not binding" costs; near a limit, or when a limit
-// held something back, the queue's next claim is exclusive (exact up to the limit).
+//	(I1) unmarked ≤ S            (I2) T := marked + S + B ≤ MaxRunning
+//
+// so L's running, leased jobs number marked + unmarked ≤ T ≤ MaxRunning: the guarantee. (Jobs
+// started by a worker that does not configure the limit are neither marked nor granted and are
+// not counted, as documented.) Each event keeps them:
+//   - a finish, release or lease expiry only lowers marked or unmarked;
+//   - a grant claim's UPDATE of its stripe's row (which waits for a concurrent holder and then
+//     rechecks `budget >= k` on the row's latest committed version, READ COMMITTED) moves k from
+//     budget to spent, and only if every limit's row allowed it does the same statement claim
+//     the k jobs: T unchanged, unmarked and S both up by k. It reads no count, so its snapshot
+//     does not matter; its jobs enter no index (the cost saved while far from the limit);
+//   - an exclusive claim holds every stripe and every grant row from before ClaimLimited's
+//     snapshot until after its commit. Every claim that marks rows holds a stripe and every
+//     change to spent or budget holds a grant row, and PostgreSQL makes a commit visible before
+//     it releases the transaction's locks, so its snapshot sees them all and nothing but
+//     finishes changes them until it commits. It counts marked = M exactly, bounds unmarked by
+//     U = S (I1) or, when that bound leaves less than batch + limitStripes·grantMin of room,
+//     recounts U exactly (every unmarked running leased job L covers, through
+//     jobs_running_idx), admits k ≤ MaxRunning − M − U, and writes spent = U (the recount, on
+//     stripe 0; else unchanged) and budgets summing to at most MaxRunning − M − U − k (the rest
+//     split over the stripes, granted only if each gets grantMin; otherwise 0, voiding what
+//     was left). Then marked ≤ M + k, unmarked ≤ U ≤ S, and T ≤ MaxRunning;
+//   - a striped claim counts marked + S + B as the group's running count (T at its snapshot).
+//     Take, at any instant, the committed striped claim X with the latest snapshot. Grant claims
+//     leave T unchanged, exclusive claims hold every stripe (none overlaps X), and every other
+//     claim X does not see took its snapshot before X's and committed after it, so it held a
+//     stripe at X's snapshot: at most one per other stripe (limitStripes−1), each adding at most
+//     stripeGroupCap to T. X admits at most stripeGroupCap and only within the room less
+//     (limitStripes−1)·stripeGroupCap, so T stays within the limit.
+//
+// Groups of per-key limits and of rate limits have no grants (S = B = 0): the exclusive and
+// striped arguments above are the whole proof, with marked the group's running count, and for
+// rate limits the window's starts in tenure.flow (written only under the stripes). A single
+// statement that locked and counted could not do this: its snapshot would be taken before it
+// waited for the lock. TestLimitGrants and TestLimitGrantRace check the accounting step by step
+// and the wait for a grant claim in flight; TestLimitGrantsNearTheLimit, TestLimitStripedNearTheLimit
+// and TestLimitGlobalAcrossWorkers check the guarantee with workers.
+//
+// Mode choice (a hint for speed; every claim keeps the limit on its own): a queue starts
+// exclusive; an exclusive claim of a grantable queue that granted makes the next claims grant
+// claims while their stripe's budget lasts (a grant claim that comes back short for lack of
+// budget claims the rest exclusively at once); an exclusive or striped claim that held nothing
+// back and saw every counted group's room at least stripeFarRoom after its batch makes the next
+// claims striped; anything else, exclusive.
 //
 // Queues without limits claim exactly as before (ClaimOrdered, no lock, no extra index entry).
 
@@ -84,8 +128,9 @@ var (
 	// ErrDuplicateLimit: two limits of a queue cover the same group (same Kind and PerKey);
 	// put both bounds in one Limit.
 	ErrDuplicateLimit = errors.New("tenure: duplicate limit")
-	// ErrLimitsNeedOrderedFairness: limits work with strict priority and aging; a queue with
-	// quotas or a deadline (which rank candidates together) cannot have limits yet.
+	// ErrLimitsNeedOrderedFairness is no longer returned: limits work with every fairness
+	// policy (quotas and deadlines claim through the ranked form of the limited claim). Kept so
+	// code that tests for it still compiles.
 	ErrLimitsNeedOrderedFairness = errors.New("tenure: limits need strict or aging fairness")
 )
 
@@ -99,9 +144,6 @@ const ConcurrencyKeyMetadata = jobs.ConcurrencyKeyMetadata
 func validateLimits(queue string, q QueueConfig) error {
 	if len(q.Limits) == 0 {
 		return nil
-	}
-	if q.Fairness.Quotas != nil || q.Fairness.Deadline > 0 {
-		return fmt.Errorf("%w: %w: queue %q", ErrInvalidConfig, ErrLimitsNeedOrderedFairness, queue)
 	}
 	type scope struct {
 		kind   string
@@ -149,14 +191,25 @@ type limitArgs struct {
 	// shortest rate window (a new window brings room no local event announces); 0 without
 	// rate limits (the usual FetchPollMax).
 	pollCap time.Duration
+	// grantable: every limit is a concurrency limit without PerKey and without Rate, so far
+	// from them the queue can claim against grants (ClaimGranted).
+	grantable bool
+	// granting: the queue's latest limited claim granted budgets (or left its stripe's budget
+	// for another batch), so the next claim that is not exclusive is a grant claim rather than
+	// a striped one. Written by claim goroutines; only a hint for speed (every kind of claim
+	// keeps the limit on its own).
+	granting atomic.Bool
 }
 
 func newLimitArgs(ls []Limit) *limitArgs {
 	if len(ls) == 0 {
 		return nil
 	}
-	a := &limitArgs{concurrencyLimited: map[string]bool{}}
+	a := &limitArgs{concurrencyLimited: map[string]bool{}, grantable: true}
 	for i, l := range ls {
+		if l.PerKey || l.Rate > 0 || l.MaxRunning == 0 {
+			a.grantable = false
+		}
 		a.id = append(a.id, int32(i))
 		a.kind = append(a.kind, l.Kind)
 		a.perKey = append(a.perKey, l.PerKey)
@@ -190,9 +243,42 @@ const (
 // short. A striped claim reads n (each candidate read is row-locked, a WAL record).
 const limitScanFactor = 2
 
-// claimLimited runs a limited claim: ClaimLimitsLock then ClaimLimited in one pipeline.
+// grantMin is the smallest budget an exclusive claim grants a stripe (below it the queue stays
+// exclusive): a grant is worth it only if it lasts a few full batches (MaxClaimBatch defaults to
+// 100), since the claim that finds it spent costs a second, exclusive, statement. A limit needs
+// a room of limitStripes·grantMin = 1,000 after the batch to be granted.
+const grantMin = 250
+
+// claimLimited runs a limited claim: a grant claim (ClaimGranted) for a grantable queue far
+// from its limits, else ClaimLimitsLock (+ ClaimGrantsLock when exclusive) then ClaimLimited in
+// one pipeline.
 func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
 	la := q.limits
+	if la.grantable && !p.exclusive && !p.ranked && la.granting.Load() {
+		rows, res, err := q.claimGranted(ctx, p, base)
+		if err != nil || len(rows) == p.n || res.budgetLeft > 0 {
+			return rows, res, err // claimed in full, or the queue ran out of jobs before the grant did
+		}
+		la.granting.Store(false)
+		// The stripe's budget is spent (or was voided, or a pause blocks a group): the claim
+		// came back short for lack of a grant, not of jobs. Claim the rest exclusively now (it
+		// recounts and regrants) rather than report a short claim the loop would wait after.
+		ex := *p
+		ex.exclusive, ex.n = true, p.n-len(rows)
+		base.Batch = int32(ex.n)
+		more, res, err := q.claimLimited(ctx, &ex, base)
+		if err != nil && len(rows) > 0 {
+			// The grant claim committed: its jobs are ours whatever the second claim did.
+			return rows, limitResult{grantable: true, n: int32(p.n)}, nil
+		}
+		return append(rows, more...), res, err
+	}
+	var segLimit, segRank, segQuota []int32
+	if p.ranked { // quotas, deadline: ClaimSegments' candidates and order (each segment its own LIMIT)
+		for _, s := range p.segs {
+			segLimit, segRank, segQuota = append(segLimit, int32(s.limit)), append(segRank, int32(s.rank)), append(segQuota, int32(s.quota))
+		}
+	}
 	first, last := locks.LimitsClass, locks.LimitsClass+limitStripes-1
 	reserve, groupCap := int32(0), int32(noCap)
 	scan := min(p.n*limitScanFactor, 10000)
@@ -201,21 +287,38 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 		first = locks.LimitsClass + int32(p.stripe%limitStripes)
 		last, reserve, groupCap = first, stripeReserve, stripeGroupCap
 	}
-	db := &afterLock{pool: q.w.eng, lock: lockStatement(ctx, q.name, first, last)}
+	if p.ranked {
+		scan = 0 // every segment's candidates (each segment has its own LIMIT)
+		for _, l := range segLimit {
+			scan += int(l)
+		}
+	}
+	db := &afterLock{pool: q.w.eng, locks: []lockedStatement{lockStatement(ctx, q.name, first, last)}}
+	if p.exclusive {
+		// Hold the grant rows too, so no grant claim spends while this one recounts and
+		// regrants (and its snapshot sees every grant claim that spent before).
+		db.locks = append(db.locks, grantsLockStatement(ctx, q.name))
+	}
 	got, err := gen.New(db).ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: reserve, GroupCap: groupCap,
 		WorkerID: base.WorkerID, Queue: base.Queue, Batch: base.Batch, Scan: int32(scan),
 		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,
 		Kinds: base.Kinds, KindVersions: base.KindVersions, KindLeaseMs: base.KindLeaseMs,
 		LimID: la.id, LimKind: la.kind, LimPerKey: la.perKey, LimMaxRunning: la.maxRunning, LimRate: la.rate, LimPeriodUs: la.periodUs,
+		Ranked: p.ranked, SegLimit: segLimit, SegRank: segRank, SegQuota: segQuota,
+		Exclusive: p.exclusive, MayGrant: la.grantable && !p.ranked, LastStripe: limitStripes - 1,
+		GrantRoom: limitStripes * grantMin, RecountBelow: base.Batch + limitStripes*grantMin,
 	})
 	if err != nil {
 		return nil, limitResult{}, err
 	}
-	var res limitResult
+	res := limitResult{grantable: la.grantable, exclusive: p.exclusive, n: int32(p.n)}
 	rows := make([]gen.ClaimStrictRow, 0, len(got))
 	for i, r := range got {
 		if i == 0 {
-			res = limitResult{binding: r.Binding, minRoom: r.MinRoom}
+			res.binding, res.minRoom, res.granted = r.Binding, r.MinRoom, r.Granted
+			if la.grantable && p.exclusive {
+				la.granting.Store(r.Granted >= grantMin)
+			}
 		}
 		if r.ID == nil { // nothing claimed: the one row carries the flags only
 			continue
@@ -229,14 +332,67 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 	return rows, res, nil
 }
 
-// limitResult is what a limited claim reports besides its rows.
-type limitResult struct {
-	binding bool  // a limit held something back
-	minRoom int32 // the smallest counted room less the batch
+// claimGranted runs a grant claim: ClaimOrdered within the stripe's grant, one statement, no
+// lock, no count, rows not marked.
+func (q *queue) claimGranted(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
+	la := q.limits
+	got, err := q.w.q.ClaimGranted(ctx, gen.ClaimGrantedParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
+		Queue: base.Queue, Stripe: int16((p.stripe + workerStripe(q.w.cfg.ID)) % limitStripes), Batch: base.Batch,
+		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,
+		KindVersions: base.KindVersions, Kinds: base.Kinds, WorkerID: base.WorkerID, KindLeaseMs: base.KindLeaseMs})
+	if err != nil {
+		return nil, limitResult{}, err
+	}
+	res := limitResult{grantable: true, granting: true, n: int32(p.n)}
+	rows := make([]gen.ClaimStrictRow, 0, len(got))
+	for i, r := range got {
+		if i == 0 {
+			res.budgetLeft = r.BudgetLeft
+		}
+		if r.ID == nil {
+			continue
+		}
+		rows = append(rows, gen.ClaimStrictRow{ID: *r.ID, Queue: deref0(r.Queue), Kind: deref0(r.Kind), Payload: r.Payload,
+			PayloadVersion: deref0(r.PayloadVersion), Priority: deref0(r.Priority), RunAt: deref0(r.RunAt), Attempts: deref0(r.Attempts),
+			MaxAttempts: deref0(r.MaxAttempts), LeaseMs: deref0(r.LeaseMs), LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken,
+			Generation: deref0(r.Generation), AttemptedAt: r.AttemptedAt, CreatedAt: deref0(r.CreatedAt), Metadata: r.Metadata,
+			Tags: r.Tags, Snoozes: deref0(r.Snoozes)})
+	}
+	return rows, res, nil
 }
 
-// far reports whether the queue's next limited claim may be striped.
-func (r limitResult) far() bool { return !r.binding && r.minRoom >= stripeFarRoom }
+// workerStripe spreads the workers' grant claims over the stripes: claimer i of a worker claims
+// on stripe (i + workerStripe(ID)) mod limitStripes, so the first claimers of different workers
+// do not all queue for the same grant row.
+func workerStripe(id string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % limitStripes)
+}
+
+// limitResult is what a limited claim reports besides its rows.
+type limitResult struct {
+	binding    bool  // a limit held something back
+	minRoom    int32 // the smallest counted room less the batch
+	granted    int32 // an exclusive claim of a grantable queue: the smallest budget it granted a stripe
+	budgetLeft int32 // a grant claim: the smallest budget left on its stripe
+	grantable  bool  // the queue may claim against grants when far
+	granting   bool  // this was a grant claim
+	exclusive  bool
+	n          int32 // the batch asked for
+}
+
+// far reports whether the queue's next limited claim may be one that is not exclusive: a grant
+// claim if the queue is granting, else a striped one.
+func (r limitResult) far() bool {
+	switch {
+	case r.granting:
+		return r.budgetLeft >= r.n
+	case r.grantable && r.exclusive && r.granted >= grantMin:
+		return true
+	}
+	return !r.binding && r.minRoom >= stripeFarRoom
+}
 
 func deref0[T any](p *T) T {
 	var z T
@@ -257,6 +413,13 @@ type lockedStatement struct {
 func lockStatement(ctx context.Context, queue string, first, last int32) lockedStatement {
 	var c capture
 	_ = gen.New(&c).ClaimLimitsLock(ctx, gen.ClaimLimitsLockParams{Queue: queue, FirstClass: first, LastClass: last})
+	return lockedStatement{c.sql, c.args}
+}
+
+// grantsLockStatement captures ClaimGrantsLock the same way.
+func grantsLockStatement(ctx context.Context, queue string) lockedStatement {
+	var c capture
+	_ = gen.New(&c).ClaimGrantsLock(ctx, queue)
 	return lockedStatement{c.sql, c.args}
 }
 
@@ -285,8 +448,8 @@ type batcher interface {
 // taken after the lock was granted. The returned rows end the batch (commit) when they are
 // exhausted, and report a failed commit as their error.
 type afterLock struct {
-	pool batcher
-	lock lockedStatement
+	pool  batcher
+	locks []lockedStatement // sent in order before the query
 }
 
 func (a *afterLock) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
@@ -296,12 +459,16 @@ func (a *afterLock) QueryRow(context.Context, string, ...any) pgx.Row { return n
 
 func (a *afterLock) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	b := &pgx.Batch{}
-	b.Queue(a.lock.sql, a.lock.args...)
+	for _, l := range a.locks {
+		b.Queue(l.sql, l.args...)
+	}
 	b.Queue(sql, args...)
 	br := a.pool.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, err
+	for range a.locks {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -374,4 +541,104 @@ func (w *Worker) flowBlock(e *execution, d time.Duration) {
 		return
 	}
 	w.m.flowBlocks.Add(1)
+}
+
+// Pruning tenure.flow. A rate limit per key leaves one row per key it ever saw, and a RetryAfter
+// pause one per group it paused; a row whose window is over and whose pause has passed carries
+// nothing a claim would read (a claim treats a missing row and an old window alike: no starts in
+// the current window, no pause). The reclaim service (reclaim.go) runs a pass every PruneEvery:
+// for each queue the worker serves, steps of FlowPrune through the queue's rows in key order,
+// at most flowPruneSteps statements of flowPruneBatch rows per pass, continuing where the last
+// pass stopped. Each step holds locks.FlowPrune (try, transaction scope): while another worker
+// prunes, the pass ends.
+//
+// Why a racing claim loses no count, without the queue's limit stripes: the prune deletes a row
+// only after locking it (FOR UPDATE SKIP LOCKED) and rechecking, on the row's latest committed
+// version, that its window is over and its pause passed (READ COMMITTED re-evaluates the
+// conditions of a locked row that changed). A claim that counted starts into the row (or
+// FlowBlock that paused it) either committed before the prune locked it — the prune then sees
+// the current window (or the pause) and keeps it — or has it locked — skipped —, or writes
+// after the delete: its INSERT .. ON CONFLICT then waits for the pruner's commit and inserts a
+// fresh row with the starts it adds (the deleted row's window was over, so they are the whole
+// count of the current window). A claim whose snapshot still showed the deleted row read an
+// over window as zero starts, as it would a missing row. Nothing counted is lost, and the
+// concurrency count (jobs rows, flow_grant) is not touched.
+const (
+	flowPruneBatch = 1000
+	flowPruneSteps = 20
+)
+
+// flowPruner is the reclaim service's pruning state: when the next pass is due and where each
+// queue's walk stopped.
+type flowPruner struct {
+	next   time.Time
+	cursor map[string][2]string
+}
+
+// maybePruneFlow runs a pass of the flow prune if one is due.
+func (w *Worker) maybePruneFlow(ctx context.Context, fp *flowPruner) {
+	now := time.Now()
+	if now.Before(fp.next) {
+		return
+	}
+	fp.next = now.Add(w.cfg.PruneEvery)
+	pctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+	defer cancel()
+	if _, err := w.pruneFlow(pctx, fp); err != nil && ctx.Err() == nil {
+		w.m.pruneErrors.Add(1)
+		w.engineError(&w.pruneLog, "flow prune", err)
+	}
+}
+
+// PruneFlow runs one bounded pass of the tenure.flow prune over the worker's queues (from the
+// start of each) and returns the rows it deleted. The worker runs it every PruneEvery; it is
+// exported for operators and tests.
+func (w *Worker) PruneFlow(ctx context.Context) (int, error) {
+	if w.q == nil {
+		return 0, errors.New("tenure: PruneFlow on a worker whose engine has not started")
+	}
+	return w.pruneFlow(ctx, &flowPruner{})
+}
+
+func (w *Worker) pruneFlow(ctx context.Context, fp *flowPruner) (int, error) {
+	if fp.cursor == nil {
+		fp.cursor = map[string][2]string{}
+	}
+	names := make([]string, 0, len(w.cfg.Queues))
+	for name := range w.cfg.Queues {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	deleted, steps := 0, 0
+	for _, name := range names {
+		p := gen.FlowPruneParams{LockKey: int64(locks.FlowPrune), Queue: name, Batch: flowPruneBatch,
+			LimKind: []string{}, LimPerKey: []bool{}, LimPeriodUs: []int64{}}
+		for _, l := range w.cfg.Queues[name].Limits {
+			if l.Rate > 0 {
+				p.LimKind, p.LimPerKey, p.LimPeriodUs = append(p.LimKind, l.Kind), append(p.LimPerKey, l.PerKey), append(p.LimPeriodUs, l.Per.Microseconds())
+			}
+		}
+		for {
+			if steps == flowPruneSteps {
+				return deleted, nil
+			}
+			steps++
+			c, ok := fp.cursor[name]
+			p.FromStart, p.AfterKind, p.AfterKey = !ok, c[0], c[1]
+			r, err := w.q.FlowPrune(ctx, p)
+			if err != nil {
+				return deleted, err
+			}
+			if !r.Locked {
+				return deleted, nil // another worker is pruning
+			}
+			deleted += int(r.Deleted)
+			if r.Scanned < flowPruneBatch {
+				delete(fp.cursor, name) // the end of the queue's rows: the next pass starts over
+				break
+			}
+			fp.cursor[name] = [2]string{r.LastKind, r.LastKey}
+		}
+	}
+	return deleted, nil
 }

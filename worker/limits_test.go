@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/locks"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/internal/plantest"
 	"github.com/tenureq/tenure/jobs"
@@ -229,6 +232,28 @@ func TestLimitStripedNearTheLimit(t *testing.T) {
 	require.Positive(t, r.limitedClaims, "the limit never bound")
 }
 
+// TestLimitGrantsNearTheLimit: a limit with room for grants (1,500, 4 workers x 500 slots):
+// the workers claim against grants (no count, rows outside jobs_limited_idx) while far, then
+// exclusively as the grants run out and the running jobs approach the limit; neither the
+// handlers nor the table ever show more than the limit.
+func TestLimitGrantsNearTheLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2,000 handler slots, ~4 s")
+	}
+	pool := pgtest.NewPool(t)
+	const limit, n = 1500, 6000
+	r := runLimited(t, pool, 4, 500, n, []string{"a", "b", "c"}, 500*time.Millisecond, []worker.Limit{{Kind: "lim", MaxRunning: limit}})
+	var grants, spent int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*), coalesce(sum(spent), 0) FROM tenure.flow_grant`).Scan(&grants, &spent))
+	t.Logf("limit %d, 4 workers x 500 slots: %d jobs of 500ms in %v = %.0f jobs/s; max running: handlers %d, sampled %d (%d samples); limited claims %d, striped/grant claims %d; grant rows %d",
+		limit, n, r.elapsed.Round(time.Millisecond), r.jobsPerSecond, r.handlerMax, r.sampledMax, r.samples, r.limitedClaims, r.stripedClaims, grants)
+	require.LessOrEqual(t, r.handlerMax, int64(limit))
+	require.LessOrEqual(t, r.sampledMax, int64(limit))
+	require.Equal(t, 4, grants, "no grant was issued")
+	require.Positive(t, r.stripedClaims, "no claim ran against a grant")
+	require.Positive(t, r.limitedClaims, "the limit never bound")
+}
+
 // TestLimitOnePerKey: a limit of 1 running job per concurrency key, four workers: never two
 // jobs of a key at once, while jobs of different keys run side by side.
 func TestLimitOnePerKey(t *testing.T) {
@@ -340,7 +365,6 @@ func TestLimitConfigErrors(t *testing.T) {
 		{worker.QueueConfig{Limits: []worker.Limit{{Kind: "lim", Rate: 5}}}, worker.ErrInvalidLimit},
 		{worker.QueueConfig{Limits: []worker.Limit{{Kind: "lim", MaxRunning: 1, Per: time.Second}}}, worker.ErrInvalidLimit},
 		{worker.QueueConfig{Limits: []worker.Limit{{Kind: "lim", MaxRunning: 1}, {Kind: "lim", Rate: 1, Per: time.Second}}}, worker.ErrDuplicateLimit},
-		{worker.QueueConfig{Fairness: worker.Fairness{Quotas: map[int]int{3: 1, 2: 1}}, Limits: []worker.Limit{{MaxRunning: 1}}}, worker.ErrLimitsNeedOrderedFairness},
 	} {
 		_, err := worker.New(pool, &worker.Config{Queues: map[string]worker.QueueConfig{"default": tc.q}})
 		require.ErrorIs(t, err, tc.want)
@@ -350,6 +374,11 @@ func TestLimitConfigErrors(t *testing.T) {
 	_, err := worker.New(pool, &worker.Config{Queues: map[string]worker.QueueConfig{"default": {Limits: []worker.Limit{
 		{Kind: "lim", PerKey: true, MaxRunning: 2, Rate: 10, Per: time.Second}, {MaxRunning: 50}}}}})
 	require.NoError(t, err)
+	// Limits with quotas or a deadline: fine (ErrLimitsNeedOrderedFairness is no longer returned).
+	for _, f := range []worker.Fairness{{Quotas: map[int]int{3: 1, 2: 1}}, {Deadline: time.Minute}} {
+		_, err = worker.New(pool, &worker.Config{Queues: map[string]worker.QueueConfig{"default": {Fairness: f, Limits: []worker.Limit{{MaxRunning: 1}}}}})
+		require.NoError(t, err)
+	}
 	// The concurrency key is validated at insert.
 	c := newClient(t, pool, nil)
 	_, err = c.Insert(context.Background(), limArgs{Key: string([]byte{0xff})}, nil)
@@ -388,14 +417,19 @@ func TestClaimLimitedPlan(t *testing.T) {
 		"kind_versions": []int32{1, 1}, "kinds": []string{"lim", "noop"}, "scan": 20, "batch": 10,
 		"reserve": 300, "group_cap": 100,
 		"worker_id": "explain-worker", "kind_lease_ms": []int32{0, 0},
+		"exclusive": false, "may_grant": false, "last_stripe": 3, "grant_room": 400, "recount_below": 410,
+		"ranked": false, "seg_limit": []int32(nil), "seg_rank": []int32(nil), "seg_quota": []int32(nil),
 	}
-	var vals []any
-	for _, name := range order {
-		v, ok := args[name]
-		require.True(t, ok, "no value for %s", name)
-		vals = append(vals, v)
+	vals := func() []any {
+		var vals []any
+		for _, name := range order {
+			v, ok := args[name]
+			require.True(t, ok, "no value for %s", name)
+			vals = append(vals, v)
+		}
+		return vals
 	}
-	plan := plantest.Explain(t, pool, true, sql, vals...)
+	plan := plantest.Explain(t, pool, true, sql, vals()...)
 	idx := plantest.Indexes(plan)
 	for _, want := range []string{"jobs_ready_idx", "jobs_limited_idx", "jobs_pkey"} {
 		require.True(t, idx[want], "ClaimLimited does not use %s (uses %v)", want, idx)
@@ -404,6 +438,42 @@ func TestClaimLimitedPlan(t *testing.T) {
 		require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "ClaimLimited scans the jobs table")
 	})
 	t.Logf("ClaimLimited (EXPLAIN ANALYZE, rolled back): %d buffers; indexes %v", plan.Buffers(), idx)
+
+	// An exclusive claim whose grants' spent bound leaves too little room recounts the unmarked
+	// running jobs: through jobs_running_idx, not by a scan of the table.
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.flow_grant (queue, kind, stripe, max_running, budget, spent)
+		SELECT 'default', '', s, 500, 0, 150 FROM generate_series(0, 3) s`)
+	require.NoError(t, err)
+	args["exclusive"], args["reserve"], args["group_cap"] = true, 0, 1<<30
+	recountBuffers := func(plan plantest.Node) (n int64) {
+		plantest.Walk(plan, func(x plantest.Node) {
+			if x.IndexName == "jobs_running_idx" {
+				n += x.Buffers()
+			}
+		})
+		return n
+	}
+	require.Zero(t, recountBuffers(plan), "a striped claim recounted")
+	plan = plantest.ExplainEngine(t, pool, true, sql, vals()...)
+	idx = plantest.Indexes(plan)
+	require.Positive(t, recountBuffers(plan), "the recount did not run through jobs_running_idx (uses %v)", idx)
+	plantest.Walk(plan, func(n plantest.Node) {
+		require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "ClaimLimited scans the jobs table")
+	})
+	t.Logf("ClaimLimited exclusive with a recount (EXPLAIN ANALYZE, rolled back): %d buffers; indexes %v", plan.Buffers(), idx)
+
+	// Ranked (quotas, deadline): each segment reads its own LIMIT through jobs_ready_idx.
+	args["ranked"] = true
+	args["seg_limit"], args["seg_rank"], args["seg_quota"] = []int32{10, 10, 10, 10, 10, 10, 10, 10, 10}, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}, []int32{5, 1, 1, 1, 1, 1, 1, 1, 1}
+	plan = plantest.ExplainEngine(t, pool, true, sql, vals()...)
+	idx = plantest.Indexes(plan)
+	for _, want := range []string{"jobs_ready_idx", "jobs_limited_idx", "jobs_pkey"} {
+		require.True(t, idx[want], "ranked ClaimLimited does not use %s (uses %v)", want, idx)
+	}
+	plantest.Walk(plan, func(n plantest.Node) {
+		require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "ranked ClaimLimited scans the jobs table")
+	})
+	t.Logf("ClaimLimited ranked (EXPLAIN ANALYZE, rolled back): %d buffers; indexes %v", plan.Buffers(), idx)
 }
 
 // TestLimitFreedBySIGKILL: a worker process holding the 2 jobs a limit of 2 allows is
@@ -476,4 +546,456 @@ func TestLimitFreedBySIGKILL(t *testing.T) {
 	require.GreaterOrEqual(t, firstStart.Sub(killed), untilExpiry-50*time.Millisecond, "a job started before the dead worker's leases expired")
 	require.LessOrEqual(t, sTotal.v.Load(), int64(2))
 	require.Positive(t, samples.Load())
+}
+
+// grantHarness drives the limited claim statements directly, as the engine sends them, for one
+// queue "default" with one limit: kind lim, MaxRunning max.
+type grantHarness struct {
+	t        *testing.T
+	pool     *pgxpool.Pool
+	max      int32
+	grantMin int32 // the smallest budget granted a stripe (the engine's grantMin)
+}
+
+func (h grantHarness) ordered(batch int32) gen.ClaimOrderedParams {
+	return gen.ClaimOrderedParams{WorkerID: "grant-test", Queue: "default", Batch: batch,
+		SegPriority: []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, SegAfterUs: make([]int64, 9), SegMinAgeUs: make([]int64, 9),
+		SegMaxAgeUs: []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15},
+		Kinds:       []string{"lim"}, KindVersions: []int32{1}, KindLeaseMs: []int32{0}}
+}
+
+// exclusive runs an exclusive limited claim of batch (lock statements, then ClaimLimited, in
+// one transaction) and returns how many it claimed and the budget it granted each stripe.
+func (h grantHarness) exclusive(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, batch int32) (claimed int, granted int32, err error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	q := gen.New(tx)
+	if err := q.ClaimLimitsLock(ctx, gen.ClaimLimitsLockParams{Queue: "default", FirstClass: locks.LimitsClass, LastClass: locks.LimitsClass + 3}); err != nil {
+		return 0, 0, err
+	}
+	if err := q.ClaimGrantsLock(ctx, "default"); err != nil {
+		return 0, 0, err
+	}
+	o := h.ordered(batch)
+	rows, err := q.ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: 0, GroupCap: 1 << 30, WorkerID: o.WorkerID, Queue: o.Queue,
+		Batch: batch, Scan: 2 * batch, SegPriority: o.SegPriority, SegAfterUs: o.SegAfterUs, SegMinAgeUs: o.SegMinAgeUs, SegMaxAgeUs: o.SegMaxAgeUs,
+		Kinds: o.Kinds, KindVersions: o.KindVersions, KindLeaseMs: o.KindLeaseMs,
+		LimID: []int32{0}, LimKind: []string{"lim"}, LimPerKey: []bool{false}, LimMaxRunning: []int32{h.max}, LimRate: []int32{0}, LimPeriodUs: []int64{0},
+		Exclusive: true, MayGrant: true, LastStripe: 3, GrantRoom: 4 * h.grantMin, RecountBelow: batch + 4*h.grantMin})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, r := range rows {
+		granted = r.Granted
+		if r.ID != nil {
+			claimed++
+		}
+	}
+	return claimed, granted, tx.Commit(ctx)
+}
+
+// grant runs a grant claim of batch on stripe and returns how many it claimed and the budget left.
+func (h grantHarness) grant(ctx context.Context, db gen.DBTX, stripe int16, batch int32) (int, int32) {
+	o := h.ordered(batch)
+	rows, err := gen.New(db).ClaimGranted(ctx, gen.ClaimGrantedParams{LimKind: []string{"lim"}, LimMaxRunning: []int32{h.max},
+		Queue: "default", Stripe: stripe, Batch: batch, SegPriority: o.SegPriority, SegAfterUs: o.SegAfterUs,
+		SegMinAgeUs: o.SegMinAgeUs, SegMaxAgeUs: o.SegMaxAgeUs, KindVersions: o.KindVersions, Kinds: o.Kinds,
+		WorkerID: o.WorkerID, KindLeaseMs: o.KindLeaseMs})
+	require.NoError(h.t, err)
+	n, left := 0, int32(-1)
+	for _, r := range rows {
+		left = r.BudgetLeft
+		if r.ID != nil {
+			n++
+		}
+	}
+	return n, left
+}
+
+// state reads the running leased lim jobs (marked: in jobs_limited_idx; all) and the grant rows'
+// total budget and spent.
+func (h grantHarness) state(ctx context.Context) (marked, running, budget, spent int) {
+	require.NoError(h.t, h.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE limited), count(*) FROM tenure.jobs
+		WHERE kind = 'lim' AND state = 'running' AND locked_until > now()`).Scan(&marked, &running))
+	require.NoError(h.t, h.pool.QueryRow(ctx, `SELECT coalesce(sum(budget), 0), coalesce(sum(spent), 0) FROM tenure.flow_grant
+		WHERE queue = 'default' AND kind = 'lim' AND max_running = $1`, h.max).Scan(&budget, &spent))
+	return
+}
+
+// invariant checks what the proof in limits.go keeps: the running jobs within the limit, the
+// unmarked ones within spent, and marked + spent + budget within the limit.
+func (h grantHarness) invariant(ctx context.Context) {
+	marked, running, budget, spent := h.state(ctx)
+	require.LessOrEqual(h.t, running, int(h.max), "more running than the limit")
+	require.LessOrEqual(h.t, running-marked, spent, "unmarked running jobs not covered by spent")
+	require.LessOrEqual(h.t, marked+spent+budget, int(h.max), "marked %d + spent %d + budget %d over the limit", marked, spent, budget)
+}
+
+// TestLimitGrants: the grant accounting, step by step, against the statements. An exclusive
+// claim grants the room it leaves over the stripes; grant claims start jobs unmarked (outside
+// jobs_limited_idx) within their stripe's budget and no further; the next exclusive claim
+// counts what they started (spent) although it cannot see those rows through the index, and
+// recounts them exactly (dropping finished ones) when that bound gets in its way; a pause
+// stops grant claims.
+func TestLimitGrants(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	h := grantHarness{t: t, pool: pool, max: 500, grantMin: 100}
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT 'default', 'lim', '{}' FROM generate_series(1, 2000)`)
+	require.NoError(t, err)
+
+	// No grant yet: a grant claim claims nothing.
+	n, left := h.grant(ctx, pool, 0, 50)
+	require.Zero(t, n)
+	require.Zero(t, left)
+
+	// The first exclusive claim: 10 marked, (500-10)/4 = 122 granted per stripe.
+	n, granted, err := h.exclusive(ctx, pool, 10)
+	require.NoError(t, err)
+	require.Equal(t, 10, n)
+	require.Equal(t, int32(122), granted)
+	h.invariant(ctx)
+
+	// Grant claims spend each stripe's 122 and not one more.
+	total := 0
+	for s := range int16(4) {
+		n, left := h.grant(ctx, pool, s, 100)
+		require.Equal(t, 100, n)
+		require.Equal(t, int32(22), left)
+		n, left = h.grant(ctx, pool, s, 100)
+		require.Equal(t, 22, n, "stripe %d", s)
+		require.Zero(t, left)
+		n, _ = h.grant(ctx, pool, s, 100)
+		require.Zero(t, n, "stripe %d claimed past its budget", s)
+		total += 122
+	}
+	marked, running, budget, spent := h.state(ctx)
+	require.Equal(t, 10, marked)
+	require.Equal(t, 10+total, running)
+	require.Zero(t, budget)
+	require.Equal(t, total, spent)
+	var inIndex int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE queue = 'default' AND limited AND locked_until IS NOT NULL`).Scan(&inIndex))
+	require.Equal(t, 10, inIndex, "grant claims marked their rows")
+	h.invariant(ctx)
+
+	// 498 running: an exclusive claim admits 2, counting the unmarked 488 through spent (their
+	// rows are not in jobs_limited_idx).
+	n, granted, err = h.exclusive(ctx, pool, 100)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the exclusive claim did not count the grant claims' jobs")
+	require.Zero(t, granted)
+	h.invariant(ctx)
+
+	// 200 of the unmarked jobs finish: the next exclusive claim recounts (spent 488 leaves no
+	// room) and finds 288, so it admits 100 more, sets spent to the recount, grants nothing (room
+	// 100 left is less than 4 x 100).
+	_, err = pool.Exec(ctx, `UPDATE tenure.jobs SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now()
+		WHERE id IN (SELECT id FROM tenure.jobs WHERE kind = 'lim' AND state = 'running' AND NOT limited LIMIT 200)`)
+	require.NoError(t, err)
+	n, granted, err = h.exclusive(ctx, pool, 100)
+	require.NoError(t, err)
+	require.Equal(t, 100, n)
+	require.Zero(t, granted)
+	marked, running, budget, spent = h.state(ctx)
+	require.Equal(t, 112, marked)
+	require.Equal(t, 400, running)
+	require.Zero(t, budget)
+	require.Equal(t, 288, spent)
+	h.invariant(ctx)
+
+	// Everything finishes; the next exclusive claim recounts to 0 and grants again; a pause of
+	// the group stops grant claims.
+	_, err = pool.Exec(ctx, `UPDATE tenure.jobs SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now() WHERE state = 'running'`)
+	require.NoError(t, err)
+	n, granted, err = h.exclusive(ctx, pool, 20)
+	require.NoError(t, err)
+	require.Equal(t, 20, n)
+	require.Equal(t, int32(120), granted)
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.flow (queue, kind, key, blocked_until) VALUES ('default', 'lim', '', now() + interval '1 hour')`)
+	require.NoError(t, err)
+	n, left = h.grant(ctx, pool, 1, 10)
+	require.Zero(t, n, "a grant claim started a job of a paused group")
+	require.Zero(t, left)
+	h.invariant(ctx)
+}
+
+// TestLimitGrantRace: a grant claim in flight (it spent, not yet committed) when an exclusive
+// claim starts. The exclusive claim must wait for it (ClaimGrantsLock) and count its jobs;
+// without that wait it would regrant from a count that misses them.
+func TestLimitGrantRace(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	h := grantHarness{t: t, pool: pool, max: 500, grantMin: 100}
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT 'default', 'lim', '{}' FROM generate_series(1, 2000)`)
+	require.NoError(t, err)
+	_, granted, err := h.exclusive(ctx, pool, 10)
+	require.NoError(t, err)
+	require.Equal(t, int32(122), granted)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	n, _ := h.grant(ctx, tx, 2, 100) // spent 100 on stripe 2, uncommitted
+	require.Equal(t, 100, n)
+
+	type res struct {
+		n       int
+		granted int32
+		err     error
+	}
+	done := make(chan res, 1)
+	go func() {
+		n, g, err := h.exclusive(ctx, pool, 50)
+		done <- res{n, g, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("the exclusive claim did not wait for the grant claim in flight: %+v", r)
+	case <-time.After(500 * time.Millisecond):
+	}
+	require.NoError(t, tx.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, 50, r.n)
+	// 10 + 50 marked, 100 spent: (500 - 160) / 4 = 85 < 100, so nothing is granted.
+	require.Zero(t, r.granted)
+	h.invariant(ctx)
+}
+
+// rateClaim runs an exclusive limited claim of batch jobs of kind lim under one limit, 10 starts
+// per hour per concurrency key, in its own transaction, and returns how many it claimed.
+func rateClaim(ctx context.Context, pool *pgxpool.Pool, batch int32) (int, error) {
+	h := grantHarness{}
+	o := h.ordered(batch)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	q := gen.New(tx)
+	if err := q.ClaimLimitsLock(ctx, gen.ClaimLimitsLockParams{Queue: "default", FirstClass: locks.LimitsClass, LastClass: locks.LimitsClass + 3}); err != nil {
+		return 0, err
+	}
+	rows, err := q.ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: 0, GroupCap: 1 << 30, WorkerID: o.WorkerID, Queue: o.Queue,
+		Batch: batch, Scan: 2 * batch, SegPriority: o.SegPriority, SegAfterUs: o.SegAfterUs, SegMinAgeUs: o.SegMinAgeUs, SegMaxAgeUs: o.SegMaxAgeUs,
+		Kinds: o.Kinds, KindVersions: o.KindVersions, KindLeaseMs: o.KindLeaseMs,
+		LimID: []int32{0}, LimKind: []string{"lim"}, LimPerKey: []bool{true}, LimMaxRunning: []int32{0}, LimRate: []int32{10}, LimPeriodUs: []int64{3600e6},
+		Exclusive: true, MayGrant: false, LastStripe: 3, GrantRoom: 400, RecountBelow: batch + 400})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range rows {
+		if r.ID != nil {
+			n++
+		}
+	}
+	return n, tx.Commit(ctx)
+}
+
+// TestFlowPrune: the worker's flow prune deletes the tenure.flow rows that carry nothing (window
+// over, no pause in force) and keeps the others, in bounded passes; a limited claim racing it
+// (either order) keeps its count.
+func TestFlowPrune(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 2, Limits: []worker.Limit{
+		{Kind: "lim", PerKey: true, Rate: 10, Per: time.Hour},
+		{Kind: "other", MaxRunning: 2, RetryAfterPauses: true},
+	}}})
+	cfg.ReclaimEvery, cfg.PruneEvery = time.Hour, time.Hour // the test drives the prune
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
+	startWorker(t, w)
+
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.flow (queue, kind, key, window_start, started, blocked_until) VALUES
+		('default', 'lim', 'old', now() - interval '2 hours', 3, NULL),             -- window over: goes
+		('default', 'lim', 'current', now() - interval '1 minute', 3, NULL),         -- current window: stays
+		('default', 'lim', 'paused', now() - interval '2 hours', 0, now() + interval '1 hour'), -- pause in force: stays
+		('default', 'lim', 'unpaused', 'epoch', 0, now() - interval '1 second'),     -- pause over: goes
+		('default', 'other', '', 'epoch', 0, now() + interval '1 hour'),             -- pause in force: stays
+		('default', '', '', 'epoch', 0, now() - interval '1 minute'),                -- pause over: goes
+		('default', 'unknown', 'x', now() - interval '2 hours', 1, NULL),            -- no limit: within 24 h, stays
+		('default', 'unknown', 'y', now() - interval '25 hours', 1, NULL),           -- no limit: past 24 h, goes
+		('elsewhere', 'lim', 'old', now() - interval '2 hours', 3, NULL)             -- a queue the worker does not serve: stays`)
+	require.NoError(t, err)
+	// 25,000 stale per-key rows: more than one pass (20 steps of 1,000) removes.
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.flow (queue, kind, key, window_start, started)
+		SELECT 'default', 'lim', 'bulk-' || lpad(i::text, 6, '0'), now() - interval '3 hours', 1 FROM generate_series(1, 25000) i`)
+	require.NoError(t, err)
+
+	keys := func() []string {
+		var ks []string
+		rows, err := pool.Query(ctx, `SELECT queue || '/' || kind || '/' || key FROM tenure.flow ORDER BY 1`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var k string
+			require.NoError(t, rows.Scan(&k))
+			ks = append(ks, k)
+		}
+		require.NoError(t, rows.Err())
+		return ks
+	}
+	n1, err := w.PruneFlow(ctx)
+	require.NoError(t, err)
+	require.Positive(t, n1)
+	require.LessOrEqual(t, n1, 20000, "a pass deleted more than it may read")
+	n2, err := w.PruneFlow(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 25000+4, n1+n2, "left: %v", keys())
+	require.Equal(t, []string{"default/lim/current", "default/lim/paused", "default/other/", "default/unknown/x", "elsewhere/lim/old"}, keys())
+
+	// Race 1: a claim has counted into a stale row and not committed: the prune skips the row;
+	// once committed the row holds the current window and stays.
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, metadata)
+		SELECT 'default', 'lim', '{}', jsonb_build_object('tenure.concurrency_key', k)
+		FROM unnest(ARRAY['race1', 'race1', 'race2', 'race2', 'race2']) k`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.flow (queue, kind, key, window_start, started) VALUES
+		('default', 'lim', 'race1', now() - interval '2 hours', 10)`)
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `UPDATE tenure.flow SET started = 2,
+		window_start = 'epoch'::timestamptz + floor(extract(epoch FROM now()) / 3600) * interval '1 hour' -- the current window
+		WHERE queue = 'default' AND key = 'race1'`)
+	require.NoError(t, err)
+	_, err = w.PruneFlow(ctx)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	_, err = w.PruneFlow(ctx)
+	require.NoError(t, err)
+	var started int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT started FROM tenure.flow WHERE queue = 'default' AND key = 'race1'`).Scan(&started))
+	require.Equal(t, 2, started)
+
+	// Race 2: the prune has deleted a stale row and not committed when a claim counts into it:
+	// the claim waits, then inserts the row afresh with its starts.
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.flow (queue, kind, key, window_start, started) VALUES
+		('default', 'lim', 'race2', now() - interval '2 hours', 10)`)
+	require.NoError(t, err)
+	ptx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = ptx.Rollback(ctx) }()
+	r, err := gen.New(ptx).FlowPrune(ctx, gen.FlowPruneParams{LockKey: int64(locks.FlowPrune), Queue: "default", Batch: 1000, FromStart: true,
+		LimKind: []string{"lim"}, LimPerKey: []bool{true}, LimPeriodUs: []int64{3600e6}})
+	require.NoError(t, err)
+	require.True(t, r.Locked)
+	require.Equal(t, int32(1), r.Deleted) // race2
+	done := make(chan error, 1)
+	claimedN := make(chan int, 1)
+	go func() {
+		n, err := rateClaim(ctx, pool, 10)
+		claimedN <- n
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the claim did not wait for the prune's delete: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, ptx.Commit(ctx))
+	require.NoError(t, <-done)
+	require.Equal(t, 5, <-claimedN) // race1: 2 more (room 10-2), race2: 3 (its old window is over)
+	rows, err := pool.Query(ctx, `SELECT key, started, window_start > now() - interval '1 hour' FROM tenure.flow
+		WHERE queue = 'default' AND key IN ('race1', 'race2') ORDER BY key`)
+	require.NoError(t, err)
+	got := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		var current bool
+		require.NoError(t, rows.Scan(&k, &n, &current))
+		require.True(t, current, k)
+		got[k] = n
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]int{"race1": 4, "race2": 3}, got)
+}
+
+// TestLimitWithQuotas: limits on a queue with quotas (ranked claims). While no limit binds, a
+// batch honours the quota shares exactly as without limits (12/6/2 of 20, and a band's unused
+// share flows to the others); when the limit binds, two workers of 20 slots each start 7 jobs
+// in all, never more, and the rest once room returns.
+func TestLimitWithQuotas(t *testing.T) {
+	quotas := worker.Fairness{Quotas: map[int]int{jobs.PriorityHigh: 12, jobs.PriorityNormal: 6, jobs.PriorityLow: 2}}
+	far := []worker.Limit{{Kind: "noop", MaxRunning: 1000}}
+	t.Run("shares", func(t *testing.T) {
+		pool := pgtest.NewPool(t)
+		c := newClient(t, pool, nil)
+		past := time.Now().Add(-time.Second)
+		insertAt(t, c, 30, jobs.PriorityHigh, past)
+		insertAt(t, c, 30, jobs.PriorityNormal, past)
+		insertAt(t, c, 30, jobs.PriorityLow, past)
+		started, _ := blockingWorker(t, pool, worker.QueueConfig{Concurrency: 20, Fairness: quotas, Limits: far})
+		require.Equal(t, map[int]int{3: 12, 2: 6, 1: 2}, collect(t, started, 20))
+	})
+	t.Run("unused share flows", func(t *testing.T) {
+		pool := pgtest.NewPool(t)
+		c := newClient(t, pool, nil)
+		past := time.Now().Add(-time.Second)
+		insertAt(t, c, 30, jobs.PriorityHigh, past)
+		insertAt(t, c, 2, jobs.PriorityNormal, past)
+		started, _ := blockingWorker(t, pool, worker.QueueConfig{Concurrency: 20, Fairness: quotas, Limits: far})
+		require.Equal(t, map[int]int{3: 18, 2: 2}, collect(t, started, 20))
+	})
+	for _, f := range []struct {
+		name string
+		f    worker.Fairness
+	}{{"quotas bound", quotas}, {"deadline bound", worker.Fairness{Deadline: time.Millisecond}}} {
+		t.Run(f.name, func(t *testing.T) {
+			pool := pgtest.NewPool(t)
+			c := newClient(t, pool, nil)
+			past := time.Now().Add(-time.Second)
+			insertAt(t, c, 30, jobs.PriorityHigh, past)
+			insertAt(t, c, 30, jobs.PriorityNormal, past)
+			insertAt(t, c, 30, jobs.PriorityLow, past)
+			stop := make(chan struct{})
+			sTotal, _, samples, sDone := sampleKind(pool, "noop", stop)
+			qc := worker.QueueConfig{Concurrency: 20, Fairness: f.f, Limits: []worker.Limit{{Kind: "noop", MaxRunning: 7}}}
+			s1, r1 := blockingWorker(t, pool, qc)
+			s2, r2 := blockingWorker(t, extraPool(t, pool, 10), qc)
+			n := 0
+			deadline := time.After(10 * time.Second)
+			for n < 7 {
+				select {
+				case <-s1:
+				case <-s2:
+				case <-deadline:
+					t.Fatalf("only %d of 7 jobs started", n)
+				}
+				n++
+			}
+			select {
+			case <-s1:
+				t.Fatal("an 8th job started on worker 1")
+			case <-s2:
+				t.Fatal("an 8th job started on worker 2")
+			case <-time.After(500 * time.Millisecond):
+			}
+			close(r1)
+			close(r2)
+			for n < 90 {
+				select {
+				case <-s1:
+				case <-s2:
+				case <-time.After(10 * time.Second):
+					t.Fatalf("only %d of 90 jobs started", n)
+				}
+				n++
+			}
+			close(stop)
+			<-sDone
+			require.Positive(t, samples.Load())
+			require.LessOrEqual(t, sTotal.v.Load(), int64(7), "the table showed more running leased jobs than the limit")
+		})
+	}
 }

@@ -74,6 +74,9 @@ type queue struct {
 
 	limits   *limitArgs // nil: no limits (limits.go); fixed at New
 	limitFar bool       // the last limited claim saw every group far from its limits: claim striped
+
+	fairCursor bandKeys            // fair share (fairshare.go): per band, the tenant served last
+	fairWm     map[tenantKey]int64 // fair share: each tenant's watermark (unix µs)
 }
 
 // claimer is one claim slot's backoff state: a queue may have Claimers claims in flight.

@@ -19,6 +19,7 @@ import (
 // sweep that lost a race change nothing. Each pass handles at most ReclaimBatch jobs and
 // repeats while full.
 func (w *Worker) reclaimService(ctx context.Context) {
+	var fp flowPruner // flow control's housekeeping (limits.go), every PruneEvery
 	for {
 		d := w.cfg.ReclaimEvery/2 + time.Duration(rand.Int64N(int64(w.cfg.ReclaimEvery)))
 		select {
@@ -41,6 +42,7 @@ func (w *Worker) reclaimService(ctx context.Context) {
 				break
 			}
 		}
+		w.maybePruneFlow(ctx, &fp)
 	}
 }
 

@@ -12,6 +12,9 @@
 // Strict priority must show normal starving (its oldest age grows for the whole run); aging,
 // quota and deadline must keep normal's oldest ready age under the bound their configuration
 // promises, which the command checks and prints.
+//
+// Then the tenant benchmark (tenants.go, -tenant-backlog): one tenant's backlog against ten
+// light tenants, strict priority against Fairness.FairShare.
 package main
 
 import (
@@ -83,15 +86,20 @@ func main() {
 		duration = flag.Duration("duration", 60*time.Second, "run time per policy")
 		only     = flag.String("policies", "strict,aging,quota,deadline", "comma-separated policies to run")
 		out      = flag.String("out", "", "also write the results as JSON to this file")
+		tenants  = flag.Int("tenant-backlog", 100000, "tenant benchmark: jobs queued for tenant A (0 = skip the tenant benchmark)")
+		tenantTO = flag.Duration("tenant-timeout", 3*time.Minute, "tenant benchmark: stop a mode after this long even if A is not drained")
 	)
 	flag.Parse()
-	if err := run(*scale, *duration, strings.Split(*only, ","), *out); err != nil {
+	if *only == "" {
+		*only = ","
+	}
+	if err := run(*scale, *duration, strings.Split(*only, ","), *out, *tenants, *tenantTO); err != nil {
 		fmt.Fprintln(os.Stderr, "tenure-fairness:", err)
 		os.Exit(1)
 	}
 }
 
-func run(scale float64, duration time.Duration, names []string, out string) error {
+func run(scale float64, duration time.Duration, names []string, out string, heavy int, tenantTimeout time.Duration) error {
 	ctx := context.Background()
 	srv, err := pgserver.Ensure(ctx, func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) })
 	if err != nil {
@@ -116,6 +124,9 @@ func run(scale float64, duration time.Duration, names []string, out string) erro
 	}
 	var results []result
 	for _, n := range names {
+		if strings.TrimSpace(n) == "" {
+			continue
+		}
 		p, ok := policies[strings.TrimSpace(n)]
 		if !ok {
 			return fmt.Errorf("unknown policy %q", n)
@@ -127,10 +138,23 @@ func run(scale float64, duration time.Duration, names []string, out string) erro
 		}
 		results = append(results, r)
 	}
-	printTable(os.Stdout, results, scale, duration)
+	var tenantResults []tenantResult
+	if heavy > 0 {
+		for _, fair := range []bool{false, true} {
+			r, err := runTenants(ctx, srv.URL, fair, heavy, tenantTimeout)
+			if err != nil {
+				return fmt.Errorf("tenants: %w", err)
+			}
+			tenantResults = append(tenantResults, r)
+		}
+	}
+	if len(results) > 0 {
+		printTable(os.Stdout, results, scale, duration)
+	}
+	printTenants(os.Stdout, tenantResults)
 	if out != "" {
 		raw, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC().Format(time.RFC3339), "scale": scale,
-			"duration_s": duration.Seconds(), "results": results}, "", "  ")
+			"duration_s": duration.Seconds(), "results": results, "tenants": tenantResults}, "", "  ")
 		if err := os.WriteFile(out, raw, 0o644); err != nil {
 			return err
 		}

@@ -87,6 +87,16 @@ type TenureFlow struct {
 	UpdatedAt    time.Time
 }
 
+type TenureFlowGrant struct {
+	Queue      string
+	Kind       string
+	Stripe     int16
+	MaxRunning int32
+	Budget     int32
+	Spent      int32
+	UpdatedAt  time.Time
+}
+
 type TenureJob struct {
 	ID                int64
 	Queue             string

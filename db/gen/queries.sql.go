@@ -57,6 +57,472 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 	return i, err
 }
 
+const claimFair = `-- name: ClaimFair :many
+WITH seg AS (
+    SELECT priority, after_us, min_age_us, max_age_us, rank, quota, ord, batch FROM (SELECT unnest($1::smallint[]) AS priority,
+            unnest($2::bigint[]) AS after_us,
+            unnest($3::bigint[]) AS min_age_us,
+            unnest($4::bigint[]) AS max_age_us,
+            unnest($5::integer[]) AS rank,
+            unnest($6::integer[]) AS quota,
+            generate_subscripts($1::smallint[], 1) AS ord,
+            $7::integer AS batch) AS s
+), known AS (
+    SELECT unnest($8::smallint[]) AS priority, unnest($9::text[]) AS key,
+           unnest($10::bigint[]) AS after_us
+), band AS (
+    SELECT b.priority, coalesce(c.key, '') AS after_key
+    FROM (SELECT DISTINCT seg.priority FROM seg) b
+    LEFT JOIN (SELECT unnest($11::smallint[]) AS priority,
+                      unnest($12::text[]) AS key) c ON c.priority = b.priority
+), tenant AS MATERIALIZED (
+    SELECT b.priority, k.key, k.pos::integer AS pos, count(*) OVER (PARTITION BY b.priority) AS keys,
+           coalesce(w.after_us, 0) AS after_us
+    FROM band b
+    CROSS JOIN LATERAL tenure.fair_keys($13, b.priority, b.after_key, $7::integer,
+        ARRAY(SELECT kk.key FROM known kk WHERE kk.priority = b.priority ORDER BY kk.key),
+        ARRAY(SELECT kk.after_us FROM known kk WHERE kk.priority = b.priority ORDER BY kk.key))
+        WITH ORDINALITY AS k(key, pos)
+    LEFT JOIN known w ON w.priority = b.priority AND w.key = k.key
+), kscan AS MATERIALIZED (
+    SELECT s.ord, s.priority, s.rank, s.quota, x.id, x.run_at,
+           (x.metadata ->> 'tenure.fair_key') IS NULL
+             AND x.payload_version <= ($14::integer[])[array_position($15::text[], x.kind)] AS keyless
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.kind, j.payload_version, j.metadata FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = $13 AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+        ORDER BY j.run_at, j.id
+        LIMIT (SELECT s.batch / (count(*)::integer + 1) + 1 FROM tenant WHERE tenant.priority = s.priority)
+    ) x
+), share AS MATERIALIZED (
+    SELECT s.ord, s.priority, s.rank, s.quota, s.min_age_us, s.max_age_us, s.batch, t.key, t.pos, t.after_us,
+           (s.batch + t.keys::integer - 1 + k.n) / (t.keys::integer + k.n) AS per
+    FROM seg s JOIN tenant t ON t.priority = s.priority
+    CROSS JOIN LATERAL (SELECT (EXISTS (SELECT 1 FROM kscan WHERE kscan.ord = s.ord AND kscan.keyless))::integer AS n) k
+), cand AS MATERIALIZED (
+    SELECT h.ord, h.priority AS band, h.rank, h.quota, h.pos, c.id, c.run_at
+    FROM share h
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at FROM tenure.jobs j
+        WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
+          AND j.queue = $13 AND j.priority = h.priority AND (j.metadata ->> 'tenure.fair_key') = h.key
+          AND j.run_at >= 'epoch'::timestamptz + h.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - h.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - h.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= ($14::integer[])[array_position($15::text[], j.kind)]
+        ORDER BY j.run_at, j.id
+        LIMIT h.per
+        FOR UPDATE SKIP LOCKED
+    ) c
+    UNION ALL
+    SELECT k.ord, k.priority, k.rank, k.quota, 0, k.id, k.run_at
+    FROM kscan k
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM tenure.jobs j WHERE j.id = k.id AND j.state = 'ready'
+        FOR UPDATE SKIP LOCKED
+    ) l
+    WHERE k.keyless
+), more AS MATERIALIZED (
+    SELECT h.ord, h.priority AS band, h.rank, h.quota, h.pos, c.id, c.run_at
+    FROM share h
+    CROSS JOIN LATERAL (SELECT h.batch - count(*)::integer AS short FROM cand) m
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at FROM tenure.jobs j
+        WHERE j.state = 'ready' AND (j.metadata ->> 'tenure.fair_key') IS NOT NULL
+          AND j.queue = $13 AND j.priority = h.priority AND (j.metadata ->> 'tenure.fair_key') = h.key
+          AND j.run_at >= 'epoch'::timestamptz + h.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - h.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - h.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= ($14::integer[])[array_position($15::text[], j.kind)]
+        ORDER BY j.run_at, j.id
+        OFFSET h.per LIMIT m.short
+        FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE m.short > 0
+      AND (SELECT count(*) FROM cand WHERE cand.ord = h.ord AND cand.pos = h.pos) = h.per
+), numbered AS (
+    SELECT a.ord, a.band, a.rank, a.quota, a.pos, a.id, a.run_at, row_number() OVER (PARTITION BY a.ord, a.pos ORDER BY a.run_at, a.id) AS rn
+    FROM (SELECT ord, band, rank, quota, pos, id, run_at FROM cand UNION ALL SELECT ord, band, rank, quota, pos, id, run_at FROM more) a
+), ranked AS (
+    SELECT n.ord, n.band, n.rank, n.quota, n.pos, n.id, n.run_at, n.rn, row_number() OVER (PARTITION BY n.band ORDER BY n.rank, n.rn, n.pos, n.run_at, n.id) AS band_rn
+    FROM numbered n
+), picked AS MATERIALIZED (
+    SELECT r.id, r.pos, r.rn, r.band, r.run_at
+    FROM ranked r
+    ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.rn, r.pos, r.run_at, r.id
+    LIMIT $7
+), upd AS (
+    UPDATE tenure.jobs j
+    SET state        = 'running',
+        locked_by    = $16::text,
+        lease_ms     = coalesce(nullif(($17::integer[])[array_position($15::text[], j.kind)], 0), j.lease_ms),
+        locked_until = now() + coalesce(nullif(($17::integer[])[array_position($15::text[], j.kind)], 0), j.lease_ms)
+                               * interval '1 millisecond',
+        claim_token  = gen_random_uuid(),
+        generation   = j.generation + 1,
+        attempts     = j.attempts + 1,
+        attempted_at = now(),
+        updated_at   = now()
+    WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked))
+    RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+              j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+              j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), upto AS (
+    SELECT k.priority,
+           CASE WHEN bool_and(NOT k.keyless OR k.id IN (SELECT picked.id FROM picked))
+                THEN max(k.run_at)
+                ELSE (SELECT max(pk.run_at) FROM picked pk WHERE pk.pos = 0 AND pk.band = k.priority)
+           END AS upto
+    FROM kscan k GROUP BY k.priority
+), claimed AS (
+    SELECT upd.id, upd.queue, upd.kind, upd.payload, upd.payload_version, upd.priority, upd.run_at, upd.attempts, upd.max_attempts, upd.lease_ms, upd.locked_until, upd.claim_token, upd.generation, upd.attempted_at, upd.created_at, upd.metadata, upd.tags, upd.snoozes, picked.pos AS fair_pos, picked.rn::integer AS fair_round FROM upd JOIN picked ON picked.id = upd.id
+), flags AS (
+    SELECT coalesce(array_agg(upto.priority) FILTER (WHERE upto.upto IS NOT NULL), '{}')::smallint[] AS keyless_band,
+           coalesce(array_agg((extract(epoch FROM upto.upto) * 1000000)::bigint) FILTER (WHERE upto.upto IS NOT NULL), '{}')::bigint[] AS keyless_upto_us
+    FROM upto
+)
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes,
+       u.fair_pos, u.fair_round,
+       f.keyless_band, f.keyless_upto_us
+FROM flags f LEFT JOIN claimed u ON true
+`
+
+type ClaimFairParams struct {
+	SegPriority    []int16
+	SegAfterUs     []int64
+	SegMinAgeUs    []int64
+	SegMaxAgeUs    []int64
+	SegRank        []int32
+	SegQuota       []int32
+	Batch          int32
+	KnownPriority  []int16
+	KnownKey       []string
+	KnownAfterUs   []int64
+	CursorPriority []int16
+	CursorKey      []string
+	Queue          string
+	KindVersions   []int32
+	Kinds          []string
+	WorkerID       string
+	KindLeaseMs    []int32
+}
+
+type ClaimFairRow struct {
+	ID             *int64
+	Queue          *string
+	Kind           *string
+	Payload        []byte
+	PayloadVersion *int32
+	Priority       *int16
+	RunAt          *time.Time
+	Attempts       *int32
+	MaxAttempts    *int32
+	LeaseMs        *int32
+	LockedUntil    *time.Time
+	ClaimToken     *uuid.UUID
+	Generation     *int64
+	AttemptedAt    *time.Time
+	CreatedAt      *time.Time
+	Metadata       []byte
+	Tags           []string
+	Snoozes        *int32
+	FairPos        *int32
+	FairRound      *int32
+	KeylessBand    []int16
+	KeylessUptoUs  []int64
+}
+
+// Fair share (worker/fairshare.go): the claim of a queue with Fairness.FairShare, for every
+// priority policy. Within each segment (a priority band and an age window, as in
+// ClaimSegments) the tenants (metadata "tenure.fair_key") with ready jobs are served round
+// robin: every tenant's first job, then every tenant's second, ... so one tenant's backlog
+// cannot starve another. Jobs without a key form one more participant, served oldest first.
+// Watermarks, as in ClaimOrdered, keep each read past the index entries earlier claims left
+// behind: known_* give each tenant the engine claimed from its watermark (every ready job of
+// the tenant due before it was claimed), seg_after_us the keyless jobs' (0 = from the start).
+//  1. tenant: per band, up to @batch keys with ready jobs, from tenure.fair_keys (a skip scan of
+//     jobs_fair_idx), in rotation order: the keys after the band's cursor (the last key the
+//     previous claim served), then from the first key up to the cursor.
+//  2. kscan: the segment's first ready jobs from the keyless watermark (jobs_ready_idx), a
+//     share of the batch (batch/(keys+1)+1); the keyless ones among them are candidates, locked
+//     (skipping rows another claim holds) — the keyed ones it read are not. cand: per segment
+//     and tenant, its oldest jobs from its watermark through jobs_fair_idx, a share of the batch
+//     each (the keyless jobs, if any, count as one more participant), locked as they are read,
+//     skipping rows other claims hold (so concurrent claims of one tenant take consecutive
+//     rows instead of colliding on the same ones). A claim locks at most tenants rows it does
+//     not claim (the shares' rounding), released when it commits.
+//  3. more: when the shares leave the batch short (light tenants), the tenants that had more
+//     give up to the shortfall each, ranked after every share.
+//  4. ranked: the policy's rank and quotas as in ClaimSegments, and within them the round:
+//     (n-th job of its tenant, tenant's rotation position).
+//  5. picked: the first @batch in that order.
+//
+// The result is the claimed rows (with their tenant's position and round, from which the
+// engine moves the band's cursor) LEFT JOINed to one row of per-band keyless watermarks: how
+// far kscan read when every keyless job it read was claimed, else the newest keyless job
+// claimed. When nothing was claimed the one row carries only those.
+func (q *Queries) ClaimFair(ctx context.Context, arg ClaimFairParams) ([]ClaimFairRow, error) {
+	rows, err := q.db.Query(ctx, claimFair,
+		arg.SegPriority,
+		arg.SegAfterUs,
+		arg.SegMinAgeUs,
+		arg.SegMaxAgeUs,
+		arg.SegRank,
+		arg.SegQuota,
+		arg.Batch,
+		arg.KnownPriority,
+		arg.KnownKey,
+		arg.KnownAfterUs,
+		arg.CursorPriority,
+		arg.CursorKey,
+		arg.Queue,
+		arg.KindVersions,
+		arg.Kinds,
+		arg.WorkerID,
+		arg.KindLeaseMs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimFairRow{}
+	for rows.Next() {
+		var i ClaimFairRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.CreatedAt,
+			&i.Metadata,
+			&i.Tags,
+			&i.Snoozes,
+			&i.FairPos,
+			&i.FairRound,
+			&i.KeylessBand,
+			&i.KeylessUptoUs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const claimGranted = `-- name: ClaimGranted :many
+WITH g AS MATERIALIZED (
+    SELECT l.kind, gr.budget, coalesce(f.blocked_until > now(), false) AS blocked
+    FROM (SELECT unnest($1::text[]) AS kind, unnest($2::integer[]) AS max_running) AS l
+    LEFT JOIN tenure.flow_grant gr ON gr.queue = $3 AND gr.kind = l.kind AND gr.stripe = $4::smallint
+                                  AND gr.max_running = l.max_running
+    LEFT JOIN tenure.flow f ON f.queue = $3 AND f.kind = l.kind AND f.key = ''
+), room AS MATERIALIZED (
+    SELECT CASE WHEN bool_or(g.budget IS NULL OR g.blocked) THEN 0
+                ELSE least(min(g.budget), $5::integer) END AS n
+    FROM g
+), seg AS (
+    SELECT priority, after_us, min_age_us, max_age_us FROM (SELECT unnest($6::smallint[]) AS priority,
+            unnest($7::bigint[]) AS after_us,
+            unnest($8::bigint[]) AS min_age_us,
+            unnest($9::bigint[]) AS max_age_us) AS s
+), picked AS MATERIALIZED (
+    SELECT c.id, c.kind
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.kind FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = $3 AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= ($10::integer[])[array_position($11::text[], j.kind)]
+        ORDER BY j.run_at, j.id
+        LIMIT (SELECT room.n FROM room)
+        FOR UPDATE SKIP LOCKED
+    ) c
+    LIMIT (SELECT room.n FROM room)
+), need AS MATERIALIZED (
+    SELECT l.kind, l.max_running, count(p.id)::integer AS n
+    FROM (SELECT unnest($1::text[]) AS kind, unnest($2::integer[]) AS max_running) AS l
+    LEFT JOIN picked p ON l.kind = '' OR l.kind = p.kind
+    GROUP BY l.kind, l.max_running
+), spend AS (
+    UPDATE tenure.flow_grant gr
+    SET budget = gr.budget - n.n, spent = gr.spent + n.n, updated_at = now()
+    FROM need n
+    WHERE n.n > 0 AND gr.queue = $3 AND gr.kind = n.kind AND gr.stripe = $4::smallint
+      AND gr.max_running = n.max_running AND gr.budget >= n.n
+    RETURNING gr.kind, gr.budget
+), ok AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM spend) = (SELECT count(*) FROM need WHERE need.n > 0) AS ok
+), upd AS (
+UPDATE tenure.jobs j
+SET state        = 'running',
+    locked_by    = $12::text,
+    lease_ms     = coalesce(nullif(($13::integer[])[array_position($11::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif(($13::integer[])[array_position($11::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
+    claim_token  = gen_random_uuid(),
+    generation   = j.generation + 1,
+    attempts     = j.attempts + 1,
+    attempted_at = now(),
+    updated_at   = now(),
+    limited      = false
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND (SELECT ok.ok FROM ok)
+RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), flags AS (
+    SELECT (CASE WHEN NOT (SELECT ok.ok FROM ok) THEN 0
+                 ELSE coalesce((SELECT min(CASE WHEN g.blocked OR g.budget IS NULL THEN 0 ELSE coalesce(s.budget, g.budget) END)
+                                FROM g LEFT JOIN spend s ON s.kind = g.kind), 0) END)::integer AS budget_left
+)
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.budget_left
+FROM flags f LEFT JOIN upd u ON true
+`
+
+type ClaimGrantedParams struct {
+	LimKind       []string
+	LimMaxRunning []int32
+	Queue         string
+	Stripe        int16
+	Batch         int32
+	SegPriority   []int16
+	SegAfterUs    []int64
+	SegMinAgeUs   []int64
+	SegMaxAgeUs   []int64
+	KindVersions  []int32
+	Kinds         []string
+	WorkerID      string
+	KindLeaseMs   []int32
+}
+
+type ClaimGrantedRow struct {
+	ID             *int64
+	Queue          *string
+	Kind           *string
+	Payload        []byte
+	PayloadVersion *int32
+	Priority       *int16
+	RunAt          *time.Time
+	Attempts       *int32
+	MaxAttempts    *int32
+	LeaseMs        *int32
+	LockedUntil    *time.Time
+	ClaimToken     *uuid.UUID
+	Generation     *int64
+	AttemptedAt    *time.Time
+	CreatedAt      *time.Time
+	Metadata       []byte
+	Tags           []string
+	Snoozes        *int32
+	BudgetLeft     int32
+}
+
+// Flow control far from the limits (worker/limits.go, "Grants"): ClaimOrdered within the budget
+// an exclusive limited claim granted this stripe, without counting the running jobs and without
+// marking the rows (they do not enter jobs_limited_idx). For queues whose limits are all
+// concurrency limits without PerKey (lim_kind, lim_max_running: all of them). One statement, no
+// advisory lock:
+//  1. g: this stripe's grant row per limit (budget, for the limit as configured) and whether a
+//     RetryAfter pause blocks the limit's group; room = the smallest budget (0 without a grant
+//     row, or while paused), at most @batch.
+//  2. picked: ClaimOrdered's candidates, at most room.
+//  3. spend: each limit's grant row loses the picked jobs it covers from budget and adds them to
+//     spent, only while budget still covers them: the UPDATE waits for a concurrent holder of the
+//     row (another grant claim of the stripe, or an exclusive claim regranting) and rechecks its
+//     condition on the row it then finds (READ COMMITTED), so the budget never goes below zero.
+//  4. upd: the picked jobs are claimed only if every limit's spend succeeded.
+//
+// The result is the claimed rows with `left` (the smallest budget left; 0 if a spend failed), or
+// one row of NULLs with `left` when nothing was claimed.
+func (q *Queries) ClaimGranted(ctx context.Context, arg ClaimGrantedParams) ([]ClaimGrantedRow, error) {
+	rows, err := q.db.Query(ctx, claimGranted,
+		arg.LimKind,
+		arg.LimMaxRunning,
+		arg.Queue,
+		arg.Stripe,
+		arg.Batch,
+		arg.SegPriority,
+		arg.SegAfterUs,
+		arg.SegMinAgeUs,
+		arg.SegMaxAgeUs,
+		arg.KindVersions,
+		arg.Kinds,
+		arg.WorkerID,
+		arg.KindLeaseMs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimGrantedRow{}
+	for rows.Next() {
+		var i ClaimGrantedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.CreatedAt,
+			&i.Metadata,
+			&i.Tags,
+			&i.Snoozes,
+			&i.BudgetLeft,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const claimGrantsLock = `-- name: ClaimGrantsLock :exec
+SELECT g.stripe FROM tenure.flow_grant g WHERE g.queue = $1::text FOR UPDATE
+`
+
+// Flow control: the second statement of an exclusive limited claim (after ClaimLimitsLock, before
+// ClaimLimited, same pipeline and transaction): it locks the queue's grant rows, so the grant
+// claims of every stripe (ClaimGranted, which take no advisory lock) wait until this claim has
+// recounted and regranted, and ClaimLimited's snapshot sees every grant claim that spent before.
+func (q *Queries) ClaimGrantsLock(ctx context.Context, queue string) error {
+	_, err := q.db.Exec(ctx, claimGrantsLock, queue)
+	return err
+}
+
 const claimLimited = `-- name: ClaimLimited :many
 WITH clk AS MATERIALIZED (
     SELECT clock_timestamp() AS t
@@ -71,7 +537,7 @@ WITH clk AS MATERIALIZED (
                  unnest($5::integer[]) AS rate,
                  unnest($6::bigint[]) AS period_us) AS l
     CROSS JOIN clk c
-), busy AS MATERIALIZED (
+), marked AS MATERIALIZED (
     SELECT l.id, CASE WHEN l.per_key THEN r.metadata ->> 'tenure.concurrency_key' ELSE '' END AS key,
            count(*)::integer AS n
     FROM lim l
@@ -81,6 +547,36 @@ WITH clk AS MATERIALIZED (
                       AND (NOT l.per_key OR (r.metadata ->> 'tenure.concurrency_key') <> '')
     WHERE l.max_running > 0
     GROUP BY 1, 2
+), gr AS MATERIALIZED (
+    SELECT l.id, sum(g.spent)::integer AS spent, sum(g.budget)::integer AS budget
+    FROM lim l
+    JOIN tenure.flow_grant g ON g.queue = $7 AND g.kind = l.kind
+    WHERE l.max_running > 0 AND NOT l.per_key
+    GROUP BY l.id
+), stale AS MATERIALIZED (
+    SELECT l.id, l.kind, l.max_running - coalesce(m.n, 0) - gr.spent AS room
+    FROM lim l
+    JOIN gr ON gr.id = l.id
+    LEFT JOIN marked m ON m.id = l.id AND m.key = ''
+    WHERE gr.spent > 0
+), tight AS MATERIALIZED (
+    SELECT stale.id, stale.kind FROM stale
+    WHERE $8::boolean AND stale.room - $9::integer < 0
+), recount AS MATERIALIZED (
+    SELECT w.id, c.cnt
+    FROM tight w
+    CROSS JOIN LATERAL (
+        SELECT count(*)::integer AS cnt FROM tenure.jobs r
+        WHERE r.locked_until > (SELECT t FROM clk) AND r.queue = $7 AND NOT r.limited
+          AND (w.kind = '' OR r.kind = w.kind)
+    ) AS c
+), busy AS MATERIALIZED (
+    SELECT x.id, x.key, sum(x.n)::integer AS n
+    FROM (SELECT m.id, m.key, m.n FROM marked m
+          UNION ALL
+          SELECT gr.id, '', CASE WHEN $8::boolean THEN coalesce(rc.cnt, gr.spent) ELSE gr.spent + gr.budget END
+          FROM gr LEFT JOIN recount rc ON rc.id = gr.id) AS x
+    GROUP BY x.id, x.key
 ), rated AS MATERIALIZED (
     SELECT l.id, f.key,
            CASE WHEN l.rate = 0 THEN 0
@@ -101,12 +597,15 @@ WITH clk AS MATERIALIZED (
     LEFT JOIN busy b ON b.id = k.id AND b.key = k.key
     LEFT JOIN rated r ON r.id = k.id AND r.key = k.key
 ), seg AS (
-    SELECT priority, after_us, min_age_us, max_age_us, ord FROM (SELECT unnest($8::smallint[]) AS priority,
-            unnest($9::bigint[]) AS after_us,
-            unnest($10::bigint[]) AS min_age_us,
-            unnest($11::bigint[]) AS max_age_us,
-            generate_subscripts($8::smallint[], 1) AS ord) AS s
-), cand AS MATERIALIZED (
+    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota, ord FROM (SELECT unnest($10::smallint[]) AS priority,
+            unnest($11::bigint[]) AS after_us,
+            unnest($12::bigint[]) AS min_age_us,
+            unnest($13::bigint[]) AS max_age_us,
+            unnest($14::integer[]) AS lim,
+            unnest($15::integer[]) AS rank,
+            unnest($16::integer[]) AS quota,
+            generate_subscripts($10::smallint[], 1) AS ord) AS s
+), ordc AS MATERIALIZED (
     SELECT s.ord, c.id, c.run_at, c.kind, c.ckey
     FROM seg s
     CROSS JOIN LATERAL (
@@ -116,32 +615,64 @@ WITH clk AS MATERIALIZED (
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($12::integer[])[array_position($13::text[], j.kind)]
-          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $14::integer <= 0))
+          AND j.payload_version <= ($17::integer[])[array_position($18::text[], j.kind)]
+          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer <= 0))
                OR NOT EXISTS (SELECT 1 FROM grp g
-                          WHERE g.room - $14::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                          WHERE g.room - $19::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
                             AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
         ORDER BY j.run_at, j.id
-        LIMIT $15
+        LIMIT $20
         FOR UPDATE SKIP LOCKED
     ) c
-    LIMIT $15
+    WHERE NOT $21::boolean
+    LIMIT $20
+), rankc AS MATERIALIZED (
+    SELECT s.ord, s.priority AS band, s.rank, s.quota, c.id, c.run_at, c.kind, c.ckey
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.kind, nullif(j.metadata ->> 'tenure.concurrency_key', '') AS ckey
+        FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = $7 AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= ($17::integer[])[array_position($18::text[], j.kind)]
+          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer <= 0))
+               OR NOT EXISTS (SELECT 1 FROM grp g
+                          WHERE g.room - $19::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                            AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
+        ORDER BY j.run_at, j.id
+        LIMIT s.lim
+        FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE $21::boolean
+    LIMIT $20
+), cand AS MATERIALIZED (
+    -- pos: the claim order. Ordered: segment order, then run_at. Ranked (ClaimSegments'): a
+    -- band's first ` + "`" + `quota` + "`" + ` candidates ahead of every band's overflow, then rank, run_at.
+    SELECT o.ord, o.id, o.run_at, o.kind, o.ckey, row_number() OVER (ORDER BY o.ord, o.run_at, o.id) AS pos
+    FROM ordc o
+    UNION ALL
+    SELECT r.ord, r.id, r.run_at, r.kind, r.ckey,
+           row_number() OVER (ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.run_at, r.id) AS pos
+    FROM (SELECT rankc.ord, rankc.band, rankc.rank, rankc.quota, rankc.id, rankc.run_at, rankc.kind, rankc.ckey, row_number() OVER (PARTITION BY rankc.band ORDER BY rankc.rank, rankc.run_at, rankc.id) AS band_rn
+          FROM rankc) AS r
 ), roomy AS MATERIALIZED (
     -- Every group, counted or not, has room for the whole batch (less the reserve, within the
     -- cap), none is paused and no limit counts starts: every candidate is admitted, and hit
     -- (the numbering) is never computed.
-    SELECT ($16::integer >= $17::integer
+    SELECT ($22::integer >= $23::integer
             AND NOT EXISTS (SELECT 1 FROM lim WHERE lim.rate > 0
-                            OR (lim.max_running > 0 AND lim.max_running - $14::integer < $17::integer))
-            AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - $14::integer < $17::integer))::boolean AS ok
+                            OR (lim.max_running > 0 AND lim.max_running - $19::integer < $23::integer))
+            AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer < $23::integer))::boolean AS ok
 ), hit AS MATERIALIZED (
     SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
-           row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.ord, c.run_at, c.id) AS nth,
+           row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.pos) AS nth,
            coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
                                   CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room,
            least(coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
-                                        CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) - $14::integer,
-                 $16::integer) AS admit
+                                        CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) - $19::integer,
+                 $22::integer) AS admit
     FROM cand c
     JOIN lim l ON (l.kind = '' OR l.kind = c.kind) AND (NOT l.per_key OR c.ckey IS NOT NULL)
     CROSS JOIN LATERAL (SELECT CASE WHEN l.per_key THEN c.ckey ELSE '' END AS key) x
@@ -150,8 +681,8 @@ WITH clk AS MATERIALIZED (
     SELECT c.id FROM cand c
     WHERE (SELECT roomy.ok FROM roomy)
        OR NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.admit)
-    ORDER BY c.ord, c.run_at, c.id
-    LIMIT $17
+    ORDER BY c.pos
+    LIMIT $23
 ), counted AS (
     INSERT INTO tenure.flow AS f (queue, kind, key, window_start, started, updated_at)
     SELECT $7, h.kind, h.key, h.win, count(*)::integer, (SELECT t FROM clk)
@@ -167,9 +698,9 @@ WITH clk AS MATERIALIZED (
 ), upd AS (
 UPDATE tenure.jobs j
 SET state        = 'running',
-    locked_by    = $18::text,
-    lease_ms     = coalesce(nullif(($19::integer[])[array_position($13::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif(($19::integer[])[array_position($13::text[], j.kind)], 0), j.lease_ms)
+    locked_by    = $24::text,
+    lease_ms     = coalesce(nullif(($25::integer[])[array_position($18::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif(($25::integer[])[array_position($18::text[], j.kind)], 0), j.lease_ms)
                            * interval '1 millisecond',
     claim_token  = gen_random_uuid(),
     generation   = j.generation + 1,
@@ -181,17 +712,55 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
           j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), stripe_ids AS MATERIALIZED (
+    SELECT s::smallint AS stripe FROM generate_series(0, $26::integer) AS s
+), share AS MATERIALIZED (
+    -- per limit a grant may cover: the room left after this batch, split over the stripes
+    SELECT l.id, l.kind, l.max_running, rc.cnt AS recounted,
+           greatest(0, coalesce(g.room, l.max_running)
+                       - (SELECT count(*) FROM cand c WHERE c.id IN (SELECT picked.id FROM picked)
+                                                        AND (l.kind = '' OR c.kind = l.kind))::integer) AS room
+    FROM lim l
+    LEFT JOIN grp g ON g.id = l.id AND g.key = ''
+    LEFT JOIN recount rc ON rc.id = l.id
+    WHERE l.max_running > 0 AND NOT l.per_key
+), granted AS MATERIALIZED (
+    SELECT share.id, share.kind, share.max_running, share.recounted,
+           CASE WHEN $27::boolean AND share.room - $28::integer >= 0
+                THEN share.room / (SELECT count(*) FROM stripe_ids)::integer ELSE 0 END AS budget
+    FROM share
+    WHERE $8::boolean
+), regrant AS (
+    UPDATE tenure.flow_grant f
+    SET budget      = gt.budget,
+        max_running = gt.max_running,
+        spent       = CASE WHEN gt.recounted IS NULL THEN f.spent WHEN f.stripe = 0 THEN gt.recounted ELSE 0 END,
+        updated_at  = now()
+    FROM granted gt
+    WHERE f.queue = $7 AND f.kind = gt.kind
+      AND (f.budget <> gt.budget OR f.max_running <> gt.max_running
+           OR f.spent <> (CASE WHEN gt.recounted IS NULL THEN f.spent WHEN f.stripe = 0 THEN gt.recounted ELSE 0 END))
+    RETURNING f.stripe
+), newgrant AS (
+    INSERT INTO tenure.flow_grant (queue, kind, stripe, max_running, budget, spent)
+    SELECT $7, gt.kind, s.stripe, gt.max_running, gt.budget, 0
+    FROM granted gt
+    CROSS JOIN stripe_ids s
+    WHERE gt.budget > 0 AND NOT EXISTS (SELECT 1 FROM gr WHERE gr.id = gt.id)
+    ON CONFLICT (queue, kind, stripe) DO NOTHING
+    RETURNING stripe
 ), flags AS (
-    SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - $14::integer <= 0)
+    SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer <= 0)
             OR (NOT (SELECT roomy.ok FROM roomy) AND EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit)))::boolean AS binding,
            (least((SELECT min(grp.room) FROM grp),
                   (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
                                     CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
-                  2147483647) - $17::integer)::integer AS min_room
+                  2147483647) - $23::integer)::integer AS min_room,
+           coalesce((SELECT min(granted.budget) FROM granted), 0)::integer AS granted
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.binding, f.min_room
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.binding, f.min_room, f.granted
 FROM flags f LEFT JOIN upd u ON true
 `
 
@@ -203,18 +772,27 @@ type ClaimLimitedParams struct {
 	LimRate       []int32
 	LimPeriodUs   []int64
 	Queue         string
+	Exclusive     bool
+	RecountBelow  int32
 	SegPriority   []int16
 	SegAfterUs    []int64
 	SegMinAgeUs   []int64
 	SegMaxAgeUs   []int64
+	SegLimit      []int32
+	SegRank       []int32
+	SegQuota      []int32
 	KindVersions  []int32
 	Kinds         []string
 	Reserve       int32
 	Scan          int32
+	Ranked        bool
 	GroupCap      int32
 	Batch         int32
 	WorkerID      string
 	KindLeaseMs   []int32
+	LastStripe    int32
+	MayGrant      bool
+	GrantRoom     int32
 }
 
 type ClaimLimitedRow struct {
@@ -238,17 +816,25 @@ type ClaimLimitedRow struct {
 	Snoozes        *int32
 	Binding        bool
 	MinRoom        int32
+	Granted        int32
 }
 
-// ClaimOrdered under the queue's limits (worker/limits.go; run after ClaimLimitsLock in the
-// same transaction). Limits are parallel arrays; a limit covers the jobs of lim_kind (” =
-// every kind of the queue), grouped by their concurrency key (metadata "tenure.concurrency_key")
-// when lim_per_key (jobs without a key are not covered by a per-key limit). A group has room =
-// min(max_running - running leased jobs, rate - starts in the current fixed window), or 0 while
-// a handler's RetryAfter blocks it; 0 for max_running or rate means no such limit.
-//  1. grp: the groups something is counted for (jobs_limited_idx for the running count).
-//  2. cand: the segments' candidates in ClaimOrdered's order, up to @scan in all (the nested loop
-//     stops there), skipping (a heap filter on the same index range) jobs of groups without room.
+// ClaimOrdered (or, @ranked, ClaimSegments) under the queue's limits (worker/limits.go; run
+// after ClaimLimitsLock, and ClaimGrantsLock when @exclusive, in the same transaction). Limits
+// are parallel arrays; a limit covers the jobs of lim_kind (” = every kind of the queue),
+// grouped by their concurrency key (metadata "tenure.concurrency_key") when lim_per_key (jobs
+// without a key are not covered by a per-key limit). A group has room = min(max_running -
+// running leased jobs, rate - starts in the current fixed window), or 0 while a handler's
+// RetryAfter blocks it; 0 for max_running or rate means no such limit.
+//  1. grp: the groups something is counted for: marked running leased jobs (jobs_limited_idx)
+//     plus, for a limit with grants (tenure.flow_grant), the jobs grant claims may still run:
+//     spent (exclusive; recounted exactly — unmarked running leased jobs of the limit, through
+//     jobs_running_idx — when spent leaves less than @recount_below of room) or spent + budget
+//     (striped: budgets may be spent unseen).
+//  2. cand: the segments' candidates with their claim order pos: ordered (ClaimOrdered's order,
+//     up to @scan in all: the nested loop stops there) or ranked (each segment up to its
+//     seg_limit, ClaimSegments' order), skipping (a heap filter on the same index range) jobs of
+//     groups without room.
 //  3. hit: each candidate under each limit covering it, numbered in claim order within its group
 //     (skipped when roomy: every group has room for the whole batch and no limit counts starts);
 //     a candidate is admitted if its number is within every group's room less @reserve (what
@@ -256,11 +842,16 @@ type ClaimLimitedRow struct {
 //     @group_cap (what a striped claim may admit per group).
 //  4. the first @batch admitted are claimed; the rate groups' window counts are updated; rows of
 //     kinds a concurrency limit covers are marked limited (they enter jobs_limited_idx).
+//  5. @exclusive: each limit's grant rows get spent = the recount (if any, on stripe 0) and a
+//     budget of (room left after the batch) / 4 per stripe when @may_grant and that room is at
+//     least @grant_room, else 0 (what was left is voided); rows are created four at a time.
 //
-// The result is the claimed rows with two flags, or one row of NULLs with the flags when
+// The result is the claimed rows with three flags, or one row of NULLs with the flags when
 // nothing was claimed. binding: a limit held something back (the engine then does not move the
 // band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
 // of a counted group less @batch (the engine's choice between striped and exclusive claims).
+// granted: the smallest budget granted a stripe (0: none; the next claims are then not grant
+// claims).
 func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]ClaimLimitedRow, error) {
 	rows, err := q.db.Query(ctx, claimLimited,
 		arg.LimID,
@@ -270,18 +861,27 @@ func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]C
 		arg.LimRate,
 		arg.LimPeriodUs,
 		arg.Queue,
+		arg.Exclusive,
+		arg.RecountBelow,
 		arg.SegPriority,
 		arg.SegAfterUs,
 		arg.SegMinAgeUs,
 		arg.SegMaxAgeUs,
+		arg.SegLimit,
+		arg.SegRank,
+		arg.SegQuota,
 		arg.KindVersions,
 		arg.Kinds,
 		arg.Reserve,
 		arg.Scan,
+		arg.Ranked,
 		arg.GroupCap,
 		arg.Batch,
 		arg.WorkerID,
 		arg.KindLeaseMs,
+		arg.LastStripe,
+		arg.MayGrant,
+		arg.GrantRoom,
 	)
 	if err != nil {
 		return nil, err
@@ -311,6 +911,7 @@ func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]C
 			&i.Snoozes,
 			&i.Binding,
 			&i.MinRoom,
+			&i.Granted,
 		); err != nil {
 			return nil, err
 		}
@@ -1181,6 +1782,92 @@ func (q *Queries) FlowBlock(ctx context.Context, arg FlowBlockParams) error {
 		arg.GroupKeys,
 	)
 	return err
+}
+
+const flowPrune = `-- name: FlowPrune :one
+WITH lk AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock($1::bigint) AS got
+), lim AS MATERIALIZED (
+    SELECT unnest($2::text[]) AS kind, unnest($3::boolean[]) AS per_key,
+           unnest($4::bigint[]) AS period_us
+), scanned AS MATERIALIZED (
+    SELECT f.kind, f.key FROM tenure.flow f
+    WHERE (SELECT lk.got FROM lk) AND f.queue = $5::text
+      AND ($6::boolean OR (f.kind, f.key) > ($7::text, $8::text))
+    ORDER BY f.kind, f.key
+    LIMIT $9::integer
+), victim AS MATERIALIZED (
+    SELECT f.kind, f.key, coalesce(l.period_us, 86400000000) AS period_us
+    FROM scanned s
+    JOIN tenure.flow f ON f.queue = $5::text AND f.kind = s.kind AND f.key = s.key
+    LEFT JOIN lim l ON l.kind = f.kind AND l.per_key = (f.key <> '')
+    WHERE (f.blocked_until IS NULL OR f.blocked_until <= now())
+      AND f.window_start + coalesce(l.period_us, 86400000000) * interval '1 microsecond' <= now()
+    FOR UPDATE OF f SKIP LOCKED
+), gone AS (
+    DELETE FROM tenure.flow f
+    USING victim v
+    WHERE f.queue = $5::text AND f.kind = v.kind AND f.key = v.key
+      AND (f.blocked_until IS NULL OR f.blocked_until <= now())
+      AND f.window_start + v.period_us * interval '1 microsecond' <= now()
+    RETURNING f.key
+)
+SELECT (SELECT count(*) FROM scanned)::integer AS scanned,
+       (SELECT count(*) FROM gone)::integer AS deleted,
+       coalesce((SELECT s.kind FROM scanned s ORDER BY s.kind DESC, s.key DESC LIMIT 1), '')::text AS last_kind,
+       coalesce((SELECT s.key FROM scanned s ORDER BY s.kind DESC, s.key DESC LIMIT 1), '')::text AS last_key,
+       (SELECT lk.got FROM lk)::boolean AS locked
+`
+
+type FlowPruneParams struct {
+	LockKey     int64
+	LimKind     []string
+	LimPerKey   []bool
+	LimPeriodUs []int64
+	Queue       string
+	FromStart   bool
+	AfterKind   string
+	AfterKey    string
+	Batch       int32
+}
+
+type FlowPruneRow struct {
+	Scanned  int32
+	Deleted  int32
+	LastKind string
+	LastKey  string
+	Locked   bool
+}
+
+// Flow control housekeeping (worker/limits.go, "Pruning tenure.flow"): one bounded step through
+// a queue's tenure.flow rows in key order, from the start or after (after_kind, after_key): of the next @batch rows
+// it deletes those that carry no information: no pause in force (blocked_until passed or
+// unset) and a window that is over (window_start + the period of the rate limit the row belongs
+// to — lim_* lists the queue's rate limits — or + 24 h, the longest period, for a row no
+// configured rate limit claims). Only while this transaction holds the flow prune lock
+// (pg_try_advisory_xact_lock, internal/locks): one pruner at a time. Returns how many rows it
+// read and deleted and the last key read (the caller's next cursor).
+func (q *Queries) FlowPrune(ctx context.Context, arg FlowPruneParams) (FlowPruneRow, error) {
+	row := q.db.QueryRow(ctx, flowPrune,
+		arg.LockKey,
+		arg.LimKind,
+		arg.LimPerKey,
+		arg.LimPeriodUs,
+		arg.Queue,
+		arg.FromStart,
+		arg.AfterKind,
+		arg.AfterKey,
+		arg.Batch,
+	)
+	var i FlowPruneRow
+	err := row.Scan(
+		&i.Scanned,
+		&i.Deleted,
+		&i.LastKind,
+		&i.LastKey,
+		&i.Locked,
+	)
+	return i, err
 }
 
 const getEffect = `-- name: GetEffect :one

@@ -15,7 +15,16 @@ package engineconf
 //     reading 1,700–3,600 buffers instead of 32). Every engine statement has an index path;
 //     this makes the planner take it at any size. Statements on tables without one (the
 //     small registry tables) still scan them: the setting only penalises the choice.
+//   - jit=off: the engine's statements take well under a millisecond; a generic plan whose
+//     row estimates are loose (array parameters, set-returning functions: the fair claim's
+//     estimated cost reached 10^10 on a table of 400 rows) crosses jit_above_cost, and the
+//     server then spends 1–2 s compiling the statement on every execution (measured with
+//     EXPLAIN ANALYZE: JIT 1,919 ms of a 2,007 ms fair claim; ClaimLimited's ranked form 490 ms
+//     of ~500; RegisterWorker, every 5 s per worker, 0.35–0.75 s per call in
+//     pg_stat_statements of the scaling soak). JIT pays off for long analytical queries, never
+//     for these.
 var Settings = map[string]string{
 	"plan_cache_mode": "force_generic_plan",
 	"enable_seqscan":  "off",
+	"jit":             "off",
 }

@@ -10,6 +10,7 @@
 //	0x74656e7572650001   Migrate    session (one conn)      db/migrations runner, whole Up/Down run
 //	0x74656e7572650002   Template   session, admin database internal/pgtest, building the test template
 //	0x74656e7572650003   Prune      session (one conn)      jobs.Client.PruneExpired, one pruner at a time
+//	0x74656e7572650004   FlowPrune  transaction (try)       worker FlowPrune steps, one flow pruner at a time
 //
 // More locks live in the separate two-int4 key space (pg_advisory_xact_lock(int4, int4), which
 // never matches a bigint key): (LimitsClass+s, hashtext(queue)) for the queue's limit stripes
@@ -32,6 +33,9 @@ const (
 	Template Key = 0x74656e7572650002
 	// Prune elects one pruner of final jobs at a time across processes.
 	Prune Key = 0x74656e7572650003
+	// FlowPrune elects one pruner of tenure.flow rows at a time (each FlowPrune statement
+	// try-locks it for its transaction; worker/limits.go).
+	FlowPrune Key = 0x74656e7572650004
 )
 
 // LimitsClass is the first int4 of the limited claims' stripe locks
@@ -47,5 +51,5 @@ type Named struct {
 
 // All returns every key Tenure uses, in the order of the table in the package comment.
 func All() []Named {
-	return []Named{{"Migrate", Migrate}, {"Template", Template}, {"Prune", Prune}}
+	return []Named{{"Migrate", Migrate}, {"Template", Template}, {"Prune", Prune}, {"FlowPrune", FlowPrune}}
 }

@@ -1,0 +1,196 @@
+package worker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/jobs"
+)
+
+// This file is fair share (docs/guide.md §20, "Fair share between tenants"): within each
+// priority band of a queue with Fairness.FairShare, the tenants with ready jobs are served
+// round robin, so one tenant's backlog cannot starve another's single job.
+//
+// A job's tenant is its fair key (jobs.InsertOpts.FairKey, stored in metadata under
+// jobs.FairKeyMetadata). The claim is one statement, ClaimFair (db/queries.sql): per band it
+// finds up to a batch of tenants with ready jobs by a skip scan of jobs_fair_idx
+// (tenure.fair_keys: one index descent per tenant, however deep its backlog), starting after
+// the band's cursor; takes each tenant's oldest jobs, a share of the batch each; ranks them by
+// round (every tenant's first job, then every tenant's second, ...) and by the tenant's
+// position after the cursor, within the fairness policy's ranks and quotas; and locks them in
+// that order until the batch is full (only claimed rows are locked). The loop keeps one cursor
+// per band: the tenant served last in the last round of the previous claim, so the next claim
+// starts with the tenant after it. Over consecutive claims every tenant with ready jobs gets
+// the same number of starts per round, whatever its backlog: deficit round robin with a
+// quantum of one job.
+//
+// Jobs without a key are one more participant in every round (position 0), found among the
+// band's oldest batch of ready jobs: they are served in the band's oldest-first order, never
+// starved by the keyed tenants, but one keyless job behind another tenant's older backlog
+// waits until that backlog's older jobs are claimed. Give every job of a fair-share queue a key.
+//
+// Fair claims read every band from its start (no watermarks): each tenant's range is read from
+// its first ready entry, so the dead index entries of claimed jobs (until VACUUM, or while a
+// long transaction holds the horizon) are walked again by each claim, as by every peer's claim.
+
+// ErrFairShareWithLimits: a queue with Fairness.FairShare cannot have Limits yet (the limited
+// claim does not serve tenants round robin). Returned by New, wrapped with ErrInvalidConfig.
+var ErrFairShareWithLimits = errors.New("tenure: fair share does not combine with limits yet")
+
+// bandKeys holds one fair key per priority band (index = priority); "" = from the first key.
+type bandKeys [maxPriority + 1]string
+
+// tenantKey names a tenant's watermark: its band and fair key.
+type tenantKey struct {
+	band int
+	key  string
+}
+
+// maxTenantWatermarks bounds the tenants a queue keeps a watermark for; past it the map is
+// cleared (a tenant without a watermark is read from the start of its range, which is only
+// slower).
+const maxTenantWatermarks = 10000
+
+// fairPlan fills a fair claim's plan (loop only): the cursors, and the watermarks when every
+// band has a single segment. With several segments per band (aging, deadline) a tenant's jobs
+// are claimed from several age windows, not oldest first, so no watermark can be kept: those
+// claims read every range from its start.
+func (q *queue) fairPlan(p *claimPlan) {
+	p.fair, p.fairCursor = true, q.fairCursor
+	seen := map[int]bool{}
+	p.fairWatermarks = true
+	for _, s := range p.segs {
+		if seen[s.priority] {
+			p.fairWatermarks = false
+		}
+		seen[s.priority] = true
+	}
+	if p.full {
+		clear(q.fairWm) // a full claim reads every range from its start
+	}
+	if !p.fairWatermarks {
+		p.after = bandTimes{}
+		return
+	}
+	p.known = make([]tenantKey, 0, len(q.fairWm))
+	p.knownAfter = make([]int64, 0, len(q.fairWm))
+	for k, us := range q.fairWm {
+		p.known = append(p.known, k)
+		p.knownAfter = append(p.knownAfter, us)
+	}
+}
+
+// claimFair runs the fair claim for the plan's segments (claim goroutine). It records in the
+// plan the cursor each band's next claim starts after and how far the keyless jobs were read.
+func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictRow, error) {
+	w := q.w
+	k := &w.kinds
+	arg := gen.ClaimFairParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
+		Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
+	for _, s := range p.segs {
+		arg.SegPriority = append(arg.SegPriority, int16(s.priority))
+		arg.SegAfterUs = append(arg.SegAfterUs, p.after[s.priority])
+		arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
+		arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))
+		arg.SegRank = append(arg.SegRank, int32(s.rank))
+		arg.SegQuota = append(arg.SegQuota, int32(p.quota[s.priority]))
+	}
+	for b, key := range p.fairCursor {
+		if key != "" {
+			arg.CursorPriority = append(arg.CursorPriority, int16(b))
+			arg.CursorKey = append(arg.CursorKey, key)
+		}
+	}
+	for i, t := range p.known {
+		arg.KnownPriority = append(arg.KnownPriority, int16(t.band))
+		arg.KnownKey = append(arg.KnownKey, t.key)
+		arg.KnownAfterUs = append(arg.KnownAfterUs, p.knownAfter[i])
+	}
+	got, err := w.q.ClaimFair(ctx, arg)
+	if err != nil {
+		return nil, err
+	}
+	// The band's last served tenant: the keyed row of the latest (round, position).
+	var last [maxPriority + 1]*gen.ClaimFairRow
+	rows := make([]gen.ClaimStrictRow, 0, len(got))
+	for i := range got {
+		r := &got[i]
+		if i == 0 {
+			for j, b := range r.KeylessBand {
+				if b >= minPriority && b <= maxPriority && j < len(r.KeylessUptoUs) {
+					p.keylessUpto[b] = r.KeylessUptoUs[j]
+				}
+			}
+		}
+		if r.ID == nil { // nothing claimed: the one row carries the keyless watermarks only
+			continue
+		}
+		rows = append(rows, gen.ClaimStrictRow{ID: *r.ID, Queue: deref0(r.Queue), Kind: deref0(r.Kind), Payload: r.Payload,
+			PayloadVersion: deref0(r.PayloadVersion), Priority: deref0(r.Priority), RunAt: deref0(r.RunAt), Attempts: deref0(r.Attempts),
+			MaxAttempts: deref0(r.MaxAttempts), LeaseMs: deref0(r.LeaseMs), LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken,
+			Generation: deref0(r.Generation), AttemptedAt: r.AttemptedAt, CreatedAt: deref0(r.CreatedAt), Metadata: r.Metadata,
+			Tags: r.Tags, Snoozes: deref0(r.Snoozes)})
+		b, pos, round := int(deref0(r.Priority)), deref0(r.FairPos), deref0(r.FairRound)
+		if pos == 0 || b < minPriority || b > maxPriority {
+			continue
+		}
+		if l := last[b]; l == nil || round > deref0(l.FairRound) || (round == deref0(l.FairRound) && pos > deref0(l.FairPos)) {
+			last[b] = r
+		}
+	}
+	for b, r := range last {
+		if r != nil {
+			p.fairNext[b] = decodeMetadata(r.Metadata)[jobs.FairKeyMetadata]
+			p.fairMoved[b] = true
+		}
+	}
+	return rows, nil
+}
+
+// fairAdvance records a fair claim (loop only): each band's cursor moves to the tenant served
+// last; with watermarks, each tenant's to the newest job claimed of it (a tenant's jobs are
+// claimed oldest first) and the keyless jobs' (the band watermark) to how far the claim read
+// them.
+func (q *queue) fairAdvance(p claimPlan, got []claimed) {
+	for b, moved := range p.fairMoved {
+		if moved {
+			q.fairCursor[b] = p.fairNext[b]
+		}
+	}
+	if !p.fairWatermarks {
+		return
+	}
+	for b, us := range p.keylessUpto {
+		if us > q.wm[b] {
+			q.wm[b] = us
+		}
+	}
+	if q.fairWm == nil {
+		q.fairWm = map[tenantKey]int64{}
+	}
+	for i := range got {
+		key, ok := got[i].Metadata[jobs.FairKeyMetadata]
+		b := got[i].Priority
+		if !ok || b < minPriority || b > maxPriority {
+			continue
+		}
+		t := tenantKey{b, key}
+		if us := got[i].RunAt.UnixMicro(); us > q.fairWm[t] {
+			if _, had := q.fairWm[t]; !had && len(q.fairWm) >= maxTenantWatermarks {
+				clear(q.fairWm)
+			}
+			q.fairWm[t] = us
+		}
+	}
+}
+
+// fairHint lowers the watermarks of band b's tenants to a job committed due at us (loop only):
+// the listener's hint carries no key.
+func (q *queue) fairHint(b int, us int64) {
+	for t, cur := range q.fairWm {
+		if t.band == b && us < cur {
+			q.fairWm[t] = us
+		}
+	}
+}
