@@ -426,10 +426,31 @@ const (
 	limitsWarmup  = 2 * time.Second
 )
 
-// globalModes are the MaxRunning values of the global benchmark, run in this order each round
-// (0 = no limit). 80 is a diagnostic: a limit above the 40 slots, to tell the cost of the
-// exclusive claims from that of counting jobs whose finish is still being written.
-var globalModes = []int{0, 40, 80, 25}
+// defaultGlobalModes are the MaxRunning values of the global benchmark (-limits-global), run
+// in this order each round (0 = no limit). 80 is a diagnostic: a limit above the 40 slots, to
+// tell the cost of the exclusive claims from that of counting jobs whose finish is still
+// being written. A limit of 1,100 or more lets the claims take grants (worker/limits.go).
+const defaultGlobalModes = "0,40,80,25"
+
+func parseModes(s string) ([]int, error) {
+	var out []int
+	seen := map[int]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("-limits-global: bad MaxRunning %q", f)
+		}
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
 
 type globalResult struct {
 	Mode         string  `json:"mode"`
@@ -803,9 +824,13 @@ func loadavg() string {
 }
 
 // runLimits runs the three benchmarks: the global modes interleaved round by round.
-func runLimits(ctx context.Context, adminURL string, d, rateD time.Duration, rounds, rate int) (*limitsResult, error) {
+func runLimits(ctx context.Context, adminURL string, d, rateD time.Duration, rounds, rate int, modes string, skipProofs bool) (*limitsResult, error) {
+	globalModes, err := parseModes(modes)
+	if err != nil {
+		return nil, err
+	}
 	res := &limitsResult{DurationS: d.Seconds(), RateDurationS: rateD.Seconds(), Rounds: rounds, Load: loadavg()}
-	for round := 1; round <= rounds; round++ {
+	for round := 1; round <= rounds && len(globalModes) > 0; round++ {
 		for _, limit := range globalModes {
 			r, err := runGlobal(ctx, adminURL, limit, round, d)
 			if err != nil {
@@ -834,20 +859,24 @@ func runLimits(ctx context.Context, adminURL string, d, rateD time.Duration, rou
 	}
 	for _, l := range globalModes {
 		if s := sums[l]; s != nil {
-			s.Ratio = s.JobsPerS / sums[0].JobsPerS
+			if sums[0] != nil {
+				s.Ratio = s.JobsPerS / sums[0].JobsPerS
+			}
 			res.Summary = append(res.Summary, *s)
 		}
 	}
-	pk, err := runPerKey(ctx, adminURL, d)
-	if err != nil {
-		return nil, fmt.Errorf("per key: %w", err)
+	if !skipProofs {
+		pk, err := runPerKey(ctx, adminURL, d)
+		if err != nil {
+			return nil, fmt.Errorf("per key: %w", err)
+		}
+		res.PerKey = &pk
+		rr, err := runRate(ctx, adminURL, rate, rateD)
+		if err != nil {
+			return nil, fmt.Errorf("rate: %w", err)
+		}
+		res.Rate = &rr
 	}
-	res.PerKey = &pk
-	rr, err := runRate(ctx, adminURL, rate, rateD)
-	if err != nil {
-		return nil, fmt.Errorf("rate: %w", err)
-	}
-	res.Rate = &rr
 	res.LoadEnd = loadavg()
 	return res, nil
 }
@@ -873,8 +902,11 @@ func printLimits(w io.Writer, r *limitsResult) {
 			target = fmt.Sprintf("ratio ≥ 0.95: %s; never > 40: %s", verdict(s.Ratio >= 0.95), verdict(s.TableMax <= 40 && s.HandlerMax <= 40))
 		case "MaxRunning 25":
 			target = "never > 25: " + verdict(s.TableMax <= 25 && s.HandlerMax <= 25)
-		case "MaxRunning 80":
-			target = "diagnostic (limit above the slots); never > 80: " + verdict(s.TableMax <= 80 && s.HandlerMax <= 80)
+		case "no limit":
+		default:
+			var l int
+			_, _ = fmt.Sscanf(s.Mode, "MaxRunning %d", &l)
+			target = fmt.Sprintf("diagnostic (limit above the slots); never > %d: %s", l, verdict(s.TableMax <= l && s.HandlerMax <= l))
 		}
 		fmt.Fprintf(w, "| %s | %.0f | %.3f | %d | %d | %s |\n", s.Mode, s.JobsPerS, s.Ratio, s.TableMax, s.HandlerMax, target)
 	}

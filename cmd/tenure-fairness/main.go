@@ -98,13 +98,15 @@ func main() {
 		limitsD  = flag.Duration("limits-duration", 30*time.Second, "flow-control benchmarks: measured time per mode")
 		limitsN  = flag.Int("limits-rounds", 2, "flow-control benchmarks: rounds of the interleaved global-limit modes")
 		limitsR  = flag.Int("limits-rate", 50, "flow-control benchmarks: the rate limit's starts per second")
+		limitsG  = flag.String("limits-global", defaultGlobalModes, "flow-control benchmarks: the global benchmark's MaxRunning values, in order each round (0 = no limit)")
+		limitsGO = flag.Bool("limits-global-only", false, "flow-control benchmarks: only the global-limit modes (skip the per-key and rate proofs)")
 		limitsRD = flag.Duration("limits-rate-duration", 60*time.Second, "flow-control benchmarks: how long the rate limit is offered 5× its rate")
 	)
 	flag.Parse()
 	if *only == "" {
 		*only = ","
 	}
-	lim := limitsOpts{enabled: *limits, duration: *limitsD, rateDuration: *limitsRD, rounds: *limitsN, rate: *limitsR}
+	lim := limitsOpts{enabled: *limits, duration: *limitsD, rateDuration: *limitsRD, globalModes: *limitsG, globalOnly: *limitsGO, rounds: *limitsN, rate: *limitsR}
 	if err := run(*scale, *duration, strings.Split(*only, ","), *out, *tenants, *tenantTO, lim); err != nil {
 		fmt.Fprintln(os.Stderr, "tenure-fairness:", err)
 		os.Exit(1)
@@ -115,6 +117,8 @@ type limitsOpts struct {
 	enabled      bool
 	duration     time.Duration
 	rateDuration time.Duration
+	globalModes  string
+	globalOnly   bool
 	rounds       int
 	rate         int
 }
@@ -170,7 +174,7 @@ func run(scale float64, duration time.Duration, names []string, out string, heav
 	}
 	var limitsRes *limitsResult
 	if lim.enabled {
-		limitsRes, err = runLimits(ctx, srv.URL, lim.duration, lim.rateDuration, lim.rounds, lim.rate)
+		limitsRes, err = runLimits(ctx, srv.URL, lim.duration, lim.rateDuration, lim.rounds, lim.rate, lim.globalModes, lim.globalOnly)
 		if err != nil {
 			return fmt.Errorf("limits: %w", err)
 		}
