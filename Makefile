@@ -109,7 +109,7 @@ bench:
 ## promised bound on normal's oldest ready age breaks; then the tenant benchmark (tenant A's
 ## 100,000 queued jobs against ten light tenants, strict vs Fairness.FairShare).
 ## ARGS='-duration 30s -tenant-backlog 20000' to shorten, -tenant-backlog 0 to skip tenants.
-## Then the flow-control proofs (issue 16; -limits=false to skip, ~9 min): 4 worker processes x
+## Then the flow-control proofs (issue 16; -limits=false to skip, ~7 min): 4 worker processes x
 ## 10 slots under no limit / MaxRunning 40 / 80 / 25 interleaved (-limits-rounds 2,
 ## -limits-duration 30s each: throughput, max running from the table every 10 ms and from the
 ## handlers' intervals), limit 1 per key with a child SIGKILLed every 2-4 s, and a rate limit

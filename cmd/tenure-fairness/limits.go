@@ -95,6 +95,13 @@ func limitsChild(raw string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// The parent holds our stdin open: EOF means it is gone, so do not outlive it.
+	ctx, orphaned := context.WithCancel(ctx)
+	defer orphaned()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		orphaned()
+	}()
 	cfg, err := pgxpool.ParseConfig(spec.DB)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
@@ -167,6 +174,7 @@ type handlerEvent struct {
 type child struct {
 	idx    int
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser
 	ready  chan struct{}
 	done   chan struct{}
 	killed int64 // ns, when SIGKILLed (0: not)
@@ -201,10 +209,14 @@ func (f *fleet) start() (*child, error) {
 	if err != nil {
 		return nil, err
 	}
+	in, err := cmd.StdinPipe() // kept open while we live (see limitsChild)
+	if err != nil {
+		return nil, err
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &child{idx: idx, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
+	c := &child{idx: idx, cmd: cmd, stdin: in, ready: make(chan struct{}), done: make(chan struct{})}
 	f.mu.Lock()
 	f.children = append(f.children, c)
 	f.mu.Unlock()
