@@ -34,8 +34,8 @@ import (
 //
 //  1. global: 4 worker processes × 10 slots on one kind of 50 ms jobs, from a pre-inserted
 //     backlog, without a limit, with Limit{MaxRunning: 40} (not binding by slots: the cost of
-//     enforcing it) and with Limit{MaxRunning: 25} (binding), interleaved over -limits-rounds
-//     rounds. Reported: jobs completed per second in the measured interval, and the most jobs
+//     enforcing it), 80 (a diagnostic, see defaultGlobalModes) and 25 (binding), interleaved
+//     over -limits-rounds rounds (-limits-global chooses the modes). Reported: jobs completed per second in the measured interval, and the most jobs
 //     of the kind ever running at once, (a) from the table, sampled every 10 ms (running with
 //     an unexpired lease), and (b) from the handlers: every handler reports its start and end
 //     (wall clock of the one machine, shared by the processes), and the parent computes the
@@ -519,7 +519,9 @@ func runGlobal(ctx context.Context, adminURL string, limit, round int, d time.Du
 	for _, c := range f.children {
 		<-c.ready
 	}
-	// Sample the table for the whole run (warm-up included: the limit holds at every instant).
+	// Sample the table from when every child is ready to the end of the measured interval
+	// (warm-up included: the limit holds at every instant). The handlers' overlap covers
+	// everything, the children's first claims before all were ready included.
 	sctx, scancel := context.WithCancel(ctx)
 	var sr sampleResult
 	var wg sync.WaitGroup
