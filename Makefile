@@ -110,6 +110,13 @@ bench:
 ## promised bound on normal's oldest ready age breaks; then the tenant benchmark (tenant A's
 ## 100,000 queued jobs against ten light tenants, strict vs Fairness.FairShare).
 ## ARGS='-duration 30s -tenant-backlog 20000' to shorten, -tenant-backlog 0 to skip tenants.
+## Then the flow-control proofs (issue 16; -limits=false to skip, ~7 min): 4 worker processes x
+## 10 slots under no limit / MaxRunning 40 / 80 / 25 interleaved (-limits-rounds 2,
+## -limits-duration 30s each: throughput, max running from the table every 10 ms and from the
+## handlers' intervals), limit 1 per key with a child SIGKILLed every 2-4 s, and a rate limit
+## of 50/s offered 5x for -limits-rate-duration 60s (starts per 1 s window).
+## Only the proofs: ARGS='-policies "" -tenant-backlog 0 -out bench/results/limits.json'
+## (bench/results/limits-2026-12-01.md).
 bench-fairness:
 	$(GO) run ./cmd/tenure-fairness -out bench/results/fairness.json $(ARGS)
 

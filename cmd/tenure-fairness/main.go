@@ -15,6 +15,9 @@
 //
 // Then the tenant benchmark (tenants.go, -tenant-backlog): one tenant's backlog against ten
 // light tenants, strict priority against Fairness.FairShare.
+//
+// Then the flow-control proofs (limits.go, -limits): a global concurrency limit across 4 worker
+// processes, one job at a time per key under SIGKILLs, and a rate limit offered 5× its rate.
 package main
 
 import (
@@ -81,6 +84,9 @@ type result struct {
 }
 
 func main() {
+	if spec := os.Getenv(limitsChildEnv); spec != "" {
+		os.Exit(limitsChild(spec))
+	}
 	var (
 		scale    = flag.Float64("scale", 10, "time compression: rates multiplied, steps divided by this")
 		duration = flag.Duration("duration", 60*time.Second, "run time per policy")
@@ -88,18 +94,36 @@ func main() {
 		out      = flag.String("out", "", "also write the results as JSON to this file")
 		tenants  = flag.Int("tenant-backlog", 100000, "tenant benchmark: jobs queued for tenant A (0 = skip the tenant benchmark)")
 		tenantTO = flag.Duration("tenant-timeout", 3*time.Minute, "tenant benchmark: stop a mode after this long even if A is not drained")
+		limits   = flag.Bool("limits", true, "run the flow-control benchmarks (global limit, limit 1 per key under SIGKILL, rate limit)")
+		limitsD  = flag.Duration("limits-duration", 30*time.Second, "flow-control benchmarks: measured time per mode")
+		limitsN  = flag.Int("limits-rounds", 2, "flow-control benchmarks: rounds of the interleaved global-limit modes")
+		limitsR  = flag.Int("limits-rate", 50, "flow-control benchmarks: the rate limit's starts per second")
+		limitsG  = flag.String("limits-global", defaultGlobalModes, "flow-control benchmarks: the global benchmark's MaxRunning values, in order each round (0 = no limit)")
+		limitsGO = flag.Bool("limits-global-only", false, "flow-control benchmarks: only the global-limit modes (skip the per-key and rate proofs)")
+		limitsRD = flag.Duration("limits-rate-duration", 60*time.Second, "flow-control benchmarks: how long the rate limit is offered 5× its rate")
 	)
 	flag.Parse()
 	if *only == "" {
 		*only = ","
 	}
-	if err := run(*scale, *duration, strings.Split(*only, ","), *out, *tenants, *tenantTO); err != nil {
+	lim := limitsOpts{enabled: *limits, duration: *limitsD, rateDuration: *limitsRD, globalModes: *limitsG, globalOnly: *limitsGO, rounds: *limitsN, rate: *limitsR}
+	if err := run(*scale, *duration, strings.Split(*only, ","), *out, *tenants, *tenantTO, lim); err != nil {
 		fmt.Fprintln(os.Stderr, "tenure-fairness:", err)
 		os.Exit(1)
 	}
 }
 
-func run(scale float64, duration time.Duration, names []string, out string, heavy int, tenantTimeout time.Duration) error {
+type limitsOpts struct {
+	enabled      bool
+	duration     time.Duration
+	rateDuration time.Duration
+	globalModes  string
+	globalOnly   bool
+	rounds       int
+	rate         int
+}
+
+func run(scale float64, duration time.Duration, names []string, out string, heavy int, tenantTimeout time.Duration, lim limitsOpts) error {
 	ctx := context.Background()
 	srv, err := pgserver.Ensure(ctx, func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) })
 	if err != nil {
@@ -148,13 +172,21 @@ func run(scale float64, duration time.Duration, names []string, out string, heav
 			tenantResults = append(tenantResults, r)
 		}
 	}
+	var limitsRes *limitsResult
+	if lim.enabled {
+		limitsRes, err = runLimits(ctx, srv.URL, lim.duration, lim.rateDuration, lim.rounds, lim.rate, lim.globalModes, lim.globalOnly)
+		if err != nil {
+			return fmt.Errorf("limits: %w", err)
+		}
+	}
 	if len(results) > 0 {
 		printTable(os.Stdout, results, scale, duration)
 	}
 	printTenants(os.Stdout, tenantResults)
+	printLimits(os.Stdout, limitsRes)
 	if out != "" {
 		raw, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC().Format(time.RFC3339), "scale": scale,
-			"duration_s": duration.Seconds(), "results": results, "tenants": tenantResults}, "", "  ")
+			"duration_s": duration.Seconds(), "results": results, "tenants": tenantResults, "limits": limitsRes}, "", "  ")
 		if err := os.WriteFile(out, raw, 0o644); err != nil {
 			return err
 		}
