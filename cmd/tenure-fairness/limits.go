@@ -362,8 +362,9 @@ func maxOverlap(iv []interval) map[string]int {
 	return best
 }
 
-// freshDB creates a database, migrates it and returns a pool on it and a cleanup.
-func freshDB(ctx context.Context, adminURL, dbname string) (*pgxpool.Pool, string, func(), error) {
+// freshDB creates a database, migrates it and returns a pool of maxConns on it, its URL and a
+// cleanup (close the pool, drop the database). Every part of the command runs on one.
+func freshDB(ctx context.Context, adminURL, dbname string, maxConns int32) (*pgxpool.Pool, string, func(), error) {
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return nil, "", nil, err
@@ -383,7 +384,7 @@ func freshDB(ctx context.Context, adminURL, dbname string) (*pgxpool.Pool, strin
 		cleanup()
 		return nil, "", nil, err
 	}
-	cfg.MaxConns = 8
+	cfg.MaxConns = maxConns
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		cleanup()
@@ -485,7 +486,7 @@ func runGlobal(ctx context.Context, adminURL string, limit, round int, d time.Du
 		mode = fmt.Sprintf("MaxRunning %d", limit)
 		limits = []worker.Limit{{Kind: globalJob{}.Kind(), MaxRunning: limit}}
 	}
-	pool, url, cleanup, err := freshDB(ctx, adminURL, fmt.Sprintf("tenure_limits_global_%d_%d_%d", limit, round, os.Getpid()))
+	pool, url, cleanup, err := freshDB(ctx, adminURL, fmt.Sprintf("tenure_limits_global_%d_%d_%d", limit, round, os.Getpid()), 8)
 	if err != nil {
 		return globalResult{}, err
 	}
@@ -585,7 +586,7 @@ type perKeyResult struct {
 }
 
 func runPerKey(ctx context.Context, adminURL string, d time.Duration) (perKeyResult, error) {
-	pool, url, cleanup, err := freshDB(ctx, adminURL, fmt.Sprintf("tenure_limits_perkey_%d", os.Getpid()))
+	pool, url, cleanup, err := freshDB(ctx, adminURL, fmt.Sprintf("tenure_limits_perkey_%d", os.Getpid()), 8)
 	if err != nil {
 		return perKeyResult{}, err
 	}
@@ -724,7 +725,7 @@ type rateResult struct {
 }
 
 func runRate(ctx context.Context, adminURL string, rate int, d time.Duration) (rateResult, error) {
-	pool, url, cleanup, err := freshDB(ctx, adminURL, fmt.Sprintf("tenure_limits_rate_%d", os.Getpid()))
+	pool, url, cleanup, err := freshDB(ctx, adminURL, fmt.Sprintf("tenure_limits_rate_%d", os.Getpid()), 8)
 	if err != nil {
 		return rateResult{}, err
 	}

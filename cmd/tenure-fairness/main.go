@@ -33,10 +33,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/hist"
 	"github.com/tenureq/tenure/internal/pgserver"
@@ -200,30 +198,11 @@ func run(scale float64, duration time.Duration, names []string, out string, heav
 }
 
 func runPolicy(ctx context.Context, adminURL string, p policy, scale float64, duration time.Duration) (result, error) {
-	dbname := fmt.Sprintf("tenure_fairness_%s_%d", p.name, os.Getpid())
-	admin, err := pgx.Connect(ctx, adminURL)
+	pool, _, cleanup, err := freshDB(ctx, adminURL, fmt.Sprintf("tenure_fairness_%s_%d", p.name, os.Getpid()), 16)
 	if err != nil {
 		return result{}, err
 	}
-	defer admin.Close(ctx)
-	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+dbname+" WITH (FORCE)")
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+dbname); err != nil {
-		return result{}, err
-	}
-	defer admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+dbname+" WITH (FORCE)") //nolint:errcheck
-	cfg, err := pgxpool.ParseConfig(pgserver.DatabaseURL(adminURL, dbname))
-	if err != nil {
-		return result{}, err
-	}
-	cfg.MaxConns = 16
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return result{}, err
-	}
-	defer pool.Close()
-	if _, err := migrations.Up(ctx, pool); err != nil {
-		return result{}, err
-	}
+	defer cleanup()
 
 	// Capacity: 60 jobs/s · scale, from Concurrency handlers that each take conc/capacity
 	// (many slots with long handlers, so the engine's per-job overhead, a few milliseconds

@@ -10,13 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/hist"
-	"github.com/tenureq/tenure/internal/pgserver"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
 )
@@ -50,30 +45,11 @@ type tenantResult struct {
 
 func runTenants(ctx context.Context, adminURL string, fair bool, heavyJobs int, timeout time.Duration) (tenantResult, error) {
 	mode := map[bool]string{false: "strict (oldest first)", true: "FairShare"}[fair]
-	dbname := fmt.Sprintf("tenure_fairness_tenants_%v_%d", fair, os.Getpid())
-	admin, err := pgx.Connect(ctx, adminURL)
+	pool, _, cleanup, err := freshDB(ctx, adminURL, fmt.Sprintf("tenure_fairness_tenants_%v_%d", fair, os.Getpid()), 16)
 	if err != nil {
 		return tenantResult{}, err
 	}
-	defer admin.Close(ctx)
-	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+dbname+" WITH (FORCE)")
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+dbname); err != nil {
-		return tenantResult{}, err
-	}
-	defer admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+dbname+" WITH (FORCE)") //nolint:errcheck
-	cfg, err := pgxpool.ParseConfig(pgserver.DatabaseURL(adminURL, dbname))
-	if err != nil {
-		return tenantResult{}, err
-	}
-	cfg.MaxConns = 16
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return tenantResult{}, err
-	}
-	defer pool.Close()
-	if _, err := migrations.Up(ctx, pool); err != nil {
-		return tenantResult{}, err
-	}
+	defer cleanup()
 
 	const conc = 40
 	const handler = 20 * time.Millisecond // capacity 2,000 jobs/s: the handlers, not the claims, bound it
