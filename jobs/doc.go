@@ -1,6 +1,6 @@
 // Package jobs is Tenure's enqueue and operator side: typed inserts (one job, one job inside
 // the caller's pgx.Tx so the business write and the job commit or roll back together, many
-// jobs in one round trip), the read side (get, list with keyset paging), operator actions
+// jobs in one round trip, bulk loads by COPY with InsertManyFast), the read side (get, list with keyset paging), operator actions
 // (cancel, re-inject dead jobs, prune) with an audit trail, and the statistics operators need
 // (per queue and priority: ready/running/dead counts, oldest ready age, wait percentiles).
 //
