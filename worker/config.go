@@ -28,7 +28,9 @@ type Config struct {
 	// EnginePool is the pool the engine's own statements (claim, heartbeat, finish, reclaim,
 	// LISTEN) use. Default: a private pool of EngineConns connections made from the handlers'
 	// pool configuration, so handlers holding every connection of their pool never starve
-	// heartbeats or completions.
+	// heartbeats or completions. A pool given here is used as it is: give its connections
+	// EngineRuntimeParams (generic plans, no sequential scans, no JIT: why in
+	// internal/engineconf), or the engine's statements may plan and run worse.
 	EnginePool *pgxpool.Pool
 	// AsynchronousCommit lets the engine's own transactions (claims, heartbeats, finishes,
 	// reclaims) commit with synchronous_commit=off: faster (no wait for the WAL flush), at a

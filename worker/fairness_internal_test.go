@@ -181,3 +181,14 @@ func TestFairWatermarks(t *testing.T) {
 	require.Empty(t, p4.known)
 	require.Equal(t, bandTimes{}, p4.after)
 }
+
+// TestEngineRuntimeParams: the settings a user gives a Config.EnginePool of their own are the
+// private engine pool's, and the caller gets a copy.
+func TestEngineRuntimeParams(t *testing.T) {
+	p := EngineRuntimeParams()
+	require.Equal(t, "off", p["jit"])
+	require.Equal(t, "force_generic_plan", p["plan_cache_mode"])
+	require.Equal(t, "off", p["enable_seqscan"])
+	p["jit"] = "on"
+	require.Equal(t, "off", EngineRuntimeParams()["jit"])
+}

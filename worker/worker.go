@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -199,6 +200,14 @@ func MustRegister[A generics.Args](w *Worker, fn func(ctx context.Context, job *
 	if err := Register(w, fn, opts); err != nil {
 		panic(err)
 	}
+}
+
+// EngineRuntimeParams returns the session settings the worker gives the connections of its
+// private engine pool (plan_cache_mode, enable_seqscan, jit; internal/engineconf says why), to
+// set on a Config.EnginePool of your own (pgxpool.Config.ConnConfig.RuntimeParams). The map is
+// a copy.
+func EngineRuntimeParams() map[string]string {
+	return maps.Clone(engineconf.Settings)
 }
 
 // Start checks the database (it answers, and its schema is at the version this release
