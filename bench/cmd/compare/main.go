@@ -348,8 +348,9 @@ func (c config) plan(name string) (scenario.Spec, error) {
 	return s, nil
 }
 
-// units returns the sides of a scenario in A/B order. bulk-enqueue runs River twice, once per
-// bulk API, so Tenure's InsertMany is compared with both. A worker variant (tenure-async,
+// units returns the sides of a scenario in A/B order. bulk-enqueue runs Tenure and River twice,
+// once per bulk API, and compares like with like: InsertManyFast (COPY, a count) with
+// InsertManyFast, InsertMany (rows returned) with InsertMany. A worker variant (tenure-async,
 // river-default) is skipped where no worker runs if the system it varies is run: its inserts
 // are the same. With the default -systems, defaultOnlyIn also applies.
 func (c config) units(name string) []unit {
@@ -364,6 +365,10 @@ func (c config) units(name string) []unit {
 		}
 		if name == scenario.BulkEnqueue && sys == riversut.Name {
 			out = append(out, unit{sys, riversut.RiverBatchFast}, unit{sys, riversut.RiverBatchReturning})
+			continue
+		}
+		if name == scenario.BulkEnqueue && sys == tenuresut.Name {
+			out = append(out, unit{sys, tenuresut.TenureBatchInsertManyFast}, unit{sys, tenuresut.TenureBatchInsertMany})
 			continue
 		}
 		out = append(out, unit{System: sys})

@@ -17,8 +17,13 @@ import (
 	"github.com/tenureq/tenure/bench/internal/sut"
 )
 
-// TenureBatchInsertMany is Tenure's one bulk insert API.
-const TenureBatchInsertMany = "InsertMany"
+// Tenure's bulk insert APIs: InsertMany (the default everywhere: INSERT from arrays, returns the
+// jobs) and InsertManyFast (COPY, returns a count; bulk-enqueue pairs it with River's
+// InsertManyFast, InsertMany with River's InsertMany).
+const (
+	TenureBatchInsertMany     = "InsertMany"
+	TenureBatchInsertManyFast = "InsertManyFast"
+)
 
 // Driver names: "tenure" runs the library defaults (the worker's own transactions commit
 // durably, with the server's synchronous_commit); "tenure-async" is the same with
@@ -37,7 +42,7 @@ func init() {
 			WorkerVariantOf: variantOf,
 			Description:     desc,
 			QueueTable:      "tenure.jobs",
-			BatchAPIs:       []string{TenureBatchInsertMany},
+			BatchAPIs:       []string{TenureBatchInsertMany, TenureBatchInsertManyFast},
 			Migrate: func(ctx context.Context, pool *pgxpool.Pool) error {
 				_, err := migrations.Up(ctx, pool)
 				return err
@@ -160,7 +165,7 @@ func newTenure(_ context.Context, name string, async bool, opts sut.Options) (su
 	}
 	s := &tenureSystem{name: name, async: async, pool: opts.Pool, client: client, opts: opts,
 		insert: &jobs.InsertOpts{Queue: "default"}}
-	if opts.BatchAPI != "" && opts.BatchAPI != TenureBatchInsertMany {
+	if opts.BatchAPI != "" && opts.BatchAPI != TenureBatchInsertMany && opts.BatchAPI != TenureBatchInsertManyFast {
 		return nil, fmt.Errorf("%s: unknown batch API %q", name, opts.BatchAPI)
 	}
 	if opts.Peak {
@@ -220,6 +225,10 @@ func (s *tenureSystem) InsertBatch(ctx context.Context, args []sut.BenchArgs) er
 	for i := range args {
 		params[i] = jobs.InsertManyParams{Args: args[i], Opts: s.insert}
 	}
+	if s.opts.BatchAPI == TenureBatchInsertManyFast {
+		_, err := s.client.InsertManyFast(ctx, params)
+		return err
+	}
 	_, err := s.client.InsertMany(ctx, params)
 	return err
 }
@@ -267,7 +276,7 @@ func (s *tenureSystem) Settings() map[string]string {
 			"EngineConns":        strconv.Itoa(p.engine),
 			"AsynchronousCommit": strconv.FormatBool(s.async) + asyncNote[s.async],
 			"other settings":     "library defaults",
-			"bulk insert API":    TenureBatchInsertMany,
+			"bulk insert API":    s.batchAPI(),
 			"pool MaxConns":      strconv.Itoa(int(s.pool.Config().MaxConns)),
 			"connections":        fmt.Sprintf("shared pool %d + engine pool %d + 1 LISTEN session taken out of it", s.pool.Config().MaxConns, p.engine),
 		}
@@ -276,9 +285,16 @@ func (s *tenureSystem) Settings() map[string]string {
 		"Concurrency":        strconv.Itoa(s.opts.Workers),
 		"AsynchronousCommit": strconv.FormatBool(s.async) + asyncNote[s.async],
 		"other settings":     "library defaults (incl. the worker's private engine pool, default size)",
-		"bulk insert API":    TenureBatchInsertMany,
+		"bulk insert API":    s.batchAPI(),
 		"pool MaxConns":      strconv.Itoa(int(s.pool.Config().MaxConns)),
 	}
+}
+
+func (s *tenureSystem) batchAPI() string {
+	if s.opts.BatchAPI == "" {
+		return TenureBatchInsertMany
+	}
+	return s.opts.BatchAPI
 }
 
 var asyncNote = map[bool]string{
