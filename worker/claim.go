@@ -62,6 +62,9 @@ type claimPlan struct {
 	fairNext       bandKeys
 	fairMoved      [maxPriority + 1]bool
 	keylessUpto    bandTimes
+	// done: successes of limited jobs this permit claim completes first, in its transaction
+	// (permits.go); the loop settles them when the claim returns.
+	done []*execution
 }
 
 // startClaim plans a claim of n jobs on the loop and runs its statement on a claim goroutine,
@@ -77,16 +80,22 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	p := claimPlan{n: n}
 	p.after, p.full, p.prev = q.watermarks()
 	p.segs, p.quota, p.ranked = q.pol.plan(n)
-	p.exclusive, p.stripe = !q.limitFar, idx
+	// A permit claim (permits.go) counts like an exclusive one: its limited jobs' finishes free
+	// room, so they do not linger.
+	p.exclusive, p.stripe = !q.limitFar || (q.limits != nil && q.limits.permits), idx
 	if q.pol.f.FairShare {
 		q.fairPlan(&p)
+	}
+	if len(q.permitDone) > 0 {
+		p.done, q.permitDone = q.permitDone, nil
 	}
 	q.w.spawn(func() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
 		got, lr, err := q.claim(cctx, &p)
 		cancel()
-		r := claimResult{idx: idx, n: n, plan: p, got: got, err: err, took: time.Since(start), binding: lr.binding, far: lr.far()}
+		r := claimResult{idx: idx, n: n, plan: p, got: got, err: err, took: time.Since(start), binding: lr.binding, skipped: lr.skipped, far: lr.far(),
+			doneLanded: lr.doneLanded}
 		// Start the handlers here, a hop sooner than the loop could: the loop registers the
 		// executions when the result arrives (and holds any handler result that beats it).
 		// Once Stop has begun, the loop gives the jobs back instead.
@@ -115,7 +124,7 @@ func (q *queue) recordClaim(r claimResult) {
 	w := q.w
 	if r.plan.fair {
 		q.fairAdvance(r.plan, r.got)
-	} else if !r.plan.ranked && !r.binding {
+	} else if !r.plan.ranked && !r.skipped {
 		// Only exact claims move watermarks: ClaimSegments locks more candidates than it
 		// claims, and a concurrent claimer that skipped those (locked, but then left ready)
 		// must not be allowed to jump past them. Nor does a limited claim a limit held back

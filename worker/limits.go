@@ -199,6 +199,10 @@ type limitArgs struct {
 	// a striped one. Written by claim goroutines; only a hint for speed (every kind of claim
 	// keeps the limit on its own).
 	granting atomic.Bool
+	// permits: the queue claims under per-worker permits (permits.go) and never takes the
+	// counted paths below; permit is this worker's view of its shares.
+	permits bool
+	permit  permitState
 }
 
 func newLimitArgs(ls []Limit) *limitArgs {
@@ -254,6 +258,9 @@ const grantMin = 250
 // one pipeline.
 func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
 	la := q.limits
+	if la.permits {
+		return q.claimPermitted(ctx, p, base)
+	}
 	if la.grantable && !p.exclusive && !p.ranked && la.granting.Load() {
 		rows, res, err := q.claimGranted(ctx, p, base)
 		if err != nil || len(rows) == p.n || res.budgetLeft > 0 {
@@ -315,7 +322,7 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 	rows := make([]gen.ClaimStrictRow, 0, len(got))
 	for i, r := range got {
 		if i == 0 {
-			res.binding, res.minRoom, res.granted = r.Binding, r.MinRoom, r.Granted
+			res.binding, res.skipped, res.minRoom, res.granted = r.Binding, r.Binding, r.MinRoom, r.Granted
 			if la.grantable && p.exclusive {
 				la.granting.Store(r.Granted >= grantMin)
 			}
@@ -373,6 +380,8 @@ func workerStripe(id string) int {
 // limitResult is what a limited claim reports besides its rows.
 type limitResult struct {
 	binding    bool  // a limit held something back
+	skipped    bool  // what it held back may lie before what it claimed (watermarks stay)
+	doneLanded map[int64]bool // a permit claim: the completions (claimPlan.done) that landed
 	minRoom    int32 // the smallest counted room less the batch
 	granted    int32 // an exclusive claim of a grantable queue: the smallest budget it granted a stripe
 	budgetLeft int32 // a grant claim: the smallest budget left on its stripe
@@ -423,7 +432,7 @@ func grantsLockStatement(ctx context.Context, queue string) lockedStatement {
 	return lockedStatement{c.sql, c.args}
 }
 
-// capture is a gen.DBTX that records the one Exec it is given.
+// capture is a gen.DBTX that records the one statement it is given (Exec or Query).
 type capture struct {
 	sql  string
 	args []any
@@ -433,9 +442,13 @@ func (c *capture) Exec(_ context.Context, sql string, args ...any) (pgconn.Comma
 	c.sql, c.args = sql, args
 	return pgconn.CommandTag{}, nil
 }
-func (c *capture) Query(context.Context, string, ...any) (pgx.Rows, error) {
-	return nil, errors.New("tenure: capture supports Exec only")
+func (c *capture) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.sql, c.args = sql, args
+	return nil, errCaptured
 }
+
+// errCaptured is what a captured query returns to the generated code (which then returns it).
+var errCaptured = errors.New("tenure: statement captured, not run")
 func (c *capture) QueryRow(context.Context, string, ...any) pgx.Row { return nil }
 
 // batcher is what afterLock needs of a pool.
@@ -450,6 +463,10 @@ type batcher interface {
 type afterLock struct {
 	pool  batcher
 	locks []lockedStatement // sent in order before the query
+	// pre, if set, is a statement sent after the locks and before the query (same transaction)
+	// whose rows preRows reads.
+	pre     *lockedStatement
+	preRows func(pgx.Rows) error
 }
 
 func (a *afterLock) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
@@ -462,10 +479,27 @@ func (a *afterLock) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 	for _, l := range a.locks {
 		b.Queue(l.sql, l.args...)
 	}
+	if a.pre != nil {
+		b.Queue(a.pre.sql, a.pre.args...)
+	}
 	b.Queue(sql, args...)
 	br := a.pool.SendBatch(ctx, b)
 	for range a.locks {
 		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	if a.pre != nil {
+		rows, err := br.Query()
+		if err == nil {
+			err = a.preRows(rows)
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if err != nil {
 			_ = br.Close()
 			return nil, err
 		}

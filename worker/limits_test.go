@@ -102,6 +102,7 @@ type limRun struct {
 	samples                      int64
 	limitedClaims, emptyClaims   int64
 	stripedClaims                int64
+	permitAllocations            int64
 	workersStats                 []worker.Stats
 	jobsPerSecond                float64
 	distinctConcurrentKeysAtOnce int64
@@ -183,7 +184,9 @@ func runLimited(t *testing.T, pool *pgxpool.Pool, workers, slots, n int, keys []
 		st := w.Stats()
 		r.limitedClaims += st.LimitedClaims
 		r.stripedClaims += st.StripedClaims
+		r.permitAllocations += st.PermitAllocations
 		r.emptyClaims += st.EmptyClaims
+		r.workersStats = append(r.workersStats, st)
 		require.Zero(t, st.StaleRejected)
 	}
 	return r
@@ -217,13 +220,17 @@ func TestLimitGlobalAcrossWorkers(t *testing.T) {
 // TestLimitStripedNearTheLimit: a limit large enough for striped claims (parallel, each
 // keeping room for the stripes it cannot see), approached and held by 4 workers with more
 // slots than the limit: the claims switch between striped and exclusive and the limit holds.
+// A per-key limit on a kind the test never inserts keeps the queue on the counted paths (a
+// queue whose limits are all plain concurrency limits of at most 1,000 claims under permits:
+// TestLimitPermitsNearTheLimit).
 func TestLimitStripedNearTheLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("800 handler slots, ~2 s")
 	}
 	pool := pgtest.NewPool(t)
 	const limit, n = 600, 3000
-	r := runLimited(t, pool, 4, 200, n, []string{"a", "b", "c"}, 100*time.Millisecond, []worker.Limit{{Kind: "lim", MaxRunning: limit}})
+	r := runLimited(t, pool, 4, 200, n, []string{"a", "b", "c"}, 100*time.Millisecond,
+		[]worker.Limit{{Kind: "lim", MaxRunning: limit}, {Kind: "absent", PerKey: true, MaxRunning: 1}})
 	t.Logf("limit %d, 4 workers x 200 slots: %d jobs of 100ms in %v = %.0f jobs/s (ideal %d/100ms = %d jobs/s); max running: handlers %d, sampled %d (%d samples); limited claims %d, striped claims %d",
 		limit, n, r.elapsed.Round(time.Millisecond), r.jobsPerSecond, limit, limit*10, r.handlerMax, r.sampledMax, r.samples, r.limitedClaims, r.stripedClaims)
 	require.LessOrEqual(t, r.handlerMax, int64(limit))

@@ -13,6 +13,7 @@ type metrics struct {
 	claims, emptyClaims, claimErrors, claimed, claimAsked  atomic.Int64
 	fullClaims, claimedBehindWatermark, watermarkHints     atomic.Int64
 	limitedClaims, flowBlocks, stripedClaims               atomic.Int64
+	permitAllocations                                      atomic.Int64
 	succeeded, retried, dead, cancelled, released, snoozed atomic.Int64
 	staleRejected, finishRetries, finishAbandoned          atomic.Int64
 	heartbeats, heartbeatRows, heartbeatErrors, leasesLost atomic.Int64
@@ -110,7 +111,9 @@ type Stats struct {
 	// than asked because a group had no room. FlowBlocks counts RetryAfter results that paused
 	// their job's limit groups (Limit.RetryAfterPauses). StripedClaims counts limited claims
 	// that ran striped (in parallel with others, far from every limit; see limits.go).
-	LimitedClaims, FlowBlocks, StripedClaims int64
+	// PermitAllocations counts the times this worker (re)sized its shares of a small limit
+	// (permits.go).
+	LimitedClaims, FlowBlocks, StripedClaims, PermitAllocations int64
 	// Outcomes confirmed by a fenced write.
 	Succeeded, Retried, Dead, Cancelled, Released int64
 	// Snoozed counts attempts that ended with a snooze (Snooze) that landed.

@@ -59,6 +59,7 @@ type queue struct {
 	claimers   []claimer
 	inFlight   int // claims in flight
 	pending    []*execution
+	permitDone []*execution // successes of limited jobs the next permit claim completes (permits.go)
 	hbInFlight bool
 	hbAll      bool
 	wakeSaved  bool      // a wake-up came while no claimer slept: the next sleep is skipped
@@ -98,6 +99,12 @@ type claimResult struct {
 	// binding: a limit held jobs back (limits.go); the watermarks did not move. far: the
 	// next limited claim may be striped.
 	binding, far bool
+	// done: the successes the permit claim was to complete in its transaction (plan.done);
+	// doneLanded: those its fenced update changed (nil when the claim failed: nothing did).
+	doneLanded map[int64]bool
+	// skipped: the claim may have passed over jobs (for lack of a limit's room) that lie
+	// before ones it claimed; the watermarks must not move past them.
+	skipped bool
 }
 
 type handlerResult struct {
@@ -137,12 +144,16 @@ func (p stopPlan) merge(o stopPlan) stopPlan {
 }
 
 func newQueue(w *Worker, name string, cfg QueueConfig) *queue {
-	return &queue{w: w, name: name, cfg: cfg, pol: newPolicy(cfg.Fairness),
+	q := &queue{w: w, name: name, cfg: cfg, pol: newPolicy(cfg.Fairness),
 		claimedCh: make(chan claimResult, cfg.Claimers), returnedCh: make(chan handlerResult, cfg.Concurrency), settledCh: make(chan []settled),
 		hbCh: make(chan hbResult), cancelCh: make(chan int64, 16), wakeCh: make(chan struct{}, 1),
 		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), pauseCh: make(chan bool, 1), done: make(chan struct{}),
 		active: map[*execution]struct{}{}, early: map[*execution]handlerResult{}, claimers: make([]claimer, cfg.Claimers),
 		limits: newLimitArgs(cfg.Limits)}
+	if q.limits != nil {
+		q.limits.permits = usesPermits(q.limits, q.pol)
+	}
+	return q
 }
 
 func signal(ch chan struct{}) {
@@ -178,6 +189,11 @@ func (q *queue) loop(ctx context.Context) {
 		}
 		if d, ok := q.nextClaimWake(); ok {
 			claimTimer.Reset(d)
+		}
+		if len(q.permitDone) > 0 && (q.inFlight == 0 || q.stopping || q.paused) {
+			// No claim took them and none is in flight to take them when it returns: the
+			// finishers write them as usual.
+			q.pending, q.permitDone = append(q.pending, q.permitDone...), nil
 		}
 		q.handOver()
 		var out chan *execution
@@ -370,6 +386,17 @@ func (q *queue) claimed(r claimResult) {
 			w.m.stripedClaims.Add(1)
 		}
 	}
+	if len(r.plan.done) > 0 {
+		if r.err != nil {
+			q.pending = append(q.pending, r.plan.done...) // rolled back with the claim: the finishers write them
+		} else {
+			ss := make([]settled, len(r.plan.done))
+			for i, e := range r.plan.done {
+				ss[i] = settled{e: e, landed: r.doneLanded[e.c.ID]}
+			}
+			q.settleAll(ss)
+		}
+	}
 	for _, e := range r.execs {
 		q.active[e] = struct{}{}
 		w.m.owned.Add(1)
@@ -458,6 +485,13 @@ func (q *queue) handlerReturned(r handlerResult) {
 		q.running--
 	}
 	e.fin = f
+	if q.limits != nil && q.limits.permits && e.limited && f.to == toSucceeded && !e.txCompleted.Load() && !q.stopping {
+		// Its finish frees room in this worker's share: the next permit claim completes it in
+		// its own transaction (permits.go), so the room is used at once, in one round trip.
+		q.permitDone = append(q.permitDone, e)
+		q.wakeOne()
+		return
+	}
 	q.pending = append(q.pending, e)
 }
 

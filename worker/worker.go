@@ -535,6 +535,7 @@ func (w *Worker) stop(ctx context.Context, plan stopPlan) error {
 	}
 	w.cancelEng()
 	w.engWG.Wait()
+	w.releasePermits(ctx)
 	w.deregister(ctx)
 	if w.ownEng {
 		closed := make(chan struct{})
@@ -566,7 +567,8 @@ func (w *Worker) Stats() Stats {
 		FullClaims: m.fullClaims.Load(), ClaimedBehindWatermark: m.claimedBehindWatermark.Load(),
 		WatermarkHints: m.watermarkHints.Load(),
 		LimitedClaims:  m.limitedClaims.Load(), FlowBlocks: m.flowBlocks.Load(), StripedClaims: m.stripedClaims.Load(),
-		Succeeded: m.succeeded.Load(), Retried: m.retried.Load(), Dead: m.dead.Load(), Cancelled: m.cancelled.Load(), Released: m.released.Load(), Snoozed: m.snoozed.Load(),
+		PermitAllocations: m.permitAllocations.Load(),
+		Succeeded:         m.succeeded.Load(), Retried: m.retried.Load(), Dead: m.dead.Load(), Cancelled: m.cancelled.Load(), Released: m.released.Load(), Snoozed: m.snoozed.Load(),
 		StaleRejected: m.staleRejected.Load(), FinishRetries: m.finishRetries.Load(), FinishAbandoned: m.finishAbandoned.Load(),
 		Heartbeats: m.heartbeats.Load(), HeartbeatRows: m.heartbeatRows.Load(), HeartbeatErrors: m.heartbeatErrors.Load(), LeasesLost: m.leasesLost.Load(),
 		CancelSignals: m.cancelSignals.Load(), Stuck: m.stuck.Load(), LateFinishes: m.lateFinishes.Load(), Panics: m.panics.Load(),

@@ -97,6 +97,17 @@ type TenureFlowGrant struct {
 	UpdatedAt  time.Time
 }
 
+type TenureFlowPermit struct {
+	Queue      string
+	WorkerID   string
+	Kind       string
+	MaxRunning int32
+	Amount     int32
+	Want       int32
+	ExpiresAt  time.Time
+	UpdatedAt  time.Time
+}
+
 type TenureJob struct {
 	ID                int64
 	Queue             string

@@ -1077,6 +1077,221 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 	return items, nil
 }
 
+const claimPermitted = `-- name: ClaimPermitted :many
+WITH lim AS MATERIALIZED (
+    SELECT unnest($1::text[]) AS kind, unnest($2::integer[]) AS max_running
+), room AS MATERIALIZED (
+    SELECT l.kind, pm.worker_id IS NOT NULL AS has,
+           CASE WHEN pm.worker_id IS NULL OR coalesce(f.blocked_until > now(), false) THEN 0
+                ELSE greatest(0, pm.amount - (
+                    SELECT count(*) FROM tenure.jobs r
+                    WHERE r.queue = $3 AND r.limited AND r.locked_until IS NOT NULL
+                      AND r.locked_until > clock_timestamp() AND (l.kind = '' OR r.kind = l.kind)
+                      AND r.locked_by = $4::text)::integer) END AS room
+    FROM lim l
+    LEFT JOIN tenure.flow_permit pm ON pm.queue = $3 AND pm.worker_id = $4::text AND pm.kind = l.kind
+    LEFT JOIN tenure.flow f ON f.queue = $3 AND f.kind = l.kind AND f.key = ''
+), seg AS (
+    SELECT priority, after_us, min_age_us, max_age_us, ord FROM (SELECT unnest($5::smallint[]) AS priority,
+            unnest($6::bigint[]) AS after_us,
+            unnest($7::bigint[]) AS min_age_us,
+            unnest($8::bigint[]) AS max_age_us,
+            generate_subscripts($5::smallint[], 1) AS ord) AS s
+), cap AS MATERIALIZED (
+    -- When one limit covers every kind the claim may take, its room bounds what it claims, and
+    -- the candidates are claimed in order: lock no more than the batch or that room. Otherwise
+    -- read up to scan candidates (those of a kind without room are skipped).
+    SELECT coalesce((SELECT CASE WHEN count(*) > 0 THEN least($9::integer, min(r.room)) END FROM room r
+                     WHERE r.kind = '' OR r.kind = ALL ($10::text[])), $11::integer) AS n
+), cand AS MATERIALIZED (
+    SELECT c.id, c.kind, row_number() OVER (ORDER BY s.ord, c.run_at, c.id) AS pos
+    FROM seg s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.kind
+        FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = $3 AND j.priority = s.priority
+          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+          AND j.payload_version <= ($12::integer[])[array_position($10::text[], j.kind)]
+          AND NOT EXISTS (SELECT 1 FROM room r WHERE r.room = 0 AND (r.kind = '' OR r.kind = j.kind))
+        ORDER BY j.run_at, j.id
+        LIMIT (SELECT cap.n FROM cap)
+        FOR UPDATE SKIP LOCKED
+    ) c
+    LIMIT (SELECT cap.n FROM cap)
+), hit AS MATERIALIZED (
+    SELECT c.id, r.kind, r.room, row_number() OVER (PARTITION BY r.kind ORDER BY c.pos) AS nth
+    FROM cand c JOIN room r ON r.kind = '' OR r.kind = c.kind
+), picked AS MATERIALIZED (
+    SELECT c.id, c.kind FROM cand c
+    WHERE NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.room)
+    ORDER BY c.pos
+    LIMIT $9
+), upd AS (
+UPDATE tenure.jobs j
+SET state        = 'running',
+    locked_by    = $4::text,
+    lease_ms     = coalesce(nullif(($13::integer[])[array_position($10::text[], j.kind)], 0), j.lease_ms),
+    locked_until = now() + coalesce(nullif(($13::integer[])[array_position($10::text[], j.kind)], 0), j.lease_ms)
+                           * interval '1 millisecond',
+    claim_token  = gen_random_uuid(),
+    generation   = j.generation + 1,
+    attempts     = j.attempts + 1,
+    attempted_at = now(),
+    updated_at   = now(),
+    limited      = EXISTS (SELECT 1 FROM lim l WHERE l.kind = '' OR l.kind = j.kind)
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), ttl AS MATERIALIZED (
+    -- (sqlc cannot place a parameter in the SET list of an UPDATE inside a WITH)
+    SELECT now() + interval '1 millisecond' * $14::integer AS until,
+           now() + interval '1 millisecond' * $15::integer AS renew_below
+), renew AS (
+    UPDATE tenure.flow_permit pm
+    SET expires_at = (SELECT ttl.until FROM ttl), updated_at = now()
+    WHERE pm.queue = $3 AND pm.worker_id = $4::text
+      AND pm.expires_at < (SELECT ttl.renew_below FROM ttl)
+    RETURNING pm.kind
+), left_ AS MATERIALIZED (
+    SELECT r.kind, r.has, r.room - (SELECT count(*) FROM picked p WHERE r.kind = '' OR r.kind = p.kind)::integer AS room
+    FROM room r
+), flags AS (
+    SELECT coalesce(bool_and(l.has), false)::boolean AS has_permit,
+           coalesce(bool_or(l.room <= 0), false)::boolean AS binding,
+           (EXISTS (SELECT 1 FROM picked)
+            AND (EXISTS (SELECT 1 FROM room r WHERE r.room = 0 AND r.kind <> '')
+                 OR EXISTS (SELECT 1 FROM cand c WHERE c.id NOT IN (SELECT picked.id FROM picked)
+                            AND c.pos < (SELECT max(c2.pos) FROM cand c2 WHERE c2.id IN (SELECT picked.id FROM picked)))))::boolean AS skipped,
+           coalesce(min(l.room), 0)::integer AS room_left,
+           (SELECT count(*) FROM renew)::integer AS renewed
+    FROM left_ l
+)
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes,
+       f.has_permit, f.binding, f.skipped, f.room_left, f.renewed
+FROM flags f LEFT JOIN upd u ON true
+`
+
+type ClaimPermittedParams struct {
+	LimKind       []string
+	LimMaxRunning []int32
+	Queue         string
+	WorkerID      string
+	SegPriority   []int16
+	SegAfterUs    []int64
+	SegMinAgeUs   []int64
+	SegMaxAgeUs   []int64
+	Batch         int32
+	Kinds         []string
+	Scan          int32
+	KindVersions  []int32
+	KindLeaseMs   []int32
+	TtlMs         int32
+	RenewBelowMs  int32
+}
+
+type ClaimPermittedRow struct {
+	ID             *int64
+	Queue          *string
+	Kind           *string
+	Payload        []byte
+	PayloadVersion *int32
+	Priority       *int16
+	RunAt          *time.Time
+	Attempts       *int32
+	MaxAttempts    *int32
+	LeaseMs        *int32
+	LockedUntil    *time.Time
+	ClaimToken     *uuid.UUID
+	Generation     *int64
+	AttemptedAt    *time.Time
+	CreatedAt      *time.Time
+	Metadata       []byte
+	Tags           []string
+	Snoozes        *int32
+	HasPermit      bool
+	Binding        bool
+	Skipped        bool
+	RoomLeft       int32
+	Renewed        int32
+}
+
+// Permits: ClaimOrdered within this worker's permits (run after PermitLock, same transaction).
+// Per limit: room = amount − the worker's running, leased, marked jobs it covers (0 without a
+// row, or while a RetryAfter pause blocks the limit); the candidates (ordered, up to scan,
+// skipping kinds whose room is 0) are admitted in claim order while every covering limit's
+// room lasts, the first batch admitted claimed and marked (limited = true, so the counts see
+// them). It renews the rows (to ttl_ms from now) once less than renew_below_ms is left.
+// The result is the claimed rows with flags, or one row of NULLs with the flags when nothing was
+// claimed: has_permit (a row for every limit: else the engine allocates), binding (a limit's
+// room ran out in this claim: jobs may have been held back), skipped (a job the claim passed
+// over for lack of room may lie before one it claimed: the engine must not move its
+// watermarks; never with limits that cover every kind, whose room bounds the candidates) and
+// room_left (the smallest room after the claim).
+func (q *Queries) ClaimPermitted(ctx context.Context, arg ClaimPermittedParams) ([]ClaimPermittedRow, error) {
+	rows, err := q.db.Query(ctx, claimPermitted,
+		arg.LimKind,
+		arg.LimMaxRunning,
+		arg.Queue,
+		arg.WorkerID,
+		arg.SegPriority,
+		arg.SegAfterUs,
+		arg.SegMinAgeUs,
+		arg.SegMaxAgeUs,
+		arg.Batch,
+		arg.Kinds,
+		arg.Scan,
+		arg.KindVersions,
+		arg.KindLeaseMs,
+		arg.TtlMs,
+		arg.RenewBelowMs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimPermittedRow{}
+	for rows.Next() {
+		var i ClaimPermittedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.CreatedAt,
+			&i.Metadata,
+			&i.Tags,
+			&i.Snoozes,
+			&i.HasPermit,
+			&i.Binding,
+			&i.Skipped,
+			&i.RoomLeft,
+			&i.Renewed,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimSegments = `-- name: ClaimSegments :many
 WITH seg AS (
     SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota FROM (SELECT unnest($4::smallint[]) AS priority,
@@ -3364,6 +3579,178 @@ func (q *Queries) PeriodicUpsert(ctx context.Context, arg PeriodicUpsertParams) 
 	var next_run_at time.Time
 	err := row.Scan(&next_run_at)
 	return next_run_at, err
+}
+
+const permitAllocate = `-- name: PermitAllocate :many
+WITH lim AS MATERIALIZED (
+    SELECT unnest($1::text[]) AS kind, unnest($2::integer[]) AS max_running
+), used AS MATERIALIZED (
+    SELECT l.kind, r.locked_by AS worker_id, count(*)::integer AS n
+    FROM lim l
+    JOIN tenure.jobs r ON r.queue = $3 AND r.limited AND r.locked_until IS NOT NULL
+                      AND r.locked_until > clock_timestamp()
+                      AND (l.kind = '' OR r.kind = l.kind)
+    GROUP BY 1, 2
+), rows AS MATERIALIZED (
+    SELECT p.kind, p.worker_id, p.amount, p.expires_at > clock_timestamp() AS live
+    FROM tenure.flow_permit p
+    JOIN lim l ON l.kind = p.kind
+    WHERE p.queue = $3 AND p.worker_id <> $4::text
+), share AS MATERIALIZED (
+    SELECT l.kind, l.max_running,
+           greatest(1, l.max_running / (1 + (SELECT count(*) FROM rows r WHERE r.kind = l.kind AND r.live))::integer) AS fair,
+           coalesce((SELECT p.amount FROM tenure.flow_permit p
+                     WHERE p.queue = $3 AND p.worker_id = $4::text AND p.kind = l.kind), 0) AS mine
+    FROM lim l
+), others AS MATERIALIZED (
+    SELECT r.kind, r.worker_id, r.amount AS old, r.live,
+           CASE WHEN NOT r.live THEN 0
+                WHEN s.mine < least($5::integer, s.fair) THEN least(r.amount, s.fair)
+                ELSE r.amount END AS amount
+    FROM rows r JOIN share s ON s.kind = r.kind
+), held AS MATERIALIZED (
+    SELECT s.kind, coalesce(sum(greatest(coalesce(u.n, 0), coalesce(o.amount, 0))), 0)::integer AS n
+    FROM share s
+    LEFT JOIN (SELECT o.kind, o.worker_id FROM others o
+               UNION SELECT u.kind, u.worker_id FROM used u WHERE u.worker_id <> $4::text) w ON w.kind = s.kind
+    LEFT JOIN others o ON o.kind = w.kind AND o.worker_id = w.worker_id
+    LEFT JOIN used u ON u.kind = w.kind AND u.worker_id = w.worker_id
+    GROUP BY s.kind
+), grant_ AS MATERIALIZED (
+    SELECT s.kind, s.max_running, s.fair,
+           greatest(0, least($5::integer, s.max_running - h.n))::integer AS amount
+    FROM share s JOIN held h ON h.kind = s.kind
+), dropped AS (
+    DELETE FROM tenure.flow_permit p
+    USING others o
+    WHERE NOT o.live AND p.queue = $3 AND p.worker_id = o.worker_id AND p.kind = o.kind
+    RETURNING p.kind
+), lowered AS (
+    UPDATE tenure.flow_permit p
+    SET amount = o.amount, updated_at = now()
+    FROM others o
+    WHERE o.live AND o.amount < o.old AND p.queue = $3 AND p.worker_id = o.worker_id AND p.kind = o.kind
+    RETURNING p.kind
+), mine AS (
+    INSERT INTO tenure.flow_permit AS p (queue, worker_id, kind, max_running, amount, want, expires_at, updated_at)
+    SELECT $3, $4::text, g.kind, g.max_running, g.amount, $5::integer,
+           now() + interval '1 millisecond' * $6::integer, now()
+    FROM grant_ g
+    ON CONFLICT (queue, worker_id, kind) DO UPDATE
+    SET max_running = excluded.max_running, amount = excluded.amount, want = excluded.want,
+        expires_at = excluded.expires_at, updated_at = excluded.updated_at
+    RETURNING p.kind, p.amount
+)
+SELECT m.kind, m.amount, g.fair::integer AS fair,
+       ((SELECT count(*) FROM dropped) + (SELECT count(*) FROM lowered))::integer AS changed
+FROM mine m JOIN grant_ g ON g.kind = m.kind
+`
+
+type PermitAllocateParams struct {
+	LimKind       []string
+	LimMaxRunning []int32
+	Queue         string
+	WorkerID      string
+	Want          int32
+	TtlMs         int32
+}
+
+type PermitAllocateRow struct {
+	Kind    string
+	Amount  int32
+	Fair    int32
+	Changed int32
+}
+
+// Permits: (re)size this worker's share of each limit (parallel arrays lim_kind,
+// lim_max_running: every limit of a queue in permit mode is a concurrency limit without PerKey
+// and without Rate). Runs with every stripe and every permit row of the queue locked, so its
+// counts are exact: per limit and worker, used = the worker's running, leased, marked jobs the
+// limit covers (jobs_limited_idx). A worker's hold is greatest(used, amount). Per limit:
+//  1. live: the rows whose expires_at has not passed, and this worker's (its row is created);
+//     fair = max_running / live rows.
+//  2. Another worker's row: expired → deleted (its used jobs still count); live, while this worker
+//     holds less than least(want, fair) → lowered to at most fair (it cannot claim past it; its
+//     jobs above it still count until they end); else unchanged.
+//  3. This worker: amount = least(want, max_running − Σ other workers' holds), at least 0;
+//     it expires ttl_ms from now.
+//
+// Every worker's hold then sums to at most max_running (the proof is in worker/permits.go).
+// Returns, per limit, the amount granted and the limit's fair share.
+func (q *Queries) PermitAllocate(ctx context.Context, arg PermitAllocateParams) ([]PermitAllocateRow, error) {
+	rows, err := q.db.Query(ctx, permitAllocate,
+		arg.LimKind,
+		arg.LimMaxRunning,
+		arg.Queue,
+		arg.WorkerID,
+		arg.Want,
+		arg.TtlMs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PermitAllocateRow{}
+	for rows.Next() {
+		var i PermitAllocateRow
+		if err := rows.Scan(
+			&i.Kind,
+			&i.Amount,
+			&i.Fair,
+			&i.Changed,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const permitAllocateLock = `-- name: PermitAllocateLock :exec
+SELECT p.kind FROM tenure.flow_permit p WHERE p.queue = $1 FOR UPDATE
+`
+
+// Permits: the second statement of an allocation (after ClaimLimitsLock on every stripe, before
+// PermitAllocate, same pipeline and transaction): it locks every permit row of the queue, so
+// every permit claim in flight commits first and none starts until the allocation has.
+func (q *Queries) PermitAllocateLock(ctx context.Context, queue string) error {
+	_, err := q.db.Exec(ctx, permitAllocateLock, queue)
+	return err
+}
+
+const permitLock = `-- name: PermitLock :exec
+SELECT p.kind FROM tenure.flow_permit p WHERE p.queue = $1 AND p.worker_id = $2 FOR UPDATE
+`
+
+type PermitLockParams struct {
+	Queue    string
+	WorkerID string
+}
+
+// Permits (worker/permits.go): the first statement of a permit claim. The engine sends it and
+// ClaimPermitted in one pipeline (one round trip, one implicit transaction): it locks this
+// worker's permit rows of the queue, so ClaimPermitted, a later statement, takes its snapshot
+// after every earlier claim of this worker and every allocation that changed the rows committed.
+// Other workers' claims lock other rows: permit claims of different workers never wait for
+// each other.
+func (q *Queries) PermitLock(ctx context.Context, arg PermitLockParams) error {
+	_, err := q.db.Exec(ctx, permitLock, arg.Queue, arg.WorkerID)
+	return err
+}
+
+const permitRelease = `-- name: PermitRelease :exec
+DELETE FROM tenure.flow_permit WHERE worker_id = $1::text
+`
+
+// Permits: a worker that stops gracefully gives its shares back (its jobs have ended or been
+// released by then). Lowering an amount never needs the queue's lock: every allocation counts a
+// worker's running jobs whatever its row says (worker/permits.go).
+func (q *Queries) PermitRelease(ctx context.Context, workerID string) error {
+	_, err := q.db.Exec(ctx, permitRelease, workerID)
+	return err
 }
 
 const pruneDeadBatch = `-- name: PruneDeadBatch :one

@@ -1,0 +1,270 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/internal/locks"
+)
+
+// This file is flow control near small concurrency limits: permits (docs/design.md, "Flow
+// control"; docs/guide.md, "Concurrency limits").
+//
+// Why. A queue whose limit is about the size of the fleet's slots (4 workers × 10 slots under
+// MaxRunning 40) runs next to its limit all the time. Counted claims (limits.go) must then be
+// exclusive: each holds the queue's limit stripes from before its count until after its commit,
+// WAL flush included, so the claims of every worker of the queue take turns, and as slots free
+// one at a time each takes about one job. Measured (make bench-fairness, limits part): 0.65 of
+// the throughput without the limit. Permits split the limit between the workers instead, so
+// each claims against its own share, under its own row's lock, in parallel with the others.
+//
+// Which queues. A queue is in permit mode when every limit is a concurrency limit without
+// PerKey and without Rate, every MaxRunning is at most permitMaxRunning, and its fairness does
+// not rank (no Quotas, no Deadline). All its limited claims are permit claims; it never takes
+// the counted paths of limits.go (exclusive, striped, grant claims), whose accounting does not
+// know permits. Every worker serving the queue must configure the same limits (as for every
+// limit).
+//
+// State. A tenure.flow_permit row per (queue, worker, limit kind): amount, want (the worker's
+// slots for the queue), expires_at. Write, for a limit L and a worker w, U_w for w's running,
+// leased, marked jobs L covers (jobs_limited_idx; a permit claim marks what it claims) and P_w
+// for w's amount (0 without a row). The invariant, at every instant:
+//
+//	(P) Σ_w max(U_w, P_w) ≤ MaxRunning
+//
+// so the running, leased jobs L covers, Σ_w U_w, never exceed MaxRunning: the guarantee. Events:
+//   - a finish, release, reclaim or lease expiry lowers some U_w: (P) holds;
+//   - a permit claim of w (PermitLock then ClaimPermitted, one transaction) holds w's rows from
+//     before ClaimPermitted's snapshot until its commit. Every claim of w holds those rows (and
+//     only w claims for w), and every change to P_w holds them too, so the snapshot sees U_w and
+//     P_w exactly, save finishes that only lower U_w. It claims k ≤ P_w − U_w: max(U_w, P_w)
+//     stays P_w. With no row it claims nothing;
+//   - an allocation (ClaimLimitsLock on every stripe, PermitAllocateLock, PermitAllocate, one
+//     transaction) holds every row of the queue, so no permit claim is in flight and its
+//     snapshot sees every U_w and P_w exactly (save finishes). It may delete or lower other
+//     workers' rows (max(U_w, P_w) only falls) and sets its own amount to at most MaxRunning less
+//     the others' Σ max(U_w, P_w): (P) holds after it. Allocations take every stripe, so they
+//     never overlap each other (two could otherwise each insert a row the other cannot see);
+//   - a graceful stop deletes the worker's rows (PermitRelease): P_w falls, U_w still counts.
+//
+// Expiry is not part of the proof: a row whose expires_at has passed still counts until an
+// allocation deletes it (under the lock its owner's claims need), and a worker's running jobs
+// count in every allocation whether or not it has a row. Expiry only tells allocations which
+// workers are gone: a claim renews its rows when less than permitRenewBelow of permitTTL is left.
+//
+// Policy (PermitAllocate). A worker allocates when it has no row, or when a claim was held back
+// by its share while it has fewer than its slots and permitRegrow has passed since its last
+// allocation. fair = MaxRunning / live rows (the others' unexpired rows and its own). If its
+// amount is below least(want, fair), every other live row above fair is lowered to fair (those
+// workers stop claiming past it; their running jobs still count until they end). It then gets
+// least(want, what the others' holds leave). Expired rows are deleted. So a new worker gets its
+// fair share as the others' jobs above it end, and capacity a dead worker held comes back
+// permitTTL after its last claim (its jobs' own leases count until they expire).
+//
+// Cost. A permit claim is two statements in one round trip, the count of the worker's own
+// running jobs of the limit (at most MaxRunning index entries, hence permitMaxRunning) and one
+// row lock no other worker takes. Finishes of limited jobs do not linger, and each wakes a
+// claimer when it lands (the share has room again).
+
+// permitMaxRunning is the largest MaxRunning a queue in permit mode may have: each permit claim
+// counts the worker's running jobs of the limit through jobs_limited_idx, which holds up to
+// MaxRunning entries (plus dead ones). Larger limits take the counted paths, where grants make
+// claims far from the limit cheap.
+const permitMaxRunning = 1000
+
+// Permit timing: a row expires permitTTL after its owner's last renewal; a claim renews it when
+// less than permitRenewBelow is left; a worker held back by its share asks for a larger one at
+// most every permitRegrow.
+const (
+	permitTTL        = 10 * time.Second
+	permitRenewBelow = 5 * time.Second
+	permitRegrow     = 250 * time.Millisecond
+)
+
+// permitState is a queue's knowledge of this worker's permits (a hint: every claim reads the
+// rows themselves). Shared by the queue's claim goroutines.
+type permitState struct {
+	mu     sync.Mutex
+	have   bool      // the last allocation gave this worker a row for every limit
+	amount int32     // the smallest amount it granted
+	last   time.Time // when it ran
+}
+
+// usesPermits reports whether a queue with these limits and this fairness claims under permits.
+func usesPermits(la *limitArgs, pol *policy) bool {
+	if la == nil || !la.grantable || pol.weight > 0 || pol.f.Deadline > 0 {
+		return false
+	}
+	for _, m := range la.maxRunning {
+		if m > permitMaxRunning {
+			return false
+		}
+	}
+	return true
+}
+
+// claimPermitted runs a permit claim, allocating first when this worker holds no share, and
+// once more (then claiming the rest) when its share held the claim back and may grow.
+func (q *queue) claimPermitted(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
+	ps := &q.limits.permit
+	ps.mu.Lock()
+	have := ps.have
+	ps.mu.Unlock()
+	allocated := false
+	if !have {
+		if err := q.allocatePermit(ctx); err != nil {
+			return nil, limitResult{}, err
+		}
+		allocated = true
+	}
+	rows, f, landed, err := q.claimWithinPermit(ctx, p.n, base, p.done)
+	if err != nil {
+		return nil, limitResult{}, err
+	}
+	if len(rows) < p.n && !allocated && (!f.HasPermit || (f.Binding && ps.mayGrow(int32(q.cfg.Concurrency)))) {
+		if err := q.allocatePermit(ctx); err != nil {
+			if len(rows) > 0 || len(p.done) > 0 {
+				return rows, limitResult{binding: true, skipped: true, doneLanded: landed}, nil // the claim committed: its jobs are ours
+			}
+			return nil, limitResult{}, err
+		}
+		more, f2, _, err := q.claimWithinPermit(ctx, p.n-len(rows), base, nil)
+		if err != nil {
+			if len(rows) > 0 || len(p.done) > 0 {
+				// The first claim committed (its jobs are ours, its completions landed).
+				return rows, limitResult{binding: true, skipped: true, doneLanded: landed}, nil
+			}
+			return nil, limitResult{}, err
+		}
+		skipped := f.Skipped || (len(rows) > 0 && len(more) > 0 && f.Binding)
+		rows, f = append(rows, more...), f2
+		f.Skipped = f.Skipped || skipped
+	}
+	if !f.HasPermit {
+		ps.mu.Lock()
+		ps.have = false
+		ps.mu.Unlock()
+	}
+	return rows, limitResult{binding: f.Binding && len(rows) < p.n, skipped: f.Skipped, doneLanded: landed}, nil
+}
+
+// mayGrow reports whether a worker with want slots, held back by its share, should ask for a
+// larger one now.
+func (ps *permitState) mayGrow(want int32) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.amount < want && time.Since(ps.last) >= permitRegrow
+}
+
+// permitFlags are a permit claim's flags.
+type permitFlags struct {
+	HasPermit, Binding, Skipped bool
+	RoomLeft                    int32
+}
+
+// claimWithinPermit runs PermitLock, CompleteMany of done (when there are any) and
+// ClaimPermitted in one pipeline, one transaction: the completions free room in the worker's
+// share that the claim then uses, and both commit together (the table never shows the new jobs
+// running beside the finished ones). It returns which completions landed.
+func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrderedParams, done []*execution) ([]gen.ClaimStrictRow, permitFlags, map[int64]bool, error) {
+	la := q.limits
+	var c capture
+	_ = gen.New(&c).PermitLock(ctx, gen.PermitLockParams{Queue: q.name, WorkerID: base.WorkerID})
+	db := &afterLock{pool: q.w.eng, locks: []lockedStatement{{c.sql, c.args}}}
+	var landed map[int64]bool
+	if len(done) > 0 {
+		sortByID(done)
+		ids, tokens := idsTokens(done)
+		outputs := make([][]byte, len(done))
+		for i, e := range done {
+			outputs[i] = jsonNull
+			if o := e.output.Load(); o != nil {
+				outputs[i] = *o
+			}
+		}
+		var cm capture
+		_, _ = gen.New(&cm).CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens, Outputs: outputs})
+		landed = make(map[int64]bool, len(done))
+		db.pre = &lockedStatement{cm.sql, cm.args}
+		db.preRows = func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				landed[id] = true
+			}
+			return nil
+		}
+	}
+	got, err := gen.New(db).ClaimPermitted(ctx, gen.ClaimPermittedParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
+		Queue: base.Queue, WorkerID: base.WorkerID, Batch: int32(n), Scan: int32(min(n*limitScanFactor, 10000)),
+		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,
+		KindVersions: base.KindVersions, Kinds: base.Kinds, KindLeaseMs: base.KindLeaseMs,
+		TtlMs: int32(permitTTL.Milliseconds()), RenewBelowMs: int32(permitRenewBelow.Milliseconds())})
+	if err != nil {
+		return nil, permitFlags{}, nil, err
+	}
+	var f permitFlags
+	rows := make([]gen.ClaimStrictRow, 0, len(got))
+	for i, r := range got {
+		if i == 0 {
+			f = permitFlags{HasPermit: r.HasPermit, Binding: r.Binding, Skipped: r.Skipped, RoomLeft: r.RoomLeft}
+		}
+		if r.ID == nil {
+			continue
+		}
+		rows = append(rows, gen.ClaimStrictRow{ID: *r.ID, Queue: deref0(r.Queue), Kind: deref0(r.Kind), Payload: r.Payload,
+			PayloadVersion: deref0(r.PayloadVersion), Priority: deref0(r.Priority), RunAt: deref0(r.RunAt), Attempts: deref0(r.Attempts),
+			MaxAttempts: deref0(r.MaxAttempts), LeaseMs: deref0(r.LeaseMs), LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken,
+			Generation: deref0(r.Generation), AttemptedAt: r.AttemptedAt, CreatedAt: deref0(r.CreatedAt), Metadata: r.Metadata,
+			Tags: r.Tags, Snoozes: deref0(r.Snoozes)})
+	}
+	return rows, f, landed, nil
+}
+
+// allocatePermit runs ClaimLimitsLock (every stripe), PermitAllocateLock and PermitAllocate in
+// one pipeline and records the share it got.
+func (q *queue) allocatePermit(ctx context.Context) error {
+	la := q.limits
+	var c capture
+	_ = gen.New(&c).PermitAllocateLock(ctx, q.name)
+	db := &afterLock{pool: q.w.eng, locks: []lockedStatement{
+		lockStatement(ctx, q.name, locks.LimitsClass, locks.LimitsClass+limitStripes-1), {c.sql, c.args}}}
+	got, err := gen.New(db).PermitAllocate(ctx, gen.PermitAllocateParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
+		Queue: q.name, WorkerID: q.w.cfg.ID, Want: int32(q.cfg.Concurrency), TtlMs: int32(permitTTL.Milliseconds())})
+	if err != nil {
+		return err
+	}
+	amount := int32(noCap)
+	for _, r := range got {
+		amount = min(amount, r.Amount)
+	}
+	ps := &la.permit
+	ps.mu.Lock()
+	ps.have, ps.amount, ps.last = len(got) == len(la.kind), amount, time.Now()
+	ps.mu.Unlock()
+	q.w.m.permitAllocations.Add(1)
+	return nil
+}
+
+// releasePermits deletes this worker's permit rows when it stops gracefully (within ctx, at most
+// 2 s); a failure only leaves them to expire.
+func (w *Worker) releasePermits(ctx context.Context) {
+	uses := false
+	for _, q := range w.queues {
+		uses = uses || (q.limits != nil && q.limits.permits)
+	}
+	if !uses || ctx.Err() != nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := gen.New(w.eng).PermitRelease(rctx, w.cfg.ID); err != nil {
+		w.log.Warn("tenure: releasing the worker's limit permits failed; they will expire", "err", err)
+	}
+}
