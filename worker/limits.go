@@ -86,6 +86,10 @@ import (
 // back and saw every counted group's room at least stripeFarRoom after its batch makes the next
 // claims striped; anything else, exclusive.
 //
+// Queues whose limits are all concurrency limits without PerKey and without Rate, each of at
+// most permitMaxRunning, and whose fairness does not rank, take none of these paths: they claim
+// under per-worker permits (permits.go), with their own proof.
+//
 // Queues without limits claim exactly as before (ClaimOrdered, no lock, no extra index entry).
 
 // Limit bounds the jobs of one group of a queue, cluster-wide: at most MaxRunning running at

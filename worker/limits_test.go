@@ -108,6 +108,9 @@ type limRun struct {
 	distinctConcurrentKeysAtOnce int64
 }
 
+// runLimitedTune, when set, adjusts every runLimited worker's configuration.
+var runLimitedTune func(*worker.Config)
+
 // runLimited runs n lim jobs (keys cycling over keys, each sleeping sleep) on workers workers
 // of slots slots each, with limits, and returns the elapsed time and the maxima seen by the
 // handlers (overall and per key) and by the sampler.
@@ -124,6 +127,9 @@ func runLimited(t *testing.T, pool *pgxpool.Pool, workers, slots, n int, keys []
 	for i := range workers {
 		p := extraPool(t, pool, int32(slots+2))
 		cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: slots, Limits: limits}})
+		if runLimitedTune != nil {
+			runLimitedTune(cfg)
+		}
 		cfg.ID = fmt.Sprintf("lim-worker-%d", i)
 		cfg.OnOutcome = func(o worker.Outcome) {
 			if o.Err == nil && finished.Add(1) == int64(n) {

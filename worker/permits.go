@@ -82,7 +82,7 @@ const permitMaxRunning = 1000
 const (
 	permitTTL        = 10 * time.Second
 	permitRenewBelow = 5 * time.Second
-	permitRegrow     = 250 * time.Millisecond
+	permitRegrow     = time.Second
 )
 
 // permitState is a queue's knowledge of this worker's permits (a hint: every claim reads the

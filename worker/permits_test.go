@@ -240,3 +240,24 @@ func TestClaimPermittedPlan(t *testing.T) {
 		"lim_kind": []string{"lim"}, "lim_max_running": []int32{500}, "queue": "default", "worker_id": "w9", "want": 200, "ttl_ms": 10000,
 	}, "jobs_limited_idx")
 }
+
+// TestPermitClaimersOfOneWorker: one worker with 8 claimers of one job each and 20 slots under
+// a limit of 5 (so a share of 5): its claims run concurrently, and each counts the worker's
+// running jobs only after PermitLock; neither the handlers nor the table ever show more than 5.
+func TestPermitClaimersOfOneWorker(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	runLimitedTune = func(cfg *worker.Config) {
+		q := cfg.Queues["default"]
+		q.Claimers = 8
+		cfg.Queues["default"] = q
+		cfg.MaxClaimBatch = 1 // every claim takes one job: up to 8 in flight at once
+	}
+	defer func() { runLimitedTune = nil }()
+	const limit = 5
+	r := runLimited(t, pool, 1, 20, 400, []string{"a"}, 2*time.Millisecond, []worker.Limit{{Kind: "lim", MaxRunning: limit}})
+	t.Logf("limit %d, 1 worker x 20 slots, 8 claimers: %.0f jobs/s; max running: handlers %d, sampled %d (%d samples); permit allocations %d",
+		limit, r.jobsPerSecond, r.handlerMax, r.sampledMax, r.samples, r.permitAllocations)
+	require.LessOrEqual(t, r.handlerMax, int64(limit))
+	require.LessOrEqual(t, r.sampledMax, int64(limit))
+	require.Positive(t, r.permitAllocations)
+}
