@@ -155,7 +155,11 @@ type QueueConfig struct {
 	// period, per kind, for the whole queue, or per concurrency key (see Limit, and
 	// docs/guide.md "Flow control"). Every worker serving the queue must configure the same
 	// limits. Limits work with every Fairness policy. Default none: the queue claims without any
-	// flow-control cost.
+	// flow-control cost. A queue whose limits are all MaxRunning (no PerKey, no Rate) of at
+	// most 1,000, under strict or aging fairness, splits them into per-worker shares (up to
+	// Concurrency each) and claims within its share without waiting for other workers
+	// ("permits", worker/permits.go); a gracefully stopped worker gives its shares back, a dead
+	// one's come back 10 s after its last claim.
 	Limits []Limit
 }
 
