@@ -5,3 +5,6 @@ func SkipDeregister(w *Worker) { w.skipDeregister = true }
 
 // SeededRand is seededRand for the external tests.
 var SeededRand = seededRand
+
+// RunPermitAllocate is the engine's allocation (its statements, in one pipeline).
+var RunPermitAllocate = runPermitAllocate

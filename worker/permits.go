@@ -231,11 +231,7 @@ func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrde
 // one pipeline and records the share it got.
 func (q *queue) allocatePermit(ctx context.Context) error {
 	la := q.limits
-	var c capture
-	_ = gen.New(&c).PermitAllocateLock(ctx, q.name)
-	db := &afterLock{pool: q.w.eng, locks: []lockedStatement{
-		lockStatement(ctx, q.name, locks.LimitsClass, locks.LimitsClass+limitStripes-1), {c.sql, c.args}}}
-	got, err := gen.New(db).PermitAllocate(ctx, gen.PermitAllocateParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
+	got, err := runPermitAllocate(ctx, q.w.eng, gen.PermitAllocateParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
 		Queue: q.name, WorkerID: q.w.cfg.ID, Want: int32(q.cfg.Concurrency), TtlMs: int32(permitTTL.Milliseconds())})
 	if err != nil {
 		return err
@@ -250,6 +246,16 @@ func (q *queue) allocatePermit(ctx context.Context) error {
 	ps.mu.Unlock()
 	q.w.m.permitAllocations.Add(1)
 	return nil
+}
+
+// runPermitAllocate sends ClaimLimitsLock (every stripe), PermitAllocateLock and PermitAllocate
+// in one pipeline, one transaction.
+func runPermitAllocate(ctx context.Context, pool batcher, p gen.PermitAllocateParams) ([]gen.PermitAllocateRow, error) {
+	var c capture
+	_ = gen.New(&c).PermitAllocateLock(ctx, p.Queue)
+	db := &afterLock{pool: pool, locks: []lockedStatement{
+		lockStatement(ctx, p.Queue, locks.LimitsClass, locks.LimitsClass+limitStripes-1), {c.sql, c.args}}}
+	return gen.New(db).PermitAllocate(ctx, p)
 }
 
 // releasePermits deletes this worker's permit rows when it stops gracefully (within ctx, at most

@@ -24,7 +24,7 @@ type permitHarness struct {
 
 func (h permitHarness) allocate(ctx context.Context, id string, want int32) (amount, fair int32) {
 	h.t.Helper()
-	rows, err := gen.New(h.pool).PermitAllocate(ctx, gen.PermitAllocateParams{LimKind: []string{"lim"}, LimMaxRunning: []int32{h.max},
+	rows, err := worker.RunPermitAllocate(ctx, h.pool, gen.PermitAllocateParams{LimKind: []string{"lim"}, LimMaxRunning: []int32{h.max},
 		Queue: "default", WorkerID: id, Want: want, TtlMs: 10_000})
 	require.NoError(h.t, err)
 	require.Len(h.t, rows, 1)
@@ -33,7 +33,15 @@ func (h permitHarness) allocate(ctx context.Context, id string, want int32) (amo
 
 func (h permitHarness) claim(ctx context.Context, id string, batch int32) (n int, f gen.ClaimPermittedRow) {
 	h.t.Helper()
-	rows, err := gen.New(h.pool).ClaimPermitted(ctx, gen.ClaimPermittedParams{LimKind: []string{"lim"}, LimMaxRunning: []int32{h.max},
+	return h.claimOn(ctx, h.pool, id, batch)
+}
+
+// claimOn runs PermitLock and ClaimPermitted on db (a transaction the caller commits, or the
+// pool: each statement its own).
+func (h permitHarness) claimOn(ctx context.Context, db gen.DBTX, id string, batch int32) (n int, f gen.ClaimPermittedRow) {
+	h.t.Helper()
+	require.NoError(h.t, gen.New(db).PermitLock(ctx, gen.PermitLockParams{Queue: "default", WorkerID: id}))
+	rows, err := gen.New(db).ClaimPermitted(ctx, gen.ClaimPermittedParams{LimKind: []string{"lim"}, LimMaxRunning: []int32{h.max},
 		Queue: "default", WorkerID: id, Batch: batch, Scan: 2 * batch,
 		SegPriority: []int16{2}, SegAfterUs: []int64{0}, SegMinAgeUs: []int64{0}, SegMaxAgeUs: []int64{3e15},
 		Kinds: []string{"lim"}, KindVersions: []int32{1}, KindLeaseMs: []int32{0}, TtlMs: 10_000, RenewBelowMs: 5_000})
@@ -157,6 +165,48 @@ func TestPermitAccounting(t *testing.T) {
 	h.invariant(ctx)
 }
 
+// TestPermitAllocationRace: a permit claim in flight (it claimed, not yet committed) when another
+// worker allocates. The allocation must wait for it (PermitAllocateLock) and count its jobs;
+// without that wait it would size its share from a count that misses them (here: 5 of a limit
+// of 10 that the claim in flight already fills).
+func TestPermitAllocationRace(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	h := permitHarness{t: t, pool: pool, max: 10}
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT 'default', 'lim', '{}' FROM generate_series(1, 100)`)
+	require.NoError(t, err)
+	amount, _ := h.allocate(ctx, "A", 10)
+	require.Equal(t, int32(10), amount)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	n, _ := h.claimOn(ctx, tx, "A", 10) // 10 claimed, uncommitted
+	require.Equal(t, 10, n)
+
+	type res struct {
+		rows []gen.PermitAllocateRow
+		err  error
+	}
+	done := make(chan res, 1)
+	go func() {
+		rows, err := worker.RunPermitAllocate(ctx, pool, gen.PermitAllocateParams{LimKind: []string{"lim"}, LimMaxRunning: []int32{10},
+			Queue: "default", WorkerID: "B", Want: 10, TtlMs: 10_000})
+		done <- res{rows, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("the allocation did not wait for the permit claim in flight: %+v", r)
+	case <-time.After(500 * time.Millisecond):
+	}
+	require.NoError(t, tx.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Len(t, r.rows, 1)
+	require.Zero(t, r.rows[0].Amount, "the allocation missed the jobs of the claim it waited for")
+	require.Equal(t, 10, h.invariant(ctx))
+}
+
 // TestLimitPermitsNearTheLimit: four workers with more slots than the limit (4 x 200 under
 // MaxRunning 600) claim under permits: neither the handlers nor the table ever show more than
 // 600, the limit is approached, no claim takes the counted paths, and every worker runs jobs.
@@ -242,8 +292,10 @@ func TestClaimPermittedPlan(t *testing.T) {
 }
 
 // TestPermitClaimersOfOneWorker: one worker with 8 claimers of one job each and 20 slots under
-// a limit of 5 (so a share of 5): its claims run concurrently, and each counts the worker's
-// running jobs only after PermitLock; neither the handlers nor the table ever show more than 5.
+// a limit of 5 (so a share of 5): neither the handlers nor the table ever show more than 5. The
+// engine runs one permit claim of a queue at a time (a second would only wait on the rows);
+// with that guard removed, PermitLock is what keeps concurrent claims of one worker within its
+// share (without both: 8 handlers and 10 rows running at once).
 func TestPermitClaimersOfOneWorker(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	runLimitedTune = func(cfg *worker.Config) {

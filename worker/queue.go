@@ -302,6 +302,12 @@ func (q *queue) claimMore(ctx context.Context) {
 		if n <= 0 {
 			return
 		}
+		if q.inFlight > 0 && q.limits != nil && q.limits.permits {
+			// Permit claims of this worker take turns on its permit rows, each holding them
+			// through its commit: a second claim would only wait for the first. One at a time,
+			// each takes every free slot and every completion waiting (permits.go).
+			return
+		}
 		c.busy, c.sleepUntil = true, time.Time{}
 		q.reserved += n
 		q.inFlight++
