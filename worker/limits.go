@@ -383,14 +383,14 @@ func workerStripe(id string) int {
 
 // limitResult is what a limited claim reports besides its rows.
 type limitResult struct {
-	binding    bool  // a limit held something back
-	skipped    bool  // what it held back may lie before what it claimed (watermarks stay)
+	binding    bool           // a limit held something back
+	skipped    bool           // what it held back may lie before what it claimed (watermarks stay)
 	doneLanded map[int64]bool // a permit claim: the completions (claimPlan.done) that landed
-	minRoom    int32 // the smallest counted room less the batch
-	granted    int32 // an exclusive claim of a grantable queue: the smallest budget it granted a stripe
-	budgetLeft int32 // a grant claim: the smallest budget left on its stripe
-	grantable  bool  // the queue may claim against grants when far
-	granting   bool  // this was a grant claim
+	minRoom    int32          // the smallest counted room less the batch
+	granted    int32          // an exclusive claim of a grantable queue: the smallest budget it granted a stripe
+	budgetLeft int32          // a grant claim: the smallest budget left on its stripe
+	grantable  bool           // the queue may claim against grants when far
+	granting   bool           // this was a grant claim
 	exclusive  bool
 	n          int32 // the batch asked for
 }
@@ -453,6 +453,7 @@ func (c *capture) Query(_ context.Context, sql string, args ...any) (pgx.Rows, e
 
 // errCaptured is what a captured query returns to the generated code (which then returns it).
 var errCaptured = errors.New("tenure: statement captured, not run")
+
 func (c *capture) QueryRow(context.Context, string, ...any) pgx.Row { return nil }
 
 // batcher is what afterLock needs of a pool.
