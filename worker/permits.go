@@ -20,7 +20,9 @@ import (
 // WAL flush included, so the claims of every worker of the queue take turns, and as slots free
 // one at a time each takes about one job. Measured (make bench-fairness, limits part): 0.65 of
 // the throughput without the limit. Permits split the limit between the workers instead, so
-// each claims against its own share, under its own row's lock, in parallel with the others.
+// each claims against its own share, under its own row's lock, in parallel with the others, and
+// completes its finished limited jobs in the transaction that claims their successors: 0.975
+// (bench/results/limits-2026-12-01-permits.md).
 //
 // Which queues. A queue is in permit mode when every limit is a concurrency limit without
 // PerKey and without Rate, every MaxRunning is at most permitMaxRunning, and its fairness does
