@@ -209,7 +209,8 @@ func TestPermitAllocationRace(t *testing.T) {
 
 // TestLimitPermitsNearTheLimit: four workers with more slots than the limit (4 x 200 under
 // MaxRunning 600) claim under permits: neither the handlers nor the table ever show more than
-// 600, the limit is approached, no claim takes the counted paths, and every worker runs jobs.
+// 600, the limit is approached, no claim takes the counted paths, every worker runs jobs, and
+// every worker gives its shares back when it stops.
 func TestLimitPermitsNearTheLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("800 handler slots, ~2 s")
@@ -230,6 +231,10 @@ func TestLimitPermitsNearTheLimit(t *testing.T) {
 	for i, st := range r.workersStats {
 		require.Positive(t, st.Succeeded, "worker %d ran no job", i)
 	}
+	// Stopped gracefully, every worker gave its shares back.
+	var rows int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM tenure.flow_permit`).Scan(&rows))
+	require.Zero(t, rows, "stopped workers left permit rows behind")
 }
 
 // TestClaimPermittedPlan: the permit claim reads the ready jobs through jobs_ready_idx and
