@@ -78,8 +78,8 @@ func BenchmarkBurnDown(b *testing.B) {
 		// Flow control configured but not binding: every claim is a limited claim (lock +
 		// ClaimLimited), every job enters jobs_limited_idx, no limit ever holds a job back.
 		{"strict-limits", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 1_000_000}}, 0},
-		// A limit above the worker's 100 slots (never binding) but within 400 + batch of the
-		// running count: every claim is exclusive (serialized).
+		// A limit above the worker's 100 slots (never binding) and at most 1,000: the queue
+		// claims under permits (permits.go; before them every claim here was exclusive).
 		{"strict-limit150", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 150}}, 0},
 		// Fair share (fairshare.go): one tenant (the claim's round robin has nothing to
 		// share), and 100 tenants with 1,000 jobs each.
