@@ -133,8 +133,12 @@ func TestPruneExpiredBatchesBudgetAndClasses(t *testing.T) {
 	require.True(t, res.Drained)
 	require.Equal(t, 3, res.Batches, "30 + 30 + 10")
 
-	// finished, cut off in the middle of the range: the oldest first, the rest kept
-	cut := time.Now().Add(-48*time.Hour + 500*time.Millisecond)
+	// finished, cut off in the middle of the range: the oldest first, the rest kept (the cut is
+	// read from the rows: a wall-clock offset from the insert broke when the steps above took
+	// longer than the range's 1 s spread on a loaded machine)
+	var cut time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT finished_at FROM tenure.jobs WHERE state IN ('succeeded', 'cancelled')
+		ORDER BY finished_at OFFSET 400 LIMIT 1`).Scan(&cut))
 	res, err = c.PruneExpired(ctx, jobs.PruneParams{FinishedBefore: cut, BatchSize: 30})
 	require.NoError(t, err)
 	require.True(t, res.Drained)
