@@ -64,8 +64,9 @@ import (
 // amount is below least(want, fair), every other live row above fair is lowered to fair (those
 // workers stop claiming past it; their running jobs still count until they end). It then gets
 // least(want, what the others' holds leave). Expired rows are deleted. So a new worker gets its
-// fair share as the others' jobs above it end, and capacity a dead worker held comes back
-// permitTTL after its last claim (its jobs' own leases count until they expire).
+// fair share as the others' jobs above it end (it asks again every permitOwedRegrow while it is
+// owed some), and capacity a dead worker held comes back permitTTL after its last claim (its
+// jobs' own leases count until they expire).
 //
 // Cost. A permit claim is two statements in one round trip, the count of the worker's own
 // running jobs of the limit (at most MaxRunning index entries, hence permitMaxRunning) and one
@@ -80,11 +81,12 @@ const permitMaxRunning = 1000
 
 // Permit timing: a row expires permitTTL after its owner's last renewal; a claim renews it when
 // less than permitRenewBelow is left; a worker held back by its share asks for a larger one at
-// most every permitRegrow.
+// most every permitRegrow, or every permitOwedRegrow while it holds less than its fair share.
 const (
 	permitTTL        = 10 * time.Second
 	permitRenewBelow = 5 * time.Second
 	permitRegrow     = time.Second
+	permitOwedRegrow = 50 * time.Millisecond
 )
 
 // permitState is a queue's knowledge of this worker's permits (a hint: every claim reads the
@@ -93,6 +95,7 @@ type permitState struct {
 	mu     sync.Mutex
 	have   bool      // the last allocation gave this worker a row for every limit
 	amount int32     // the smallest amount it granted
+	owed   bool      // it granted less than least(want, fair share) of some limit
 	last   time.Time // when it ran
 }
 
@@ -159,7 +162,13 @@ func (q *queue) claimPermitted(ctx context.Context, p *claimPlan, base gen.Claim
 func (ps *permitState) mayGrow(want int32) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	return ps.amount < want && time.Since(ps.last) >= permitRegrow
+	wait := permitRegrow
+	if ps.owed {
+		// Below its fair share: the others were lowered to it and their room returns as their
+		// jobs end; ask again soon rather than leave it idle.
+		wait = permitOwedRegrow
+	}
+	return ps.amount < want && time.Since(ps.last) >= wait
 }
 
 // permitFlags are a permit claim's flags.
@@ -238,13 +247,14 @@ func (q *queue) allocatePermit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	amount := int32(noCap)
+	amount, owed := int32(noCap), false
 	for _, r := range got {
 		amount = min(amount, r.Amount)
+		owed = owed || r.Amount < min(int32(q.cfg.Concurrency), r.Fair)
 	}
 	ps := &la.permit
 	ps.mu.Lock()
-	ps.have, ps.amount, ps.last = len(got) == len(la.kind), amount, time.Now()
+	ps.have, ps.amount, ps.owed, ps.last = len(got) == len(la.kind), amount, owed, time.Now()
 	ps.mu.Unlock()
 	q.w.m.permitAllocations.Add(1)
 	return nil
