@@ -126,14 +126,14 @@ type Result struct {
 	// ForeignCPU is the CPU that processes other than this one and the PostgreSQL server used
 	// on the machine during the interval (interference from whatever else was running), and
 	// MachineCPU the machine's capacity over the interval (elapsed × CPUs).
-	ForeignCPU float64           `json:"foreign_cpu_s"`
-	MachineCPU float64           `json:"machine_cpu_s"`
+	ForeignCPU float64 `json:"foreign_cpu_s"`
+	MachineCPU float64 `json:"machine_cpu_s"`
 	// WAL is what the server wrote to its WAL over the interval (all databases; the systems
 	// run one at a time) and how many checkpoints started in it; WALValid when it was read.
 	WAL      pgutil.WAL        `json:"wal"`
 	WALValid bool              `json:"wal_valid"`
 	Settings map[string]string `json:"settings"`
-	Notes      []string          `json:"notes,omitempty"`
+	Notes    []string          `json:"notes,omitempty"`
 	// Statements: the run's top statements by execution time over the measured interval, from
 	// pg_stat_statements (when the server loads it: the benchmark's own server does).
 	Statements []pgutil.Statement `json:"statements,omitempty"`
