@@ -28,11 +28,20 @@ type metricDef struct {
 const (
 	dBenchCPU = "bench_cpu_per_1k"
 	dPGCPU    = "pg_cpu_per_1k"
+	dWALMB    = "wal_mb_per_1k"
+	dWALFPI   = "wal_fpi_per_1k"
+	dCkpt     = "checkpoints"
 )
 
 var cpuDefs = []metricDef{
 	{dBenchCPU, "bench process CPU", "cpu-s / 1k jobs", false},
 	{dPGCPU, "postgres CPU", "cpu-s / 1k jobs", false},
+	// The server's whole WAL over the interval (one system runs at a time) and the full-page
+	// images in it: a page's first change after a checkpoint logs all 8 kB of it, so how many
+	// checkpoints fell into a run moves both (and the CPU) for reasons outside the queue.
+	{dWALMB, "WAL written", "MB / 1k jobs", false},
+	{dWALFPI, "WAL full-page images", "pages / 1k jobs", false},
+	{dCkpt, "checkpoints started in the interval", "count", false},
 }
 
 var scenarioDefs = map[string][]metricDef{
@@ -113,6 +122,17 @@ func metricValue(r *scenario.Result, key string) (float64, bool) {
 			return 0, false
 		}
 		return r.PGCPU / (float64(r.Jobs) / 1000), true
+	case dWALMB, dWALFPI, dCkpt:
+		if r.Jobs <= 0 || !r.WALValid {
+			return 0, false
+		}
+		switch key {
+		case dWALMB:
+			return float64(r.WAL.Bytes) / 1e6 / (float64(r.Jobs) / 1000), true
+		case dWALFPI:
+			return float64(r.WAL.FPI) / (float64(r.Jobs) / 1000), true
+		}
+		return float64(r.WAL.Checkpoints), true
 	}
 	v, ok := r.Metrics[key]
 	return v, ok
@@ -1050,16 +1070,16 @@ func (rep *report) markdown() string {
 	if len(rep.Statements) > 0 {
 		b.WriteString("\n## Statements (pg_stat_statements, first repetition, measured interval)\n")
 		for _, rs := range rep.Statements {
-			fmt.Fprintf(&b, "\n%s — %s (%d jobs):\n\n| statement | calls | calls / 1k jobs | mean µs | rows / call | blocks / call | WAL bytes / call |\n|---|---:|---:|---:|---:|---:|---:|\n",
+			fmt.Fprintf(&b, "\n%s — %s (%d jobs):\n\n| statement | calls | calls / 1k jobs | mean µs | rows / call | blocks / call | WAL bytes / call | full-page images / call |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
 				rs.Scenario, rs.System, rs.Jobs)
 			for _, st := range rs.Statements {
 				per1k := 0.0
 				if rs.Jobs > 0 {
 					per1k = float64(st.Calls) / (float64(rs.Jobs) / 1000)
 				}
-				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", strings.ReplaceAll(st.Query, "|", "\\|"), st.Calls, fmtNum(per1k),
+				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", strings.ReplaceAll(st.Query, "|", "\\|"), st.Calls, fmtNum(per1k),
 					fmtNum(st.MeanUs), fmtNum(float64(st.Rows)/float64(st.Calls)), fmtNum(float64(st.SharedBlks)/float64(st.Calls)),
-					fmtNum(float64(st.WALBytes)/float64(st.Calls)))
+					fmtNum(float64(st.WALBytes)/float64(st.Calls)), fmtNum(float64(st.WALFPI)/float64(st.Calls)))
 			}
 		}
 	}

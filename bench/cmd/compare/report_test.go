@@ -49,7 +49,8 @@ func TestBuildReportRows(t *testing.T) {
 	}
 	res := func(jobsPerS, benchCPU float64) *scenario.Result {
 		return &scenario.Result{Metrics: map[string]float64{scenario.MJobsPerS: jobsPerS}, Jobs: 2000,
-			BenchCPU: benchCPU, PGCPU: 1, PGCPUValid: true}
+			BenchCPU: benchCPU, PGCPU: 1, PGCPUValid: true,
+			WAL: pgutil.WAL{Bytes: int64(benchCPU * 4e6), FPI: int64(benchCPU * 100), Checkpoints: 1}, WALValid: true}
 	}
 	results := map[runKey][]*scenario.Result{
 		{scenario.BurnDown, unit{System: "tenure"}}:              {res(100, 1), res(300, 1)},
@@ -74,6 +75,16 @@ func TestBuildReportRows(t *testing.T) {
 	}
 	if r := find(scenario.BurnDown, "bench process CPU"); *r.Tenure != 0.5 || *r.River != 1 || *r.Ratio != 2 {
 		t.Fatalf("burn-down CPU row %+v", r)
+	}
+	// WAL per 1,000 jobs: 4 MB / 2 and 8 MB / 2; full-page images 100 / 2 and 200 / 2.
+	if r := find(scenario.BurnDown, "WAL written"); *r.Tenure != 2 || *r.River != 4 || *r.Ratio != 2 {
+		t.Fatalf("burn-down WAL row %+v", r)
+	}
+	if r := find(scenario.BurnDown, "WAL full-page images"); *r.Tenure != 50 || *r.River != 100 {
+		t.Fatalf("burn-down FPI row %+v", r)
+	}
+	if r := find(scenario.BurnDown, "checkpoints started in the interval"); *r.Tenure != 1 {
+		t.Fatalf("burn-down checkpoints row %+v", r)
 	}
 	if r := find(scenario.BulkEnqueue, "throughput (both InsertManyFast)"); *r.Ratio != 0.5 {
 		t.Fatalf("bulk fast row %+v", r)

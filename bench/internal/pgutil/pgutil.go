@@ -197,6 +197,9 @@ func (s *ServerCPU) Reset() {
 	}
 }
 
+// Conn is the monitoring connection (for other readings of the same interval).
+func (s *ServerCPU) Conn() *pgx.Conn { return s.conn }
+
 // OK reports whether server processes were visible in /proc.
 func (s *ServerCPU) OK() bool { return s.ok }
 
@@ -368,6 +371,9 @@ type Statement struct {
 	Rows       int64   `json:"rows"`
 	SharedBlks int64   `json:"shared_blks"` // hit + read
 	WALBytes   int64   `json:"wal_bytes"`
+	// WALFPI is the number of full-page images the statement wrote to the WAL: a page's first
+	// change after a checkpoint logs the whole 8 kB page (full_page_writes, on by default).
+	WALFPI int64 `json:"wal_fpi"`
 }
 
 // Statements returns the top n statements by total execution time that ran in the database
@@ -383,7 +389,7 @@ func Statements(ctx context.Context, dbURL string, n int) []Statement {
 		return nil
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT queryid, query, calls, total_exec_time, rows, shared_blks_hit + shared_blks_read, wal_bytes::bigint
+	rows, err := conn.Query(ctx, `SELECT queryid, query, calls, total_exec_time, rows, shared_blks_hit + shared_blks_read, wal_bytes::bigint, wal_fpi
 		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)
 		ORDER BY total_exec_time DESC LIMIT $2`, DatabaseName(dbURL), n)
 	if err != nil {
@@ -394,7 +400,7 @@ func Statements(ctx context.Context, dbURL string, n int) []Statement {
 	for rows.Next() {
 		var st Statement
 		var q string
-		if rows.Scan(&st.QueryID, &q, &st.Calls, &st.TotalMs, &st.Rows, &st.SharedBlks, &st.WALBytes) != nil {
+		if rows.Scan(&st.QueryID, &q, &st.Calls, &st.TotalMs, &st.Rows, &st.SharedBlks, &st.WALBytes, &st.WALFPI) != nil {
 			return nil
 		}
 		st.Query = statementName(q)
@@ -433,7 +439,7 @@ func StatementsSince(before, after []Statement, n int) []Statement {
 	for _, s := range after {
 		p := prev[s.QueryID]
 		d := Statement{QueryID: s.QueryID, Query: s.Query, Calls: s.Calls - p.Calls, TotalMs: s.TotalMs - p.TotalMs,
-			Rows: s.Rows - p.Rows, SharedBlks: s.SharedBlks - p.SharedBlks, WALBytes: s.WALBytes - p.WALBytes}
+			Rows: s.Rows - p.Rows, SharedBlks: s.SharedBlks - p.SharedBlks, WALBytes: s.WALBytes - p.WALBytes, WALFPI: s.WALFPI - p.WALFPI}
 		if d.Calls <= 0 {
 			continue
 		}
@@ -445,6 +451,34 @@ func StatementsSince(before, after []Statement, n int) []Statement {
 		out = out[:n]
 	}
 	return out
+}
+
+// WAL is the server's cluster-wide WAL and checkpoint counters: bytes from the WAL insert
+// position (exact), records and full-page images from pg_stat_wal (PostgreSQL 14+; backends
+// flush their counts at most once a second, so an interval's figures can be off by about a
+// second's worth), checkpoints from pg_stat_bgwriter. The difference of two readings is what
+// the server wrote in between, for every database: meter an interval in which only one system
+// runs.
+type WAL struct {
+	Records     int64 `json:"records"`
+	FPI         int64 `json:"fpi"` // full-page images
+	Bytes       int64 `json:"bytes"`
+	Checkpoints int64 `json:"checkpoints"` // timed and requested, started
+}
+
+// Sub returns w - before.
+func (w WAL) Sub(before WAL) WAL {
+	return WAL{Records: w.Records - before.Records, FPI: w.FPI - before.FPI, Bytes: w.Bytes - before.Bytes,
+		Checkpoints: w.Checkpoints - before.Checkpoints}
+}
+
+// ReadWAL reads the server's WAL and checkpoint counters through conn.
+func ReadWAL(ctx context.Context, conn *pgx.Conn) (WAL, error) {
+	var w WAL
+	err := conn.QueryRow(ctx, `SELECT w.wal_records, w.wal_fpi, pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint,
+			b.checkpoints_timed + b.checkpoints_req
+		FROM pg_stat_wal w, pg_stat_bgwriter b`).Scan(&w.Records, &w.FPI, &w.Bytes, &w.Checkpoints)
+	return w, err
 }
 
 // MeterAppName is the application_name of the bench's own measuring connections (server CPU,

@@ -126,10 +126,14 @@ type Result struct {
 	// ForeignCPU is the CPU that processes other than this one and the PostgreSQL server used
 	// on the machine during the interval (interference from whatever else was running), and
 	// MachineCPU the machine's capacity over the interval (elapsed × CPUs).
-	ForeignCPU float64           `json:"foreign_cpu_s"`
-	MachineCPU float64           `json:"machine_cpu_s"`
-	Settings   map[string]string `json:"settings"`
-	Notes      []string          `json:"notes,omitempty"`
+	ForeignCPU float64 `json:"foreign_cpu_s"`
+	MachineCPU float64 `json:"machine_cpu_s"`
+	// WAL is what the server wrote to its WAL over the interval (all databases; the systems
+	// run one at a time) and how many checkpoints started in it; WALValid when it was read.
+	WAL      pgutil.WAL        `json:"wal"`
+	WALValid bool              `json:"wal_valid"`
+	Settings map[string]string `json:"settings"`
+	Notes    []string          `json:"notes,omitempty"`
 	// Statements: the run's top statements by execution time over the measured interval, from
 	// pg_stat_statements (when the server loads it: the benchmark's own server does).
 	Statements []pgutil.Statement `json:"statements,omitempty"`
@@ -266,6 +270,8 @@ type meter struct {
 	busy0 time.Duration
 	srv   *pgutil.ServerCPU
 	conns *pgutil.ConnSampler // with a connection cap
+	wal0  pgutil.WAL
+	walOK bool
 }
 
 func (r *runner) startMeter(ctx context.Context) (*meter, error) {
@@ -292,8 +298,10 @@ func (r *runner) startMeter(ctx context.Context) (*meter, error) {
 		r.profile = f
 	}
 	srv.Reset()
+	wal, walErr := pgutil.ReadWAL(ctx, srv.Conn())
 	busy, _ := procstat.MachineBusy()
-	return &meter{stmts: stmts, t0: time.Now(), cpu0: procstat.SelfCPU(), busy0: busy, srv: srv, conns: conns}, nil
+	return &meter{stmts: stmts, t0: time.Now(), cpu0: procstat.SelfCPU(), busy0: busy, srv: srv, conns: conns,
+		wal0: wal, walOK: walErr == nil}, nil
 }
 
 // stop ends the interval; jobs is the CPU denominator. Call before closing the pool.
@@ -308,6 +316,11 @@ func (r *runner) stopMeter(ctx context.Context, m *meter, jobs int64) time.Durat
 		r.profile = nil
 	}
 	busy, _ := procstat.MachineBusy()
+	if m.walOK {
+		if wal, err := pgutil.ReadWAL(ctx, m.srv.Conn()); err == nil {
+			r.res.WAL, r.res.WALValid = wal.Sub(m.wal0), true
+		}
+	}
 	attributed, all, err := m.srv.Stop(ctx)
 	m.srv.Close(ctx)
 	if m.conns != nil {

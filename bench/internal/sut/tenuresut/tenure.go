@@ -69,11 +69,11 @@ func init() {
 // `go run ./cmd/compare -scenarios peak-burn-down,peak-steady -systems tenure -tune tenure:...`
 // (bench/README.md, "Peak"). Everything not listed keeps the library default.
 const (
-	PeakConcurrency   = 500
-	PeakMaxClaimBatch = 500
+	PeakConcurrency   = 2000
+	PeakMaxClaimBatch = 1000
 	PeakClaimers      = 2
 	PeakFinishers     = 2
-	PeakFinishBatch   = 1000
+	PeakFinishBatch   = 2000
 )
 
 // peakKeys are the -tune keys of the Tenure drivers.
