@@ -27,9 +27,9 @@ WITH k AS (
 ), ins AS (
     INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata,
                              tags, unique_key, unique_states)
-    VALUES (@queue, @kind, @payload, @payload_version, @priority,
+    VALUES (@queue::text, @kind, @payload, @payload_version::integer, @priority::smallint,
             coalesce(sqlc.narg(run_at)::timestamptz, now() + sqlc.arg(delay_us)::bigint * interval '1 microsecond'),
-            @max_attempts, @lease_ms, @metadata, @tags::text[], (SELECT key FROM k), sqlc.narg(unique_states)::smallint)
+            @max_attempts::integer, @lease_ms::integer, @metadata::jsonb, @tags::text[], (SELECT key FROM k), sqlc.narg(unique_states)::smallint)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
     DO NOTHING
     RETURNING *
@@ -43,6 +43,22 @@ SELECT h.*, true AS duplicate FROM tenure.jobs h
 WHERE NOT EXISTS (SELECT 1 FROM ins)
   AND h.unique_key = (SELECT key FROM k) AND h.unique_key IS NOT NULL
   AND tenure.unique_state_held(h.unique_states, h.state);
+
+-- name: InsertPlainJob :one
+-- InsertJob for a job without a unique key: a plain INSERT, without the arbiter check and
+-- speculative insertion that ON CONFLICT costs every row it inserts, and without the holder
+-- branch. Same columns, same new-job signal.
+WITH ins AS (
+    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata, tags)
+    VALUES (@queue::text, @kind::text, @payload::jsonb, @payload_version::integer, @priority::smallint,
+            coalesce(sqlc.narg(run_at)::timestamptz, now() + sqlc.arg(delay_us)::bigint * interval '1 microsecond'),
+            @max_attempts::integer, @lease_ms::integer, @metadata::jsonb, @tags::text[])
+    RETURNING *
+)
+SELECT ins.* FROM ins
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
+                                              || (extract(epoch FROM i.run_at) * 1000000)::bigint)
+                             FROM ins i WHERE sqlc.arg(notify)::boolean) n) >= 0;
 
 -- name: InsertJobs :many
 -- Many jobs in one round trip, plus the new-job signal (as InsertJob's) for each queue in
@@ -296,7 +312,9 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 --    rows instead of colliding on the same ones). A claim locks at most tenants rows it does
 --    not claim (the shares' rounding), released when it commits.
 -- 3. more: when the shares leave the batch short (light tenants), the tenants that had more
---    give up to the shortfall each, ranked after every share.
+--    give up to the shortfall each, ranked after every share: their next rows that cand did not
+--    take. (Not "OFFSET share": a row another claim held while cand read and released before
+--    more read it would shift the offset back over rows cand took, and return those twice.)
 -- 4. ranked: the policy's rank and quotas as in ClaimSegments, and within them the round:
 --    (n-th job of its tenant, tenant's rotation position).
 -- 5. picked: the first @batch in that order.
@@ -384,8 +402,9 @@ WITH seg AS (
           AND j.run_at <= now() - h.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - h.max_age_us * interval '1 microsecond'
           AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
+          AND j.id NOT IN (SELECT cand.id FROM cand)
         ORDER BY j.run_at, j.id
-        OFFSET h.per LIMIT m.short
+        LIMIT m.short
         FOR UPDATE SKIP LOCKED
     ) c
     WHERE m.short > 0

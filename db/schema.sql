@@ -38,54 +38,92 @@ AS $$
     )::text, 'UTF8'))
 $$;
 
+-- Single-column rules are domains, not table CHECKs (migration 0014). PostgreSQL checks a
+-- domain only where a value is assigned to the column (an INSERT, or an UPDATE that sets it),
+-- while it re-reads, plans and evaluates every CHECK constraint of a table on every INSERT and
+-- UPDATE of a row: the engine's claim and finish updates never change these columns, and with
+-- 24 table CHECKs each one-row statement paid about 60 us for them (issue 17, "low load").
+-- What relates several columns (the state machine's invariants) stays a table CHECK below.
+-- The constraint names are the ones the table CHECKs had, so errors read as before.
+CREATE DOMAIN tenure.queue_name AS text
+    CONSTRAINT jobs_queue_len CHECK (char_length(VALUE) BETWEEN 1 AND 128);
+CREATE DOMAIN tenure.kind_name AS text
+    CONSTRAINT jobs_kind_len CHECK (char_length(VALUE) BETWEEN 1 AND 128);
+CREATE DOMAIN tenure.job_payload AS jsonb
+    CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(VALUE) = 'object');
+CREATE DOMAIN tenure.payload_version AS integer
+    CONSTRAINT jobs_version_pos CHECK (VALUE >= 1);
+CREATE DOMAIN tenure.job_priority AS smallint
+    CONSTRAINT jobs_priority_range CHECK (VALUE BETWEEN 1 AND 9);
+CREATE DOMAIN tenure.max_attempts AS integer
+    CONSTRAINT jobs_max_attempts CHECK (VALUE BETWEEN 1 AND 1000);
+CREATE DOMAIN tenure.lease_ms AS integer
+    CONSTRAINT jobs_lease_range CHECK (VALUE BETWEEN 1000 AND 86400000);
+CREATE DOMAIN tenure.job_generation AS bigint
+    CONSTRAINT jobs_generation_pos CHECK (VALUE >= 0);
+CREATE DOMAIN tenure.error_list AS jsonb
+    CONSTRAINT jobs_errors_array CHECK (jsonb_typeof(VALUE) = 'array');
+-- error codes are a bounded vocabulary of upper-case words (messages live in errors)
+CREATE DOMAIN tenure.error_code AS text
+    CONSTRAINT jobs_error_code CHECK (VALUE ~ '^[A-Z][A-Z_]{0,39}$');
+-- metadata is an object of strings, bounded (jobs.InsertOpts.Metadata validates first)
+CREATE DOMAIN tenure.job_metadata AS jsonb
+    CONSTRAINT jobs_metadata_object CHECK (jsonb_typeof(VALUE) = 'object'
+        AND NOT jsonb_path_exists(VALUE, '$.* ? (@.type() != "string")'))
+    CONSTRAINT jobs_metadata_size CHECK (pg_column_size(VALUE) <= 8192);
+CREATE DOMAIN tenure.unique_key_hash AS bytea
+    CONSTRAINT jobs_unique_key_len CHECK (octet_length(VALUE) = 32);
+-- ready and running always hold the key, so no engine transition can collide
+CREATE DOMAIN tenure.unique_state_set AS smallint
+    CONSTRAINT jobs_unique_states CHECK (VALUE BETWEEN 3 AND 31 AND (VALUE & 3) = 3);
+CREATE DOMAIN tenure.tag_list AS text[]
+    CONSTRAINT jobs_tags_valid CHECK (cardinality(VALUE) <= 16 AND coalesce(array_ndims(VALUE), 1) = 1
+        AND array_position(VALUE, NULL) IS NULL
+        AND (cardinality(VALUE) = 0 OR (E'\n' || array_to_string(VALUE, E'\n')) ~ '^(\n[A-Za-z0-9][A-Za-z0-9_.:/=+-]{0,63})+$'));
+CREATE DOMAIN tenure.job_output AS jsonb
+    CONSTRAINT jobs_output_size CHECK (pg_column_size(VALUE) <= 32768);
+CREATE DOMAIN tenure.snooze_count AS integer
+    CONSTRAINT jobs_snoozes_pos CHECK (VALUE >= 0);
+
 CREATE TABLE tenure.jobs (
     id                  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    queue               text             NOT NULL DEFAULT 'default',
-    kind                text             NOT NULL,
-    payload             jsonb            NOT NULL,
-    payload_version     integer          NOT NULL DEFAULT 1,
+    queue               tenure.queue_name NOT NULL DEFAULT 'default',
+    kind                tenure.kind_name NOT NULL,
+    payload             tenure.job_payload NOT NULL,
+    payload_version     tenure.payload_version NOT NULL DEFAULT 1,
     state               tenure.job_state NOT NULL DEFAULT 'ready',
-    priority            smallint         NOT NULL DEFAULT 2,
+    priority            tenure.job_priority NOT NULL DEFAULT 2,
     run_at              timestamptz      NOT NULL DEFAULT now(),
     attempts            integer          NOT NULL DEFAULT 0,
-    max_attempts        integer          NOT NULL DEFAULT 25,
-    lease_ms            integer          NOT NULL DEFAULT 30000,
+    max_attempts        tenure.max_attempts NOT NULL DEFAULT 25,
+    lease_ms            tenure.lease_ms  NOT NULL DEFAULT 30000,
     locked_by           text,
     locked_until        timestamptz,
     claim_token         uuid,
-    generation          bigint           NOT NULL DEFAULT 0,
+    generation          tenure.job_generation NOT NULL DEFAULT 0,
     attempted_at        timestamptz,
-    last_error_code     text,
-    errors              jsonb            NOT NULL DEFAULT '[]',
+    last_error_code     tenure.error_code,
+    errors              tenure.error_list NOT NULL DEFAULT '[]',
     created_at          timestamptz      NOT NULL DEFAULT now(),
     updated_at          timestamptz      NOT NULL DEFAULT now(),
     finished_at         timestamptz,
     cancel_requested_at timestamptz,
     -- string key/value pairs from the enqueuer for the handler (trace context, request ids)
-    metadata            jsonb            NOT NULL DEFAULT '{}',
+    metadata            tenure.job_metadata NOT NULL DEFAULT '{}',
     -- unique jobs (jobs.InsertOpts.Unique): the key and the states that hold it (both set or both null)
-    unique_key          bytea,
-    unique_states       smallint,
+    unique_key          tenure.unique_key_hash,
+    unique_states       tenure.unique_state_set,
     -- short labels set at insert, searchable through jobs_tags_idx
-    tags                text[]           NOT NULL DEFAULT '{}',
+    tags                tenure.tag_list  NOT NULL DEFAULT '{}',
     -- what the handler recorded (worker.SetOutput), written by the fenced completion
-    output              jsonb,
+    output              tenure.job_output,
     -- how often the job snoozed (worker.Snooze): a snooze does not consume an attempt
-    snoozes             integer          NOT NULL DEFAULT 0,
+    snoozes             tenure.snooze_count NOT NULL DEFAULT 0,
     -- claimed by a limited claim as a kind a concurrency limit covers (migration 0010): only
     -- such running rows enter jobs_limited_idx
     limited             boolean          NOT NULL DEFAULT false,
 
-    CONSTRAINT jobs_queue_len      CHECK (char_length(queue) BETWEEN 1 AND 128),
-    CONSTRAINT jobs_kind_len       CHECK (char_length(kind) BETWEEN 1 AND 128),
-    CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) = 'object'),
-    CONSTRAINT jobs_version_pos    CHECK (payload_version >= 1),
-    CONSTRAINT jobs_priority_range CHECK (priority BETWEEN 1 AND 9),
     CONSTRAINT jobs_attempts_range CHECK (attempts >= 0 AND attempts <= max_attempts),
-    CONSTRAINT jobs_max_attempts   CHECK (max_attempts BETWEEN 1 AND 1000),
-    CONSTRAINT jobs_lease_range    CHECK (lease_ms BETWEEN 1000 AND 86400000),
-    CONSTRAINT jobs_generation_pos CHECK (generation >= 0),
-    CONSTRAINT jobs_errors_array   CHECK (jsonb_typeof(errors) = 'array'),
     -- a running job is owned: it has a token, an owner and a lease
     CONSTRAINT jobs_running_owned  CHECK (state <> 'running'
         OR (claim_token IS NOT NULL AND locked_until IS NOT NULL AND locked_by IS NOT NULL AND attempted_at IS NOT NULL)),
@@ -98,21 +136,7 @@ CREATE TABLE tenure.jobs (
     CONSTRAINT jobs_finished_at    CHECK ((state IN ('succeeded', 'dead', 'cancelled')) = (finished_at IS NOT NULL)),
     -- a cancel request only exists on a job that was running when it was asked
     CONSTRAINT jobs_cancel_request CHECK (cancel_requested_at IS NULL OR state <> 'ready'),
-    -- error codes are a bounded vocabulary of upper-case words (messages live in errors)
-    CONSTRAINT jobs_error_code     CHECK (last_error_code IS NULL OR last_error_code ~ '^[A-Z][A-Z_]{0,39}$'),
-    -- metadata is an object of strings, bounded (jobs.InsertOpts.Metadata validates first)
-    CONSTRAINT jobs_metadata_object CHECK (jsonb_typeof(metadata) = 'object'
-        AND NOT jsonb_path_exists(metadata, '$.* ? (@.type() != "string")')),
-    CONSTRAINT jobs_metadata_size  CHECK (pg_column_size(metadata) <= 8192),
-    CONSTRAINT jobs_unique_pair    CHECK ((unique_key IS NULL) = (unique_states IS NULL)),
-    -- ready and running always hold the key, so no engine transition can collide
-    CONSTRAINT jobs_unique_states  CHECK (unique_states IS NULL OR (unique_states BETWEEN 3 AND 31 AND (unique_states & 3) = 3)),
-    CONSTRAINT jobs_unique_key_len CHECK (unique_key IS NULL OR octet_length(unique_key) = 32),
-    CONSTRAINT jobs_tags_valid     CHECK (cardinality(tags) <= 16 AND coalesce(array_ndims(tags), 1) = 1
-        AND array_position(tags, NULL) IS NULL
-        AND (cardinality(tags) = 0 OR (E'\n' || array_to_string(tags, E'\n')) ~ '^(\n[A-Za-z0-9][A-Za-z0-9_.:/=+-]{0,63})+$')),
-    CONSTRAINT jobs_output_size    CHECK (output IS NULL OR pg_column_size(output) <= 32768),
-    CONSTRAINT jobs_snoozes_pos    CHECK (snoozes >= 0)
+    CONSTRAINT jobs_unique_pair    CHECK ((unique_key IS NULL) = (unique_states IS NULL))
 );
 
 -- The claim index: only ready rows, in the order every fairness policy reads them

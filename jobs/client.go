@@ -406,6 +406,17 @@ func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args,
 	if err != nil {
 		return nil, err
 	}
+	if p.unique == nil {
+		j, err := q.InsertPlainJob(ctx, gen.InsertPlainJobParams{
+			Queue: p.queue, Kind: p.kind, Payload: p.payload, PayloadVersion: p.version, Priority: p.priority,
+			RunAt: p.runAt, DelayUs: p.delayUs, MaxAttempts: p.maxAttempts, LeaseMs: p.leaseMs, Notify: p.dueNow(),
+			Metadata: p.metadata, Tags: p.tags,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("tenure: insert %s: %w", p.kind, err)
+		}
+		return rowFromGen(gen.TenureJob(j))
+	}
 	arg := gen.InsertJobParams{
 		Queue: p.queue, Kind: p.kind, Payload: p.payload, PayloadVersion: p.version, Priority: p.priority,
 		RunAt: p.runAt, DelayUs: p.delayUs, MaxAttempts: p.maxAttempts, LeaseMs: p.leaseMs, Notify: p.dueNow(),

@@ -61,8 +61,8 @@ type Config struct {
 	// Finishers is the number of batched finish writes that may be in flight at once; each
 	// takes whatever finishes accumulated while the others wrote. Default 2.
 	Finishers int
-	// FinishLinger is how long a finisher holding fewer than finishLingerTarget (16) finishes
-	// waits for more before writing them. At low load, when jobs finish one at a time, it turns
+	// FinishLinger is how long the engine holds a batch of fewer than 16 finishes, counted from
+	// its first, waiting for more before a finisher writes them. At low load, when jobs finish one at a time, it turns
 	// one completion statement per job into one per batch (at 200 jobs/s and 20 ms: about 4
 	// jobs per statement), which is most of the database's CPU per job; a job's final state
 	// lands at most FinishLinger later (its handler slot is free at once, and its lease is

@@ -84,59 +84,65 @@ func landedEarlier(e *execution, r gen.FinishStatesRow) bool {
 	return false
 }
 
-// finishLingerTarget is the batch size at which a finisher stops lingering (FinishLinger).
+// finishLingerTarget is the batch size at which the batcher stops lingering (FinishLinger).
 const finishLingerTarget = 16
 
-// finisher is one of Config.Finishers goroutines shared by all queues: it takes whatever
-// finishes the queue loops handed over while its previous write was in flight, waits up to
-// FinishLinger for more while the batch is small, writes them in batches, and reports each
-// result to the execution's queue loop. It runs until the engine context ends (after every
-// loop has returned, or at Stop's deadline).
-func (w *Worker) finisher(ctx context.Context) {
+// batcher is the one goroutine that owns the finish batch being collected. It takes the
+// finishes the queue loops hand over (finishCh) and gives a batch to a free finisher (writeCh)
+// once it is worth writing: 16 finishes, FinishLinger after its first one, a limited job's
+// finish (it frees room: limits.go), or Stop has begun. While every finisher is writing it keeps
+// collecting, up to MaxFinishBatch, so the next write takes everything that accumulated during
+// the previous ones. One collector means one lingering batch: with a lingering finisher each,
+// the finishers split a low rate between them and each wrote half as many jobs per statement.
+// It runs until the engine context ends (after every loop has returned, or at Stop's deadline).
+func (w *Worker) batcher(ctx context.Context) {
 	max := w.cfg.MaxFinishBatch
 	batch := make([]*execution, 0, max)
+	urgent, due := false, false
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
+	var lingerC <-chan time.Time
+	for {
+		in := w.finishCh
+		if len(batch) >= max {
+			in = nil // full: the queue loops keep the rest pending until a finisher takes this
+		}
+		var out chan<- []*execution
+		if len(batch) > 0 && (due || urgent || w.cfg.FinishLinger <= 0 || len(batch) >= finishLingerTarget || w.stopping.Load()) {
+			out = w.writeCh
+		}
+		select {
+		case <-ctx.Done():
+			linger.Stop()
+			return
+		case e := <-in:
+			if len(batch) == 0 && w.cfg.FinishLinger > 0 {
+				linger.Reset(w.cfg.FinishLinger)
+				lingerC = linger.C
+			}
+			batch = append(batch, e)
+			urgent = urgent || e.limited
+		case out <- batch:
+			batch, urgent, due = make([]*execution, 0, max), false, false
+			linger.Stop()
+			lingerC = nil
+		case <-lingerC:
+			due, lingerC = true, nil
+		}
+	}
+}
+
+// finisher is one of Config.Finishers goroutines shared by all queues: it writes the batches
+// the batcher gives it, in batches per transition, and reports each result to the execution's
+// queue loop. It runs until the engine context ends.
+func (w *Worker) finisher(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case e := <-w.finishCh:
-			batch = append(batch[:0], e)
+		case batch := <-w.writeCh:
+			w.flush(ctx, batch)
 		}
-		lingering := false
-		urgent := batch[0].limited // a limited job's finish frees room: do not linger (limits.go)
-	fill:
-		for len(batch) < max {
-			select {
-			case e := <-w.finishCh:
-				batch = append(batch, e)
-				urgent = urgent || e.limited
-				continue
-			default:
-			}
-			if urgent || w.cfg.FinishLinger <= 0 || len(batch) >= finishLingerTarget || w.stopping.Load() {
-				break
-			}
-			if !lingering {
-				lingering = true
-				linger.Reset(w.cfg.FinishLinger)
-			}
-			select {
-			case e := <-w.finishCh:
-				batch = append(batch, e)
-				urgent = urgent || e.limited
-			case <-linger.C:
-				lingering = false
-				break fill
-			case <-ctx.Done():
-				break fill
-			}
-		}
-		if lingering && !linger.Stop() {
-			<-linger.C
-		}
-		w.flush(ctx, batch)
 	}
 }
 

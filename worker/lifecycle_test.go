@@ -249,16 +249,17 @@ func TestStartWarnsAboutUnservedQueue(t *testing.T) {
 }
 
 // TestFinishLingerBatchesLowLoad: eight jobs whose handlers return 10 ms apart. With a
-// FinishLinger longer than their spread, their completions are written by one statement; with
-// FinishLinger disabled each is written as it comes (several statements). A lone finish is
-// written within the linger.
+// FinishLinger longer than their spread, their completions are written by one statement,
+// with one finisher and with two (one batch lingers, whichever finisher writes it: two
+// lingering finishers used to split the jobs between them); with FinishLinger disabled each is
+// written as it comes (several statements). A lone finish is written within the linger.
 func TestFinishLingerBatchesLowLoad(t *testing.T) {
 	t.Parallel()
-	run := func(t *testing.T, linger time.Duration) (statements uint64) {
+	run := func(t *testing.T, linger time.Duration, finishers int) (statements uint64) {
 		pool := pgtest.NewPool(t)
 		ctx := context.Background()
 		cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 8}})
-		cfg.FinishLinger, cfg.Finishers = linger, 1
+		cfg.FinishLinger, cfg.Finishers = linger, finishers
 		w, err := worker.New(pool, cfg)
 		require.NoError(t, err)
 		worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error {
@@ -281,10 +282,12 @@ func TestFinishLingerBatchesLowLoad(t *testing.T) {
 		require.Eventually(t, func() bool { return w.Stats().Succeeded == 9 }, linger+5*time.Second, time.Millisecond)
 		return statements
 	}
-	var lingered, immediate uint64
-	t.Run("linger", func(t *testing.T) { lingered = run(t, 500*time.Millisecond) })
-	t.Run("off", func(t *testing.T) { immediate = run(t, -1) })
-	t.Logf("finish statements for 8 staggered jobs: %d with a 500 ms linger, %d without", lingered, immediate)
+	var lingered, lingered2, immediate uint64
+	t.Run("linger", func(t *testing.T) { lingered = run(t, 500*time.Millisecond, 1) })
+	t.Run("linger-2-finishers", func(t *testing.T) { lingered2 = run(t, 500*time.Millisecond, 2) })
+	t.Run("off", func(t *testing.T) { immediate = run(t, -1, 1) })
+	t.Logf("finish statements for 8 staggered jobs: %d with a 500 ms linger (%d with two finishers), %d without", lingered, lingered2, immediate)
 	require.Equal(t, uint64(1), lingered)
+	require.Equal(t, uint64(1), lingered2)
 	require.Greater(t, immediate, uint64(3))
 }

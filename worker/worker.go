@@ -54,7 +54,8 @@ type Worker struct {
 	kinds    claimKinds          // what the claim may take, fixed at Start
 	queues   map[string]*queue
 	finishCh chan *execution
-	periodic []*PeriodicJob // Config.Periodic, validated
+	writeCh  chan []*execution // batcher → finishers (unbuffered: a batch goes only to a free finisher)
+	periodic []*PeriodicJob    // Config.Periodic, validated
 
 	// queueStateCh asks the queue state service to read the paused queues now (the listener
 	// got a NOTIFY tenure_queues, or reconnected).
@@ -305,6 +306,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.engCtx, w.cancelEng = context.WithCancel(w.base)
 	w.svcCtx, w.cancelSvc = context.WithCancel(w.engCtx)
 
+	w.writeCh = make(chan []*execution)
+	w.spawn(func() { w.batcher(w.engCtx) })
 	for range w.cfg.Finishers {
 		w.spawn(func() { w.finisher(w.engCtx) })
 	}

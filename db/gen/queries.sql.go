@@ -138,8 +138,9 @@ WITH seg AS (
           AND j.run_at <= now() - h.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - h.max_age_us * interval '1 microsecond'
           AND j.payload_version <= ($14::integer[])[array_position($15::text[], j.kind)]
+          AND j.id NOT IN (SELECT cand.id FROM cand)
         ORDER BY j.run_at, j.id
-        OFFSET h.per LIMIT m.short
+        LIMIT m.short
         FOR UPDATE SKIP LOCKED
     ) c
     WHERE m.short > 0
@@ -258,7 +259,9 @@ type ClaimFairRow struct {
 //     rows instead of colliding on the same ones). A claim locks at most tenants rows it does
 //     not claim (the shares' rounding), released when it commits.
 //  3. more: when the shares leave the batch short (light tenants), the tenants that had more
-//     give up to the shortfall each, ranked after every share.
+//     give up to the shortfall each, ranked after every share: their next rows that cand did not
+//     take. (Not "OFFSET share": a row another claim held while cand read and released before
+//     more read it would shift the offset back over rows cand took, and return those twice.)
 //  4. ranked: the policy's rank and quotas as in ClaimSegments, and within them the round:
 //     (n-th job of its tenant, tenant's rotation position).
 //  5. picked: the first @batch in that order.
@@ -2241,9 +2244,9 @@ WITH k AS (
 ), ins AS (
     INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata,
                              tags, unique_key, unique_states)
-    VALUES ($8, $2, $4, $9, $10,
+    VALUES ($8::text, $2, $4, $9::integer, $10::smallint,
             coalesce($11::timestamptz, now() + $12::bigint * interval '1 microsecond'),
-            $13, $14, $15, $16::text[], (SELECT key FROM k), $17::smallint)
+            $13::integer, $14::integer, $15::jsonb, $16::text[], (SELECT key FROM k), $17::smallint)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
     DO NOTHING
     RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
@@ -2469,6 +2472,120 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64
 		return nil, err
 	}
 	return items, nil
+}
+
+const insertPlainJob = `-- name: InsertPlainJob :one
+WITH ins AS (
+    INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata, tags)
+    VALUES ($2::text, $3::text, $4::jsonb, $5::integer, $6::smallint,
+            coalesce($7::timestamptz, now() + $8::bigint * interval '1 microsecond'),
+            $9::integer, $10::integer, $11::jsonb, $12::text[])
+    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+)
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited FROM ins
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
+                                              || (extract(epoch FROM i.run_at) * 1000000)::bigint)
+                             FROM ins i WHERE $1::boolean) n) >= 0
+`
+
+type InsertPlainJobParams struct {
+	Notify         bool
+	Queue          string
+	Kind           string
+	Payload        []byte
+	PayloadVersion int32
+	Priority       int16
+	RunAt          *time.Time
+	DelayUs        int64
+	MaxAttempts    int32
+	LeaseMs        int32
+	Metadata       []byte
+	Tags           []string
+}
+
+type InsertPlainJobRow struct {
+	ID                int64
+	Queue             string
+	Kind              string
+	Payload           []byte
+	PayloadVersion    int32
+	State             TenureJobState
+	Priority          int16
+	RunAt             time.Time
+	Attempts          int32
+	MaxAttempts       int32
+	LeaseMs           int32
+	LockedBy          *string
+	LockedUntil       *time.Time
+	ClaimToken        *uuid.UUID
+	Generation        int64
+	AttemptedAt       *time.Time
+	LastErrorCode     *string
+	Errors            []byte
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	FinishedAt        *time.Time
+	CancelRequestedAt *time.Time
+	Metadata          []byte
+	UniqueKey         []byte
+	UniqueStates      *int16
+	Tags              []string
+	Output            []byte
+	Snoozes           int32
+	Limited           bool
+}
+
+// InsertJob for a job without a unique key: a plain INSERT, without the arbiter check and
+// speculative insertion that ON CONFLICT costs every row it inserts, and without the holder
+// branch. Same columns, same new-job signal.
+func (q *Queries) InsertPlainJob(ctx context.Context, arg InsertPlainJobParams) (InsertPlainJobRow, error) {
+	row := q.db.QueryRow(ctx, insertPlainJob,
+		arg.Notify,
+		arg.Queue,
+		arg.Kind,
+		arg.Payload,
+		arg.PayloadVersion,
+		arg.Priority,
+		arg.RunAt,
+		arg.DelayUs,
+		arg.MaxAttempts,
+		arg.LeaseMs,
+		arg.Metadata,
+		arg.Tags,
+	)
+	var i InsertPlainJobRow
+	err := row.Scan(
+		&i.ID,
+		&i.Queue,
+		&i.Kind,
+		&i.Payload,
+		&i.PayloadVersion,
+		&i.State,
+		&i.Priority,
+		&i.RunAt,
+		&i.Attempts,
+		&i.MaxAttempts,
+		&i.LeaseMs,
+		&i.LockedBy,
+		&i.LockedUntil,
+		&i.ClaimToken,
+		&i.Generation,
+		&i.AttemptedAt,
+		&i.LastErrorCode,
+		&i.Errors,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.FinishedAt,
+		&i.CancelRequestedAt,
+		&i.Metadata,
+		&i.UniqueKey,
+		&i.UniqueStates,
+		&i.Tags,
+		&i.Output,
+		&i.Snoozes,
+		&i.Limited,
+	)
+	return i, err
 }
 
 const insertUniqueJobs = `-- name: InsertUniqueJobs :many

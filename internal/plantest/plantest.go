@@ -62,16 +62,33 @@ func Arbiters(n Node) []string {
 
 var paramRE = regexp.MustCompile(`sqlc\.n?arg\((\w+)\)|@(\w+)`)
 
-// SQL returns the named statement of db/queries.sql with its sqlc parameters replaced by $n,
-// and the parameter names in $n order.
-func SQL(t testing.TB, name string) (string, []string) {
+// Names returns the names of every statement in db/queries.sql, in file order.
+func Names(t testing.TB) []string {
+	t.Helper()
+	var out []string
+	for _, m := range nameRE.FindAllStringSubmatch(queriesText(t), -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+var nameRE = regexp.MustCompile(`(?m)^-- name: (\w+) `)
+
+func queriesText(t testing.TB) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "db", "queries.sql"))
 	if err != nil {
 		t.Fatalf("plantest: %v", err)
 	}
-	text := string(raw)
+	return string(raw)
+}
+
+// SQL returns the named statement of db/queries.sql with its sqlc parameters replaced by $n,
+// and the parameter names in $n order.
+func SQL(t testing.TB, name string) (string, []string) {
+	t.Helper()
+	text := queriesText(t)
 	start := strings.Index(text, "-- name: "+name+" ")
 	if start < 0 {
 		t.Fatalf("plantest: no statement %q in db/queries.sql", name)
