@@ -311,7 +311,7 @@ func (c config) plan(name string) (scenario.Spec, error) {
 		s.Batch, s.Producers, s.BacklogCap = 1000, 2, 20_000
 	case scenario.BulkEnqueue:
 		s.Jobs = pick(100_000, 20_000)
-		s.Inserters, s.Ceiling = max(1, c.inserters), c.ceiling
+		s.Inserters, s.Ceiling, s.Rounds = max(1, c.inserters), c.ceiling, pick(3, 1)
 	case scenario.Phases:
 		s.Workers, s.Rate, s.Batch, s.Work = 32, 200, 0, time.Millisecond
 		s.Readers, s.ReaderHold = 4, dur(20*time.Second, 2*time.Second)

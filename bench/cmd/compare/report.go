@@ -251,10 +251,11 @@ type scenarioConfig struct {
 	// system's peak settings as the first repetition reported them.
 	ConnCap      int                          `json:"conn_cap,omitempty"`
 	PeakSettings map[string]map[string]string `json:"peak_settings,omitempty"`
-	// Inserters and Ceiling: bulk-enqueue's inserting connections and whether the server's own
-	// insert ceiling was measured.
+	// Inserters, Ceiling and Rounds: bulk-enqueue's inserting connections, whether the server's
+	// own insert ceiling was measured, and how many queue passes the medians are of.
 	Inserters int  `json:"inserters,omitempty"`
 	Ceiling   bool `json:"ceiling,omitempty"`
+	Rounds    int  `json:"rounds,omitempty"`
 }
 
 const latencyDefinition = "enqueue-commit → handler-start: from the moment the insert call returns " +
@@ -342,7 +343,7 @@ func buildReport(c config, specs map[string]scenario.Spec, server pgutil.ServerI
 			sc.TimeLimitS, sc.DurationS = sc.DurationS, 0
 		}
 		if name == scenario.BulkEnqueue {
-			sc.Inserters, sc.Ceiling = max(1, s.Inserters), s.Ceiling
+			sc.Inserters, sc.Ceiling, sc.Rounds = max(1, s.Inserters), s.Ceiling, s.Rounds
 		}
 		if s.Peak {
 			sc.ConnCap, sc.PeakSettings = s.ConnCap, map[string]map[string]string{}
@@ -918,7 +919,7 @@ func describeScenario(s scenarioConfig) string {
 		p = append(p, fmt.Sprintf("pool MaxConns=%d", s.PoolMaxConns))
 	}
 	if s.Ceiling {
-		p = append(p, "server's own insert ceiling measured in the same database (INSERT ... SELECT FROM generate_series into the same table, same batches, one pass before and one after the queue's inserts, table truncated before each; the better pass)")
+		p = append(p, fmt.Sprintf("server's own insert ceiling measured in the same database (INSERT ... SELECT FROM generate_series into the same table, same batches; %d queue passes, each between two ceiling passes, table truncated before each pass; jobs/s and ceiling are the medians of their passes)", max(1, s.Rounds)))
 	}
 	if s.Inserters > 1 {
 		p = append(p, fmt.Sprintf("%d inserting connections", s.Inserters))
