@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/db/migrations"
-	"github.com/tenureq/tenure/internal/pgtest"
 )
 
 // Migration 0014 moves the single-column rules of tenure.jobs from table CHECKs to domains.
@@ -20,21 +19,11 @@ import (
 func TestMigration0014KeepsRowsAndRules(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	pool := openPool(t, pgtest.NewEmptyDB(t), 4)
-	_, err := migrations.Up(ctx, pool)
-	require.NoError(t, err)
-	above := 0 // migrations from 0014 on
-	for _, m := range migrations.All() {
-		if m.Version >= 14 {
-			above++
-		}
-	}
-	_, err = migrations.Down(ctx, pool, above)
-	require.NoError(t, err)
+	pool, above := migratedBelow(t, 14)
 
 	// Rows of several shapes under 0013: plain, unique with tags and metadata, finished with an
 	// error code and output.
-	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload) VALUES ('mail', '{"to":"a"}')`)
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload) VALUES ('mail', '{"to":"a"}')`)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `SELECT tenure.enqueue('mail', '{"to":"b"}', tags => ARRAY['t1', 'x:y'], metadata => '{"k":"v"}', unique_args => '{}')`)
 	require.NoError(t, err)

@@ -39,6 +39,28 @@ func openPool(t *testing.T, url string, maxConns int32) *pgxpool.Pool {
 	return pool
 }
 
+// migratedBelow returns a pool on a new database migrated up to (not including) version v, and
+// how many migrations from v on the binary holds (the steps Down takes to get back there). It
+// migrates all the way up first, so the down migrations from v on run too.
+func migratedBelow(t *testing.T, v int) (*pgxpool.Pool, int) {
+	t.Helper()
+	ctx := ctxT(t)
+	pool := openPool(t, pgtest.NewEmptyDB(t), 4)
+	_, err := migrations.Up(ctx, pool)
+	require.NoError(t, err)
+	above := 0
+	for _, m := range migrations.All() {
+		if m.Version >= v {
+			above++
+		}
+	}
+	reverted, err := migrations.Down(ctx, pool, above)
+	require.NoError(t, err)
+	require.Len(t, reverted, above)
+	require.Equal(t, v, reverted[len(reverted)-1].Version)
+	return pool, above
+}
+
 func versions(ms []migrations.Migration) []int {
 	out := []int{}
 	for _, m := range ms {

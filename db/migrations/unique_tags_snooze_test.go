@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/db/migrations"
-	"github.com/tenureq/tenure/internal/pgtest"
 )
 
 // Rows written before 0005 keep working after it (no key, no tags, no output, never snoozed,
@@ -15,23 +14,11 @@ import (
 func TestMigration0005KeepsExistingRows(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	pool := openPool(t, pgtest.NewEmptyDB(t), 4)
-	_, err := migrations.Up(ctx, pool)
-	require.NoError(t, err)
-	above := 0 // migrations from 0005 on
-	for _, m := range migrations.All() {
-		if m.Version >= 5 {
-			above++
-		}
-	}
-	reverted, err := migrations.Down(ctx, pool, above)
-	require.NoError(t, err)
-	require.Len(t, reverted, above)
-	require.Equal(t, 5, reverted[len(reverted)-1].Version)
+	pool, above := migratedBelow(t, 5)
 
 	var old int64
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO tenure.jobs (kind, payload, metadata) VALUES ('mail', '{"to":"a"}', '{"k":"v"}') RETURNING id`).Scan(&old))
-	_, err = migrations.Up(ctx, pool)
+	_, err := migrations.Up(ctx, pool)
 	require.NoError(t, err)
 
 	var tags []string
@@ -66,7 +53,7 @@ func TestMigration0005KeepsExistingRows(t *testing.T) {
 		require.Error(t, err, bad)
 	}
 
-	reverted, err = migrations.Down(ctx, pool, above)
+	reverted, err := migrations.Down(ctx, pool, above)
 	require.NoError(t, err)
 	require.Len(t, reverted, above)
 	var n int
