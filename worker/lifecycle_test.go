@@ -248,7 +248,7 @@ func TestStartWarnsAboutUnservedQueue(t *testing.T) {
 	require.NotContains(t, out, "kind=noop")
 }
 
-// TestFinishLingerBatchesLowLoad: eight jobs whose handlers return 10 ms apart. With a
+// TestFinishLingerBatchesLowLoad: eight jobs whose handlers return 30 ms apart. With a
 // FinishLinger longer than their spread, their completions are written by one statement,
 // with one finisher and with two (one batch lingers, whichever finisher writes it: two
 // lingering finishers used to split the jobs between them); with FinishLinger disabled each is
@@ -263,7 +263,7 @@ func TestFinishLingerBatchesLowLoad(t *testing.T) {
 		w, err := worker.New(pool, cfg)
 		require.NoError(t, err)
 		worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error {
-			time.Sleep(time.Duration(job.Args.N) * 10 * time.Millisecond)
+			time.Sleep(time.Duration(job.Args.N) * 30 * time.Millisecond)
 			return nil
 		}, nil)
 		c := newClient(t, pool, w)
@@ -289,5 +289,8 @@ func TestFinishLingerBatchesLowLoad(t *testing.T) {
 	t.Logf("finish statements for 8 staggered jobs: %d with a 500 ms linger (%d with two finishers), %d without", lingered, lingered2, immediate)
 	require.Equal(t, uint64(1), lingered)
 	require.Equal(t, uint64(1), lingered2)
-	require.Greater(t, immediate, uint64(3))
+	// Several: finishes that land while a write is in flight share the next one, so under a
+	// loaded -race run (a write slower than the 30 ms between finishes) fewer than 8, but 10 ms
+	// apart this once came out at 3.
+	require.GreaterOrEqual(t, immediate, uint64(3))
 }
