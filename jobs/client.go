@@ -239,6 +239,9 @@ type prepared struct {
 	metadata    []byte
 	tags        []string    // never nil
 	unique      *uniqueSpec // nil: not unique
+	// Between prepareOpts and encodePayload only (payload and unique are unset then).
+	args       generics.Args
+	uniqueOpts *UniqueOpts
 }
 
 // emptyMetadata is the stored form of no metadata.
@@ -286,7 +289,39 @@ func (p *prepared) dueNow() bool {
 	return p.delayUs == 0 && (p.runAt == nil || !p.runAt.After(time.Now()))
 }
 
+// prepare validates one job's args and options and encodes them: prepareOpts, then
+// encodePayload.
 func (c *Client) prepare(ctx context.Context, args generics.Args, opts *InsertOpts) (prepared, error) {
+	p, err := c.prepareOpts(ctx, args, opts)
+	if err != nil {
+		return prepared{}, err
+	}
+	if err := c.encodePayload(&p); err != nil {
+		return prepared{}, err
+	}
+	return p, nil
+}
+
+// encodePayload encodes and validates p's args (generics.Encode, the client's size limit) and
+// derives the unique key from the payload: the part of prepare that is per-job work in
+// proportion to the args, which InsertManyFast does while the rows before it are sent.
+func (c *Client) encodePayload(p *prepared) error {
+	payload, err := generics.Encode(p.args, c.max)
+	if err != nil {
+		return err
+	}
+	unique, err := prepareUnique(p.uniqueOpts, payload)
+	if err != nil {
+		return err
+	}
+	p.payload, p.unique, p.args, p.uniqueOpts = payload, unique, nil, nil
+	return nil
+}
+
+// prepareOpts resolves and validates one job's options (hook, registered and library
+// defaults, keys, metadata, tags): everything of prepare but the payload, which
+// encodePayload adds.
+func (c *Client) prepareOpts(ctx context.Context, args generics.Args, opts *InsertOpts) (prepared, error) {
 	if args == nil {
 		return prepared{}, &OptionError{Field: "args", Msg: "must not be nil"}
 	}
@@ -367,15 +402,7 @@ func (c *Client) prepare(ctx context.Context, args generics.Args, opts *InsertOp
 	if err != nil {
 		return prepared{}, err
 	}
-	payload, err := generics.Encode(args, c.max)
-	if err != nil {
-		return prepared{}, err
-	}
-	unique, err := prepareUnique(o.Unique, payload)
-	if err != nil {
-		return prepared{}, err
-	}
-	p := prepared{metadata: metadata, tags: tags, unique: unique, queue: o.Queue, kind: kind, payload: payload, version: int32(args.PayloadVersion()),
+	p := prepared{metadata: metadata, tags: tags, args: args, uniqueOpts: o.Unique, queue: o.Queue, kind: kind, version: int32(args.PayloadVersion()),
 		priority: int16(o.Priority), delayUs: o.Delay.Microseconds(), maxAttempts: int32(o.MaxAttempts),
 		leaseMs: int32(o.Lease.Milliseconds())}
 	if !o.RunAt.IsZero() {

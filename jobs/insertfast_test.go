@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
 )
@@ -116,4 +117,67 @@ func TestInsertManyFastStoresWhatInsertManyStores(t *testing.T) {
 	var left int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE kind = 'fast-unique'`).Scan(&left))
 	require.Zero(t, left)
+}
+
+// panicArgs panics while being encoded.
+type panicArgs struct{}
+
+func (panicArgs) Kind() string                 { return "panics" }
+func (panicArgs) PayloadVersion() int          { return 1 }
+func (panicArgs) MarshalJSON() ([]byte, error) { panic("args exploded") }
+
+// TestInsertManyFastBadArgsPartWay: InsertManyFast encodes args while earlier rows are being
+// sent, so a job whose args fail (too large) or panic ends the COPY part-way. The call returns
+// the job's own typed error (or panics on the caller's goroutine), inserts nothing, and leaves
+// the pool's connections usable; InsertManyFastTx refuses the same jobs before sending anything,
+// so the caller's transaction goes on and commits its other writes.
+func TestInsertManyFastBadArgsPartWay(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	c, err := jobs.NewClient(pool, &jobs.Config{MaxPayloadBytes: 1024})
+	require.NoError(t, err)
+	count := func() (n int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs`).Scan(&n))
+		return n
+	}
+	batch := func(bad generics.Args, at int) []jobs.InsertManyParams {
+		ps := make([]jobs.InsertManyParams, 3000) // ~900 KB of rows: the COPY is well under way at job 2500
+		for i := range ps {
+			ps[i] = jobs.InsertManyParams{Args: blobArgs{Data: strings.Repeat("x", 250)}}
+		}
+		ps[at] = jobs.InsertManyParams{Args: bad}
+		return ps
+	}
+
+	_, err = c.InsertManyFast(ctx, batch(blobArgs{Data: strings.Repeat("y", 2000)}, 2500))
+	var pe *generics.PayloadError
+	require.ErrorAs(t, err, &pe)
+	require.ErrorIs(t, err, generics.ErrPayloadTooLarge)
+	require.Contains(t, err.Error(), "job 2500 of 3000")
+	require.Zero(t, count())
+
+	require.PanicsWithValue(t, "args exploded", func() { _, _ = c.InsertManyFast(ctx, batch(panicArgs{}, 2999)) })
+	require.Zero(t, count())
+
+	// Every connection of the pool still works, and a good call goes through.
+	for range int(pool.Config().MaxConns) + 1 {
+		n, err := c.InsertManyFast(ctx, batch(blobArgs{Data: "ok"}, 0))
+		require.NoError(t, err)
+		require.EqualValues(t, 3000, n)
+	}
+	require.Equal(t, 3000*(int(pool.Config().MaxConns)+1), count())
+
+	// In the caller's transaction: refused before anything is sent; the transaction goes on.
+	_, err = pool.Exec(ctx, `TRUNCATE tenure.jobs`)
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = c.InsertManyFastTx(ctx, tx, batch(blobArgs{Data: strings.Repeat("y", 2000)}, 2500))
+	require.ErrorIs(t, err, generics.ErrPayloadTooLarge)
+	_, err = c.InsertTx(ctx, tx, blobArgs{Data: "after"}, nil)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, 1, count())
 }

@@ -168,6 +168,10 @@ func newRow(scen, label, unitName string, higherBetter bool, tu, ru unit) row {
 		suffix += " (both " + ru.BatchAPI + ")"
 	case ru.BatchAPI != "":
 		suffix += " (River " + ru.BatchAPI + ")"
+	case tu.BatchAPI != "":
+		// No River side for this API (a one-sided run): the line still names Tenure's API, so
+		// the two APIs' rows stay apart.
+		suffix += " (" + tu.BatchAPI + ")"
 	}
 	if ru.System != riversut.Name {
 		suffix += " (vs " + ru.System + ")"
@@ -548,6 +552,19 @@ func peakTargets(rows []row) []string {
 	return out
 }
 
+// bulkAPIOf is the Tenure bulk API a row's line suffix names (" (both InsertManyFast)", or
+// " (InsertManyFast)" when River did not run), or "".
+func bulkAPIOf(suffix string) string {
+	for _, p := range []string{" (both ", " ("} {
+		if rest, ok := strings.CutPrefix(suffix, p); ok {
+			if api, _, ok := strings.Cut(rest, ")"); ok && !strings.HasPrefix(api, "River ") && !strings.HasPrefix(api, "vs ") {
+				return api
+			}
+		}
+	}
+	return ""
+}
+
 // bulkTargets evaluates the bulk-enqueue target for each Tenure bulk API that inserted (one
 // line per API, in the rows' order): its share of its own ceiling, and the absolute rate when
 // the ceiling allows it (ceiling >= bulkTargetJobsPerS; otherwise only the share applies).
@@ -561,8 +578,8 @@ func bulkTargets(rows []row) []string {
 		}
 		suffix := strings.TrimPrefix(share.line, shareLabel)
 		side := share.TenureSystem
-		if strings.HasPrefix(suffix, " (both ") {
-			side += " " + strings.TrimSuffix(strings.TrimPrefix(suffix, " (both "), ")")
+		if api := bulkAPIOf(suffix); api != "" {
+			side += " " + api
 		}
 		if seen[side] {
 			continue // the same Tenure run against another River side

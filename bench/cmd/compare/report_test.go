@@ -258,6 +258,23 @@ func TestPeakAndBulkTargets(t *testing.T) {
 	if got := strings.Join(rep.Targets[2:], "\n"); !strings.Contains(got, "60.0% of 100000 rows/s: not met") || !strings.Contains(got, "does not apply") {
 		t.Errorf("bulk targets with a low ceiling: %s", got)
 	}
+
+	// Tenure alone (-systems tenure): each API's line still pairs its own rate, ceiling and
+	// share (a one-sided report once evaluated InsertMany's rate against InsertManyFast's share).
+	one := config{reps: 1, scenarios: []string{scenario.BulkEnqueue}, systems: []string{"tenure"}, payload: 256}
+	delete(results, runKey{scenario.BulkEnqueue, unit{"river", "InsertManyFast"}})
+	delete(results, runKey{scenario.BulkEnqueue, unit{"river", "InsertMany"}})
+	rep = buildReport(one, map[string]scenario.Spec{scenario.BulkEnqueue: specs[scenario.BulkEnqueue]},
+		pgutil.ServerInfo{Settings: map[string]string{}}, results, nil, nil)
+	want = []string{
+		"bulk-enqueue share (>= 80% of the server's own insert ceiling): tenure InsertManyFast 60000 jobs/s = 60.0% of 100000 rows/s: not met",
+		"bulk-enqueue rate (>= 150000 jobs/s): does not apply: the server's own ceiling is 100000 rows/s, below it; only the share applies",
+		"bulk-enqueue share (>= 80% of the server's own insert ceiling): tenure InsertMany 100000 jobs/s = 50.0% of 200000 rows/s: not met",
+		"bulk-enqueue rate (>= 150000 jobs/s; applies: the ceiling is 200000 rows/s): tenure InsertMany 100000 jobs/s: not met",
+	}
+	if strings.Join(rep.Targets, "\n") != strings.Join(want, "\n") {
+		t.Errorf("one-sided targets:\n%s\nwant:\n%s", strings.Join(rep.Targets, "\n"), strings.Join(want, "\n"))
+	}
 }
 
 func TestParseTune(t *testing.T) {
