@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -114,9 +115,11 @@ func BenchmarkInsertMany10kUnique(b *testing.B) {
 //   - parsed-ceiling: the same server-side INSERT ... SELECT, but the payload is built as JSON
 //     text and cast to jsonb, so the server parses it as it must for any client-sent payload
 //     (the ceiling proper builds it with jsonb_build_object and never parses JSON);
-//   - raw-copy: pgx's CopyFrom of the same columns InsertManyFast writes, rows built before
-//     the clock starts, in a transaction — the protocol and the server's COPY without the
-//     client library's per-job work (args encoding, validation, the band signal).
+//   - raw-copy: pgx's CopyFrom (COPY's binary format) of the same columns InsertManyFast
+//     writes, rows built before the clock starts, in a transaction;
+//   - raw-csv: the same rows as COPY CSV, prebuilt, in a transaction — what InsertManyFast
+//     sends, without the client library's per-job work (args encoding, validation, the band
+//     signal). raw-copy against raw-csv is the server's binary COPY path against its CSV path.
 //
 // go test -run '^$' -bench BulkEnqueueVsCeiling -benchtime 3x ./jobs/
 func BenchmarkBulkEnqueueVsCeiling(b *testing.B) {
@@ -167,12 +170,23 @@ func benchBulkVsCeiling(b *testing.B, pad string) {
 			return err
 		})
 	}
+	var csv bytes.Buffer
+	for range batch {
+		csv.WriteString(`"default","blob","` + strings.ReplaceAll(string(payload), `"`, `""`) + `",1,2,25,30000` + "\n")
+	}
+	rawCSV := func(int) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(csv.Bytes()),
+				"COPY tenure.jobs (queue, kind, payload, payload_version, priority, max_attempts, lease_ms) FROM STDIN (FORMAT csv)")
+			return err
+		})
+	}
 	many := func(int) error { _, err := c.InsertMany(ctx, params); return err }
 	fast := func(int) error { _, err := c.InsertManyFast(ctx, params); return err }
 	passes := []struct {
 		name string
 		f    func(int) error
-	}{{"ceiling", ceiling}, {"parsed-ceiling", parsed}, {"raw-copy", rawCopy}, {"insertmany", many}, {"insertmanyfast", fast}}
+	}{{"ceiling", ceiling}, {"parsed-ceiling", parsed}, {"raw-copy", rawCopy}, {"raw-csv", rawCSV}, {"insertmany", many}, {"insertmanyfast", fast}}
 	sums := make([]float64, len(passes))
 	for range b.N {
 		var line []string

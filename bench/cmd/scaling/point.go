@@ -30,9 +30,12 @@ import (
 type shape struct {
 	Ready    int `json:"ready"`    // ready jobs pre-inserted
 	Finished int `json:"finished"` // succeeded rows pre-inserted (older than the ready ones)
-	Queues   int `json:"queues"`   // the ready jobs are spread round-robin over this many queues
-	Slots    int `json:"slots"`    // total Concurrency of the one worker
-	Slice    int `json:"slice"`    // jobs measured
+	// FinishedSpan is how far back the finished rows' finished_at reach, evenly (0: 20 hours,
+	// inside the default 24 h retention).
+	FinishedSpan time.Duration `json:"finished_span_ns,omitempty"`
+	Queues       int           `json:"queues"` // the ready jobs are spread round-robin over this many queues
+	Slots        int           `json:"slots"`  // total Concurrency of the one worker
+	Slice        int           `json:"slice"`  // jobs measured
 }
 
 // Point is one measured point of a sweep.
@@ -183,10 +186,10 @@ func (e *env) preload(ctx context.Context, s shape, queues []string) error {
 	if err := pool.QueryRow(ctx, `SELECT max(id) FROM tenure.jobs`).Scan(&tid); err != nil {
 		return err
 	}
-	chunks := func(total int, what string, sql string) error {
+	chunks := func(total int, what string, sql string, extra ...any) error {
 		for lo := 1; lo <= total; lo += preloadChunk {
 			hi := min(total, lo+preloadChunk-1)
-			if _, err := pool.Exec(ctx, sql, lo, hi, tid, pad, queues, total); err != nil {
+			if _, err := pool.Exec(ctx, sql, append([]any{lo, hi, tid, pad, queues, total}, extra...)...); err != nil {
 				return fmt.Errorf("pre-insert %s %d..%d: %w", what, lo, hi, err)
 			}
 			if total > 1_000_000 && (hi/preloadChunk)%4 == 0 {
@@ -195,8 +198,13 @@ func (e *env) preload(ctx context.Context, s shape, queues []string) error {
 		}
 		return nil
 	}
-	// Finished rows: finished over the last 20 hours (inside the default 24 h retention), in
-	// id order, as the engine leaves them (CompleteMany keeps the claim token, clears the lease).
+	// Finished rows: finished over the last FinishedSpan (default 20 hours, inside the default
+	// 24 h retention), in id order, as the engine leaves them (CompleteMany keeps the claim
+	// token, clears the lease).
+	span := 20 * time.Hour
+	if s.FinishedSpan > 0 {
+		span = s.FinishedSpan
+	}
 	if s.Finished > 0 {
 		err := chunks(s.Finished, "finished", `
 INSERT INTO tenure.jobs (queue, kind, payload, payload_version, state, priority, run_at, attempts,
@@ -206,7 +214,7 @@ SELECT ($5::text[])[1 + (g % cardinality($5::text[]))], t.kind, jsonb_build_obje
        x.at, x.at, x.at, x.at, t.metadata, t.tags
 FROM generate_series($1::bigint, $2::bigint) g
 CROSS JOIN (SELECT * FROM tenure.jobs WHERE id = $3) t
-CROSS JOIN LATERAL (SELECT now() - (($6::bigint - g)::float8 / $6::bigint * 72000) * interval '1 second' AS at) x`)
+CROSS JOIN LATERAL (SELECT now() - (($6::bigint - g)::float8 / $6::bigint * $7::float8) * interval '1 second' AS at) x`, span.Seconds())
 		if err != nil {
 			return err
 		}

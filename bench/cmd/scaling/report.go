@@ -312,10 +312,12 @@ func (r *Report) markdown() string {
 	}
 	if sk := r.Soak; sk != nil {
 		fmt.Fprintf(&b, "\n## Soak\n\n")
-		fmt.Fprintf(&b, "Capacity first: %.0f jobs/s completed in a saturated run of the same workload (inserts and claims on the one machine; claim p99 %.2f ms; load %s). "+
-			"Then %.0f%% of it, %.0f jobs/s offered by two producers (InsertMany every 10 ms), for %.0f s on a fresh database, %d slots, "+
+		if sk.CapacityFreshPerS > 0 {
+			fmt.Fprintf(&b, "Capacity on a fresh table: %.0f jobs/s. ", sk.CapacityFreshPerS)
+		}
+		fmt.Fprintf(&b, "Capacity: %.0f jobs/s completed in a saturated run of the same workload (inserts and claims on the one machine; claim p99 %.2f ms; load %s)%s. Then %.0f%% of it, %.0f jobs/s offered by two producers (InsertMany every 10 ms), for %.0f s on a fresh database, %d slots, "+
 			"FinishedRetention %s (pruned every minute), autovacuum on; sampled every %.0f s. Inserted %d, succeeded %d, pruned %d; claim over the whole soak: p50 %.2f ms, p99 %.2f ms, max %.1f ms (%d claims).\n",
-			sk.CapacityPerS, sk.CapacityClaim.P99Ms, sk.CapacityLoad, sk.Load*100, sk.OfferedPerS, sk.DurationS, sk.Slots,
+			sk.CapacityPerS, sk.CapacityClaim.P99Ms, sk.CapacityLoad, retainedNote(sk), sk.Load*100, sk.OfferedPerS, sk.DurationS, sk.Slots,
 			time.Duration(sk.RetentionS*float64(time.Second)), sk.SampleEveryS, sk.Inserted, sk.Succeeded, sk.Pruned,
 			sk.Claim.P50Ms, sk.Claim.P99Ms, sk.Claim.MaxMs, sk.Claim.Count)
 		if sk.Error != "" {
@@ -353,4 +355,14 @@ func signed(v float64) string {
 		return "+" + f1(v)
 	}
 	return "-" + f1(-v)
+}
+
+// retainedNote says what the soak's capacity run held (a report from before the retained-table
+// capacity has none).
+func retainedNote(sk *Soak) string {
+	if sk.RetainedRows == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", on a table holding %d succeeded rows finished over the last %s and pruned at that retention: what the soak retains at %.0f%% of the fresh capacity",
+		sk.RetainedRows, time.Duration(sk.RetentionS*float64(time.Second)), sk.Load*100)
 }

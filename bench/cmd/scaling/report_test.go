@@ -80,3 +80,20 @@ func TestReportRendersPointsAndPlots(t *testing.T) {
 		t.Error("no soak ran, yet a soak plot")
 	}
 }
+
+// TestReportSoakCapacities: the soak section gives both capacities and what the retained-table
+// run held, and formats cleanly (no stray verbs from the note's own percent sign).
+func TestReportSoakCapacities(t *testing.T) {
+	r := &Report{Machine: Machine{CPUs: 2}, Soak: &Soak{CapacityFreshPerS: 10169, CapacityPerS: 8000, RetainedRows: 2_135_490,
+		Load: 0.7, OfferedPerS: 5600, RetentionS: 300, DurationS: 1800, Slots: 100, SampleEveryS: 10}}
+	md := r.markdown()
+	for _, want := range []string{"Capacity on a fresh table: 10169 jobs/s.", "Capacity: 8000 jobs/s",
+		"holding 2135490 succeeded rows finished over the last 5m0s", "at 70% of the fresh capacity", "Then 70% of it, 5600 jobs/s"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("soak section lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "%!") {
+		t.Errorf("a formatting verb went wrong:\n%s", md)
+	}
+}
