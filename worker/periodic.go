@@ -298,7 +298,8 @@ func (w *Worker) upsertPeriodic(ctx context.Context, q *gen.Queries, p *Periodic
 }
 
 func (w *Worker) runOnStart(ctx context.Context, p *PeriodicJob) error {
-	return pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
+	enqueued := false
+	err := pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
 		q := w.q.WithTx(tx)
 		at, err := q.PeriodicRunOnStart(ctx, gen.PeriodicRunOnStartParams{Name: p.name, GapUs: p.period(time.Now()).Microseconds()})
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -307,11 +308,17 @@ func (w *Worker) runOnStart(ctx context.Context, p *PeriodicJob) error {
 		if err != nil {
 			return err
 		}
+		enqueued = true
 		return w.enqueueTick(ctx, tx, p, Tick{Name: p.name, At: *at, OnStart: true})
 	})
+	if err == nil && enqueued {
+		w.m.periodicEnqueued.Add(1) // counted once committed
+	}
+	return err
 }
 
-// enqueueTick builds and inserts the tick's job in tx and records its id on the schedule.
+// enqueueTick builds and inserts the tick's job in tx and records its id on the schedule. The
+// caller counts it once tx has committed.
 func (w *Worker) enqueueTick(ctx context.Context, tx pgx.Tx, p *PeriodicJob, t Tick) error {
 	args, err := p.args(ctx, t)
 	if err != nil {
@@ -329,11 +336,7 @@ func (w *Worker) enqueueTick(ctx context.Context, tx pgx.Tx, p *PeriodicJob, t T
 	if err != nil {
 		return err
 	}
-	if err := w.q.WithTx(tx).PeriodicSetJob(ctx, gen.PeriodicSetJobParams{JobID: &row.ID, Name: p.name}); err != nil {
-		return err
-	}
-	w.m.periodicEnqueued.Add(1)
-	return nil
+	return w.q.WithTx(tx).PeriodicSetJob(ctx, gen.PeriodicSetJobParams{JobID: &row.ID, Name: p.name})
 }
 
 // periodicService enqueues the ticks of this worker's schedules. It sleeps until the earliest
@@ -427,13 +430,19 @@ func (w *Worker) fireTick(ctx context.Context, p *PeriodicJob, t, now time.Time)
 		}
 		took = true
 		if !enqueue {
-			w.m.periodicSkipped.Add(dropped)
 			return nil
 		}
 		return w.enqueueTick(tctx, tx, p, Tick{Name: p.name, At: latest, Missed: missed})
 	})
 	if err != nil {
 		return false, err
+	}
+	// Counted once committed: a transaction that failed at COMMIT enqueued and skipped nothing.
+	switch {
+	case took && enqueue:
+		w.m.periodicEnqueued.Add(1)
+	case took:
+		w.m.periodicSkipped.Add(dropped)
 	}
 	if took && missed > 0 {
 		w.log.Info("tenure: periodic schedule caught up after missed ticks", "schedule", p.name,

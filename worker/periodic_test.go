@@ -352,3 +352,26 @@ func TestPeriodicRowDeletedIsRegisteredAgain(t *testing.T) {
 	n := len(tickJobs(t, pool, "gone"))
 	waitFor(t, 10*time.Second, "ticks again", func() bool { return len(tickJobs(t, pool, "gone")) >= n+2 })
 }
+
+// TestPeriodicCountsOnlyCommittedEnqueues: Stats.PeriodicEnqueued counts the tick jobs whose
+// transaction committed. A tick transaction that fails at COMMIT (here a deferred trigger
+// refuses it; in life, Stop cancelling the service while it commits) inserted nothing and must
+// not be counted: the counter was once bumped inside the transaction, and a loaded CI run of
+// TestPeriodicOneJobPerTickAcrossWorkers counted 7 enqueues for 6 jobs.
+func TestPeriodicCountsOnlyCommittedEnqueues(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	w := periodicWorker(t, pool, "periodic-refused", tickJob("refused", worker.Every(time.Second), nil))
+	startWorker(t, w)
+	_, err := pool.Exec(ctx, `
+CREATE FUNCTION public.refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$;
+CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER UPDATE ON tenure.periodic DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (NEW.name = 'refused') EXECUTE FUNCTION public.refuse_at_commit()`)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "a tick refused at commit", func() bool { return w.Stats().PeriodicErrors > 0 })
+	require.NoError(t, stopWorker(t, w, 10*time.Second))
+	st := w.Stats()
+	got := tickJobs(t, pool, "refused")
+	require.Equal(t, int64(len(got)), st.PeriodicEnqueued, "counted enqueues = jobs in the table (%d errors)", st.PeriodicErrors)
+}
