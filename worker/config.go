@@ -30,8 +30,7 @@ type Config struct {
 	// pool configuration, so handlers holding every connection of their pool never starve
 	// heartbeats or completions. A pool given here is used as it is: give its connections
 	// EngineRuntimeParams (generic plans, no sequential scans, no JIT: why in
-	// internal/engineconf), or the engine's statements may plan and run worse, and
-	// EngineAfterConnect as its AfterConnect (tokens in binary), or they cost more CPU.
+	// internal/engineconf), or the engine's statements may plan and run worse.
 	EnginePool *pgxpool.Pool
 	// AsynchronousCommit lets the engine's own transactions (claims, heartbeats, finishes,
 	// reclaims) commit with synchronous_commit=off: faster (no wait for the WAL flush), at a

@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/db/gen"
@@ -22,7 +21,6 @@ import (
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/engineconf"
 	"github.com/tenureq/tenure/internal/logkey"
-	"github.com/tenureq/tenure/internal/pguuid"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -213,18 +211,6 @@ func EngineRuntimeParams() map[string]string {
 	return maps.Clone(engineconf.Settings)
 }
 
-// EngineAfterConnect prepares a connection for the engine's statements: pgx then sends and
-// reads claim tokens (google/uuid values) as 16 bytes rather than as text through their
-// driver.Valuer and sql.Scanner (internal/pguuid; 11 % of the engine process's CPU at peak
-// throughput). The worker's private engine pool runs it on every connection, after the
-// application pool's own AfterConnect; for a Config.EnginePool of your own, set it as (or call
-// it from) that pool's pgxpool.Config.AfterConnect. Without it the engine is correct, only
-// slower.
-func EngineAfterConnect(_ context.Context, c *pgx.Conn) error {
-	pguuid.Register(c.TypeMap())
-	return nil
-}
-
 // Start checks the database (it answers, and its schema is at the version this release
 // expects: ErrSchemaBehind / ErrSchemaAhead otherwise), then starts the queue loops, the
 // finishers, the lease-expiry sweep, pruning and the LISTEN connection, and returns.
@@ -262,16 +248,6 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 		if w.cfg.AsynchronousCommit {
 			pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-		}
-		if prev := pc.AfterConnect; prev != nil {
-			pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-				if err := prev(ctx, c); err != nil {
-					return err
-				}
-				return EngineAfterConnect(ctx, c)
-			}
-		} else {
-			pc.AfterConnect = EngineAfterConnect
 		}
 		eng, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
