@@ -1275,15 +1275,6 @@ SELECT id FROM gone;
 SELECT pg_notify('tenure_jobs', @queue::text || chr(31) || @priority::smallint || chr(31)
                                 || (extract(epoch FROM @run_at::timestamptz) * 1000000)::bigint);
 
--- name: NotifyBands :exec
--- The new-job signal (as InsertJob's) for the bands InsertManyFast gave due jobs: queue,
--- priority and the band's oldest due time in microseconds since the epoch, 0 meaning now()
--- (the transaction's start: the due time of the rows COPY left to run_at's default).
-SELECT pg_notify('tenure_jobs', b.queue || chr(31) || b.priority || chr(31)
-                 || CASE WHEN b.run_at_us = 0 THEN (extract(epoch FROM now()) * 1000000)::bigint ELSE b.run_at_us END)
-FROM (SELECT unnest(@queues::text[]) AS queue, unnest(@priorities::smallint[]) AS priority,
-             unnest(@run_at_us::bigint[]) AS run_at_us) AS b;
-
 -- name: InsertAudit :one
 INSERT INTO tenure.audit (actor, action, reason, job_id, detail)
 VALUES (@actor, @action, @reason, sqlc.narg(job_id), @detail)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -109,4 +110,46 @@ func TestCSVRowsRoundTrip(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, len(all), i)
+}
+
+// TestFastSignalSQLSaysWhatItIsGiven: the parameterless new-job signal InsertManyFast sends in
+// its COPY query carries each band's queue (any text, with quotes and backslashes, whatever
+// standard_conforming_strings says), priority and due time, and now() for due time 0.
+func TestFastSignalSQLSaysWhatItIsGiven(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "SET standard_conforming_strings = off; LISTEN tenure_jobs")
+	require.NoError(t, err)
+	defer conn.Exec(ctx, "RESET standard_conforming_strings; UNLISTEN *") //nolint:errcheck
+
+	due := map[signalBand]int64{
+		{`it's`, 1}:             0,
+		{`back\slash'); --`, 4}: 1764644645123456,
+		{"é漢字🙂", 2}:             1,
+	}
+	var dbNow time.Time
+	require.NoError(t, conn.QueryRow(ctx, "SELECT now()").Scan(&dbNow))
+	_, err = conn.Exec(ctx, fastSignalSQL(due))
+	require.NoError(t, err)
+	got := map[string]string{}
+	for range due {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := conn.Conn().WaitForNotification(wctx)
+		cancel()
+		require.NoError(t, err)
+		f := bytes.Split([]byte(n.Payload), []byte{31})
+		require.Len(t, f, 3, n.Payload)
+		got[string(f[0])+"/"+string(f[1])] = string(f[2])
+	}
+	nowUs, ok := got["it's/1"]
+	require.True(t, ok, "%v", got)
+	var us int64
+	_, err = fmt.Sscan(nowUs, &us)
+	require.NoError(t, err)
+	require.WithinDuration(t, dbNow, time.UnixMicro(us), time.Minute)
+	require.Equal(t, map[string]string{"it's/1": nowUs, `back\slash'); --/4`: "1764644645123456", "é漢字🙂/2": "1"}, got)
 }

@@ -2,16 +2,19 @@ package jobs
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/tenureq/tenure/db/gen"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // InsertManyFast inserts the jobs with PostgreSQL's COPY protocol in one transaction and
-// returns how many it inserted; it does not return their ids. It validates, encodes and signals
+// returns how many it inserted (all of them, or none with an error); it does not return their ids. It validates, encodes and signals
 // like InsertMany (the same options, hooks and defaults, the new-job NOTIFY per queue and
 // priority band with due jobs) and stores the same rows; it is for bulk loads that do not need
 // the ids: COPY spares the server InsertMany's per-row parameter arrays
@@ -27,13 +30,7 @@ import (
 // generics.PayloadError) ends the COPY part-way and the transaction rolls back: the call still
 // inserts nothing and returns that error.
 func (c *Client) InsertManyFast(ctx context.Context, params []InsertManyParams) (int64, error) {
-	var n int64
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		var err error
-		n, err = c.insertManyFast(ctx, tx, params, true)
-		return err
-	})
-	return n, err
+	return c.insertManyFast(ctx, nil, params, true)
 }
 
 // InsertManyFastTx is InsertManyFast inside the caller's transaction (the jobs commit with it).
@@ -46,9 +43,17 @@ func (c *Client) InsertManyFastTx(ctx context.Context, tx pgx.Tx, params []Inser
 	return c.insertManyFast(ctx, tx, params, false)
 }
 
-// insertManyFast copies params' jobs in tx. With streamArgs each job's args are encoded as the
-// COPY reads its row (csvRows.encode), after every job's options were checked; otherwise
-// all are encoded first.
+// insertManyFast copies params' jobs in tx, or (tx nil) in a transaction of its own. With
+// streamArgs each job's args are encoded as the COPY reads its row (csvRows.encode), after every
+// job's options were checked; otherwise all are encoded first.
+//
+// The COPY and the new-job signal go to the server as one simple-protocol query ("COPY ... FROM
+// STDIN; SELECT pg_notify(...)", fastSignalSQL), so the signal costs no round trip of its own.
+// Without tx that query is the whole transaction (a multi-statement query runs as one implicit
+// transaction: the rows and the signal commit together, or neither does), which spares BEGIN and
+// COMMIT their round trips too; only a call whose rows need the database's clock (a Delay, or
+// due-now jobs mixed with scheduled ones) opens an explicit transaction, so its run_at values
+// are computed from the same transaction start as the rows left to run_at's default.
 func (c *Client) insertManyFast(ctx context.Context, tx pgx.Tx, params []InsertManyParams, streamArgs bool) (int64, error) {
 	var all []prepared
 	var err error
@@ -81,22 +86,43 @@ func (c *Client) insertManyFast(ctx context.Context, tx pgx.Tx, params []InsertM
 		}
 		extras = extras || len(p.tags) > 0 || (len(p.metadata) > 0 && string(p.metadata) != "{}")
 	}
-	q := c.q.WithTx(tx)
 	// run_at: left to its default (now(), the transaction's start) when every job is due
 	// immediately; otherwise every row carries it, computed from the transaction's start.
 	explicit := delayed || scheduled
+	needNow := delayed || (scheduled && immediate)
+	if tx == nil && needNow {
+		var n int64
+		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+			var err error
+			n, err = c.copyJobs(ctx, tx.Conn().PgConn(), tx, all, explicit, needNow, extras, streamArgs)
+			return err
+		})
+		return n, err
+	}
+	if tx != nil {
+		return c.copyJobs(ctx, tx.Conn().PgConn(), tx, all, explicit, needNow, extras, streamArgs)
+	}
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	return c.copyJobs(ctx, conn.Conn().PgConn(), nil, all, explicit, needNow, extras, streamArgs)
+}
+
+// copyJobs sends all's rows and their new-job signal as one query on pg (in tx when it is not
+// nil; tx is needed, and is not nil, when needNow: the rows' run_at values are computed from
+// its start).
+func (c *Client) copyJobs(ctx context.Context, pg *pgconn.PgConn, tx pgx.Tx, all []prepared, explicit, needNow, extras, streamArgs bool) (int64, error) {
 	var now time.Time
-	if delayed || (scheduled && immediate) {
-		if now, err = q.DatabaseNow(ctx); err != nil {
+	if needNow {
+		var err error
+		if now, err = c.q.WithTx(tx).DatabaseNow(ctx); err != nil {
 			return 0, err
 		}
 	}
-	type band struct {
-		queue    string
-		priority int16
-	}
 	// Every band with due jobs gets a signal carrying its oldest due time (0: now()).
-	due := map[band]int64{}
+	due := map[signalBand]int64{}
 	cols := "queue, kind, payload, payload_version, priority, max_attempts, lease_ms"
 	if explicit {
 		cols += ", run_at"
@@ -130,7 +156,7 @@ func (c *Client) insertManyFast(ctx context.Context, tx pgx.Tx, params []InsertM
 			dueUs = 0 // now(), in the signal's statement
 		}
 		if dueUs >= 0 {
-			b := band{p.queue, p.priority}
+			b := signalBand{p.queue, p.priority}
 			if cur, ok := due[b]; !ok || dueUs < cur {
 				due[b] = dueUs
 			}
@@ -142,7 +168,11 @@ func (c *Client) insertManyFast(ctx context.Context, tx pgx.Tx, params []InsertM
 	if streamArgs {
 		rows.encode = c.encodePayload
 	}
-	tag, err := tx.Conn().PgConn().CopyFrom(ctx, rows, "COPY tenure.jobs ("+cols+") FROM STDIN (FORMAT csv)")
+	sql := "COPY tenure.jobs (" + cols + ") FROM STDIN (FORMAT csv)"
+	if len(due) > 0 {
+		sql += "; " + fastSignalSQL(due)
+	}
+	_, err := pg.CopyFrom(ctx, rows, sql)
 	if rows.panicked != nil {
 		panic(rows.panicked) // a job's args panicked while encoding: on the caller's goroutine, as InsertMany would
 	}
@@ -152,17 +182,48 @@ func (c *Client) insertManyFast(ctx context.Context, tx pgx.Tx, params []InsertM
 	if err != nil {
 		return 0, err
 	}
-	n := tag.RowsAffected()
-	if len(due) > 0 {
-		var arg gen.NotifyBandsParams
-		for b, us := range due {
-			arg.Queues = append(arg.Queues, b.queue)
-			arg.Priorities = append(arg.Priorities, b.priority)
-			arg.RunAtUs = append(arg.RunAtUs, us)
-		}
-		if err := q.NotifyBands(ctx, arg); err != nil {
-			return 0, err
-		}
+	// COPY inserts every row or fails; the command tag pgconn returns is the signal's.
+	return int64(len(all)), nil
+}
+
+// signalBand is a queue and priority band InsertManyFast gave due jobs.
+type signalBand struct {
+	queue    string
+	priority int16
+}
+
+// fastSignalSQL is the new-job signal InsertJob and InsertJobs send (db/queries.sql: queue,
+// priority and the band's oldest due time in microseconds since the epoch, separated by chr(31)),
+// for the bands in due (due time 0: now(), the transaction's start, the due time of rows COPY
+// left to run_at's default), as a statement without parameters: it travels in the COPY's own
+// simple-protocol query. Queue names go as hex (decode), so no quoting rule or server setting
+// (standard_conforming_strings) can change what the statement says.
+func fastSignalSQL(due map[signalBand]int64) string {
+	bands := make([]signalBand, 0, len(due))
+	for b := range due {
+		bands = append(bands, b)
 	}
-	return n, nil
+	slices.SortFunc(bands, func(a, b signalBand) int { // a stable statement text for one set of bands
+		if c := strings.Compare(a.queue, b.queue); c != 0 {
+			return c
+		}
+		return int(a.priority) - int(b.priority)
+	})
+	var sb strings.Builder
+	sb.WriteString("SELECT pg_notify('tenure_jobs', convert_from(decode(b.q, 'hex'), 'UTF8') || chr(31) || b.p || chr(31) || " +
+		"CASE WHEN b.us = 0 THEN (extract(epoch FROM now()) * 1000000)::bigint ELSE b.us END) FROM (VALUES ")
+	for i, b := range bands {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("('")
+		sb.WriteString(hex.EncodeToString([]byte(b.queue)))
+		sb.WriteString("', ")
+		sb.WriteString(strconv.Itoa(int(b.priority)))
+		sb.WriteString(", ")
+		sb.WriteString(strconv.FormatInt(due[b], 10))
+		sb.WriteString("::bigint)")
+	}
+	sb.WriteString(") AS b(q, p, us)")
+	return sb.String()
 }

@@ -3267,27 +3267,6 @@ func (q *Queries) LockQueueState(ctx context.Context, name string) ([]bool, erro
 	return items, nil
 }
 
-const notifyBands = `-- name: NotifyBands :exec
-SELECT pg_notify('tenure_jobs', b.queue || chr(31) || b.priority || chr(31)
-                 || CASE WHEN b.run_at_us = 0 THEN (extract(epoch FROM now()) * 1000000)::bigint ELSE b.run_at_us END)
-FROM (SELECT unnest($1::text[]) AS queue, unnest($2::smallint[]) AS priority,
-             unnest($3::bigint[]) AS run_at_us) AS b
-`
-
-type NotifyBandsParams struct {
-	Queues     []string
-	Priorities []int16
-	RunAtUs    []int64
-}
-
-// The new-job signal (as InsertJob's) for the bands InsertManyFast gave due jobs: queue,
-// priority and the band's oldest due time in microseconds since the epoch, 0 meaning now()
-// (the transaction's start: the due time of the rows COPY left to run_at's default).
-func (q *Queries) NotifyBands(ctx context.Context, arg NotifyBandsParams) error {
-	_, err := q.db.Exec(ctx, notifyBands, arg.Queues, arg.Priorities, arg.RunAtUs)
-	return err
-}
-
 const notifyCancel = `-- name: NotifyCancel :exec
 SELECT pg_notify('tenure_cancel', to_char($1::bigint, 'FM99999999999999999999'))
 `
