@@ -1,0 +1,15 @@
+-- Autovacuum settings for tenure.jobs (issue 17, "how cost grows": the soak).
+--
+-- Every job leaves two or three dead row versions: the claim and the finish change state,
+-- which the partial indexes read, so neither update is HOT. With autovacuum's defaults
+-- (vacuum when 20 % of the rows are dead; cost limit 200 per 2 ms delay) the bench's 30-minute
+-- soak on the distribution's stock server (5,778 jobs/s, 5-minute retention of finished rows,
+-- ~2 M live rows) ran 16 vacuums of the table, each ~110 s of throttled work across the heap
+-- and its indexes, while dead rows rose from 1.8 M to 5 M and the heap grew in steps from 2.0
+-- to 2.6 GB (bench/results/2026-12-02-scaling.md). Vacuuming at 1 % dead rows with ten times
+-- the cost budget keeps each vacuum short; the table is still vacuumed by the server's
+-- autovacuum workers, on their schedule (autovacuum_naptime).
+--
+-- Cost: none (reloptions only; no rewrite, no lock beyond SHARE UPDATE EXCLUSIVE for a moment).
+-- Override per deployment with ALTER TABLE tenure.jobs SET (...) or RESET (...).
+ALTER TABLE tenure.jobs SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_limit = 2000);
