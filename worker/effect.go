@@ -93,7 +93,9 @@ func Effect[T any](ctx context.Context, job generics.AnyJob, name string,
 	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
 		return out, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + name}
 	}
-	if rec, err := q.GetEffect(ctx, key); err == nil {
+	if rec, err := q.GetEffect(ctx, key); leaseLostErr(ctx, err) {
+		return out, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + name}
+	} else if err == nil {
 		if err := json.Unmarshal(rec.Result, &out.Value); err != nil {
 			return out, fmt.Errorf("tenure: effect %q: recorded result does not decode: %w", key, err)
 		}

@@ -392,9 +392,13 @@ func TestEffectStaleGenerationRefused(t *testing.T) {
 // returns ErrLostOwnership, the handler rolls back and the business row is absent.
 // "rollback-after-complete": CompleteTx succeeded but the handler rolled back and failed: the
 // job is retried normally and only the second attempt's row exists.
+// "lease-lost-in-flight": CompleteTx's statement waits on a row lock another session holds
+// while the engine gives the lease up (its heartbeats wait on the same lock and time out) and
+// cancels the handler's context under the statement: CompleteTx still says ErrLostOwnership,
+// not the context error, and the job is reclaimed and succeeds on its next attempt.
 func TestEffectCompleteTx(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"commit", "lease-lost", "rollback-after-complete"} {
+	for _, mode := range []string{"commit", "lease-lost", "rollback-after-complete", "lease-lost-in-flight"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -418,7 +422,7 @@ func TestEffectCompleteTx(t *testing.T) {
 				if _, err := tx.Exec(ctx, "INSERT INTO app_orders (job_id, attempt) VALUES ($1, $2)", job.ID, job.Attempt); err != nil {
 					return err
 				}
-				if mode == "lease-lost" {
+				if (mode == "lease-lost" || mode == "lease-lost-in-flight") && job.Attempt == 1 {
 					inTx <- struct{}{}
 					<-proceed
 				}
@@ -434,7 +438,11 @@ func TestEffectCompleteTx(t *testing.T) {
 				return tx.Commit(ctx)
 			}, &worker.HandlerOptions{Retry: fastRetry, MaxAttempts: 3})
 			c := newClient(t, pool, w)
-			row, err := c.Insert(ctx, chaosArgs{Tag: mode}, &jobs.InsertOpts{Lease: 20 * time.Second})
+			lease := 20 * time.Second
+			if mode == "lease-lost-in-flight" {
+				lease = 3 * time.Second // heartbeats every second; two that time out give it up
+			}
+			row, err := c.Insert(ctx, chaosArgs{Tag: mode}, &jobs.InsertOpts{Lease: lease})
 			require.NoError(t, err)
 			startWorker(t, w)
 			businessRows := func() int {
@@ -480,6 +488,34 @@ func TestEffectCompleteTx(t *testing.T) {
 				require.ErrorIs(t, outcomes[0].Err, worker.ErrLostOwnership)
 				st := w.Stats()
 				require.Zero(t, st.Succeeded)
+				require.GreaterOrEqual(t, st.StaleRejected, int64(1))
+
+			case "lease-lost-in-flight":
+				<-inTx
+				locker, err := pool.Begin(ctx)
+				require.NoError(t, err)
+				defer func() { _ = locker.Rollback(ctx) }()
+				_, err = locker.Exec(ctx, "SELECT 1 FROM tenure.jobs WHERE id = $1 FOR UPDATE", row.ID)
+				require.NoError(t, err)
+				close(proceed)
+				var cerr error
+				select {
+				case cerr = <-completeErrs:
+				case <-time.After(30 * time.Second):
+					t.Fatal("CompleteTx still waiting 30 s after the lock was taken: the lease was never given up")
+				}
+				var stale *worker.StaleWriteError
+				require.ErrorAs(t, cerr, &stale, "a statement cancelled for a lost lease is a lost ownership")
+				require.ErrorIs(t, cerr, worker.ErrLostOwnership)
+				require.NoError(t, locker.Rollback(ctx))
+				waitFor(t, 20*time.Second, "the reclaimed job to succeed", func() bool { return countState(t, pool, "succeeded") == 1 })
+				require.NoError(t, <-completeErrs)
+				got := getJob(t, c, row.ID)
+				require.EqualValues(t, 2, got.Generation)
+				require.Equal(t, 1, businessRows(), "only the second attempt's business row")
+				require.NoError(t, stopWorker(t, w, 5*time.Second))
+				st := w.Stats()
+				require.EqualValues(t, 1, st.Succeeded)
 				require.GreaterOrEqual(t, st.StaleRejected, int64(1))
 
 			case "rollback-after-complete":

@@ -434,23 +434,31 @@ func CompleteTx(ctx context.Context, tx pgx.Tx, job generics.AnyJob) error {
 	if e == nil || e.c.ID != meta.ID || e.c.ClaimToken != meta.ClaimToken {
 		return ErrNotInHandler
 	}
-	if err := context.Cause(e.ctx); errors.Is(err, ErrLeaseLost) {
-		return &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "succeeded"}
-	}
 	var output []byte
 	if o := e.output.Load(); o != nil {
 		output = *o
 	}
+	// No check of the lease before the statement: the engine may cancel the handler's context
+	// for a lost lease at any moment, also while the statement is on its way or running, and
+	// one check after it covers every such moment (leaseLostErr).
 	n, err := gen.New(tx).CompleteOne(ctx, gen.CompleteOneParams{ID: meta.ID, ClaimToken: meta.ClaimToken, Output: output})
-	if err != nil {
-		return err
+	if err == nil && n == 1 {
+		e.txCompleted.Store(true)
+		return nil
 	}
-	if n == 0 {
+	if err == nil || leaseLostErr(e.ctx, err) {
 		e.q.w.m.staleRejected.Add(1)
 		return &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "succeeded"}
 	}
-	e.txCompleted.Store(true)
-	return nil
+	return err
+}
+
+// leaseLostErr reports whether err, from a statement run on a handler's context, failed once
+// the engine had cancelled that context for a lost lease: pgx then reports a cancelled
+// statement or a context already done, but what the handler must learn is that the job is no
+// longer its own.
+func leaseLostErr(handlerCtx context.Context, err error) bool {
+	return err != nil && errors.Is(context.Cause(handlerCtx), ErrLeaseLost)
 }
 
 // jsonNull is the CompleteMany output of a job whose handler recorded none.
