@@ -1189,14 +1189,31 @@ RETURNING j.id, j.state;
 
 -- name: Heartbeat :many
 -- Extends the leases of still-owned, still-leased jobs by their lease length, on the database
--- clock. A job missing from the result has lost its lease. cancel_requested tells the worker an
--- operator asked to cancel it.
-UPDATE tenure.jobs j
-SET locked_until = now() + j.lease_ms * interval '1 millisecond', updated_at = now()
-FROM (SELECT unnest(@ids::bigint[]) AS id,
-            unnest(@tokens::uuid[]) AS token) AS f
-WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
-RETURNING j.id, (j.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested;
+-- clock (extended = true). It never waits on a row lock: a job whose row another session holds
+-- locked (an operator's or the application's open transaction) is skipped and returned with
+-- extended = false, still owned as this statement's snapshot sees it; waiting would hold back
+-- every other job of the batch until the lock is released. A job missing from the result has
+-- lost its lease. cancel_requested tells the worker an operator asked to cancel it.
+WITH f AS (
+    SELECT unnest(@ids::bigint[]) AS id, unnest(@tokens::uuid[]) AS token
+), owned AS (
+    SELECT j.id
+    FROM tenure.jobs j JOIN f ON j.id = f.id
+    WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
+    FOR UPDATE OF j SKIP LOCKED
+), extended AS (
+    UPDATE tenure.jobs j
+    SET locked_until = now() + j.lease_ms * interval '1 millisecond', updated_at = now()
+    FROM owned o
+    WHERE j.id = o.id
+    RETURNING j.id, (j.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested
+)
+SELECT e.id, e.cancel_requested, true AS extended FROM extended e
+UNION ALL
+SELECT j.id, (j.cancel_requested_at IS NOT NULL)::boolean, false
+FROM tenure.jobs j JOIN f ON j.id = f.id
+WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
+  AND j.id NOT IN (SELECT o.id FROM owned o);
 
 -- ---------------------------------------------------------------------------------------------
 -- Reclaim (docs/contract.md §3): expired leases are a failed attempt with code LEASE_EXPIRED.

@@ -393,8 +393,8 @@ func TestEffectStaleGenerationRefused(t *testing.T) {
 // "rollback-after-complete": CompleteTx succeeded but the handler rolled back and failed: the
 // job is retried normally and only the second attempt's row exists.
 // "lease-lost-in-flight": CompleteTx's statement waits on a row lock another session holds
-// while the engine gives the lease up (its heartbeats wait on the same lock and time out) and
-// cancels the handler's context under the statement: CompleteTx still says ErrLostOwnership,
+// while the engine gives the lease up (its heartbeats cannot extend a locked row, so the
+// lease runs out) and cancels the handler's context under the statement: CompleteTx still says ErrLostOwnership,
 // not the context error, and the job is reclaimed and succeeds on its next attempt.
 func TestEffectCompleteTx(t *testing.T) {
 	t.Parallel()
@@ -440,7 +440,7 @@ func TestEffectCompleteTx(t *testing.T) {
 			c := newClient(t, pool, w)
 			lease := 20 * time.Second
 			if mode == "lease-lost-in-flight" {
-				lease = 3 * time.Second // heartbeats every second; two that time out give it up
+				lease = 3 * time.Second // the locked row's lease runs out 3 s after its last heartbeat
 			}
 			row, err := c.Insert(ctx, chaosArgs{Tag: mode}, &jobs.InsertOpts{Lease: lease})
 			require.NoError(t, err)

@@ -2,7 +2,7 @@ package worker_test
 
 // Regression tests for the engine defects found by review and fault trials (each failed before
 // its fix): bad error messages, handlers returning during Stop, Stop's deadline, rolling
-// deploys, and a CompleteTx whose read-back fails.
+// deploys, a CompleteTx whose read-back fails, and a locked row holding back heartbeats.
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
 )
 
@@ -342,4 +343,76 @@ func TestEffectKeyPrefix(t *testing.T) {
 	})
 	_, err = worker.New(pool, &worker.Config{EffectKeyPrefix: "bad\x00"})
 	require.ErrorIs(t, err, worker.ErrInvalidConfig)
+}
+
+// An open transaction holding one running job's row lock (an operator's session, or the
+// application's transaction around jobs.Client.Cancel) used to hold back the heartbeat of every
+// job of its queue: the batched statement waited on the lock, timed out, and the other jobs'
+// leases ran out in the database (and were reclaimed and run again) or were given up after two
+// timeouts. The heartbeat skips a locked row now: the other jobs keep their leases and finish on
+// their first attempt; only the locked job's lease runs out, and it runs again once the lock
+// goes.
+func TestHeartbeatIsNotHeldBackByALockedRow(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 3}})
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	started := make(chan int64, 8)
+	var lockedID atomic.Int64
+	const run = 6 * time.Second
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error {
+		if job.Attempt > 1 {
+			return nil
+		}
+		started <- job.ID
+		if job.ID == lockedID.Load() {
+			<-ctx.Done() // the locked job's lease runs out: its handler is cancelled
+			return context.Cause(ctx)
+		}
+		select {
+		case <-time.After(run):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}, &worker.HandlerOptions{Retry: fastRetry, Timeout: time.Minute})
+	c := newClient(t, pool, w)
+	ids := make([]int64, 3)
+	for i := range ids {
+		row, err := c.Insert(ctx, noopArgs{N: i}, &jobs.InsertOpts{Lease: 2 * time.Second})
+		require.NoError(t, err)
+		ids[i] = row.ID
+	}
+	lockedID.Store(ids[0])
+	startWorker(t, w)
+	for range ids {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the three jobs did not start")
+		}
+	}
+	locker, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(ctx) }()
+	_, err = locker.Exec(ctx, "SELECT 1 FROM tenure.jobs WHERE id = $1 FOR UPDATE", ids[0])
+	require.NoError(t, err)
+	time.Sleep(run - time.Second) // well past the 2 s lease, and past a 5 s heartbeat timeout
+	require.NoError(t, locker.Rollback(ctx))
+
+	waitFor(t, 15*time.Second, "every job to succeed", func() bool { return countState(t, pool, "succeeded") == 3 })
+	for i, id := range ids {
+		got := getJob(t, c, id)
+		if i == 0 {
+			require.EqualValues(t, 2, got.Generation, "the locked job's lease ran out: it ran again")
+			continue
+		}
+		require.EqualValues(t, 1, got.Generation, "job %d kept its lease while another job's row was locked", id)
+		require.Empty(t, got.Errors)
+	}
+	st := w.Stats()
+	require.EqualValues(t, 1, st.LeasesLost, "only the locked job's lease was given up: %+v", st)
+	require.Zero(t, st.HeartbeatErrors, "no heartbeat waited on the lock until its timeout")
 }

@@ -11,7 +11,10 @@ import (
 // This file is the heartbeat, run by each queue loop for its own jobs. Every heartbeatTick the
 // loop batches the jobs whose heartbeat is due (each every lease/HeartbeatDivisor) into one
 // fenced statement, at most one in flight. A job the statement does not return has lost its
-// lease: its handler's context is cancelled with cause ErrLeaseLost. Two failed statements in
+// lease: its handler's context is cancelled with cause ErrLeaseLost. The statement never waits
+// on a row lock: a job whose row another session holds locked is returned not extended and
+// tried again at half the interval, and it loses its lease only if the lease runs out first,
+// so one locked row cannot hold back (and time out) the heartbeat of every other job. Two failed statements in
 // a row do the same, since the engine can no longer vouch for the lease. The loop also
 // declares handlers stuck once they run past their timeout plus StuckGrace: their jobs are no
 // longer heartbeated, so the lease expires and the job is reclaimed; a heartbeat never keeps a
@@ -86,15 +89,21 @@ func (q *queue) heartbeatDone(r hbResult) {
 		}
 		return
 	}
+	// Every job the statement returned is still this attempt's: extended, or busy (another
+	// session holds its row locked, so the statement skipped it rather than wait).
 	extended := make(map[int64]bool, len(r.rows))
 	cancelled := map[int64]bool{}
+	var n int64
 	for _, row := range r.rows {
-		extended[row.ID] = true
+		extended[row.ID] = row.Extended
+		if row.Extended {
+			n++
+		}
 		if row.CancelRequested {
 			cancelled[row.ID] = true
 		}
 	}
-	w.m.heartbeatRows.Add(int64(len(r.rows)))
+	w.m.heartbeatRows.Add(n)
 	for _, e := range r.due {
 		if _, ok := q.active[e]; !ok {
 			continue // settled meanwhile
@@ -102,18 +111,25 @@ func (q *queue) heartbeatDone(r hbResult) {
 		if cancelled[e.c.ID] {
 			q.requestCancel(e)
 		}
-		if !extended[e.c.ID] {
-			if e.returned {
-				// The handler returned and its finish raced this heartbeat (the finish
-				// committed first): the finish path settles the job, stale or not.
-				continue
-			}
+		ext, owned := extended[e.c.ID]
+		switch {
+		case ext:
+			e.hbFails = 0
+			e.leaseUntil.Store(r.at.Add(e.c.Lease).UnixNano())
+			e.nextHB = r.at.Add(e.c.Lease / time.Duration(w.cfg.HeartbeatDivisor))
+		case e.returned:
+			// The handler returned and its finish raced this heartbeat (the finish committed
+			// first, or holds the row): the finish path settles the job, stale or not.
+		case !owned:
 			q.loseLease(e, "heartbeat changed 0 rows")
-			continue
+		case r.at.UnixNano() >= e.leaseUntil.Load():
+			// Busy until its lease ran out: the sweep may reclaim it once the lock goes.
+			q.loseLease(e, "lease ran out while another session held the job's row locked")
+		default:
+			// Busy: still ours, not extended. Try again soon, well before the lease ends; the
+			// lease is lost only if it runs out first.
+			e.nextHB = r.at.Add(e.c.Lease / time.Duration(2*w.cfg.HeartbeatDivisor))
 		}
-		e.hbFails = 0
-		e.leaseUntil.Store(r.at.Add(e.c.Lease).UnixNano())
-		e.nextHB = r.at.Add(e.c.Lease / time.Duration(w.cfg.HeartbeatDivisor))
 	}
 }
 

@@ -2157,12 +2157,26 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (TenureJob, error) {
 }
 
 const heartbeat = `-- name: Heartbeat :many
-UPDATE tenure.jobs j
-SET locked_until = now() + j.lease_ms * interval '1 millisecond', updated_at = now()
-FROM (SELECT unnest($1::bigint[]) AS id,
-            unnest($2::uuid[]) AS token) AS f
-WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
-RETURNING j.id, (j.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested
+WITH f AS (
+    SELECT unnest($1::bigint[]) AS id, unnest($2::uuid[]) AS token
+), owned AS (
+    SELECT j.id
+    FROM tenure.jobs j JOIN f ON j.id = f.id
+    WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
+    FOR UPDATE OF j SKIP LOCKED
+), extended AS (
+    UPDATE tenure.jobs j
+    SET locked_until = now() + j.lease_ms * interval '1 millisecond', updated_at = now()
+    FROM owned o
+    WHERE j.id = o.id
+    RETURNING j.id, (j.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested
+)
+SELECT e.id, e.cancel_requested, true AS extended FROM extended e
+UNION ALL
+SELECT j.id, (j.cancel_requested_at IS NOT NULL)::boolean, false
+FROM tenure.jobs j JOIN f ON j.id = f.id
+WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
+  AND j.id NOT IN (SELECT o.id FROM owned o)
 `
 
 type HeartbeatParams struct {
@@ -2173,11 +2187,15 @@ type HeartbeatParams struct {
 type HeartbeatRow struct {
 	ID              int64
 	CancelRequested bool
+	Extended        bool
 }
 
 // Extends the leases of still-owned, still-leased jobs by their lease length, on the database
-// clock. A job missing from the result has lost its lease. cancel_requested tells the worker an
-// operator asked to cancel it.
+// clock (extended = true). It never waits on a row lock: a job whose row another session holds
+// locked (an operator's or the application's open transaction) is skipped and returned with
+// extended = false, still owned as this statement's snapshot sees it; waiting would hold back
+// every other job of the batch until the lock is released. A job missing from the result has
+// lost its lease. cancel_requested tells the worker an operator asked to cancel it.
 func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) ([]HeartbeatRow, error) {
 	rows, err := q.db.Query(ctx, heartbeat, arg.Ids, arg.Tokens)
 	if err != nil {
@@ -2187,7 +2205,7 @@ func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) ([]Heartbe
 	items := []HeartbeatRow{}
 	for rows.Next() {
 		var i HeartbeatRow
-		if err := rows.Scan(&i.ID, &i.CancelRequested); err != nil {
+		if err := rows.Scan(&i.ID, &i.CancelRequested, &i.Extended); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
