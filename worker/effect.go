@@ -90,10 +90,10 @@ func Effect[T any](ctx context.Context, job generics.AnyJob, name string,
 	w := e.q.w
 	q := gen.New(w.pool)
 	key := w.cfg.EffectKeyPrefix + generics.EffectKey(meta.ID, name)
-	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
-		return out, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + name}
-	}
-	if rec, err := q.GetEffect(ctx, key); leaseLostErr(ctx, err) {
+	// The ledger read fails at once on a context the engine cancelled for a lost lease, and
+	// whenever the cancellation lands before it returns: one check after it covers both, and fn
+	// never runs for a job this attempt no longer owns.
+	if rec, err := q.GetEffect(ctx, key); leaseLostErr(e.ctx, err) {
 		return out, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + name}
 	} else if err == nil {
 		if err := json.Unmarshal(rec.Result, &out.Value); err != nil {

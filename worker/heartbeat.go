@@ -11,11 +11,11 @@ import (
 // This file is the heartbeat, run by each queue loop for its own jobs. Every heartbeatTick the
 // loop batches the jobs whose heartbeat is due (each every lease/HeartbeatDivisor) into one
 // fenced statement, at most one in flight. A job the statement does not return has lost its
-// lease: its handler's context is cancelled with cause ErrLeaseLost. The statement never waits
-// on a row lock: a job whose row another session holds locked is returned not extended and
-// tried again at half the interval, and it loses its lease only if the lease runs out first,
-// so one locked row cannot hold back (and time out) the heartbeat of every other job. Two failed statements in
-// a row do the same, since the engine can no longer vouch for the lease. The loop also
+// lease: its handler's context is cancelled with cause ErrLeaseLost. Two failed statements in
+// a row do the same, since the engine can no longer vouch for the lease. The statement never
+// waits on a row lock: a job whose row another session holds locked is returned not extended
+// and tried again at half the interval, and it loses its lease only if the lease runs out
+// first, so one locked row cannot hold back (and time out) the heartbeat of every other job. The loop also
 // declares handlers stuck once they run past their timeout plus StuckGrace: their jobs are no
 // longer heartbeated, so the lease expires and the job is reclaimed; a heartbeat never keeps a
 // hung handler's job running. Nor does it keep alive a returned handler's job whose finish has
