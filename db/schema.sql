@@ -38,6 +38,38 @@ AS $$
     )::text, 'UTF8'))
 $$;
 
+-- The limits on what a job carries (migration 0016): the same numbers as generics/limits.go,
+-- checked equal by TestLimitsMatchTheDatabase. JSON sizes are bytes of jsonb text
+-- (tenure.json_size; generics.JSONSize computes the same in Go), names are characters.
+CREATE FUNCTION tenure.limit(name text) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE name
+        WHEN 'args'              THEN 65536
+        WHEN 'output'            THEN 16384
+        WHEN 'effect_result'     THEN 65536
+        WHEN 'metadata'          THEN 4096
+        WHEN 'metadata_entries'  THEN 64
+        WHEN 'metadata_key'      THEN 128
+        WHEN 'tags'              THEN 16
+        WHEN 'tag'               THEN 64
+        WHEN 'kind'              THEN 128
+        WHEN 'queue'             THEN 128
+        WHEN 'error_message'     THEN 2000
+        WHEN 'error_history'     THEN 10
+        WHEN 'name'              THEN 200
+        WHEN 'reason'            THEN 2000
+    END
+$$;
+COMMENT ON FUNCTION tenure.limit(text) IS
+    'The limits Tenure puts on what a job carries; the same numbers as generics/limits.go (JSON sizes in bytes of jsonb text, names in characters).';
+
+CREATE FUNCTION tenure.json_size(v jsonb) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT octet_length(v::text) $$;
+COMMENT ON FUNCTION tenure.json_size(jsonb) IS
+    'The measure of every JSON limit: bytes of the value''s jsonb text (generics.JSONSize in Go).';
+
 -- Single-column rules are domains, not table CHECKs (migration 0014). PostgreSQL checks a
 -- domain only where a value is assigned to the column (an INSERT, or an UPDATE that sets it),
 -- while it re-reads, plans and evaluates every CHECK constraint of a table on every INSERT and
@@ -71,8 +103,8 @@ CREATE DOMAIN tenure.error_code AS text
 -- metadata is an object of strings, bounded (jobs.InsertOpts.Metadata validates first)
 CREATE DOMAIN tenure.job_metadata AS jsonb
     CONSTRAINT jobs_metadata_object CHECK (jsonb_typeof(VALUE) = 'object'
-        AND NOT jsonb_path_exists(VALUE, '$.* ? (@.type() != "string")'))
-    CONSTRAINT jobs_metadata_size CHECK (pg_column_size(VALUE) <= 8192);
+        AND NOT jsonb_path_exists(VALUE, '$.* ? (@.type() != "string")'));
+    -- and jobs_metadata_size, added below with the job_output size check
 CREATE DOMAIN tenure.unique_key_hash AS bytea
     CONSTRAINT jobs_unique_key_len CHECK (octet_length(VALUE) = 32);
 -- ready and running always hold the key, so no engine transition can collide
@@ -82,8 +114,17 @@ CREATE DOMAIN tenure.tag_list AS text[]
     CONSTRAINT jobs_tags_valid CHECK (cardinality(VALUE) <= 16 AND coalesce(array_ndims(VALUE), 1) = 1
         AND array_position(VALUE, NULL) IS NULL
         AND (cardinality(VALUE) = 0 OR (E'\n' || array_to_string(VALUE, E'\n')) ~ '^(\n[A-Za-z0-9][A-Za-z0-9_.:/=+-]{0,63})+$'));
-CREATE DOMAIN tenure.job_output AS jsonb
-    CONSTRAINT jobs_output_size CHECK (pg_column_size(VALUE) <= 32768);
+CREATE DOMAIN tenure.job_output AS jsonb;
+-- Sizes are checked on every write since migration 0016 (rows written before it are not re-read).
+ALTER DOMAIN tenure.job_output ADD CONSTRAINT jobs_output_size
+    CHECK (tenure.json_size(VALUE) <= tenure.limit('output')) NOT VALID;
+ALTER DOMAIN tenure.job_metadata ADD CONSTRAINT jobs_metadata_size
+    CHECK (VALUE = '{}' OR tenure.json_size(VALUE) <= tenure.limit('metadata')) NOT VALID;
+-- Every time of a job lies in [1970-01-01, 2200-01-01) UTC (migration 0016), so that every
+-- reader can hold it in a time.Time and subtract any two without overflow
+-- (generics.MinJobTime, MaxJobTime).
+CREATE DOMAIN tenure.job_time AS timestamptz
+    CONSTRAINT jobs_time_range CHECK (VALUE >= '1970-01-01 00:00:00+00' AND VALUE < '2200-01-01 00:00:00+00');
 CREATE DOMAIN tenure.snooze_count AS integer
     CONSTRAINT jobs_snoozes_pos CHECK (VALUE >= 0);
 
@@ -95,21 +136,21 @@ CREATE TABLE tenure.jobs (
     payload_version     tenure.payload_version NOT NULL DEFAULT 1,
     state               tenure.job_state NOT NULL DEFAULT 'ready',
     priority            tenure.job_priority NOT NULL DEFAULT 2,
-    run_at              timestamptz      NOT NULL DEFAULT now(),
+    run_at              tenure.job_time   NOT NULL DEFAULT now(),
     attempts            integer          NOT NULL DEFAULT 0,
     max_attempts        tenure.max_attempts NOT NULL DEFAULT 25,
     lease_ms            tenure.lease_ms  NOT NULL DEFAULT 30000,
     locked_by           text,
-    locked_until        timestamptz,
+    locked_until        tenure.job_time,
     claim_token         uuid,
     generation          tenure.job_generation NOT NULL DEFAULT 0,
-    attempted_at        timestamptz,
+    attempted_at        tenure.job_time,
     last_error_code     tenure.error_code,
     errors              tenure.error_list NOT NULL DEFAULT '[]',
-    created_at          timestamptz      NOT NULL DEFAULT now(),
-    updated_at          timestamptz      NOT NULL DEFAULT now(),
-    finished_at         timestamptz,
-    cancel_requested_at timestamptz,
+    created_at          tenure.job_time   NOT NULL DEFAULT now(),
+    updated_at          tenure.job_time   NOT NULL DEFAULT now(),
+    finished_at         tenure.job_time,
+    cancel_requested_at tenure.job_time,
     -- string key/value pairs from the enqueuer for the handler (trace context, request ids)
     metadata            tenure.job_metadata NOT NULL DEFAULT '{}',
     -- unique jobs (jobs.InsertOpts.Unique): the key and the states that hold it (both set or both null)
@@ -289,9 +330,15 @@ CREATE TABLE tenure.effects (
     updated_at  timestamptz NOT NULL DEFAULT now(),
 
     CONSTRAINT effects_name_len    CHECK (char_length(name) BETWEEN 1 AND 200),
-    CONSTRAINT effects_result_size CHECK (pg_column_size(result) <= 65536),
-    CONSTRAINT effects_job_name    UNIQUE (job_id, name)
+    -- set when the effect ran but its result could not be recorded (worker.Effect): result
+    -- is then JSON null, and the effect is never run again (migration 0016)
+    refused     text,
+
+    CONSTRAINT effects_job_name    UNIQUE (job_id, name),
+    CONSTRAINT effects_refused     CHECK (refused IS NULL OR (result = 'null' AND char_length(refused) BETWEEN 1 AND 2000))
 );
+ALTER TABLE tenure.effects ADD CONSTRAINT effects_result_size
+    CHECK (tenure.json_size(result) <= tenure.limit('effect_result')) NOT VALID;
 
 -- Operator actions (re-inject, cancel, purge, retry, delete): who, when, why, what.
 CREATE TABLE tenure.audit (
@@ -369,15 +416,36 @@ DECLARE
     v_id     bigint;
     v_tries  integer := 0;
 BEGIN
-    IF enqueue.kind IS NULL OR char_length(enqueue.kind) NOT BETWEEN 1 AND 128 THEN
-        RAISE EXCEPTION 'tenure.enqueue: kind must be 1..128 characters' USING ERRCODE = '22023';
+    IF enqueue.kind IS NULL OR char_length(enqueue.kind) NOT BETWEEN 1 AND tenure.limit('kind') THEN
+        RAISE EXCEPTION 'tenure.enqueue: kind must be 1..% characters', tenure.limit('kind') USING ERRCODE = '22023';
     END IF;
     IF enqueue.payload IS NULL OR jsonb_typeof(enqueue.payload) <> 'object' THEN
         RAISE EXCEPTION 'tenure.enqueue: payload must be a JSON object' USING ERRCODE = '22023';
     END IF;
-    IF octet_length(enqueue.payload::text) > 65536 THEN
-        RAISE EXCEPTION 'tenure.enqueue: payload is % bytes encoded, at most 65536 allowed',
-            octet_length(enqueue.payload::text) USING ERRCODE = '22023';
+    IF tenure.json_size(enqueue.payload) > tenure.limit('args') THEN
+        RAISE EXCEPTION 'tenure.enqueue: payload is % bytes as jsonb text, at most % allowed',
+            tenure.json_size(enqueue.payload), tenure.limit('args') USING ERRCODE = '22023';
+    END IF;
+    IF enqueue.run_at IS NOT NULL
+       AND NOT (enqueue.run_at >= '1970-01-01 00:00:00+00' AND enqueue.run_at < '2200-01-01 00:00:00+00') THEN
+        RAISE EXCEPTION 'tenure.enqueue: run_at % is outside 1970-01-01 .. 2200-01-01 UTC', enqueue.run_at
+            USING ERRCODE = '22023';
+    END IF;
+    IF enqueue.metadata IS NOT NULL AND enqueue.metadata <> '{}' THEN
+        IF jsonb_typeof(enqueue.metadata) <> 'object'
+           OR jsonb_path_exists(enqueue.metadata, '$.* ? (@.type() != "string")') THEN
+            RAISE EXCEPTION 'tenure.enqueue: metadata must be an object of strings' USING ERRCODE = '22023';
+        END IF;
+        IF (SELECT count(*) FROM jsonb_object_keys(enqueue.metadata)) > tenure.limit('metadata_entries')
+           OR EXISTS (SELECT 1 FROM jsonb_object_keys(enqueue.metadata) k
+                      WHERE octet_length(k) NOT BETWEEN 1 AND tenure.limit('metadata_key')) THEN
+            RAISE EXCEPTION 'tenure.enqueue: metadata has more than % entries or a key outside 1..% bytes',
+                tenure.limit('metadata_entries'), tenure.limit('metadata_key') USING ERRCODE = '22023';
+        END IF;
+        IF tenure.json_size(enqueue.metadata) > tenure.limit('metadata') THEN
+            RAISE EXCEPTION 'tenure.enqueue: metadata is % bytes as jsonb text, at most % allowed',
+                tenure.json_size(enqueue.metadata), tenure.limit('metadata') USING ERRCODE = '22023';
+        END IF;
     END IF;
     IF enqueue.queue IS NULL OR enqueue.queue !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' THEN
         RAISE EXCEPTION 'tenure.enqueue: % is not a valid queue name', coalesce(quote_literal(enqueue.queue), 'NULL')
@@ -526,9 +594,13 @@ CREATE TABLE tenure.stream_effects (
     result      jsonb       NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now(),
 
+    refused     text,
+
     CONSTRAINT stream_effects_name_len    CHECK (char_length(name) BETWEEN 1 AND 200),
-    CONSTRAINT stream_effects_result_size CHECK (pg_column_size(result) <= 65536)
+    CONSTRAINT stream_effects_refused     CHECK (refused IS NULL OR (result = 'null' AND char_length(refused) BETWEEN 1 AND 2000))
 );
+ALTER TABLE tenure.stream_effects ADD CONSTRAINT stream_effects_result_size
+    CHECK (tenure.json_size(result) <= tenure.limit('effect_result')) NOT VALID;
 
 CREATE INDEX stream_effects_created_idx ON tenure.stream_effects (created_at);
 

@@ -75,6 +75,7 @@ type TenureEffect struct {
 	Result     []byte
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	Refused    *string
 }
 
 type TenureFlow struct {
@@ -188,6 +189,7 @@ type TenureStreamEffect struct {
 	Generation int64
 	Result     []byte
 	CreatedAt  time.Time
+	Refused    *string
 }
 
 type TenureWorker struct {

@@ -2090,7 +2090,7 @@ func (q *Queries) FlowPrune(ctx context.Context, arg FlowPruneParams) (FlowPrune
 
 const getEffect = `-- name: GetEffect :one
 
-SELECT key, job_id, name, generation, result, created_at, updated_at FROM tenure.effects WHERE key = $1
+SELECT key, job_id, name, generation, result, created_at, updated_at, refused FROM tenure.effects WHERE key = $1
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -2107,6 +2107,7 @@ func (q *Queries) GetEffect(ctx context.Context, key string) (TenureEffect, erro
 		&i.Result,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Refused,
 	)
 	return i, err
 }
@@ -3968,7 +3969,7 @@ WHERE EXISTS (SELECT 1 FROM tenure.jobs j
 ON CONFLICT (key) DO UPDATE
 SET result = excluded.result, generation = excluded.generation, updated_at = now()
 WHERE tenure.effects.generation < excluded.generation
-RETURNING key, job_id, name, generation, result, created_at, updated_at
+RETURNING key, job_id, name, generation, result, created_at, updated_at, refused
 `
 
 type RecordEffectParams struct {
@@ -4001,6 +4002,7 @@ func (q *Queries) RecordEffect(ctx context.Context, arg RecordEffectParams) (Ten
 		&i.Result,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Refused,
 	)
 	return i, err
 }
@@ -4498,7 +4500,7 @@ func (q *Queries) UICompletions(ctx context.Context, since time.Time) ([]UICompl
 }
 
 const uIJobEffects = `-- name: UIJobEffects :many
-SELECT key, job_id, name, generation, result, created_at, updated_at FROM tenure.effects WHERE job_id = $1 ORDER BY name LIMIT $2
+SELECT key, job_id, name, generation, result, created_at, updated_at, refused FROM tenure.effects WHERE job_id = $1 ORDER BY name LIMIT $2
 `
 
 type UIJobEffectsParams struct {
@@ -4524,6 +4526,7 @@ func (q *Queries) UIJobEffects(ctx context.Context, arg UIJobEffectsParams) ([]T
 			&i.Result,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Refused,
 		); err != nil {
 			return nil, err
 		}
