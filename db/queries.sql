@@ -1547,13 +1547,14 @@ SELECT * FROM tenure.effects WHERE key = @key;
 -- name: RecordEffect :one
 -- Records an effect's result, fenced twice: only the job's current owner (state running, same
 -- claim token) may write, and an existing row is only replaced by a newer generation.
--- No row returned = the write was refused.
-INSERT INTO tenure.effects (key, job_id, name, generation, result)
-SELECT @key::text, @job_id::bigint, @name::text, @generation::bigint, @result::jsonb
+-- An effect whose result cannot be kept is recorded all the same, with result null and why in
+-- refused: it ran, and must not run again. No row returned = the write was refused.
+INSERT INTO tenure.effects (key, job_id, name, generation, result, refused)
+SELECT @key::text, @job_id::bigint, @name::text, @generation::bigint, @result::jsonb, sqlc.narg('refused')::text
 WHERE EXISTS (SELECT 1 FROM tenure.jobs j
               WHERE j.id = @job_id::bigint AND j.state = 'running' AND j.claim_token = @claim_token::uuid)
 ON CONFLICT (key) DO UPDATE
-SET result = excluded.result, generation = excluded.generation, updated_at = now()
+SET result = excluded.result, refused = excluded.refused, generation = excluded.generation, updated_at = now()
 WHERE tenure.effects.generation < excluded.generation
 RETURNING *;
 
@@ -1800,20 +1801,21 @@ SELECT count(*)::bigint AS pending,
 FROM tenure.outbox WHERE sent_at IS NULL;
 
 -- name: StreamEffectGet :one
-SELECT key, generation, result FROM tenure.stream_effects WHERE key = @key::text;
+SELECT key, generation, result, refused FROM tenure.stream_effects WHERE key = @key::text;
 
 -- name: StreamEffectRecord :one
--- Records a JetStream job's effect result unless the key has one already; either way returns
--- the record that holds (the first attempt to record wins).
+-- Records a JetStream job's effect result (or, with refused, that it ran but its result could
+-- not be kept) unless the key has a record already; either way returns the record that holds
+-- (the first attempt to record wins).
 WITH ins AS (
-    INSERT INTO tenure.stream_effects (key, stream, seq, name, generation, result)
-    VALUES (@key::text, @stream::text, @seq::bigint, @name::text, @generation::bigint, @result::jsonb)
+    INSERT INTO tenure.stream_effects (key, stream, seq, name, generation, result, refused)
+    VALUES (@key::text, @stream::text, @seq::bigint, @name::text, @generation::bigint, @result::jsonb, sqlc.narg('refused')::text)
     ON CONFLICT (key) DO NOTHING
-    RETURNING generation, result
+    RETURNING generation, result, refused
 )
-SELECT generation, result FROM ins
+SELECT generation, result, refused FROM ins
 UNION ALL
-SELECT e.generation, e.result FROM tenure.stream_effects e
+SELECT e.generation, e.result, e.refused FROM tenure.stream_effects e
 WHERE e.key = @key::text AND NOT EXISTS (SELECT 1 FROM ins);
 
 -- name: StreamEffectPrune :execrows

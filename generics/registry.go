@@ -15,8 +15,8 @@ import (
 	"unicode/utf8"
 )
 
-// DefaultMaxPayloadBytes is the default limit on an encoded payload: 64 KiB.
-const DefaultMaxPayloadBytes = 64 << 10
+// DefaultMaxPayloadBytes is the default limit on a payload: MaxArgsBytes (64 KiB of jsonb text).
+const DefaultMaxPayloadBytes = MaxArgsBytes
 
 // Upgrader rewrites a payload stored at version From into version From+1.
 type Upgrader struct {
@@ -177,13 +177,14 @@ func (r *Registry) Kinds() []string {
 }
 
 // Encode validates args (when it implements Validator) and encodes it as a JSON object of at
-// most maxBytes bytes (<= 0 means DefaultMaxPayloadBytes). Text a jsonb payload cannot store
+// most maxBytes bytes as the database measures it (jsonb text, JSONSize; <= 0 or above
+// MaxArgsBytes means MaxArgsBytes). Text a jsonb payload cannot store
 // as given — a NUL character or a string that is not valid UTF-8, in a value or a map key —
 // is refused with a *PayloadError (Reason ErrInvalidPayload, cause ErrNULCharacter or
 // ErrInvalidUTF8, Path naming the field) instead of failing in the database or being changed.
 func Encode(args Args, maxBytes int) ([]byte, error) {
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxPayloadBytes
+	if maxBytes <= 0 || maxBytes > MaxArgsBytes {
+		maxBytes = MaxArgsBytes
 	}
 	if args == nil || (reflect.ValueOf(args).Kind() == reflect.Pointer && reflect.ValueOf(args).IsNil()) {
 		return nil, &PayloadError{Reason: ErrInvalidPayload, Err: errors.New("nil args")}
@@ -206,12 +207,18 @@ func Encode(args Args, maxBytes int) ([]byte, error) {
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: errors.New("args must encode as a JSON object")}
 	}
-	if len(raw) > maxBytes {
-		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrPayloadTooLarge,
-			Err: fmt.Errorf("%d bytes encoded, limit %d", len(raw), maxBytes)}
-	}
 	if path, err := checkText(raw, args); err != nil {
 		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err, Path: path}
+	}
+	// The database's measure, on the text the database will parse: what passes here passes
+	// tenure.enqueue's and the table's checks (a custom marshaler's bad JSON is caught too).
+	size, err := JSONSize(raw)
+	if err != nil {
+		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err}
+	}
+	if size > maxBytes {
+		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrPayloadTooLarge,
+			Err: &LimitError{What: "args", Size: size, Limit: maxBytes}}
 	}
 	return raw, nil
 }

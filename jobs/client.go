@@ -41,10 +41,11 @@ const (
 	insertChunk = 5000
 )
 
-// The window InsertOpts.RunAt must fall in: [minRunAt, maxRunAt).
+// The window InsertOpts.RunAt must fall in: [minRunAt, maxRunAt), the database's window for
+// every job time (domain tenure.job_time).
 var (
-	minRunAt = time.Unix(0, 0).UTC()
-	maxRunAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	minRunAt = generics.MinJobTime
+	maxRunAt = generics.MaxJobTime
 )
 
 var queueNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
@@ -59,7 +60,9 @@ type Config struct {
 	// ErrUnknownKind, and the kind's registered defaults (queue, priority, max attempts,
 	// lease) apply. Pass the worker's registry (worker.Worker.Registry).
 	Registry *generics.Registry
-	// MaxPayloadBytes bounds an encoded payload. Default generics.DefaultMaxPayloadBytes (64 KiB).
+	// MaxPayloadBytes bounds a payload, measured as the database measures it (bytes of jsonb
+	// text, generics.JSONSize). Default and maximum generics.MaxArgsBytes (64 KiB), the
+	// database's own bound (tenure.enqueue applies it too).
 	MaxPayloadBytes int
 	// Logger receives operator-action logs. Default slog.Default().
 	Logger *slog.Logger
@@ -95,8 +98,8 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.MaxPayloadBytes < 0 {
-		return nil, &OptionError{Field: "MaxPayloadBytes", Msg: "must be >= 0"}
+	if c.MaxPayloadBytes < 0 || c.MaxPayloadBytes > generics.MaxArgsBytes {
+		return nil, &OptionError{Field: "MaxPayloadBytes", Msg: fmt.Sprintf("%d is outside 0..%d", c.MaxPayloadBytes, generics.MaxArgsBytes)}
 	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = generics.DefaultMaxPayloadBytes
@@ -188,11 +191,12 @@ type ConcurrencyKeyer interface {
 	ConcurrencyKey() string
 }
 
-// Bounds of InsertOpts.Metadata. The database also refuses metadata above 8 KiB.
+// Bounds of InsertOpts.Metadata, the same as the database's (generics/limits.go): the size is
+// measured as jsonb text (generics.JSONSize).
 const (
-	MaxMetadataEntries  = 64
-	MaxMetadataKeyBytes = 128
-	MaxMetadataBytes    = 4096
+	MaxMetadataEntries  = generics.MaxMetadataEntries
+	MaxMetadataKeyBytes = generics.MaxMetadataKeyBytes
+	MaxMetadataBytes    = generics.MaxMetadataBytes
 )
 
 // Or returns a copy of o (nil counts as all zero) whose zero Queue, Priority, MaxAttempts,
@@ -269,8 +273,8 @@ func encodeMetadata(m map[string]string) ([]byte, error) {
 	if err != nil {
 		return nil, &OptionError{Field: "Metadata", Msg: err.Error()}
 	}
-	if len(b) > MaxMetadataBytes {
-		return nil, &OptionError{Field: "Metadata", Msg: fmt.Sprintf("%d bytes encoded, at most %d allowed", len(b), MaxMetadataBytes)}
+	if err := generics.CheckJSON("metadata", b, MaxMetadataBytes); err != nil {
+		return nil, &OptionError{Field: "Metadata", Msg: err.Error()}
 	}
 	return b, nil
 }
@@ -369,6 +373,8 @@ func (c *Client) prepareOpts(ctx context.Context, args generics.Args, opts *Inse
 		return prepared{}, &OptionError{Field: "Delay", Msg: "must be >= 0"}
 	case o.Delay > 0 && !o.RunAt.IsZero():
 		return prepared{}, &OptionError{Field: "RunAt", Msg: "RunAt and Delay are mutually exclusive"}
+	case o.Delay > 0 && !time.Now().Add(o.Delay).Before(maxRunAt):
+		return prepared{}, &OptionError{Field: "Delay", Msg: fmt.Sprintf("%v from now is past %s", o.Delay, maxRunAt.Format(time.RFC3339))}
 	case !o.RunAt.IsZero() && (o.RunAt.Before(minRunAt) || !o.RunAt.Before(maxRunAt)):
 		return prepared{}, &OptionError{Field: "RunAt", Msg: fmt.Sprintf("%s is outside %s..%s",
 			o.RunAt.UTC().Format(time.RFC3339Nano), minRunAt.Format(time.RFC3339), maxRunAt.Add(-time.Microsecond).Format(time.RFC3339Nano))}

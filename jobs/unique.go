@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"slices"
 	"time"
+
+	"github.com/tenureq/tenure/generics"
 )
 
 // UniqueOpts makes a job unique: while a job with the same unique key is in one of the key's
@@ -132,8 +134,8 @@ func prepareUnique(u *UniqueOpts, payload []byte) (*uniqueSpec, error) {
 
 // Bounds of InsertOpts.Tags. The database refuses tags outside them too.
 const (
-	MaxTags     = 16
-	MaxTagBytes = 64
+	MaxTags     = generics.MaxTags
+	MaxTagBytes = generics.MaxTagBytes
 )
 
 var tagRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/=+-]{0,63}$`)

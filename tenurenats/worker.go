@@ -575,22 +575,34 @@ type streamLedger struct {
 	seq    int64
 }
 
-func (l *streamLedger) GetEffect(ctx context.Context, key string) (json.RawMessage, int64, bool, error) {
+func (l *streamLedger) GetEffect(ctx context.Context, key string) (worker.EffectRecord, bool, error) {
 	rec, err := gen.New(l.pool).StreamEffectGet(ctx, key)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, false, nil
+		return worker.EffectRecord{}, false, nil
 	}
 	if err != nil {
-		return nil, 0, false, err
+		return worker.EffectRecord{}, false, err
 	}
-	return rec.Result, rec.Generation, true, nil
+	out := worker.EffectRecord{Key: key, Generation: rec.Generation, Result: rec.Result}
+	if rec.Refused != nil {
+		out.Refused = *rec.Refused
+	}
+	return out, true, nil
 }
 
-func (l *streamLedger) RecordEffect(ctx context.Context, rec worker.EffectRecord) (json.RawMessage, int64, error) {
-	row, err := gen.New(l.pool).StreamEffectRecord(ctx, gen.StreamEffectRecordParams{Key: rec.Key, Stream: l.stream, Seq: l.seq,
-		Name: rec.Name, Generation: rec.Generation, Result: rec.Result})
-	if err != nil {
-		return nil, 0, err
+func (l *streamLedger) RecordEffect(ctx context.Context, rec worker.EffectRecord) (worker.EffectRecord, error) {
+	var refused *string
+	if rec.Refused != "" {
+		refused = &rec.Refused
 	}
-	return row.Result, row.Generation, nil
+	row, err := gen.New(l.pool).StreamEffectRecord(ctx, gen.StreamEffectRecordParams{Key: rec.Key, Stream: l.stream, Seq: l.seq,
+		Name: rec.Name, Generation: rec.Generation, Result: rec.Result, Refused: refused})
+	if err != nil {
+		return worker.EffectRecord{}, err
+	}
+	out := worker.EffectRecord{Key: rec.Key, JobID: rec.JobID, Name: rec.Name, Generation: row.Generation, Result: row.Result}
+	if row.Refused != nil {
+		out.Refused = *row.Refused
+	}
+	return out, nil
 }

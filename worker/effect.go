@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -21,14 +23,44 @@ import (
 // attempts, generations and reclaims; the first attempt to record a result wins the ledger row
 // and every later attempt gets that result back without running the effect again.
 
-// MaxEffectResultBytes bounds an encoded effect result (64 KiB). Record ids and small
-// receipts, not bodies.
-const MaxEffectResultBytes = 64 << 10
+// MaxEffectResultBytes bounds an effect's recorded result, measured as the database measures
+// it (bytes of jsonb text, generics.JSONSize): 64 KiB, the database's own bound
+// (generics.MaxEffectResultBytes). Record ids and small receipts, not bodies.
+const MaxEffectResultBytes = generics.MaxEffectResultBytes
 
-// ErrEffectResultTooLarge means an effect's result could not be recorded because it encodes
-// to more than MaxEffectResultBytes. The effect itself ran; a retry runs it again with the same
-// key, so the remote's idempotency still holds.
+// ErrEffectResultTooLarge is the cause of an *EffectRefusedError for a result larger than
+// MaxEffectResultBytes.
 var ErrEffectResultTooLarge = errors.New("tenure: effect result too large to record")
+
+// ErrEffectResultRefused means an effect ran but its result could not be kept in the ledger: it
+// does not encode as JSON, holds what a jsonb cannot (a NUL character, invalid UTF-8), or is
+// larger than MaxEffectResultBytes. The ledger records the effect as applied all the same, so
+// Tenure never runs it again for this job: the attempt that ran it gets its result in
+// EffectResult.Value together with this error (as an *EffectRefusedError); every later attempt
+// gets the error with a zero Value and Replayed set. A handler that needs the value later must
+// keep something smaller (an id) as the effect's result.
+var ErrEffectResultRefused = errors.New("tenure: effect ran, its result was not recorded")
+
+// EffectRefusedError says which effect ran without its result recorded, and why. It matches
+// ErrEffectResultRefused and, on the attempt that ran the effect, its cause (ErrEffectResultTooLarge,
+// generics.ErrNULCharacter, generics.ErrInvalidUTF8, an encoding error).
+type EffectRefusedError struct {
+	Key    string
+	Reason string // why the result was refused, as recorded in the ledger
+	Err    error  // the cause, on the attempt that ran the effect; nil when read from the ledger
+}
+
+func (e *EffectRefusedError) Error() string {
+	return fmt.Sprintf("%v: effect %q: %s", ErrEffectResultRefused, e.Key, e.Reason)
+}
+
+// Unwrap exposes ErrEffectResultRefused and the cause to errors.Is and errors.As.
+func (e *EffectRefusedError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrEffectResultRefused}
+	}
+	return []error{ErrEffectResultRefused, e.Err}
+}
 
 // EffectCall is what an effect function receives.
 type EffectCall struct {
@@ -58,11 +90,16 @@ type EffectResult[T any] struct {
 }
 
 // Effect runs the named external effect of job at most once per job, as far as the ledger
-// can tell: if the ledger holds a result for the effect's key, it is returned without calling
-// fn; otherwise fn runs with the key and the fencing generation, and its result is recorded
-// with this attempt's generation. Recording is fenced twice: only the job's current owner may
-// write, and a stale generation never overwrites a newer record. When the record is refused,
-// Effect returns a *StaleWriteError (errors.Is ErrLostOwnership): the handler should return it.
+// can tell: if the ledger holds a record for the effect's key, its result is returned without
+// calling fn; otherwise fn runs with the key and the fencing generation, and its result is
+// recorded with this attempt's generation. Recording is fenced twice: only the job's current
+// owner may write, and a stale generation never overwrites a newer record. When the record is
+// refused, Effect returns a *StaleWriteError (errors.Is ErrLostOwnership): the handler should
+// return it.
+//
+// A result that cannot be kept (see ErrEffectResultRefused) is checked by the database's own
+// rules before anything is written, and the effect is recorded as applied without it: Effect
+// returns the value with an *EffectRefusedError, and never runs fn again for this job.
 //
 // Between fn's remote success and the ledger write a crash can happen; the next attempt then
 // calls fn again with the same key, so the remote must deduplicate by Key for exactly-once.
@@ -71,63 +108,155 @@ type EffectResult[T any] struct {
 // it put the attempt in the context with WithExternalAttempt.
 func Effect[T any](ctx context.Context, job generics.AnyJob, name string,
 	fn func(ctx context.Context, call EffectCall) (T, error)) (EffectResult[T], error) {
-	var out EffectResult[T]
 	e, _ := ctx.Value(execKey{}).(*execution)
 	meta := job.Meta()
 	if e == nil || e.c.ID != meta.ID || e.c.ClaimToken != meta.ClaimToken {
 		a := externalAttempt(ctx, meta)
 		if a == nil {
-			return out, ErrNotInHandler
+			return EffectResult[T]{}, ErrNotInHandler
 		}
-		if name == "" || len(name) > 200 {
-			return out, fmt.Errorf("%w: effect name must be 1..200 bytes", ErrInvalidConfig)
+		if err := checkEffectName(name); err != nil {
+			return EffectResult[T]{}, err
 		}
-		return externalEffect(ctx, a, meta, name, fn) // another engine runs the handler (external.go)
+		return runEffect(ctx, a.KeyPrefix+generics.EffectKey(meta.ID, name), meta, fn, externalLedger{a: a, name: name}) // external.go
 	}
-	if name == "" || len(name) > 200 {
-		return out, fmt.Errorf("%w: effect name must be 1..200 bytes", ErrInvalidConfig)
+	if err := checkEffectName(name); err != nil {
+		return EffectResult[T]{}, err
 	}
-	w := e.q.w
-	q := gen.New(w.pool)
-	key := w.cfg.EffectKeyPrefix + generics.EffectKey(meta.ID, name)
-	// The ledger read fails at once on a context the engine cancelled for a lost lease, and
-	// whenever the cancellation lands before it returns: one check after it covers both, and fn
-	// never runs for a job this attempt no longer owns.
-	if rec, err := q.GetEffect(ctx, key); leaseLostErr(e.ctx, err) {
-		return out, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + name}
-	} else if err == nil {
-		if err := json.Unmarshal(rec.Result, &out.Value); err != nil {
-			return out, fmt.Errorf("tenure: effect %q: recorded result does not decode: %w", key, err)
-		}
-		out.Replayed, out.Generation = true, rec.Generation
-		return out, nil
-	} else if !errors.Is(err, pgx.ErrNoRows) {
+	key := e.q.w.cfg.EffectKeyPrefix + generics.EffectKey(meta.ID, name)
+	return runEffect(ctx, key, meta, fn, jobLedger{e: e, name: name})
+}
+
+func checkEffectName(name string) error {
+	if name == "" || utf8.RuneCountInString(name) > generics.MaxNameChars || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
+		return fmt.Errorf("%w: effect name must be 1..%d characters of valid UTF-8 without NUL", ErrInvalidConfig, generics.MaxNameChars)
+	}
+	return nil
+}
+
+// ledgerRecord is what an effect ledger holds for one key.
+type ledgerRecord struct {
+	result     []byte
+	generation int64
+	refused    string // non-empty: the effect ran, its result was not kept
+}
+
+// effectLedger is one engine's ledger: tenure.effects for this package's jobs (jobLedger),
+// another engine's for its attempts (externalLedger, external.go).
+type effectLedger interface {
+	// get returns the record of key, ok false when there is none.
+	get(ctx context.Context, key string, meta generics.JobMeta) (rec ledgerRecord, ok bool, err error)
+	// record writes rec for key and returns the record that holds (rec, or one an earlier
+	// or newer attempt wrote).
+	record(ctx context.Context, key string, meta generics.JobMeta, rec ledgerRecord) (ledgerRecord, error)
+}
+
+// runEffect is Effect on a ledger: replay a record, or run fn and record what it returned,
+// or, when that cannot be kept, that it ran.
+func runEffect[T any](ctx context.Context, key string, meta generics.JobMeta,
+	fn func(ctx context.Context, call EffectCall) (T, error), l effectLedger) (EffectResult[T], error) {
+	var out EffectResult[T]
+	if rec, ok, err := l.get(ctx, key, meta); err != nil {
 		return out, err
+	} else if ok {
+		return replay[T](key, rec)
 	}
 	v, err := fn(ctx, EffectCall{Key: key, Generation: meta.Generation, ClaimToken: meta.ClaimToken, JobID: meta.ID, Attempt: meta.Attempt})
 	if err != nil {
 		return out, err
 	}
+	// The database's rules, before anything is written: a result the ledger would refuse is
+	// replaced by a record that the effect ran.
+	rec := ledgerRecord{generation: meta.Generation}
+	var cause error
 	raw, err := json.Marshal(v)
-	if err != nil {
-		return out, fmt.Errorf("tenure: effect %q: encode result: %w", key, err)
+	if err == nil {
+		err = generics.CheckJSON("effect result", raw, MaxEffectResultBytes)
+		if errors.Is(err, generics.ErrTooLarge) {
+			err = fmt.Errorf("%w: %w", ErrEffectResultTooLarge, err)
+		}
+	} else {
+		err = fmt.Errorf("encode result: %w", err)
 	}
-	if len(raw) > MaxEffectResultBytes {
-		return out, fmt.Errorf("%w: %q: %d bytes", ErrEffectResultTooLarge, key, len(raw))
+	if err != nil {
+		cause = err
+		rec.result, rec.refused = jsonNull, cleanMessage(err.Error())
+	} else {
+		rec.result = raw
 	}
 	// The record must land even if the handler's context was cancelled meanwhile: the effect
 	// happened, and the ledger's own fencing decides whether this attempt may still write.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_, err = q.RecordEffect(rctx, gen.RecordEffectParams{Key: key, JobID: meta.ID, Name: name,
-		Generation: meta.Generation, Result: raw, ClaimToken: meta.ClaimToken})
-	if errors.Is(err, pgx.ErrNoRows) {
-		w.m.staleRejected.Add(1)
-		return out, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + name}
-	}
+	held, err := l.record(rctx, key, meta, rec)
 	if err != nil {
 		return out, err
 	}
+	if held.generation != meta.Generation {
+		// A concurrent attempt (a redelivery while this one ran) recorded first: its record holds.
+		return replay[T](key, held)
+	}
 	out.Value, out.Generation = v, meta.Generation
+	if cause != nil {
+		return out, &EffectRefusedError{Key: key, Reason: rec.refused, Err: cause}
+	}
 	return out, nil
+}
+
+// replay returns what a ledger record says of an effect that ran before.
+func replay[T any](key string, rec ledgerRecord) (EffectResult[T], error) {
+	out := EffectResult[T]{Replayed: true, Generation: rec.generation}
+	if rec.refused != "" {
+		return out, &EffectRefusedError{Key: key, Reason: rec.refused}
+	}
+	if err := json.Unmarshal(rec.result, &out.Value); err != nil {
+		return out, fmt.Errorf("tenure: effect %q: recorded result does not decode: %w", key, err)
+	}
+	return out, nil
+}
+
+// jobLedger is tenure.effects, fenced by the job row this package's engine claimed.
+type jobLedger struct {
+	e    *execution
+	name string
+}
+
+func (l jobLedger) get(ctx context.Context, key string, meta generics.JobMeta) (ledgerRecord, bool, error) {
+	// The ledger read fails at once on a context the engine cancelled for a lost lease, and
+	// whenever the cancellation lands before it returns: one check after it covers both, and fn
+	// never runs for a job this attempt no longer owns.
+	rec, err := gen.New(l.e.q.w.pool).GetEffect(ctx, key)
+	switch {
+	case leaseLostErr(l.e.ctx, err):
+		return ledgerRecord{}, false, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + l.name}
+	case errors.Is(err, pgx.ErrNoRows):
+		return ledgerRecord{}, false, nil
+	case err != nil:
+		return ledgerRecord{}, false, err
+	}
+	return ledgerRecord{result: rec.Result, generation: rec.Generation, refused: optString(rec.Refused)}, true, nil
+}
+
+func (l jobLedger) record(ctx context.Context, key string, meta generics.JobMeta, rec ledgerRecord) (ledgerRecord, error) {
+	var refused *string
+	if rec.refused != "" {
+		refused = &rec.refused
+	}
+	row, err := gen.New(l.e.q.w.pool).RecordEffect(ctx, gen.RecordEffectParams{Key: key, JobID: meta.ID, Name: l.name,
+		Generation: meta.Generation, Result: rec.result, ClaimToken: meta.ClaimToken, Refused: refused})
+	if errors.Is(err, pgx.ErrNoRows) {
+		l.e.q.w.m.staleRejected.Add(1)
+		return ledgerRecord{}, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + l.name}
+	}
+	if err != nil {
+		return ledgerRecord{}, err
+	}
+	return ledgerRecord{result: row.Result, generation: row.Generation, refused: optString(row.Refused)}, nil
+}
+
+func optString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

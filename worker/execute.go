@@ -186,8 +186,9 @@ func (w *Worker) retryPolicy(kind string) RetryPolicy {
 	return FullJitter{}
 }
 
-// maxErrorMessage bounds the message stored in a job's error history (bytes).
-const maxErrorMessage = 2000
+// maxErrorMessage bounds the message stored in a job's error history (bytes), the ellipsis of
+// a cut message included.
+const maxErrorMessage = generics.MaxErrorMessageBytes
 
 // cleanMessage makes an error message storable, whatever the handler put in it: valid UTF-8,
 // no NUL (PostgreSQL text cannot hold it), at most maxErrorMessage bytes, never split inside
@@ -200,7 +201,7 @@ func cleanMessage(s string) string {
 	if len(s) <= maxErrorMessage {
 		return s
 	}
-	cut := maxErrorMessage
+	cut := maxErrorMessage - len("…")
 	for cut > 0 && s[cut]&0xC0 == 0x80 { // do not split a UTF-8 sequence
 		cut--
 	}

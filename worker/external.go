@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,24 +15,27 @@ import (
 // func(ctx, *generics.Job[A]) error handlers. There is no job row to fence on there, so the
 // engine brings its own ledger and states the attempt's identity in the handler's context.
 
-// EffectRecord is one effect result to record in an ExternalLedger.
+// EffectRecord is one effect's record in an ExternalLedger.
 type EffectRecord struct {
 	Key        string // the effect's full key (prefix included), as EffectCall.Key
 	JobID      int64
 	Name       string
 	Generation int64
-	Result     json.RawMessage
+	Result     json.RawMessage // JSON null when Refused is set
+	// Refused, when not empty, says why the effect's result could not be kept: the effect ran
+	// and must not run again (ErrEffectResultRefused).
+	Refused string
 }
 
 // ExternalLedger is the effect ledger of an engine other than this package's (see
 // WithExternalAttempt).
 type ExternalLedger interface {
-	// GetEffect returns the recorded result for key and the generation that produced it;
-	// ok is false when nothing is recorded.
-	GetEffect(ctx context.Context, key string) (result json.RawMessage, generation int64, ok bool, err error)
+	// GetEffect returns the record of key (Generation, Result, Refused at least); ok is false
+	// when nothing is recorded.
+	GetEffect(ctx context.Context, key string) (rec EffectRecord, ok bool, err error)
 	// RecordEffect records rec unless key already has a record; it returns the record that
-	// holds (rec's, or the one an earlier attempt wrote first).
-	RecordEffect(ctx context.Context, rec EffectRecord) (result json.RawMessage, generation int64, err error)
+	// holds (rec, or the one an earlier attempt wrote first).
+	RecordEffect(ctx context.Context, rec EffectRecord) (EffectRecord, error)
 }
 
 // ExternalAttempt identifies a handler attempt run by another engine, for Effect.
@@ -64,49 +66,28 @@ func externalAttempt(ctx context.Context, meta generics.JobMeta) *ExternalAttemp
 	return a
 }
 
-// externalEffect is Effect for an attempt another engine runs: the ledger's first record wins.
-func externalEffect[T any](ctx context.Context, a *ExternalAttempt, meta generics.JobMeta, name string,
-	fn func(ctx context.Context, call EffectCall) (T, error)) (EffectResult[T], error) {
-	var out EffectResult[T]
-	key := a.KeyPrefix + generics.EffectKey(meta.ID, name)
-	raw, gen, ok, err := a.Ledger.GetEffect(ctx, key)
+// externalLedger is Effect's ledger for an attempt another engine runs: the engine's own
+// ExternalLedger, where the first record wins.
+type externalLedger struct {
+	a    *ExternalAttempt
+	name string
+}
+
+func (l externalLedger) get(ctx context.Context, key string, _ generics.JobMeta) (ledgerRecord, bool, error) {
+	rec, ok, err := l.a.Ledger.GetEffect(ctx, key)
+	if err != nil || !ok {
+		return ledgerRecord{}, false, err
+	}
+	return ledgerRecord{result: rec.Result, generation: rec.Generation, refused: rec.Refused}, true, nil
+}
+
+func (l externalLedger) record(ctx context.Context, key string, meta generics.JobMeta, rec ledgerRecord) (ledgerRecord, error) {
+	held, err := l.a.Ledger.RecordEffect(ctx, EffectRecord{Key: key, JobID: meta.ID, Name: l.name,
+		Generation: rec.generation, Result: rec.result, Refused: rec.refused})
 	if err != nil {
-		return out, err
+		return ledgerRecord{}, err
 	}
-	if ok {
-		if err := json.Unmarshal(raw, &out.Value); err != nil {
-			return out, fmt.Errorf("tenure: effect %q: recorded result does not decode: %w", key, err)
-		}
-		out.Replayed, out.Generation = true, gen
-		return out, nil
-	}
-	v, err := fn(ctx, EffectCall{Key: key, Generation: meta.Generation, ClaimToken: meta.ClaimToken, JobID: meta.ID, Attempt: meta.Attempt})
-	if err != nil {
-		return out, err
-	}
-	enc, err := json.Marshal(v)
-	if err != nil {
-		return out, fmt.Errorf("tenure: effect %q: encode result: %w", key, err)
-	}
-	if len(enc) > MaxEffectResultBytes {
-		return out, fmt.Errorf("%w: %q: %d bytes", ErrEffectResultTooLarge, key, len(enc))
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	stored, storedGen, err := a.Ledger.RecordEffect(rctx, EffectRecord{Key: key, JobID: meta.ID, Name: name, Generation: meta.Generation, Result: enc})
-	if err != nil {
-		return out, err
-	}
-	if storedGen != meta.Generation {
-		// A concurrent attempt (a redelivery while this one ran) recorded first: its result holds.
-		if err := json.Unmarshal(stored, &out.Value); err != nil {
-			return out, fmt.Errorf("tenure: effect %q: recorded result does not decode: %w", key, err)
-		}
-		out.Replayed, out.Generation = true, storedGen
-		return out, nil
-	}
-	out.Value, out.Generation = v, meta.Generation
-	return out, nil
+	return ledgerRecord{result: held.Result, generation: held.Generation, refused: held.Refused}, nil
 }
 
 // Classify maps a handler's result and its context to the error code and the explicit retry

@@ -1,14 +1,12 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -464,9 +462,11 @@ func leaseLostErr(handlerCtx context.Context, err error) bool {
 // jsonNull is the CompleteMany output of a job whose handler recorded none.
 var jsonNull = []byte("null")
 
-// MaxOutputBytes bounds the output a handler records with SetOutput, encoded as JSON. The
-// database refuses more than 32 KiB (compressed) too.
-const MaxOutputBytes = 16 << 10
+// MaxOutputBytes bounds the output a handler records with SetOutput, measured as the database
+// measures it (bytes of jsonb text, generics.JSONSize): the database's own bound
+// (generics.MaxOutputBytes, tenure.limit('output')), so an output SetOutput accepts is never
+// refused by the finish that writes it.
+const MaxOutputBytes = generics.MaxOutputBytes
 
 // SetOutput records v, encoded as JSON, as the output of the running job. It is written with
 // the job's success by the fenced completion (the engine's batched CompleteMany, or
@@ -474,7 +474,8 @@ const MaxOutputBytes = 16 << 10
 // own, so a stale attempt's output can never land. A later call replaces an earlier one; a
 // nil v (or JSON null) records none. An attempt that does not succeed keeps no output. It
 // returns ErrNotInHandler outside a running handler's context, ErrInvalidOutput (nothing
-// changed) when v does not encode or is larger than MaxOutputBytes encoded.
+// changed) when v does not encode, holds what a jsonb cannot (a NUL character), or is larger
+// than MaxOutputBytes as the database measures it (also errors.Is generics.ErrTooLarge).
 func SetOutput(ctx context.Context, v any) error {
 	e, _ := ctx.Value(execKey{}).(*execution)
 	if e == nil {
@@ -484,12 +485,8 @@ func SetOutput(ctx context.Context, v any) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOutput, err)
 	}
-	if len(b) > MaxOutputBytes {
-		return fmt.Errorf("%w: %d bytes encoded, at most %d allowed", ErrInvalidOutput, len(b), MaxOutputBytes)
-	}
-	if !utf8.Valid(b) || bytes.Contains(b, []byte(`\u0000`)) {
-		// json.Marshal writes invalid UTF-8 as U+FFFD; PostgreSQL's jsonb cannot hold NUL.
-		return fmt.Errorf("%w: must not contain NUL characters", ErrInvalidOutput)
+	if err := generics.CheckJSON("output", b, MaxOutputBytes); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOutput, err)
 	}
 	if string(b) == "null" {
 		e.output.Store(nil)

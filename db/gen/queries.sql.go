@@ -3962,12 +3962,12 @@ func (q *Queries) PruneFinishedBatch(ctx context.Context, arg PruneFinishedBatch
 }
 
 const recordEffect = `-- name: RecordEffect :one
-INSERT INTO tenure.effects (key, job_id, name, generation, result)
-SELECT $1::text, $2::bigint, $3::text, $4::bigint, $5::jsonb
+INSERT INTO tenure.effects (key, job_id, name, generation, result, refused)
+SELECT $1::text, $2::bigint, $3::text, $4::bigint, $5::jsonb, $6::text
 WHERE EXISTS (SELECT 1 FROM tenure.jobs j
-              WHERE j.id = $2::bigint AND j.state = 'running' AND j.claim_token = $6::uuid)
+              WHERE j.id = $2::bigint AND j.state = 'running' AND j.claim_token = $7::uuid)
 ON CONFLICT (key) DO UPDATE
-SET result = excluded.result, generation = excluded.generation, updated_at = now()
+SET result = excluded.result, refused = excluded.refused, generation = excluded.generation, updated_at = now()
 WHERE tenure.effects.generation < excluded.generation
 RETURNING key, job_id, name, generation, result, created_at, updated_at, refused
 `
@@ -3978,12 +3978,14 @@ type RecordEffectParams struct {
 	Name       string
 	Generation int64
 	Result     []byte
+	Refused    *string
 	ClaimToken uuid.UUID
 }
 
 // Records an effect's result, fenced twice: only the job's current owner (state running, same
 // claim token) may write, and an existing row is only replaced by a newer generation.
-// No row returned = the write was refused.
+// An effect whose result cannot be kept is recorded all the same, with result null and why in
+// refused: it ran, and must not run again. No row returned = the write was refused.
 func (q *Queries) RecordEffect(ctx context.Context, arg RecordEffectParams) (TenureEffect, error) {
 	row := q.db.QueryRow(ctx, recordEffect,
 		arg.Key,
@@ -3991,6 +3993,7 @@ func (q *Queries) RecordEffect(ctx context.Context, arg RecordEffectParams) (Ten
 		arg.Name,
 		arg.Generation,
 		arg.Result,
+		arg.Refused,
 		arg.ClaimToken,
 	)
 	var i TenureEffect
@@ -4358,19 +4361,25 @@ func (q *Queries) SnoozeMany(ctx context.Context, arg SnoozeManyParams) ([]Snooz
 }
 
 const streamEffectGet = `-- name: StreamEffectGet :one
-SELECT key, generation, result FROM tenure.stream_effects WHERE key = $1::text
+SELECT key, generation, result, refused FROM tenure.stream_effects WHERE key = $1::text
 `
 
 type StreamEffectGetRow struct {
 	Key        string
 	Generation int64
 	Result     []byte
+	Refused    *string
 }
 
 func (q *Queries) StreamEffectGet(ctx context.Context, key string) (StreamEffectGetRow, error) {
 	row := q.db.QueryRow(ctx, streamEffectGet, key)
 	var i StreamEffectGetRow
-	err := row.Scan(&i.Key, &i.Generation, &i.Result)
+	err := row.Scan(
+		&i.Key,
+		&i.Generation,
+		&i.Result,
+		&i.Refused,
+	)
 	return i, err
 }
 
@@ -4396,14 +4405,14 @@ func (q *Queries) StreamEffectPrune(ctx context.Context, arg StreamEffectPrunePa
 
 const streamEffectRecord = `-- name: StreamEffectRecord :one
 WITH ins AS (
-    INSERT INTO tenure.stream_effects (key, stream, seq, name, generation, result)
-    VALUES ($1::text, $2::text, $3::bigint, $4::text, $5::bigint, $6::jsonb)
+    INSERT INTO tenure.stream_effects (key, stream, seq, name, generation, result, refused)
+    VALUES ($1::text, $2::text, $3::bigint, $4::text, $5::bigint, $6::jsonb, $7::text)
     ON CONFLICT (key) DO NOTHING
-    RETURNING generation, result
+    RETURNING generation, result, refused
 )
-SELECT generation, result FROM ins
+SELECT generation, result, refused FROM ins
 UNION ALL
-SELECT e.generation, e.result FROM tenure.stream_effects e
+SELECT e.generation, e.result, e.refused FROM tenure.stream_effects e
 WHERE e.key = $1::text AND NOT EXISTS (SELECT 1 FROM ins)
 `
 
@@ -4414,15 +4423,18 @@ type StreamEffectRecordParams struct {
 	Name       string
 	Generation int64
 	Result     []byte
+	Refused    *string
 }
 
 type StreamEffectRecordRow struct {
 	Generation int64
 	Result     []byte
+	Refused    *string
 }
 
-// Records a JetStream job's effect result unless the key has one already; either way returns
-// the record that holds (the first attempt to record wins).
+// Records a JetStream job's effect result (or, with refused, that it ran but its result could
+// not be kept) unless the key has a record already; either way returns the record that holds
+// (the first attempt to record wins).
 func (q *Queries) StreamEffectRecord(ctx context.Context, arg StreamEffectRecordParams) (StreamEffectRecordRow, error) {
 	row := q.db.QueryRow(ctx, streamEffectRecord,
 		arg.Key,
@@ -4431,9 +4443,10 @@ func (q *Queries) StreamEffectRecord(ctx context.Context, arg StreamEffectRecord
 		arg.Name,
 		arg.Generation,
 		arg.Result,
+		arg.Refused,
 	)
 	var i StreamEffectRecordRow
-	err := row.Scan(&i.Generation, &i.Result)
+	err := row.Scan(&i.Generation, &i.Result, &i.Refused)
 	return i, err
 }
 
