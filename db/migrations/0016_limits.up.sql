@@ -74,16 +74,16 @@ ALTER TABLE tenure.stream_effects ADD CONSTRAINT stream_effects_refused
 ALTER TABLE tenure.stream_effects ADD CONSTRAINT stream_effects_result_size
     CHECK (tenure.json_size(result) <= tenure.limit('effect_result')) NOT VALID;
 
--- Job times.
+-- Job times (greatest and least ignore NULLs, hence the CASEs).
 CREATE DOMAIN tenure.job_time AS timestamptz;
 UPDATE tenure.jobs SET
-    run_at = least(greatest(run_at, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00'),
-    created_at = least(greatest(created_at, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00'),
-    updated_at = least(greatest(updated_at, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00'),
-    locked_until = least(greatest(locked_until, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00'),
-    attempted_at = least(greatest(attempted_at, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00'),
-    finished_at = least(greatest(finished_at, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00'),
-    cancel_requested_at = least(greatest(cancel_requested_at, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00')
+    run_at = CASE WHEN run_at IS NOT NULL THEN least(greatest(run_at, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00') END,
+    created_at = CASE WHEN created_at IS NOT NULL THEN least(greatest(created_at, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00') END,
+    updated_at = CASE WHEN updated_at IS NOT NULL THEN least(greatest(updated_at, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00') END,
+    locked_until = CASE WHEN locked_until IS NOT NULL THEN least(greatest(locked_until, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00') END,
+    attempted_at = CASE WHEN attempted_at IS NOT NULL THEN least(greatest(attempted_at, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00') END,
+    finished_at = CASE WHEN finished_at IS NOT NULL THEN least(greatest(finished_at, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00') END,
+    cancel_requested_at = CASE WHEN cancel_requested_at IS NOT NULL THEN least(greatest(cancel_requested_at, '1970-01-01 00:00:00+00'), '2199-12-31 23:59:59+00') END
 WHERE NOT (run_at >= '1970-01-01 00:00:00+00' AND run_at < '2200-01-01 00:00:00+00')
    OR NOT (created_at >= '1970-01-01 00:00:00+00' AND created_at < '2200-01-01 00:00:00+00')
    OR NOT (updated_at >= '1970-01-01 00:00:00+00' AND updated_at < '2200-01-01 00:00:00+00')
