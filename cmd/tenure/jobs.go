@@ -115,11 +115,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 				action, strings.Join(missing, " and "), action, id))
 		}
 	}
-	url, err := databaseURL(e, *dbURL)
-	if err != nil {
-		return exitCode(e, prefix, err)
-	}
-	pool, err := openPool(ctx, url)
+	pool, err := connect(ctx, e, *dbURL)
 	if err != nil {
 		return exitCode(e, prefix, err)
 	}

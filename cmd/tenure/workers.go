@@ -34,11 +34,7 @@ func runWorkers(ctx context.Context, e *env, args []string) int {
 	if fs.NArg() > 0 {
 		return exitCode(e, "tenure workers", usageErrorf("unexpected arguments: %v", fs.Args()))
 	}
-	url, err := databaseURL(e, *dbURL)
-	if err != nil {
-		return exitCode(e, "tenure workers", err)
-	}
-	pool, err := openPool(ctx, url)
+	pool, err := connect(ctx, e, *dbURL)
 	if err != nil {
 		return exitCode(e, "tenure workers", err)
 	}
