@@ -83,7 +83,7 @@ func redactDSN(dsn string) (string, []string) {
 			if i := strings.IndexAny(narrow, " \t\n\r\f\v"); i >= 0 {
 				narrow = narrow[:i]
 			}
-			add(narrow, unquoteKV)     // as pgx cuts it
+			add(narrow, unquoteKV)      // as pgx cuts it
 			add(dsn[start:], unquoteKV) // the whole tail
 		}
 		ranges = append(ranges, [2]int{start, end})

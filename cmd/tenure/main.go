@@ -38,7 +38,9 @@ type env struct {
 }
 
 // interactive reports whether a confirmation can be asked on stdin.
-func (e *env) interactive() bool { return e.stdin != nil && e.stdinTerminal != nil && e.stdinTerminal() }
+func (e *env) interactive() bool {
+	return e.stdin != nil && e.stdinTerminal != nil && e.stdinTerminal()
+}
 
 // command is one top-level subcommand. A new one registers itself from its own file:
 //
