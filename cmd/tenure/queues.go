@@ -126,9 +126,9 @@ func runQueue(ctx context.Context, e *env, args []string) int {
 		}
 		switch out {
 		case jobs.QueueUnchanged:
-			fmt.Fprintf(e.stdout, "queue %s was already %s (recorded in the audit trail)\n", queue, map[string]string{"pause": "paused", "resume": "running"}[action])
+			fmt.Fprintf(e.stdout, "queue %s was already %s (recorded in the audit trail)\n", esc(queue), map[string]string{"pause": "paused", "resume": "running"}[action])
 		default:
-			fmt.Fprintf(e.stdout, "queue %s %s\n", queue, out)
+			fmt.Fprintf(e.stdout, "queue %s %s\n", esc(queue), esc(string(out)))
 		}
 		return exitOK
 	}
@@ -147,8 +147,8 @@ func runQueue(ctx context.Context, e *env, args []string) int {
 		} else if q.UpdatedAt != nil {
 			since = q.UpdatedAt.UTC().Format(time.RFC3339)
 		}
-		by, why := orDash(q.UpdatedBy), orDash(q.Reason)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", q.Name, state, q.Workers, since, by, why)
+		by, why := orDash(esc(q.UpdatedBy)), orDash(esc(q.Reason))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", esc(q.Name), state, q.Workers, since, by, why)
 	}
 	if len(qs) == 0 {
 		fmt.Fprintln(tw, "(no queues: none paused or resumed, no live workers)")
@@ -244,7 +244,7 @@ func runPeriodic(ctx context.Context, e *env, args []string) int {
 			status = "OVERDUE " + p.Overdue.Round(time.Second).String()
 		}
 		next := p.NextRunAt
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", p.Name, p.Spec, p.Kind, p.Queue, ts(&next), job,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", esc(p.Name), esc(p.Spec), esc(p.Kind), esc(p.Queue), ts(&next), job,
 			ts(p.LastTickAt), ts(p.LastEnqueuedAt), p.Missed, status)
 	}
 	if len(ps) == 0 {
