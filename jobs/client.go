@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
 )
 
@@ -446,7 +447,7 @@ func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args,
 			Metadata: p.metadata, Tags: p.tags,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("tenure: insert %s: %w", p.kind, err)
+			return nil, migrations.WrapNotMigrated(fmt.Errorf("tenure: insert %s: %w", p.kind, err))
 		}
 		return rowFromGen(gen.TenureJob(j))
 	}
@@ -471,7 +472,7 @@ func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args,
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("tenure: insert %s: %w", p.kind, err)
+			return nil, migrations.WrapNotMigrated(fmt.Errorf("tenure: insert %s: %w", p.kind, err))
 		}
 		r, err := rowFromGen(insertedJob(j))
 		if err != nil {
@@ -647,7 +648,7 @@ func (c *Client) insertPlain(ctx context.Context, q *gen.Queries, all []prepared
 		PayloadVersions: a.versions, Priorities: a.priorities, RunAtUs: a.runAtUs, DelayUs: a.delayUs,
 		MaxAttempts: a.maxAttempts, LeaseMs: a.leases, Metadata: a.metadata, Tags: a.tags, NotifyQueues: a.notify})
 	if err != nil {
-		return fmt.Errorf("tenure: insert many: %w", err)
+		return migrations.WrapNotMigrated(fmt.Errorf("tenure: insert many: %w", err))
 	}
 	if len(got) != len(idx) {
 		return fmt.Errorf("tenure: insert many: %d rows inserted, %d expected", len(got), len(idx))
@@ -688,7 +689,7 @@ func (c *Client) insertUnique(ctx context.Context, q *gen.Queries, all []prepare
 		}
 		rows, err := q.InsertUniqueJobs(ctx, arg)
 		if err != nil {
-			return fmt.Errorf("tenure: insert many: %w", err)
+			return migrations.WrapNotMigrated(fmt.Errorf("tenure: insert many: %w", err))
 		}
 		if len(rows) < len(idx) {
 			return fmt.Errorf("tenure: insert many: %d rows returned, at least %d expected", len(rows), len(idx))

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tenureq/tenure/db/migrations"
 )
 
 // InsertManyFast inserts the jobs with PostgreSQL's COPY protocol in one transaction and
@@ -180,7 +182,7 @@ func (c *Client) copyJobs(ctx context.Context, pg *pgconn.PgConn, tx pgx.Tx, all
 		return 0, rows.err // the COPY was abandoned for it (the server's error only says so)
 	}
 	if err != nil {
-		return 0, err
+		return 0, migrations.WrapNotMigrated(err)
 	}
 	// COPY inserts every row or fails; the command tag pgconn returns is the signal's.
 	return int64(len(all)), nil

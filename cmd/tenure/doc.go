@@ -8,16 +8,38 @@
 // $DATABASE_URL. Flags may come before or after a job id. Exit codes: 0 on success, 1 when the
 // command failed, 2 on a usage error (a bad flag prints one line and a pointer to -h).
 //
+// A connection URL is never printed with its password: an invalid one is shown with every
+// part that could be the password replaced by xxxxx, and a URL that the driver would read with
+// another password than the one written (postgres://u:p@ss@host is read as password "p" at
+// host "ss@host") is refused: percent-encode @ : / ? # % and spaces in a URL password, or quote
+// a keyword/value one (password='...').
+//
+// Every command but migrate checks the schema when it connects: on a database never migrated,
+// or behind this binary, it fails with "run `tenure migrate up` or call migrations.Up(ctx,
+// pool)" (migrations.ErrNotMigrated); one migrated by a newer release gets a warning.
+//
+// Values read from the database (kinds, queues, payloads, error messages, actors, reasons,
+// hosts, ...) and error messages are printed with control characters escaped: C0 controls
+// (tab and newline included), DEL, C1 controls, bidi controls and invalid UTF-8 show as \xNN,
+// \t, \n, \r or \uNNNN, so no stored value can drive the terminal or forge a line. -json
+// prints the exact values.
+//
 // # migrate
 //
 //	tenure migrate up                apply every pending migration
-//	tenure migrate down [-steps N]   roll back the N most recent migrations (default 1)
+//	tenure migrate down [-steps N] [-yes]
+//	                                 roll back the N most recent migrations (default 1)
 //	tenure migrate status            list the migrations and whether each is applied
 //
 // Migrations run one per transaction under an advisory lock, so several instances may run
 // "migrate up" at once. A database migrated by a newer tenure is refused (exit code 1); status
 // lists its unknown versions as UNKNOWN and warns. A worker refuses to Start on a database
 // whose schema is behind (worker.ErrSchemaBehind) or ahead (worker.ErrSchemaAhead).
+//
+// down first prints the migrations it will revert, newest first (all applied ones when -steps
+// exceeds their number, which it says), and the tables their down scripts drop with every row
+// in them; then it asks for "yes" on the terminal. -yes skips the question, for scripts;
+// without a terminal on stdin and without -yes it refuses (exit code 2) and reverts nothing.
 //
 // # jobs
 //
@@ -56,20 +78,40 @@
 //	    deletes a job that is not running (cancel a running one first), with its
 //	    effect-ledger rows; the audit row keeps its queue, kind, state and payload.
 //
-// -json prints list (a page: Jobs and NextAfterID), get (the job) and stats (Bands,
-// TopDeadCodes and Unserved) as JSON, with the field names of package jobs' types; durations
-// are in nanoseconds.
+// # JSON output
+//
+// -json prints list, get and stats as JSON in a stable schema: the names below are a contract
+// (renaming or removing one is a breaking change; fields may be added). Every field is always
+// present: null when it has no value, [] or {} when empty. Times are RFC 3339 strings in UTC
+// (with fractional seconds when not whole); durations are numbers of seconds (float), in
+// fields named *_seconds. payload and output are the job's JSON as stored.
+//
+//	job (get; each of list's jobs): id, queue, kind, payload, payload_version, state, priority,
+//	    run_at, attempts, max_attempts, lease_seconds, locked_by, locked_until, claim_token,
+//	    generation, attempted_at, last_error_code, errors (a list of {attempt, generation, code,
+//	    message, at}), created_at, updated_at, finished_at, cancel_requested_at, metadata (an
+//	    object of strings), tags (a list of strings), output, snoozes, unique_key (hex),
+//	    unique_states (a list of states)
+//	list: {"jobs": [job...], "next_after_id": the -after of the next page, null on the last}
+//	stats: window_seconds, bands (a list of {queue, priority, ready, scheduled, running,
+//	    cancel_requested, dead, oldest_ready_age_seconds, ready_age_p50_seconds,
+//	    ready_age_p95_seconds, finished, succeeded, wait_p50_seconds, wait_p95_seconds,
+//	    wait_p99_seconds}), top_dead_codes (a list of {queue, kind, code, jobs}), unserved (a
+//	    list of {queue, ready, oldest_ready_age_seconds})
 //
 // # queue
 //
 //	tenure queue list
 //	    queues an operator paused or resumed and queues live workers serve: state (running or
 //	    PAUSED), live workers serving it, since when, by whom and why.
-//	tenure queue pause QUEUE -actor A -reason R
+//	tenure queue pause QUEUE -actor A -reason R [-force]
 //	    every worker stops starting claims from QUEUE within about a second (NOTIFY, else its
 //	    1 s poll); running jobs finish normally; enqueues are still accepted. Survives restarts.
-//	tenure queue resume QUEUE -actor A -reason R
-//	    workers claim from QUEUE again. Both are audited (actions pause and resume).
+//	tenure queue resume QUEUE -actor A -reason R [-force]
+//	    workers claim from QUEUE again. Both are audited (actions pause and resume). A queue
+//	    that no live worker serves, with no ready, running or dead job, no periodic schedule,
+//	    and not paused, is refused as a probable typo (exit code 1, nothing written) unless
+//	    -force.
 //
 // # periodic
 //
@@ -83,5 +125,6 @@
 //	    cluster metrics on http://A/metrics (default 127.0.0.1:9464); with -ui also the web
 //	    dashboard (package tenureui) on http://A/ui/, read-only unless -ui-actions. -ui-user
 //	    puts the dashboard behind HTTP basic auth (password from $TENURE_UI_PASSWORD); the user
-//	    is the actor recorded for each action. -ui-actions requires -ui-user.
+//	    is the actor recorded for each action. -ui-actions requires -ui-user. It checks the
+//	    schema before it listens and refuses a database not migrated (or behind).
 package main

@@ -115,11 +115,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 				action, strings.Join(missing, " and "), action, id))
 		}
 	}
-	url, err := databaseURL(e, *dbURL)
-	if err != nil {
-		return exitCode(e, prefix, err)
-	}
-	pool, err := openPool(ctx, url)
+	pool, err := connect(ctx, e, *dbURL)
 	if err != nil {
 		return exitCode(e, prefix, err)
 	}
@@ -138,12 +134,12 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 			return exitCode(e, prefix, err)
 		}
 		if *asJSON {
-			return printJSON(e, prefix, page)
+			return printJSON(e, prefix, jsonPageOf(page))
 		}
 		fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tPRIO\tATTEMPTS\tRUN_AT\tLAST_ERROR")
 		for _, j := range page.Jobs {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d/%d\t%s\t%s\n", j.ID, j.Queue, j.Kind, j.State, j.Priority,
-				j.Attempts, j.MaxAttempts, j.RunAt.Format(time.RFC3339), j.LastErrorCode)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d/%d\t%s\t%s\n", j.ID, esc(j.Queue), esc(j.Kind), esc(string(j.State)), j.Priority,
+				j.Attempts, j.MaxAttempts, j.RunAt.Format(time.RFC3339), esc(j.LastErrorCode))
 		}
 		if page.NextAfterID != 0 {
 			fmt.Fprintf(tw, "(more: -after %d)\n", page.NextAfterID)
@@ -154,19 +150,27 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 			return exitCode(e, prefix, err)
 		}
 		if *asJSON {
-			return printJSON(e, prefix, j)
+			return printJSON(e, prefix, jsonJobOf(j))
 		}
 		fmt.Fprintf(tw, "id\t%d\nqueue\t%s\nkind\t%s (payload v%d)\nstate\t%s\npriority\t%d\nattempts\t%d/%d\ngeneration\t%d\nrun_at\t%s\nlease\t%v\npayload\t%s\n",
-			j.ID, j.Queue, j.Kind, j.PayloadVersion, j.State, j.Priority, j.Attempts, j.MaxAttempts, j.Generation,
-			j.RunAt.Format(time.RFC3339Nano), j.Lease, j.Payload)
+			j.ID, esc(j.Queue), esc(j.Kind), j.PayloadVersion, esc(string(j.State)), j.Priority, j.Attempts, j.MaxAttempts, j.Generation,
+			j.RunAt.Format(time.RFC3339Nano), j.Lease, escBytes(j.Payload))
+		if len(j.Metadata) > 0 {
+			kv := make([]string, 0, len(j.Metadata))
+			for k, v := range j.Metadata {
+				kv = append(kv, esc(k)+"="+esc(v))
+			}
+			sort.Strings(kv)
+			fmt.Fprintf(tw, "metadata\t%s\n", strings.Join(kv, " "))
+		}
 		if j.LockedBy != "" {
-			fmt.Fprintf(tw, "locked_by\t%s\n", j.LockedBy)
+			fmt.Fprintf(tw, "locked_by\t%s\n", esc(j.LockedBy))
 		}
 		if j.LockedUntil != nil {
 			fmt.Fprintf(tw, "locked_until\t%s\n", j.LockedUntil.Format(time.RFC3339Nano))
 		}
 		if len(j.Tags) > 0 {
-			fmt.Fprintf(tw, "tags\t%s\n", strings.Join(j.Tags, " "))
+			fmt.Fprintf(tw, "tags\t%s\n", esc(strings.Join(j.Tags, " ")))
 		}
 		if j.UniqueKey != nil {
 			fmt.Fprintf(tw, "unique\tkey %x held while %v\n", j.UniqueKey, j.UniqueStates)
@@ -175,10 +179,10 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintf(tw, "snoozes\t%d\n", j.Snoozes)
 		}
 		if j.Output != nil {
-			fmt.Fprintf(tw, "output\t%s\n", j.Output)
+			fmt.Fprintf(tw, "output\t%s\n", escBytes(j.Output))
 		}
 		for _, h := range j.Errors {
-			fmt.Fprintf(tw, "error\tattempt %d gen %d %s at %s: %s\n", h.Attempt, h.Generation, h.Code, h.At.Format(time.RFC3339), h.Message)
+			fmt.Fprintf(tw, "error\tattempt %d gen %d %s at %s: %s\n", h.Attempt, h.Generation, esc(h.Code), h.At.Format(time.RFC3339), esc(h.Message))
 		}
 	case "stats":
 		s, err := c.Stats(ctx, *window)
@@ -187,11 +191,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		}
 		unserved := unservedQueues(s, *unservedAfter)
 		if *asJSON {
-			return printJSON(e, prefix, struct {
-				*jobs.Stats
-				// Unserved lists the queues flagged as probably served by no worker.
-				Unserved []unservedQueue
-			}{s, unserved})
+			return printJSON(e, prefix, jsonStatsOf(s, unserved))
 		}
 		flagged := map[string]bool{}
 		for _, u := range unserved {
@@ -203,39 +203,39 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 			if flagged[b.Queue] && b.Ready > 0 {
 				note = "UNSERVED?"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%v\t%v\t%v\t%v\t%d\t%s\n", b.Queue, b.Priority, b.Ready, b.Scheduled, b.Running, b.Dead,
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%v\t%v\t%v\t%v\t%d\t%s\n", esc(b.Queue), b.Priority, b.Ready, b.Scheduled, b.Running, b.Dead,
 				b.OldestReadyAge.Round(time.Millisecond), b.WaitP50.Round(time.Millisecond), b.WaitP95.Round(time.Millisecond),
 				b.WaitP99.Round(time.Millisecond), b.Finished, note)
 		}
 		if len(s.TopDeadCodes) > 0 {
 			fmt.Fprintln(tw, "\nDEAD BY CODE\tKIND\tQUEUE\tJOBS")
 			for _, d := range s.TopDeadCodes {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", d.Code, d.Kind, d.Queue, d.Jobs)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", esc(d.Code), esc(d.Kind), esc(d.Queue), d.Jobs)
 			}
 		}
 		tw.Flush()
 		for _, u := range unserved {
-			fmt.Fprintf(e.stderr, "warning: queue %q: %d ready jobs, the oldest waiting %v, none running: is any worker serving it? (worker.Config.Queues)\n",
-				u.Queue, u.Ready, u.OldestReadyAge.Round(time.Second))
+			fmt.Fprintf(e.stderr, "warning: queue \"%s\": %d ready jobs, the oldest waiting %v, none running: is any worker serving it? (worker.Config.Queues)\n",
+				esc(u.Queue), u.Ready, u.OldestReadyAge.Round(time.Second))
 		}
 	case "cancel":
 		out, err := c.Cancel(ctx, id, act)
 		if err != nil {
 			return exitCode(e, prefix, err)
 		}
-		fmt.Fprintf(tw, "job %d: %s\n", id, out)
+		fmt.Fprintf(tw, "job %d: %s\n", id, esc(string(out)))
 	case "retry":
 		j, err := c.Retry(ctx, id, act)
 		if err != nil {
 			return exitCode(e, prefix, err)
 		}
-		fmt.Fprintf(tw, "job %d: %s, due now, attempts %d/%d\n", j.ID, j.State, j.Attempts, j.MaxAttempts)
+		fmt.Fprintf(tw, "job %d: %s, due now, attempts %d/%d\n", j.ID, esc(string(j.State)), j.Attempts, j.MaxAttempts)
 	case "reinject":
 		j, err := c.Reinject(ctx, id, act, &jobs.ReinjectOpts{MaxAttempts: *maxAttempts})
 		if err != nil {
 			return exitCode(e, prefix, err)
 		}
-		fmt.Fprintf(tw, "job %d: %s, attempts 0/%d\n", j.ID, j.State, j.MaxAttempts)
+		fmt.Fprintf(tw, "job %d: %s, attempts 0/%d\n", j.ID, esc(string(j.State)), j.MaxAttempts)
 	case "delete":
 		if err := c.Delete(ctx, id, act); err != nil {
 			return exitCode(e, prefix, err)
@@ -252,7 +252,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 			if a.JobID != nil {
 				job = strconv.FormatInt(*a.JobID, 10)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.At.Format(time.RFC3339), a.Actor, a.Action, job, a.Reason, a.Detail)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.At.Format(time.RFC3339), esc(a.Actor), esc(a.Action), job, esc(a.Reason), escBytes(a.Detail))
 		}
 	}
 	return exitOK

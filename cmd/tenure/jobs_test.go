@@ -107,20 +107,17 @@ func TestJobsCommandsFirstHour(t *testing.T) {
 
 	r = tenure(t, url, "jobs", "list", "-json")
 	require.Equal(t, 0, r.code, r.stderr)
-	var page jobs.Page
+	var page jsonPage
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
 	require.Len(t, page.Jobs, 5)
 	r = tenure(t, url, "jobs", "get", itoa(dead), "-json")
 	require.Equal(t, 0, r.code, r.stderr)
-	var row jobs.Row
+	var row jsonJob
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &row))
-	require.Equal(t, jobs.StateDead, row.State)
+	require.Equal(t, string(jobs.StateDead), row.State)
 	r = tenure(t, url, "jobs", "stats", "-json")
 	require.Equal(t, 0, r.code, r.stderr)
-	var st struct {
-		Bands    []jobs.BandStats
-		Unserved []struct{ Queue string }
-	}
+	var st jsonStats
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
 	var order []string
 	for _, b := range st.Bands {
@@ -174,7 +171,7 @@ func TestJobsListByTagAndGetShowsNewColumns(t *testing.T) {
 
 	r := tenure(t, url, "jobs", "list", "-tag", "vip", "-json")
 	require.Equal(t, 0, r.code, r.stderr)
-	var page jobs.Page
+	var page jsonPage
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
 	require.Len(t, page.Jobs, 2)
 	r = tenure(t, url, "jobs", "list", "-tag", "vip", "-tag", "tenant:2", "-json")

@@ -14,6 +14,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenureq/tenure/db/migrations"
 )
 
 // Exit codes.
@@ -27,6 +29,17 @@ const (
 type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// stdin answers confirmation prompts (tenure migrate down); stdinTerminal reports whether
+	// it is an interactive terminal (nil: it is not).
+	stdin         io.Reader
+	stdinTerminal func() bool
+	// secrets are the spellings of the database password, scrubbed from every printed error.
+	secrets []string
+}
+
+// interactive reports whether a confirmation can be asked on stdin.
+func (e *env) interactive() bool {
+	return e.stdin != nil && e.stdinTerminal != nil && e.stdinTerminal()
 }
 
 // command is one top-level subcommand. A new one registers itself from its own file:
@@ -50,9 +63,15 @@ func register(c *command) {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
+	code := run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, stdin: os.Stdin, stdinTerminal: stdinIsTerminal}, os.Args[1:])
 	stop()
 	os.Exit(code)
+}
+
+// stdinIsTerminal reports whether standard input is a character device (a terminal).
+func stdinIsTerminal() bool {
+	fi, err := os.Stdin.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // run dispatches args (without the program name) and returns the exit code.
@@ -106,12 +125,15 @@ func (u usageError) Error() string { return u.msg }
 
 func usageErrorf(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
-// exitCode maps an error to an exit code, printing it.
+// exitCode maps an error to an exit code, printing it: a missing Tenure table or function
+// becomes migrations.ErrNotMigrated with its hint, the database password is scrubbed, and
+// control characters (the error may quote a value from the database) are escaped.
 func exitCode(e *env, prefix string, err error) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(e.stderr, "%s: %v\n", prefix, err)
+	err = migrations.WrapNotMigrated(err)
+	fmt.Fprintf(e.stderr, "%s: %s\n", prefix, esc(scrub(err.Error(), e.secrets)))
 	var ue usageError
 	if errors.As(err, &ue) {
 		return exitUsage
@@ -173,11 +195,36 @@ func databaseURL(e *env, flagValue string) (string, error) {
 	return "", usageErrorf("no database: pass -database-url or set DATABASE_URL")
 }
 
-// openPool opens a small pool on url and checks that the server answers.
-func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+// connect opens a small pool on the database (-database-url's value, else $DATABASE_URL) and
+// checks that the server answers and that Tenure's schema is migrated (migrations.Check): a
+// database behind this release is refused with migrations.ErrNotMigrated and its hint; one
+// ahead of it (migrated by a newer release) gets a warning on stderr.
+func connect(ctx context.Context, e *env, flagValue string) (*pgxpool.Pool, error) {
+	url, err := databaseURL(e, flagValue)
 	if err != nil {
-		return nil, usageErrorf("invalid database URL: %v", err)
+		return nil, err
+	}
+	pool, err := openPool(ctx, e, url)
+	if err != nil {
+		return nil, err
+	}
+	switch err := migrations.Check(ctx, pool); {
+	case errors.Is(err, migrations.ErrSchemaTooNew):
+		fmt.Fprintf(e.stderr, "warning: %s\n", esc(err.Error()))
+	case err != nil:
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// openPool opens a small pool on url and checks that the server answers. The URL's password
+// never shows in its errors (parseDSN), and is added to e.secrets for exitCode to scrub.
+func openPool(ctx context.Context, e *env, url string) (*pgxpool.Pool, error) {
+	cfg, secrets, err := parseDSN(url)
+	e.secrets = append(e.secrets, secrets...)
+	if err != nil {
+		return nil, err
 	}
 	cfg.MaxConns = 4
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -26,8 +26,14 @@ type result struct {
 	stdout, stderr string
 }
 
-// tenure runs the CLI in-process with the given $DATABASE_URL.
+// tenure runs the CLI in-process with the given $DATABASE_URL (stdin: not a terminal).
 func tenure(t *testing.T, databaseURL string, args ...string) result {
+	t.Helper()
+	return tenureIn(t, databaseURL, nil, args...)
+}
+
+// tenureIn is tenure with stdin on a terminal that reads typed (nil: no terminal).
+func tenureIn(t *testing.T, databaseURL string, typed *string, args ...string) result {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	e := &env{stdout: &out, stderr: &errOut, getenv: func(k string) string {
@@ -36,6 +42,10 @@ func tenure(t *testing.T, databaseURL string, args ...string) result {
 		}
 		return ""
 	}}
+	if typed != nil {
+		e.stdin = strings.NewReader(*typed)
+		e.stdinTerminal = func() bool { return true }
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	code := run(ctx, e, args)
@@ -60,6 +70,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"migrate", "sideways"}, exitUsage, "", `unknown action "sideways"`},
 		{[]string{"migrate", "up", "extra"}, exitUsage, "", "unexpected arguments"},
 		{[]string{"migrate", "up", "-steps", "2"}, exitUsage, "", "-steps only applies to down"},
+		{[]string{"migrate", "status", "-yes"}, exitUsage, "", "-yes only applies to down"},
 		{[]string{"migrate", "down", "-steps", "0"}, exitUsage, "", "at least 1"},
 		{[]string{"migrate", "down", "-steps", "x"}, exitUsage, "", "invalid value"},
 		{[]string{"migrate", "-bogus", "up"}, exitUsage, "", "flag provided but not defined"},
@@ -98,12 +109,12 @@ func TestMigrateCycle(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Equal(t, len(all), strings.Count(r.stdout, "applied"))
 
-	r = tenure(t, db, "migrate", "down", "-steps", "1000")
+	r = tenure(t, db, "migrate", "down", "-steps", "1000", "-yes")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Equal(t, len(all), strings.Count(r.stdout, "reverted"))
 	r = tenure(t, db, "migrate", "down")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "nothing to roll back")
+	assert.Contains(t, r.stdout, "nothing to roll back", "nothing to confirm either")
 
 	r = tenure(t, db, "migrate", "up")
 	require.Equal(t, exitOK, r.code, r.stderr)
@@ -124,6 +135,54 @@ func TestMigrateCycle(t *testing.T) {
 	assert.Equal(t, exitOK, r.code)
 	assert.Contains(t, r.stdout, "UNKNOWN")
 	assert.Contains(t, r.stderr, "warning")
+}
+
+// TestMigrateDownAsks: migrate down says exactly which migrations it reverts and which tables
+// that drops, and reverts nothing without "yes" typed on a terminal or -yes; without a
+// terminal it refuses.
+func TestMigrateDownAsks(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewMigratedDB(t)
+	all := migrations.All()
+	applied := func() int {
+		r := tenure(t, db, "migrate", "status")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		return strings.Count(r.stdout, "applied")
+	}
+	str := func(s string) *string { return &s }
+
+	r := tenure(t, db, "migrate", "down", "-steps", "1000000")
+	require.Equal(t, exitUsage, r.code, r.stdout)
+	require.Contains(t, r.stderr, "stdin is not a terminal; pass -yes")
+	require.NotContains(t, r.stdout, "reverted ")
+	require.Equal(t, len(all), applied(), "nothing reverted")
+
+	for _, answer := range []string{"no\n", "", "y\n", "YES please\n"} {
+		r = tenureIn(t, db, str(answer), "migrate", "down", "-steps", "1000000")
+		require.Equal(t, exitFail, r.code, "%q: %s", answer, r.stdout)
+		require.Contains(t, r.stderr, "Type yes")
+		require.Contains(t, r.stderr, "nothing reverted")
+		require.Equal(t, len(all), applied(), "nothing reverted after %q", answer)
+	}
+	// What it would do was said before the question.
+	require.Contains(t, r.stdout, fmt.Sprintf("-steps 1000000, but only %d migration(s) are applied", len(all)))
+	for _, m := range all {
+		require.Contains(t, r.stdout, "  "+padded(m.Version)+"_"+m.Name+"\n")
+	}
+	require.Regexp(t, `drops these tables and every row in them: .*tenure\.jobs`, r.stdout)
+
+	// -steps 1 names only the newest one.
+	last := all[len(all)-1]
+	r = tenureIn(t, db, str("yes\n"), "migrate", "down")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "This reverts 1 migration(s), newest first:\n  "+padded(last.Version)+"_"+last.Name+"\n")
+	require.Contains(t, r.stdout, "reverted "+padded(last.Version)+"_"+last.Name)
+	require.Equal(t, len(all)-1, applied())
+
+	r = tenure(t, db, "migrate", "down", "-steps", "2", "-yes")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, 2, strings.Count(r.stdout, "reverted "))
+	require.Equal(t, len(all)-3, applied())
 }
 
 func TestUnreachableDatabase(t *testing.T) {

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/jobs"
 )
@@ -31,7 +34,9 @@ const queueUsage = `Usage: tenure queue <action> [flags] [queue]
                 jobs finish normally; enqueues are still accepted); survives restarts
   resume QUEUE  let workers claim from QUEUE again
 
-pause and resume are audited: -actor (who) and -reason (why) are required.`
+pause and resume are audited: -actor (who) and -reason (why) are required. A queue that no
+live worker serves, with no ready, running or dead jobs, no periodic schedule, and not paused,
+is refused as a probable typo unless -force is given.`
 
 func runQueue(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
@@ -52,6 +57,7 @@ func runQueue(ctx context.Context, e *env, args []string) int {
 	dbURL := databaseFlag(fs)
 	actor := fs.String("actor", "", "(pause, resume) who acts, for the audit trail")
 	reason := fs.String("reason", "", "(pause, resume) why, for the audit trail")
+	force := fs.Bool("force", false, "(pause, resume) act on a queue no live worker serves and that has no jobs")
 	if code, done := parseFlags(e, fs, args[1:]); done {
 		return code
 	}
@@ -87,11 +93,7 @@ func runQueue(ctx context.Context, e *env, args []string) int {
 				action, strings.Join(missing, " and "), action, queue))
 		}
 	}
-	url, err := databaseURL(e, *dbURL)
-	if err != nil {
-		return exitCode(e, prefix, err)
-	}
-	pool, err := openPool(ctx, url)
+	pool, err := connect(ctx, e, *dbURL)
 	if err != nil {
 		return exitCode(e, prefix, err)
 	}
@@ -103,6 +105,17 @@ func runQueue(ctx context.Context, e *env, args []string) int {
 	act := jobs.Action{Actor: *actor, Reason: *reason}
 	switch action {
 	case "pause", "resume":
+		if !*force {
+			known, err := queueKnown(ctx, pool, queue)
+			if err != nil {
+				return exitCode(e, prefix, err)
+			}
+			if !known {
+				return exitCode(e, prefix, fmt.Errorf("%w: %q: no live worker serves it, it has no ready, running or dead jobs, "+
+					"no periodic schedule and it is not paused (a typo? tenure queue list shows the queues workers serve); "+
+					"pass -force to %s it anyway", errUnknownQueue, queue, action))
+			}
+		}
 		f := c.PauseQueue
 		if action == "resume" {
 			f = c.ResumeQueue
@@ -113,9 +126,9 @@ func runQueue(ctx context.Context, e *env, args []string) int {
 		}
 		switch out {
 		case jobs.QueueUnchanged:
-			fmt.Fprintf(e.stdout, "queue %s was already %s (recorded in the audit trail)\n", queue, map[string]string{"pause": "paused", "resume": "running"}[action])
+			fmt.Fprintf(e.stdout, "queue %s was already %s (recorded in the audit trail)\n", esc(queue), map[string]string{"pause": "paused", "resume": "running"}[action])
 		default:
-			fmt.Fprintf(e.stdout, "queue %s %s\n", queue, out)
+			fmt.Fprintf(e.stdout, "queue %s %s\n", esc(queue), esc(string(out)))
 		}
 		return exitOK
 	}
@@ -134,13 +147,35 @@ func runQueue(ctx context.Context, e *env, args []string) int {
 		} else if q.UpdatedAt != nil {
 			since = q.UpdatedAt.UTC().Format(time.RFC3339)
 		}
-		by, why := orDash(q.UpdatedBy), orDash(q.Reason)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", q.Name, state, q.Workers, since, by, why)
+		by, why := orDash(esc(q.UpdatedBy)), orDash(esc(q.Reason))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", esc(q.Name), state, q.Workers, since, by, why)
 	}
 	if len(qs) == 0 {
 		fmt.Fprintln(tw, "(no queues: none paused or resumed, no live workers)")
 	}
 	return exitOK
+}
+
+// errUnknownQueue refuses tenure queue pause/resume of a queue nothing knows (without -force).
+var errUnknownQueue = errors.New("unknown queue")
+
+// queueKnown reports whether queue is one an operator may mean: a live registered worker
+// serves it (tenure.workers.queues), it has ready, running or dead jobs (each looked up
+// through an index: jobs_ready_idx, jobs_running_idx, jobs_dead_idx), a periodic schedule
+// enqueues into it, or it is paused (so a forced pause can be resumed without -force).
+func queueKnown(ctx context.Context, pool *pgxpool.Pool, queue string) (bool, error) {
+	var known bool
+	err := pool.QueryRow(ctx, `SELECT
+		EXISTS (SELECT 1 FROM tenure.workers WHERE expires_at > now() AND queues ? $1)
+		OR EXISTS (SELECT 1 FROM tenure.jobs WHERE state = 'ready' AND queue = $1)
+		OR EXISTS (SELECT 1 FROM tenure.jobs WHERE state = 'dead' AND queue = $1)
+		OR EXISTS (SELECT 1 FROM tenure.jobs WHERE locked_until IS NOT NULL AND state = 'running' AND queue = $1)
+		OR EXISTS (SELECT 1 FROM tenure.periodic WHERE queue = $1)
+		OR EXISTS (SELECT 1 FROM tenure.queues WHERE name = $1 AND paused)`, queue).Scan(&known)
+	if err != nil {
+		return false, fmt.Errorf("looking up queue %q: %w", queue, err)
+	}
+	return known, nil
 }
 
 func orDash(s string) string {
@@ -177,11 +212,7 @@ func runPeriodic(ctx context.Context, e *env, args []string) int {
 	if fs.NArg() > 0 {
 		return exitCode(e, prefix, usageErrorf("unexpected arguments %q", fs.Args()))
 	}
-	url, err := databaseURL(e, *dbURL)
-	if err != nil {
-		return exitCode(e, prefix, err)
-	}
-	pool, err := openPool(ctx, url)
+	pool, err := connect(ctx, e, *dbURL)
 	if err != nil {
 		return exitCode(e, prefix, err)
 	}
@@ -213,7 +244,7 @@ func runPeriodic(ctx context.Context, e *env, args []string) int {
 			status = "OVERDUE " + p.Overdue.Round(time.Second).String()
 		}
 		next := p.NextRunAt
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", p.Name, p.Spec, p.Kind, p.Queue, ts(&next), job,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", esc(p.Name), esc(p.Spec), esc(p.Kind), esc(p.Queue), ts(&next), job,
 			ts(p.LastTickAt), ts(p.LastEnqueuedAt), p.Missed, status)
 	}
 	if len(ps) == 0 {

@@ -30,7 +30,8 @@ func TestQueueCommand(t *testing.T) {
 	r = tenure(t, url, "queue", "frobnicate")
 	require.Equal(t, 2, r.code)
 
-	r = tenure(t, url, "queue", "pause", "mail", "-actor", "ops@example.com", "-reason", "relay maintenance")
+	// No worker serves mail yet and it has no jobs: -force (TestQueuePauseRefusesUnknownQueue).
+	r = tenure(t, url, "queue", "pause", "mail", "-force", "-actor", "ops@example.com", "-reason", "relay maintenance")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, "queue mail paused\n", r.stdout)
 	r = tenure(t, url, "queue", "pause", "-actor", "ops@example.com", "-reason", "again", "mail")
@@ -60,6 +61,55 @@ func TestQueueCommand(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "pause")
 	require.Contains(t, r.stdout, "resume")
+}
+
+// TestQueuePauseRefusesUnknownQueue: pause or resume of a queue that no live worker serves,
+// with no ready, running or dead jobs, no periodic schedule, and not paused, is refused (a
+// typo) and leaves nothing behind: no tenure.queues row, no audit row. -force does it anyway.
+func TestQueuePauseRefusesUnknownQueue(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewMigratedDB(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	rows := func() (queues, audits int) {
+		require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM tenure.queues), (SELECT count(*) FROM tenure.audit)").Scan(&queues, &audits))
+		return
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.workers (id, host, pid, version, queues, started_at, heartbeat_at, expires_at, counters) VALUES
+		('live', 'h1', 1, 'v1', '{"served":{"concurrency":1}}', now(), now(), now() + interval '1 minute', '{}'),
+		('gone', 'h2', 2, 'v1', '{"gone":{"concurrency":1}}', now() - interval '1 hour', now() - interval '1 hour', now() - interval '59 minutes', '{}')`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('hasready', 'k', '{}');
+		INSERT INTO tenure.jobs (queue, kind, payload, state, attempts, max_attempts, claim_token, generation, attempted_at, finished_at, last_error_code)
+		VALUES ('hasdead', 'k', '{}', 'dead', 1, 1, gen_random_uuid(), 1, now(), now(), 'X');
+		INSERT INTO tenure.jobs (queue, kind, payload, state, finished_at) VALUES ('onlysucceeded', 'k', '{}', 'succeeded', now());
+		INSERT INTO tenure.periodic (name, spec, kind, queue, next_run_at) VALUES ('p', 'every 1h', 'k', 'scheduled', now() + interval '1 hour')`)
+	require.NoError(t, err)
+	act := []string{"-actor", "ops", "-reason", "r"}
+	for _, q := range []string{"nosuchqueue", "gone", "onlysucceeded"} {
+		for _, action := range []string{"pause", "resume"} {
+			r := tenure(t, url, append([]string{"queue", action, q}, act...)...)
+			require.Equal(t, exitFail, r.code, "%s %s: %s", action, q, r.stdout)
+			require.Contains(t, r.stderr, "no live worker serves it")
+			require.Contains(t, r.stderr, "-force")
+			queues, audits := rows()
+			require.Zero(t, queues, "a refusal leaves no row behind")
+			require.Zero(t, audits, "a refusal is not audited")
+		}
+	}
+	for _, q := range []string{"served", "hasready", "hasdead", "scheduled"} {
+		r := tenure(t, url, append([]string{"queue", "pause", q}, act...)...)
+		require.Equal(t, exitOK, r.code, "%s: %s", q, r.stderr)
+		require.Equal(t, "queue "+q+" paused\n", r.stdout)
+	}
+	r := tenure(t, url, append([]string{"queue", "pause", "nosuchqueue", "-force"}, act...)...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	// A paused queue is known: resuming it needs no -force.
+	r = tenure(t, url, append([]string{"queue", "resume", "nosuchqueue"}, act...)...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "queue nosuchqueue resumed\n", r.stdout)
 }
 
 func TestPeriodicCommand(t *testing.T) {

@@ -66,11 +66,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	if *uiUser != "" && password == "" {
 		return exitCode(e, "tenure serve", usageErrorf("-ui-user needs the password in $TENURE_UI_PASSWORD"))
 	}
-	url, err := databaseURL(e, *dbURL)
-	if err != nil {
-		return exitCode(e, "tenure serve", err)
-	}
-	pool, err := openPool(ctx, url)
+	pool, err := connect(ctx, e, *dbURL)
 	if err != nil {
 		return exitCode(e, "tenure serve", err)
 	}

@@ -34,11 +34,7 @@ func runWorkers(ctx context.Context, e *env, args []string) int {
 	if fs.NArg() > 0 {
 		return exitCode(e, "tenure workers", usageErrorf("unexpected arguments: %v", fs.Args()))
 	}
-	url, err := databaseURL(e, *dbURL)
-	if err != nil {
-		return exitCode(e, "tenure workers", err)
-	}
-	pool, err := openPool(ctx, url)
+	pool, err := connect(ctx, e, *dbURL)
 	if err != nil {
 		return exitCode(e, "tenure workers", err)
 	}
@@ -57,7 +53,7 @@ func runWorkers(ctx context.Context, e *env, args []string) int {
 	for _, w := range ws {
 		qs := make([]string, 0, len(w.Queues))
 		for name, q := range w.Queues {
-			s := fmt.Sprintf("%s:%d", name, q.Concurrency)
+			s := fmt.Sprintf("%s:%d", esc(name), q.Concurrency)
 			if q.Paused {
 				s += "(paused)"
 			}
@@ -72,7 +68,7 @@ func runWorkers(ctx context.Context, e *env, args []string) int {
 		if w.Expired {
 			status = "EXPIRED"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%v\t%v\t%s\t%d\t%d\t%d\t%d\t%s\n", w.ID, w.Host, w.PID, w.Version,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%v\t%v\t%s\t%d\t%d\t%d\t%d\t%s\n", esc(w.ID), esc(w.Host), w.PID, esc(w.Version),
 			strings.Join(qs, ","), w.HeartbeatAt.Sub(w.StartedAt).Round(time.Second), w.HeartbeatAge.Round(time.Millisecond),
 			last, w.Counters["running"], w.Counters["succeeded"], w.Counters["retried"]+w.Counters["dead"],
 			w.Counters["stale_rejected"], status)

@@ -19,6 +19,11 @@
 // a newer release already migrated it) is refused with ErrSchemaTooNew by Up and Down;
 // Status reports such versions with Unknown set.
 //
+// A database without the schema, or behind this binary, is reported one way everywhere:
+// ErrNotMigrated, whose message carries Hint ("run `tenure migrate up` or call
+// migrations.Up(ctx, pool)"). Check returns it before any work; WrapNotMigrated turns a
+// statement's "tenure table or function does not exist" error into it.
+//
 // The functions taking a *pgxpool.Pool acquire one connection for the run; the *Conn variants
 // work on a connection the caller owns, for tools and tests that use a plain *pgx.Conn.
 package migrations
