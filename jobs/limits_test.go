@@ -156,8 +156,12 @@ func TestLimitBoundaries(t *testing.T) {
 		}, func() (limitArgs, *jobs.InsertOpts) {
 			return limitArgs{}, &jobs.InsertOpts{Metadata: metaOfSize(generics.MaxMetadataBytes + 1)}
 		}},
-		{"tags", func() (limitArgs, *jobs.InsertOpts) { return limitArgs{}, &jobs.InsertOpts{Tags: tagsN(generics.MaxTags)} },
-			func() (limitArgs, *jobs.InsertOpts) { return limitArgs{}, &jobs.InsertOpts{Tags: tagsN(generics.MaxTags + 1)} }},
+		{"tags", func() (limitArgs, *jobs.InsertOpts) {
+			return limitArgs{}, &jobs.InsertOpts{Tags: tagsN(generics.MaxTags)}
+		},
+			func() (limitArgs, *jobs.InsertOpts) {
+				return limitArgs{}, &jobs.InsertOpts{Tags: tagsN(generics.MaxTags + 1)}
+			}},
 		{"tag", func() (limitArgs, *jobs.InsertOpts) {
 			return limitArgs{}, &jobs.InsertOpts{Tags: []string{strings.Repeat("t", generics.MaxTagBytes)}}
 		}, func() (limitArgs, *jobs.InsertOpts) {
