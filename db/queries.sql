@@ -1550,7 +1550,7 @@ SELECT * FROM tenure.effects WHERE key = @key;
 -- An effect whose result cannot be kept is recorded all the same, with result null and why in
 -- refused: it ran, and must not run again. No row returned = the write was refused.
 INSERT INTO tenure.effects (key, job_id, name, generation, result, refused)
-SELECT @key::text, @job_id::bigint, @name::text, @generation::bigint, @result::jsonb, sqlc.narg('refused')::text
+SELECT @key::text, @job_id::bigint, @name::text, @generation::bigint, @result::jsonb, nullif(@refused::text, '')
 WHERE EXISTS (SELECT 1 FROM tenure.jobs j
               WHERE j.id = @job_id::bigint AND j.state = 'running' AND j.claim_token = @claim_token::uuid)
 ON CONFLICT (key) DO UPDATE
@@ -1809,7 +1809,7 @@ SELECT key, generation, result, refused FROM tenure.stream_effects WHERE key = @
 -- (the first attempt to record wins).
 WITH ins AS (
     INSERT INTO tenure.stream_effects (key, stream, seq, name, generation, result, refused)
-    VALUES (@key::text, @stream::text, @seq::bigint, @name::text, @generation::bigint, @result::jsonb, sqlc.narg('refused')::text)
+    VALUES (@key::text, @stream::text, @seq::bigint, @name::text, @generation::bigint, @result::jsonb, nullif(@refused::text, ''))
     ON CONFLICT (key) DO NOTHING
     RETURNING generation, result, refused
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tenureq/tenure/generics"
@@ -41,8 +42,8 @@ func ExampleClient_Insert() {
 
 	_, err := client.Insert(ctx, Report{AccountID: 5}, &jobs.InsertOpts{Priority: 12})
 	fmt.Println(errors.Is(err, jobs.ErrInvalidOptions))
-	big := make([]byte, 70<<10)
-	_, err = client.Insert(ctx, blobArgs{Data: string(big)}, nil)
+	big := strings.Repeat("x", 70<<10)
+	_, err = client.Insert(ctx, blobArgs{Data: big}, nil)
 	fmt.Println(errors.Is(err, generics.ErrPayloadTooLarge))
 
 	page, _ := client.List(ctx, jobs.ListParams{Kind: "report"})

@@ -44,6 +44,8 @@ func TestInsertOptionsOutOfRangeAreTypedErrors(t *testing.T) {
 		{"run at year 1", &jobs.InsertOpts{RunAt: time.Date(1, 6, 1, 0, 0, 0, 0, time.UTC)}, "RunAt"},
 		{"run at 1969", &jobs.InsertOpts{RunAt: time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC)}, "RunAt"},
 		{"run at year 10000", &jobs.InsertOpts{RunAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, "RunAt"},
+		{"run at 2200", &jobs.InsertOpts{RunAt: generics.MaxJobTime}, "RunAt"},
+		{"delay past 2200", &jobs.InsertOpts{Delay: time.Duration(math.MaxInt64)}, "Delay"},
 		{"run at year 300000", &jobs.InsertOpts{RunAt: time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)}, "RunAt"},
 		{"priority 10", &jobs.InsertOpts{Priority: 10}, "Priority"},
 		{"priority -1", &jobs.InsertOpts{Priority: -1}, "Priority"},
@@ -92,8 +94,8 @@ func TestInsertOptionsOutOfRangeAreTypedErrors(t *testing.T) {
 	// the edges of every range are accepted
 	edges := []*jobs.InsertOpts{
 		{RunAt: time.Unix(0, 0)},
-		{RunAt: time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)},
-		{Delay: time.Duration(math.MaxInt64)},
+		{RunAt: generics.MaxJobTime.Add(-time.Microsecond)}, // the last instant of the job-time window
+		{Delay: 100 * 365 * 24 * time.Hour}, // a run time inside the job-time window
 		{Priority: 1, MaxAttempts: 1, Lease: time.Second},
 		{Priority: 9, MaxAttempts: 1000, Lease: 24 * time.Hour, Queue: strings.Repeat("q", 128)},
 	}
@@ -111,6 +113,6 @@ func TestInsertOptionsOutOfRangeAreTypedErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2*len(edges)+1, count(t, c))
 	var far time.Time
-	require.NoError(t, pool.QueryRow(ctx, "SELECT max(run_at) FROM tenure.jobs WHERE run_at > now() + interval '200 years' AND run_at < now() + interval '300 years'").Scan(&far))
-	require.False(t, far.IsZero(), "the largest Delay lands about 292 years ahead")
+	require.NoError(t, pool.QueryRow(ctx, "SELECT max(run_at) FROM tenure.jobs WHERE run_at > now() + interval '99 years' AND run_at < now() + interval '101 years'").Scan(&far))
+	require.False(t, far.IsZero(), "a Delay of 100 years lands 100 years ahead")
 }

@@ -591,12 +591,8 @@ func (l *streamLedger) GetEffect(ctx context.Context, key string) (worker.Effect
 }
 
 func (l *streamLedger) RecordEffect(ctx context.Context, rec worker.EffectRecord) (worker.EffectRecord, error) {
-	var refused *string
-	if rec.Refused != "" {
-		refused = &rec.Refused
-	}
 	row, err := gen.New(l.pool).StreamEffectRecord(ctx, gen.StreamEffectRecordParams{Key: rec.Key, Stream: l.stream, Seq: l.seq,
-		Name: rec.Name, Generation: rec.Generation, Result: rec.Result, Refused: refused})
+		Name: rec.Name, Generation: rec.Generation, Result: rec.Result, Refused: rec.Refused})
 	if err != nil {
 		return worker.EffectRecord{}, err
 	}

@@ -238,12 +238,8 @@ func (l jobLedger) get(ctx context.Context, key string, meta generics.JobMeta) (
 }
 
 func (l jobLedger) record(ctx context.Context, key string, meta generics.JobMeta, rec ledgerRecord) (ledgerRecord, error) {
-	var refused *string
-	if rec.refused != "" {
-		refused = &rec.refused
-	}
 	row, err := gen.New(l.e.q.w.pool).RecordEffect(ctx, gen.RecordEffectParams{Key: key, JobID: meta.ID, Name: l.name,
-		Generation: meta.Generation, Result: rec.result, ClaimToken: meta.ClaimToken, Refused: refused})
+		Generation: meta.Generation, Result: rec.result, ClaimToken: meta.ClaimToken, Refused: rec.refused})
 	if errors.Is(err, pgx.ErrNoRows) {
 		l.e.q.w.m.staleRejected.Add(1)
 		return ledgerRecord{}, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + l.name}

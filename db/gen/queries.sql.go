@@ -3963,7 +3963,7 @@ func (q *Queries) PruneFinishedBatch(ctx context.Context, arg PruneFinishedBatch
 
 const recordEffect = `-- name: RecordEffect :one
 INSERT INTO tenure.effects (key, job_id, name, generation, result, refused)
-SELECT $1::text, $2::bigint, $3::text, $4::bigint, $5::jsonb, $6::text
+SELECT $1::text, $2::bigint, $3::text, $4::bigint, $5::jsonb, nullif($6::text, '')
 WHERE EXISTS (SELECT 1 FROM tenure.jobs j
               WHERE j.id = $2::bigint AND j.state = 'running' AND j.claim_token = $7::uuid)
 ON CONFLICT (key) DO UPDATE
@@ -3978,7 +3978,7 @@ type RecordEffectParams struct {
 	Name       string
 	Generation int64
 	Result     []byte
-	Refused    *string
+	Refused    string
 	ClaimToken uuid.UUID
 }
 
@@ -4406,7 +4406,7 @@ func (q *Queries) StreamEffectPrune(ctx context.Context, arg StreamEffectPrunePa
 const streamEffectRecord = `-- name: StreamEffectRecord :one
 WITH ins AS (
     INSERT INTO tenure.stream_effects (key, stream, seq, name, generation, result, refused)
-    VALUES ($1::text, $2::text, $3::bigint, $4::text, $5::bigint, $6::jsonb, $7::text)
+    VALUES ($1::text, $2::text, $3::bigint, $4::text, $5::bigint, $6::jsonb, nullif($7::text, ''))
     ON CONFLICT (key) DO NOTHING
     RETURNING generation, result, refused
 )
@@ -4423,7 +4423,7 @@ type StreamEffectRecordParams struct {
 	Name       string
 	Generation int64
 	Result     []byte
-	Refused    *string
+	Refused    string
 }
 
 type StreamEffectRecordRow struct {
