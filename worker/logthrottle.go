@@ -39,9 +39,15 @@ func (t *logThrottle) allow(now time.Time) (bool, int64) {
 
 // engineError records a failure of one of the engine's own statements: remembered as the
 // last error (Stats.LastError/LastErrorAt) and logged at most once per errorLogEvery per
-// source, with the count of failures not logged since.
+// source, with the count of failures not logged since. A permission error (SQLSTATE 42501: the
+// role lacks a grant, which no retry fixes) is counted in Stats.PermissionErrors and logged at
+// ERROR, naming tenure.grant_worker; others at WARN.
 func (w *Worker) engineError(t *logThrottle, what string, err error, attrs ...any) {
 	now := time.Now()
+	perm := isPermissionError(err)
+	if perm {
+		w.m.permissionErrors.Add(1)
+	}
 	w.m.mu.Lock()
 	w.m.lastError, w.m.lastErrorAt = what+": "+err.Error(), now
 	w.m.mu.Unlock()
@@ -52,6 +58,10 @@ func (w *Worker) engineError(t *logThrottle, what string, err error, attrs ...an
 	attrs = append(attrs, logkey.Err, err)
 	if n > 0 {
 		attrs = append(attrs, logkey.NotLogged, n)
+	}
+	if perm {
+		w.log.Error("tenure: "+what+" failed: the database role lacks a privilege; as the owner of schema tenure run SELECT tenure.grant_worker('role') (repeats are logged at most every "+errorLogEvery.String()+")", attrs...)
+		return
 	}
 	w.log.Warn("tenure: "+what+" failed (repeats are logged at most every "+errorLogEvery.String()+")", attrs...)
 }

@@ -22,6 +22,7 @@ type metrics struct {
 	deferred, finishSplits, stillRunning                   atomic.Int64
 	registryWrites                                         atomic.Int64
 	reclaimErrors, pruneErrors, registryErrors             atomic.Int64
+	permissionErrors                                       atomic.Int64
 	periodicEnqueued, periodicSkipped, periodicErrors      atomic.Int64
 	owned, handlersRunning                                 atomic.Int64 // gauges
 	claimLatency, finishLatency                            hist.H
@@ -155,6 +156,10 @@ type Stats struct {
 	// ReclaimErrors, PruneErrors and RegistryErrors count failed lease-expiry sweeps, pruning
 	// passes and worker registry heartbeats.
 	ReclaimErrors, PruneErrors, RegistryErrors int64
+	// PermissionErrors counts the engine's own statements (claim, heartbeat, reclaim, prune,
+	// registry, ...) refused with insufficient_privilege (SQLSTATE 42501): the role lacks a grant
+	// (tenure.grant_worker). Each is also counted by its source's counter and logged at ERROR.
+	PermissionErrors int64
 	// LastError is the most recent failure of one of the engine's own statements (claim,
 	// heartbeat, reclaim sweep, prune, finish write, registry heartbeat), prefixed with which
 	// one, and LastErrorAt when it

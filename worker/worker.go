@@ -211,7 +211,8 @@ func EngineRuntimeParams() map[string]string {
 	return maps.Clone(engineconf.Settings)
 }
 
-// Start checks the database (it answers, and its schema is at the version this release
+// Start checks the database (it answers, the engine's role holds every privilege the
+// configuration needs: ErrPermission otherwise, and its schema is at the version this release
 // expects: ErrSchemaBehind / ErrSchemaAhead otherwise), then starts the queue loops, the
 // finishers, the lease-expiry sweep, pruning and the LISTEN connection, and returns.
 //
@@ -364,12 +365,16 @@ func (w *Worker) warnUnservedQueues() {
 const startCheckTimeout = 15 * time.Second
 
 // checkDatabase makes Start fail on a database the engine cannot use: one that does not
-// answer, or whose schema is not at the version this release was built for.
+// answer, whose role lacks a privilege the configuration needs (privileges.go), or whose schema
+// is not at the version this release was built for.
 func (w *Worker) checkDatabase(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, startCheckTimeout)
 	defer cancel()
 	if err := w.eng.Ping(cctx); err != nil {
 		return fmt.Errorf("tenure: start: database unreachable: %w", err)
+	}
+	if err := w.checkPrivileges(cctx); err != nil {
+		return err
 	}
 	st, err := migrations.Status(cctx, w.eng)
 	if err != nil {
@@ -583,6 +588,7 @@ func (w *Worker) Stats() Stats {
 		ErrorCodes: map[ErrorCode]int64{},
 	}
 	s.ReclaimErrors, s.PruneErrors, s.RegistryErrors = m.reclaimErrors.Load(), m.pruneErrors.Load(), m.registryErrors.Load()
+	s.PermissionErrors = m.permissionErrors.Load()
 	s.PeriodicEnqueued, s.PeriodicSkipped, s.PeriodicErrors = m.periodicEnqueued.Load(), m.periodicSkipped.Load(), m.periodicErrors.Load()
 	for name, q := range w.queues {
 		if q.pausedFlag.Load() {

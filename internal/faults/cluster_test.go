@@ -107,34 +107,31 @@ var (
 	roleSetup = []string{
 		`CREATE ROLE tenure_owner LOGIN`,
 		`CREATE ROLE tenure_app LOGIN`,
+		`CREATE ROLE tenure_ops LOGIN`,
 	}
 	// Run as a superuser (or the database owner) in the application's database.
 	dbSetup = []string{
 		`REVOKE ALL ON DATABASE appdb FROM PUBLIC`,
 		`REVOKE CREATE ON SCHEMA public FROM PUBLIC`,
 		`GRANT CONNECT, CREATE ON DATABASE appdb TO tenure_owner`,
-		`GRANT CONNECT ON DATABASE appdb TO tenure_app`,
+		`GRANT CONNECT ON DATABASE appdb TO tenure_app, tenure_ops`,
 	}
-	// Run as tenure_owner after `tenure migrate up`.
+	// Run as tenure_owner after `tenure migrate up` (migration 0017's functions).
 	appGrants = []string{
-		`GRANT USAGE ON SCHEMA tenure TO tenure_app`,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON tenure.jobs TO tenure_app`,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON tenure.effects TO tenure_app`,
-		`GRANT SELECT, INSERT ON tenure.audit TO tenure_app`,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON tenure.workers TO tenure_app`,
-		`GRANT SELECT ON tenure.schema_migrations TO tenure_app`,
-		`GRANT SELECT, INSERT, UPDATE ON tenure.periodic TO tenure_app`,
-		`GRANT SELECT, INSERT, UPDATE ON tenure.queues TO tenure_app`,
+		`SELECT tenure.grant_worker('tenure_app')`,
+		`SELECT tenure.grant_operator('tenure_ops')`,
 	}
 )
 
 // TestLeastPrivilegeRoles (scenario 9): a migrations role owns schema tenure (it runs the
-// migrations); the application role has only the grants above. As the application role:
-// enqueue, a worker (claims, heartbeats, effects, finishes, reclaim, pruning), and operator
-// actions (cancel a ready job, cancel a running one, re-inject a dead one) all work. The
-// application role cannot create tables in schema tenure or public, create schemas, drop or
-// truncate Tenure's tables, read another schema, or write schema_migrations (it reads it: Start
-// checks the schema version).
+// migrations) and grants with migration 0017's functions: tenure_app takes grant_worker,
+// tenure_ops grant_operator. As tenure_app: enqueue and a worker (claims, heartbeats, effects,
+// finishes, reclaim, pruning, a periodic schedule, a limited queue) work; as tenure_ops the
+// operator actions (cancel a ready job, cancel a running one, re-inject a dead one, pause and
+// resume a queue) work and are audited. The application role cannot create tables in schema
+// tenure or public, create schemas, drop or truncate Tenure's tables, read another schema,
+// write schema_migrations (it reads it: Start checks the schema version), or write or change
+// audit rows.
 func TestLeastPrivilegeRoles(t *testing.T) {
 	skipShort(t)
 	ctx := context.Background()
@@ -177,6 +174,8 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	var whoami string
 	require.NoError(t, pool.QueryRow(ctx, "SELECT current_user").Scan(&whoami))
 	require.Equal(t, "tenure_app", whoami)
+	// Operator actions (audited) as tenure_ops.
+	ops := newClient(t, openPool(t, asRole("tenure_ops"), 2, ""))
 
 	remote := testkit.NewRemote(t)
 	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 4}})
@@ -217,7 +216,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	long, err := c.Insert(ctx, faultArgs{N: -2}, &jobs.InsertOpts{Lease: 2 * time.Second, MaxAttempts: 1})
 	require.NoError(t, err)
 	act := jobs.Action{Actor: "ops@example", Reason: "least-privilege test"}
-	out, err := c.Cancel(ctx, later.ID, act)
+	out, err := ops.Cancel(ctx, later.ID, act)
 	require.NoError(t, err)
 	require.Equal(t, jobs.Cancelled, out)
 
@@ -226,13 +225,13 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		r, err := c.Get(ctx, poison.ID)
 		return err == nil && r.State == jobs.StateDead
 	})
-	_, err = c.Reinject(ctx, poison.ID, act, nil)
+	_, err = ops.Reinject(ctx, poison.ID, act, nil)
 	require.NoError(t, err)
 	waitFor(t, 20*time.Second, "the long job to run", func() bool {
 		r, err := c.Get(ctx, long.ID)
 		return err == nil && r.State == jobs.StateRunning
 	})
-	out, err = c.Cancel(ctx, long.ID, act)
+	out, err = ops.Cancel(ctx, long.ID, act)
 	require.NoError(t, err)
 	require.Equal(t, jobs.CancelRequested, out)
 	all := append(append([]int64{poison.ID}, okIDs...), effIDs...)
@@ -243,7 +242,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	tl := audit(t, pool, all, jobs.StateSucceeded, time.Second)
 	cancelled := audit(t, pool, []int64{later.ID, long.ID}, jobs.StateCancelled, time.Second)
 	notOnce, _ := remote.Check(effIDs, "charge")
-	entries, err := c.Audit(ctx, 0, 0, 100)
+	entries, err := ops.Audit(ctx, 0, 0, 100)
 	require.NoError(t, err)
 	st := w.Stats()
 	tl.Jobs += cancelled.Jobs
@@ -258,28 +257,33 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	require.Zero(t, st.HeartbeatErrors)
 
 	// Periodic schedules and queue pause, as the application role.
-	pcfg := fastConfig(map[string]worker.QueueConfig{"ticks": {Concurrency: 1}})
+	// A concurrency limit: the claims use tenure.flow_permit (permit mode), which the
+	// application role of the guide before migration 0017 could not touch (issue 29, item 11).
+	pcfg := fastConfig(map[string]worker.QueueConfig{"ticks": {Concurrency: 1,
+		Limits: []worker.Limit{{Kind: tickArgs{}.Kind(), MaxRunning: 1}}}})
 	pcfg.Periodic = []worker.PeriodicJob{worker.NewPeriodicJob("every-second", worker.Every(time.Second),
 		func(_ context.Context, t worker.Tick) (tickArgs, error) { return tickArgs{AtUs: t.At.UnixMicro()}, nil },
 		&worker.PeriodicOptions{RunOnStart: true, Insert: &jobs.InsertOpts{Queue: "ticks"}})}
 	pw, err := worker.New(pool, pcfg)
 	require.NoError(t, err)
 	worker.MustRegister(pw, func(context.Context, *generics.Job[tickArgs]) error { return nil }, nil)
-	_, err = c.PauseQueue(ctx, "ticks", act)
+	_, err = ops.PauseQueue(ctx, "ticks", act)
 	require.NoError(t, err)
 	startWorker(t, pw)
 	waitFor(t, 10*time.Second, "two periodic jobs", func() bool { return pw.Stats().PeriodicEnqueued >= 2 })
 	require.Equal(t, []string{"ticks"}, pw.Stats().PausedQueues)
-	_, err = c.ResumeQueue(ctx, "ticks", act)
+	_, err = ops.ResumeQueue(ctx, "ticks", act)
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "a periodic job to run", func() bool { return pw.Stats().Succeeded >= 1 })
-	qs, err := c.ListQueues(ctx)
+	qs, err := ops.ListQueues(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, qs)
-	ps, err := c.Periodic(ctx)
+	ps, err := ops.Periodic(ctx)
 	require.NoError(t, err)
 	require.Len(t, ps, 1)
 	require.Zero(t, pw.Stats().PeriodicErrors)
+	require.Zero(t, pw.Stats().ClaimErrors)
+	require.Zero(t, pw.Stats().PermissionErrors)
 
 	// What the application role must not be able to do.
 	for _, s := range []string{
@@ -292,6 +296,8 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		`TRUNCATE tenure.jobs`,
 		`ALTER TABLE tenure.jobs ADD COLUMN evil int`,
 		`DELETE FROM tenure.audit`,
+		`INSERT INTO tenure.audit (actor, action, reason) VALUES ('ops@example', 'cancel', 'forged')`,
+		`UPDATE tenure.audit SET reason = 'rewritten'`,
 		`DELETE FROM tenure.schema_migrations`,
 		`INSERT INTO tenure.schema_migrations (version, name) VALUES (999, 'evil')`,
 		`CREATE TEMP TABLE evil (x int)`,
