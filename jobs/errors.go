@@ -35,8 +35,9 @@ var ErrUnknownKind = generics.ErrUnknownKind
 // an insert named another one. Nothing was written.
 var ErrUnknownQueue = errors.New("tenure: queue not served (not in jobs.Config.Queues)")
 
-// ErrMissingActor means an operator action was asked without an actor or a reason; the audit
-// trail requires both.
+// ErrMissingActor means an operator action was asked without an actor or a reason, or with one
+// the audit trail cannot hold (an actor over generics.MaxNameChars or a reason over
+// generics.MaxReasonChars characters, invalid UTF-8, a NUL character); the audit trail requires both.
 var ErrMissingActor = errors.New("tenure: operator actions need an actor and a reason")
 
 // ErrCorruptRow means a stored job row holds a value this package cannot decode (its error

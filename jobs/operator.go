@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/logkey"
 )
 
@@ -21,8 +24,14 @@ type Action struct {
 }
 
 func (a Action) check() error {
-	if a.Actor == "" || a.Reason == "" || len(a.Actor) > 200 || len(a.Reason) > 2000 {
-		return ErrMissingActor
+	// The audit table's own rules (generics/limits.go): characters, valid UTF-8, no NUL.
+	for _, f := range []struct {
+		v   string
+		max int
+	}{{a.Actor, generics.MaxNameChars}, {a.Reason, generics.MaxReasonChars}} {
+		if f.v == "" || utf8.RuneCountInString(f.v) > f.max || !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0 {
+			return ErrMissingActor
+		}
 	}
 	return nil
 }
