@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -213,4 +214,28 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// TestDashboardStatementsHaveATimeout: the list and job statements run under
+// Config.QueryTimeout; a search that would serialize many large args runs out of it and the
+// page answers 503 saying so, while the same page with the default timeout answers.
+func TestDashboardStatementsHaveATimeout(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	_, err := pool.Exec(context.Background(), `INSERT INTO tenure.jobs (queue, kind, payload, state, attempts, max_attempts, finished_at, attempted_at, last_error_code)
+		SELECT 'q', 'k', jsonb_build_object('s', repeat('abcdefgh', 25000)), 'dead', 1, 1, now(), now(), 'TIMEOUT'
+		FROM generate_series(1, 400) g`)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		timeout time.Duration
+		code    int
+	}{{time.Millisecond, http.StatusServiceUnavailable}, {0, http.StatusOK}} {
+		h, err := tenureui.New(pool, &tenureui.Config{Prefix: "/ui", QueryTimeout: c.timeout})
+		require.NoError(t, err)
+		code, body, _ := newClient(t, uiServer(t, h)).get("/ui/jobs?q=nothing-matches")
+		require.Equal(t, c.code, code, "%v: %.300s", c.timeout, body)
+		if code == http.StatusServiceUnavailable {
+			require.Contains(t, body, "Config.QueryTimeout")
+		}
+	}
 }
