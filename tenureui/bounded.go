@@ -284,8 +284,12 @@ func showErrors(head string) (out []shownError, omitted int, ok bool) {
 		list = list[omitted:]
 	}
 	for _, e := range list {
+		at := field(e, "at", shownText)
+		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+			at = t.UTC().Format("2006-01-02 15:04:05Z")
+		}
 		out = append(out, shownError{Attempt: field(e, "attempt", shownText), Generation: field(e, "generation", shownText),
-			Code: field(e, "code", errorCodeBytes), Message: field(e, "message", errorMsgBytes), At: field(e, "at", shownText)})
+			Code: field(e, "code", errorCodeBytes), Message: field(e, "message", errorMsgBytes), At: at})
 	}
 	return out, omitted, true
 }

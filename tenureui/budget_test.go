@@ -239,3 +239,48 @@ func TestDashboardStatementsHaveATimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestJobPageShowsValues: within the budgets the job page still shows an ordinary job whole:
+// args indented as before, output, metadata as a table, the newest 10 entries of the error
+// history (and how many older ones were left out), effects and audit; nothing is marked cut,
+// and the raw download returns the stored args.
+func TestJobPageShowsValues(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	var id int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO tenure.jobs
+		(queue, kind, payload, state, attempts, max_attempts, generation, last_error_code, finished_at, attempted_at, errors, metadata, output)
+		VALUES ('mail', 'welcome', '{"to":"a@example.com","items":[1,2]}', 'dead', 12, 12, 12, 'TIMEOUT', now(), now(),
+		        (SELECT jsonb_agg(jsonb_build_object('attempt', g, 'generation', g, 'code', 'TIMEOUT', 'message', 'boom ' || g,
+		                 'at', '2026-01-01T00:00:00Z')) FROM generate_series(1, 12) g),
+		        '{"trace":"req-7f3a"}', '{"sent":true}')
+		RETURNING id`).Scan(&id))
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.effects (key, job_id, name, generation, result)
+		VALUES ('job:' || $1::bigint || ':effect:send', $1::bigint, 'send', 3, '{"msg_id":"m-1"}')`, id)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.audit (actor, action, reason, job_id, detail) VALUES ('ada', 'retry', 'upstream fixed', $1, '{}')`, id)
+	require.NoError(t, err)
+	h, err := tenureui.New(pool, &tenureui.Config{Prefix: "/ui"})
+	require.NoError(t, err)
+	b := newClient(t, uiServer(t, h))
+	code, body, _ := b.get(fmt.Sprintf("/ui/jobs/%d", id))
+	require.Equal(t, http.StatusOK, code)
+	for _, want := range []string{
+		"{\n  &#34;to&#34;: &#34;a@example.com&#34;,\n  &#34;items&#34;: [\n    1,\n    2\n  ]\n}", // as jsonb stores it
+		"&#34;sent&#34;: true", "<th>trace</th><td>req-7f3a</td>", "boom 12", "boom 3", "2 older entries not shown",
+		"2026-01-01 00:00:00Z", "m-1", "upstream fixed",
+	} {
+		require.Contains(t, body, want)
+	}
+	require.NotContains(t, body, "boom 2<", "the oldest entries are left out")
+	require.NotContains(t, body, "Only the beginning is shown")
+	code, raw, hdr := b.get(fmt.Sprintf("/ui/jobs/%d/raw/args", id))
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "application/json", hdr.Get("Content-Type"))
+	require.JSONEq(t, `{"to":"a@example.com","items":[1,2]}`, raw)
+	code, _, _ = b.get(fmt.Sprintf("/ui/jobs/%d/raw/nope", id))
+	require.Equal(t, http.StatusNotFound, code)
+	code, _, _ = b.get("/ui/jobs/999999/raw/args")
+	require.Equal(t, http.StatusNotFound, code)
+}
