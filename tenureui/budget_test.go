@@ -259,7 +259,8 @@ func TestJobPageShowsValues(t *testing.T) {
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.effects (key, job_id, name, generation, result)
 		VALUES ('job:' || $1::bigint || ':effect:send', $1::bigint, 'send', 3, '{"msg_id":"m-1"}')`, id)
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO tenure.audit (actor, action, reason, job_id, detail) VALUES ('ada', 'retry', 'upstream fixed', $1, '{}')`, id)
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.audit (actor, action, reason, job_id, detail) VALUES ('ada', 'retry', 'upstream fixed', $1, '{}'),
+		('bob', 'retry', repeat('r', 2000), $1, jsonb_build_object('d', repeat('x', 1000)))`, id)
 	require.NoError(t, err)
 	h, err := tenureui.New(pool, &tenureui.Config{Prefix: "/ui"})
 	require.NoError(t, err)
@@ -270,6 +271,7 @@ func TestJobPageShowsValues(t *testing.T) {
 		"{\n  &#34;to&#34;: &#34;a@example.com&#34;,\n  &#34;items&#34;: [\n    1,\n    2\n  ]\n}", // as jsonb stores it
 		"&#34;sent&#34;: true", "<th>trace</th><td>req-7f3a</td>", "boom 12", "boom 3", "2 older entries not shown",
 		"2026-01-01 00:00:00Z", "m-1", "upstream fixed",
+		strings.Repeat("r", 500) + "…", "xxxx…", // long texts cut, and marked so
 	} {
 		require.Contains(t, body, want)
 	}

@@ -218,7 +218,7 @@ func (h *Handler) jobDetail(w http.ResponseWriter, r *http.Request) {
 			MaxRows: effectsShown + 1}); err != nil {
 			return err
 		}
-		v.Audit, err = q.UIJobAudit(ctx, gen.UIJobAuditParams{JobID: &id, TextChars: textChars, ValueChars: auditDetailBytes,
+		v.Audit, err = q.UIJobAudit(ctx, gen.UIJobAuditParams{JobID: &id, TextChars: auditReasonBytes + 1, ValueChars: auditDetailBytes,
 			MaxRows: auditShown + 1})
 		return err
 	})
