@@ -78,6 +78,7 @@ func TestDashboardPlansUseIndexes(t *testing.T) {
 		{"UIJobEffects", "effects_job_name"},
 		{"UIJob", "jobs_pkey"},
 		{"UIJobAudit", "audit_job_idx"},
+		{"UIJobRaw", "jobs_pkey"},
 	} {
 		sql, order := plantest.SQL(t, c.name)
 		// Filters all set, then all unset: both generic plans must use the index.
