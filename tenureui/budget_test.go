@@ -183,15 +183,19 @@ func TestPagesStayWithinBudget(t *testing.T) {
 		checkRaw("every-column", all, f.field, f.column)
 	}
 
-	// More jobs than a page, each with ~1 MB of args; searches that match them all, none, and
-	// a text only past each args' searched head.
+	// More jobs than a page, each with ~1 MB of args and the longest queue and kind names of
+	// the most escaped characters; searches that match them all, none, and a text only past
+	// each args' searched head.
 	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, state, attempts, max_attempts, finished_at, attempted_at, last_error_code)
-		SELECT 'wide', 'wide', jsonb_build_object('s', repeat('<"''&>+', 150000) || 'needle-at-the-end'), 'dead', 1, 1, now(), now(), 'TIMEOUT'
+		SELECT CASE WHEN g % 2 = 0 THEN 'wide' ELSE repeat('"', 128) END, repeat('<', 128),
+		       jsonb_build_object('s', repeat('<"''&>+', 150000) || 'needle-at-the-end'), 'dead', 1, 1, now(), now(), 'TIMEOUT'
 		FROM generate_series(1, $1::int + 10) g`, tenureui.DefaultPageSize)
 	require.NoError(t, err)
 	for _, p := range []string{"/ui/jobs", "/ui/jobs?state=dead", "/ui/jobs?state=succeeded", "/ui/jobs?queue=wide",
 		"/ui/jobs?q=%3C", "/ui/jobs?state=dead&q=%3C", "/ui/jobs?q=nothing-matches", "/ui/jobs?q=needle-at-the-end",
-		"/ui/jobs?kind=" + strings.Repeat("k", 5000), "/ui/"} {
+		"/ui/jobs?kind=" + strings.Repeat("k", 5000), "/ui/jobs?state=bogus" + strings.Repeat("%22", 5000),
+		"/ui/jobs?state=dead&queue=" + strings.Repeat("%22", 128) + "&kind=" + strings.Repeat("%3C", 128) + "&q=" + strings.Repeat("%22", 200),
+		"/ui/"} {
 		m := getMeasured(t, base, p)
 		t.Logf("%-28s GET %-40.40s %8d bytes, %10d allocated", "list", p, len(m.body), m.alloc)
 		require.Contains(t, []int{http.StatusOK, http.StatusBadRequest}, m.code, "%s: %.300s", p, m.body)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -287,7 +288,7 @@ func parseListQuery(get func(string) string) (listQuery, error) {
 		return q, fmt.Errorf("search text is longer than 200 bytes")
 	}
 	// Queue and kind names are at most 128 characters (the schema's domains).
-	if len(q.Queue) > 4*128 || len(q.Kind) > 4*128 {
+	if utf8.RuneCountInString(q.Queue) > 128 || utf8.RuneCountInString(q.Kind) > 128 {
 		q.Queue, q.Kind = "", ""
 		return q, fmt.Errorf("a queue or kind name is at most 128 characters")
 	}
