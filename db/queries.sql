@@ -1455,8 +1455,17 @@ SELECT coalesce(min(id), 0)::bigint AS min_id, coalesce(max(id), 0)::bigint AS m
 -- name: UIListWindow :many
 -- Jobs of any state in the id window [@floor_id, @before_id), newest first, filtered. The
 -- primary key bounds the rows read to the window's width, whatever the filters match.
--- @search is a case-insensitive substring of the args' JSON text; @tag one of the job's tags.
-SELECT * FROM tenure.jobs
+-- @search is a case-insensitive substring of the first search_chars characters of the args'
+-- JSON text, looked for only in args stored in at most search_max_stored bytes; @tag one of
+-- the job's tags. A row carries a preview of its args (the first preview_chars characters of
+-- their JSON text; '' when they are stored in over preview_max_stored bytes), never the
+-- whole args: a list page's cost does not grow with the args' size (issue 29).
+SELECT id, state, queue, kind, priority, attempts, max_attempts, generation, last_error_code, run_at, created_at,
+       cancel_requested_at,
+       (CASE WHEN pg_column_size(payload) <= sqlc.arg(preview_max_stored)::int THEN left(payload::text, sqlc.arg(preview_chars)::int)
+             ELSE '' END)::text AS args_preview,
+       pg_column_size(payload)::int AS args_stored
+FROM tenure.jobs
 WHERE id < @before_id AND id >= @floor_id
   AND (sqlc.narg(state)::tenure.job_state IS NULL OR state = sqlc.narg(state)::tenure.job_state)
   AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
@@ -1464,49 +1473,68 @@ WHERE id < @before_id AND id >= @floor_id
   AND (sqlc.narg(priority)::smallint IS NULL OR priority = sqlc.narg(priority)::smallint)
   AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
-  AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
+  AND (sqlc.narg(search)::text IS NULL OR CASE WHEN pg_column_size(payload) <= sqlc.arg(search_max_stored)::int
+       THEN strpos(lower(left(payload::text, sqlc.arg(search_chars)::int)), lower(sqlc.narg(search)::text)) > 0 ELSE false END)
   AND (sqlc.narg(tag)::text IS NULL OR tags @> ARRAY[sqlc.narg(tag)::text])
 ORDER BY id DESC
 LIMIT @max_rows;
 
 -- name: UIListReady :many
 -- Ready jobs below @before_id, newest first, filtered: reads jobs_ready_idx (the ready backlog).
-SELECT * FROM tenure.jobs
+SELECT id, state, queue, kind, priority, attempts, max_attempts, generation, last_error_code, run_at, created_at,
+       cancel_requested_at,
+       (CASE WHEN pg_column_size(payload) <= sqlc.arg(preview_max_stored)::int THEN left(payload::text, sqlc.arg(preview_chars)::int)
+             ELSE '' END)::text AS args_preview,
+       pg_column_size(payload)::int AS args_stored
+FROM tenure.jobs
 WHERE state = 'ready' AND id < @before_id
   AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
   AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
   AND (sqlc.narg(priority)::smallint IS NULL OR priority = sqlc.narg(priority)::smallint)
   AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
-  AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
+  AND (sqlc.narg(search)::text IS NULL OR CASE WHEN pg_column_size(payload) <= sqlc.arg(search_max_stored)::int
+       THEN strpos(lower(left(payload::text, sqlc.arg(search_chars)::int)), lower(sqlc.narg(search)::text)) > 0 ELSE false END)
   AND (sqlc.narg(tag)::text IS NULL OR tags @> ARRAY[sqlc.narg(tag)::text])
 ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
 LIMIT @max_rows;
 
 -- name: UIListRunning :many
 -- Running jobs below @before_id, newest first, filtered: reads jobs_running_idx (leased rows).
-SELECT * FROM tenure.jobs
+SELECT id, state, queue, kind, priority, attempts, max_attempts, generation, last_error_code, run_at, created_at,
+       cancel_requested_at,
+       (CASE WHEN pg_column_size(payload) <= sqlc.arg(preview_max_stored)::int THEN left(payload::text, sqlc.arg(preview_chars)::int)
+             ELSE '' END)::text AS args_preview,
+       pg_column_size(payload)::int AS args_stored
+FROM tenure.jobs
 WHERE locked_until IS NOT NULL AND state = 'running' AND id < @before_id
   AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
   AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
   AND (sqlc.narg(priority)::smallint IS NULL OR priority = sqlc.narg(priority)::smallint)
   AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
-  AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
+  AND (sqlc.narg(search)::text IS NULL OR CASE WHEN pg_column_size(payload) <= sqlc.arg(search_max_stored)::int
+       THEN strpos(lower(left(payload::text, sqlc.arg(search_chars)::int)), lower(sqlc.narg(search)::text)) > 0 ELSE false END)
   AND (sqlc.narg(tag)::text IS NULL OR tags @> ARRAY[sqlc.narg(tag)::text])
 ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
 LIMIT @max_rows;
 
 -- name: UIListDead :many
 -- Dead jobs below @before_id, newest first, filtered: reads jobs_dead_idx (the dead set).
-SELECT * FROM tenure.jobs
+SELECT id, state, queue, kind, priority, attempts, max_attempts, generation, last_error_code, run_at, created_at,
+       cancel_requested_at,
+       (CASE WHEN pg_column_size(payload) <= sqlc.arg(preview_max_stored)::int THEN left(payload::text, sqlc.arg(preview_chars)::int)
+             ELSE '' END)::text AS args_preview,
+       pg_column_size(payload)::int AS args_stored
+FROM tenure.jobs
 WHERE state = 'dead' AND id < @before_id
   AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
   AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
   AND (sqlc.narg(priority)::smallint IS NULL OR priority = sqlc.narg(priority)::smallint)
   AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
-  AND (sqlc.narg(search)::text IS NULL OR strpos(lower(payload::text), lower(sqlc.narg(search)::text)) > 0)
+  AND (sqlc.narg(search)::text IS NULL OR CASE WHEN pg_column_size(payload) <= sqlc.arg(search_max_stored)::int
+       THEN strpos(lower(left(payload::text, sqlc.arg(search_chars)::int)), lower(sqlc.narg(search)::text)) > 0 ELSE false END)
   AND (sqlc.narg(tag)::text IS NULL OR tags @> ARRAY[sqlc.narg(tag)::text])
 ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
 LIMIT @max_rows;
@@ -1533,9 +1561,46 @@ WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at >= @since::tim
 GROUP BY 1
 ORDER BY 1;
 
+-- name: UIStatementTimeout :exec
+-- Bounds each later statement of the dashboard's read transaction (Config.QueryTimeout).
+SELECT set_config('statement_timeout', sqlc.arg(timeout_ms)::bigint::text, true);
+
 -- name: UIJobEffects :many
--- A job's effect-ledger rows (through effects_job_name), by name.
-SELECT * FROM tenure.effects WHERE job_id = @job_id ORDER BY name LIMIT @max_rows;
+-- A job's effect-ledger rows (through effects_job_name), by name: key and name cut to
+-- text_chars characters, the result to the first value_chars + 1 characters of its JSON text.
+SELECT left(key, sqlc.arg(text_chars)::int)::text AS key, left(name, sqlc.arg(text_chars)::int)::text AS name, generation,
+       left(result::text, sqlc.arg(value_chars)::int + 1)::text AS result_head, created_at, updated_at
+FROM tenure.effects WHERE job_id = @job_id ORDER BY name LIMIT @max_rows;
+
+-- name: UIJob :one
+-- One job for the dashboard's job page (through the primary key), every value bounded: the
+-- args, output, error history and metadata as the first value_chars + 1 characters of their
+-- JSON text (one more than the page shows tells it the value was cut), with their stored sizes.
+SELECT id, queue, kind, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms,
+       left(coalesce(locked_by, ''), sqlc.arg(text_chars)::int)::text AS locked_by, locked_until, claim_token, generation,
+       attempted_at, last_error_code, created_at, updated_at, finished_at, cancel_requested_at, tags, snoozes,
+       left(payload::text, sqlc.arg(value_chars)::int + 1)::text AS args_head, pg_column_size(payload)::int AS args_stored,
+       coalesce(left(output::text, sqlc.arg(value_chars)::int + 1), '')::text AS output_head,
+       coalesce(pg_column_size(output), 0)::int AS output_stored,
+       left(errors::text, sqlc.arg(value_chars)::int + 1)::text AS errors_head, pg_column_size(errors)::int AS errors_stored,
+       left(metadata::text, sqlc.arg(value_chars)::int + 1)::text AS metadata_head, pg_column_size(metadata)::int AS metadata_stored
+FROM tenure.jobs WHERE id = @id;
+
+-- name: UIJobAudit :many
+-- A job's audit entries (through audit_job_idx), oldest first: actor and reason cut to
+-- text_chars characters, the detail to the first value_chars + 1 characters of its JSON text.
+SELECT id, at, left(actor, sqlc.arg(text_chars)::int)::text AS actor, action, left(reason, sqlc.arg(text_chars)::int)::text AS reason,
+       left(detail::text, sqlc.arg(value_chars)::int + 1)::text AS detail_head
+FROM tenure.audit WHERE job_id = @job_id ORDER BY id LIMIT @max_rows;
+
+-- name: UIJobRaw :one
+-- One stored JSON value of a job ('args', 'output', 'errors' or 'metadata') for the
+-- dashboard's raw download: its text as UTF-8, at most max_bytes + 1 bytes of it (the
+-- dashboard refuses a value over max_bytes rather than cut it); NULL when the job has none.
+SELECT substring(convert_to(CASE sqlc.arg(field)::text WHEN 'args' THEN payload::text WHEN 'output' THEN output::text
+                                              WHEN 'errors' THEN errors::text WHEN 'metadata' THEN metadata::text END,
+                            'UTF8') FROM 1 FOR sqlc.arg(max_bytes)::int + 1)::bytea AS value
+FROM tenure.jobs WHERE id = @id;
 
 -- ---------------------------------------------------------------------------------------------
 -- Effect ledger (docs/contract.md §7)

@@ -18,6 +18,16 @@ import (
 // ErrNilPool is returned by NewClusterCollector when it is given no pool.
 var ErrNilPool = errors.New("tenureprom: pool must not be nil")
 
+// Defaults of ClusterConfig.MaxKinds and MaxQueues.
+const (
+	DefaultMaxKinds  = 100
+	DefaultMaxQueues = 100
+)
+
+// OtherLabel is the kind or queue label value the cluster collector folds the kinds and
+// queues beyond ClusterConfig.MaxKinds and MaxQueues into.
+const OtherLabel = "other"
+
 // AdaptiveMaxAge is the default ClusterConfig.MaxAge as a multiple of the last refresh's
 // duration: a snapshot whose refresh took 200 ms is served for 2 s.
 const AdaptiveMaxAge = 10
@@ -32,6 +42,14 @@ type ClusterConfig struct {
 	// MaxDeadCodeSeries bounds tenure_queue_dead_jobs_by_code: the series with the most dead
 	// jobs are kept and the rest summed into code="OTHER". Default 100.
 	MaxDeadCodeSeries int
+	// MaxKinds and MaxQueues bound the kind and queue labels of the tenure_queue_* series:
+	// kinds and queues are user strings (any SQL INSERT or tenure.enqueue call can make new
+	// ones), so at each refresh the kinds (queues) with the most ready, running and dead jobs
+	// keep their own label value, at most MaxKinds (MaxQueues) values in all, and the others
+	// are folded into kind="other" (queue="other"): their job counts summed, their oldest
+	// ready age the oldest of them. A real kind or queue named "other" is summed with them.
+	// Defaults DefaultMaxKinds and DefaultMaxQueues (100 each).
+	MaxKinds, MaxQueues int
 	// MaxAge is how long a snapshot (the result of one run of the statements) is served
 	// without running the statements again: whatever the number of scrapers, the database
 	// runs them at most once per MaxAge. Default (0): AdaptiveMaxAge times the duration of the
@@ -95,6 +113,12 @@ func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollec
 	}
 	if c.MaxDeadCodeSeries <= 0 {
 		c.MaxDeadCodeSeries = 100
+	}
+	if c.MaxKinds <= 0 {
+		c.MaxKinds = DefaultMaxKinds
+	}
+	if c.MaxQueues <= 0 {
+		c.MaxQueues = DefaultMaxQueues
 	}
 	if c.Wait == 0 {
 		c.Wait = 25 * time.Millisecond
@@ -231,28 +255,73 @@ func (c *ClusterCollector) collect(ctx context.Context, ch chan<- prometheus.Met
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
+	// Kinds and queues are user strings: keep the MaxKinds (MaxQueues) with the most jobs and
+	// fold the others into OtherLabel, aggregating every series over the folded values.
+	kindJobs, queueJobs := map[string]int64{}, map[string]int64{}
 	for _, r := range ready {
-		p := strconv.Itoa(int(r.Priority))
-		gauge(c.jobs, float64(r.Ready), r.Queue, r.Kind, p, "ready")
-		gauge(c.jobs, float64(r.Scheduled), r.Queue, r.Kind, p, "scheduled")
-		gauge(c.oldestReady, r.OldestReadyAgeS, r.Queue, r.Kind, p)
+		kindJobs[r.Kind] += r.Ready + r.Scheduled
+		queueJobs[r.Queue] += r.Ready + r.Scheduled
 	}
 	for _, r := range running {
-		p := strconv.Itoa(int(r.Priority))
-		gauge(c.jobs, float64(r.Running), r.Queue, r.Kind, p, "running")
-		gauge(c.leaseExpired, float64(r.LeaseExpired), r.Queue, r.Kind, p)
-		gauge(c.cancelRequested, float64(r.CancelRequested), r.Queue, r.Kind, p)
+		kindJobs[r.Kind] += r.Running
+		queueJobs[r.Queue] += r.Running
 	}
-	// Dead: per priority (all codes), and per code (all priorities), bounded.
+	for _, r := range dead {
+		kindJobs[r.Kind] += r.Jobs
+		queueJobs[r.Queue] += r.Jobs
+	}
+	kindOf, queueOf := capLabel(kindJobs, c.cfg.MaxKinds), capLabel(queueJobs, c.cfg.MaxQueues)
 	type qkp struct {
 		queue, kind string
 		prio        int16
 	}
+	type readyAgg struct {
+		ready, scheduled int64
+		oldest           float64
+	}
+	type runningAgg struct{ running, leaseExpired, cancelRequested int64 }
+	readyBy, runningBy := map[qkp]*readyAgg{}, map[qkp]*runningAgg{}
+	for _, r := range ready {
+		k := qkp{queueOf(r.Queue), kindOf(r.Kind), r.Priority}
+		a := readyBy[k]
+		if a == nil {
+			a = &readyAgg{}
+			readyBy[k] = a
+		}
+		a.ready += r.Ready
+		a.scheduled += r.Scheduled
+		a.oldest = max(a.oldest, r.OldestReadyAgeS)
+	}
+	for k, a := range readyBy {
+		p := strconv.Itoa(int(k.prio))
+		gauge(c.jobs, float64(a.ready), k.queue, k.kind, p, "ready")
+		gauge(c.jobs, float64(a.scheduled), k.queue, k.kind, p, "scheduled")
+		gauge(c.oldestReady, a.oldest, k.queue, k.kind, p)
+	}
+	for _, r := range running {
+		k := qkp{queueOf(r.Queue), kindOf(r.Kind), r.Priority}
+		a := runningBy[k]
+		if a == nil {
+			a = &runningAgg{}
+			runningBy[k] = a
+		}
+		a.running += r.Running
+		a.leaseExpired += r.LeaseExpired
+		a.cancelRequested += r.CancelRequested
+	}
+	for k, a := range runningBy {
+		p := strconv.Itoa(int(k.prio))
+		gauge(c.jobs, float64(a.running), k.queue, k.kind, p, "running")
+		gauge(c.leaseExpired, float64(a.leaseExpired), k.queue, k.kind, p)
+		gauge(c.cancelRequested, float64(a.cancelRequested), k.queue, k.kind, p)
+	}
+	// Dead: per priority (all codes), and per code (all priorities), bounded.
 	type qkc struct{ queue, kind, code string }
 	byPrio, byCode := map[qkp]int64{}, map[qkc]int64{}
 	for _, r := range dead {
-		byPrio[qkp{r.Queue, r.Kind, r.Priority}] += r.Jobs
-		byCode[qkc{r.Queue, r.Kind, r.Code}] += r.Jobs
+		q, k := queueOf(r.Queue), kindOf(r.Kind)
+		byPrio[qkp{q, k, r.Priority}] += r.Jobs
+		byCode[qkc{q, k, r.Code}] += r.Jobs
 	}
 	for k, n := range byPrio {
 		gauge(c.jobs, float64(n), k.queue, k.kind, strconv.Itoa(int(k.prio)), "dead")
@@ -305,4 +374,33 @@ func (c *ClusterCollector) collect(ctx context.Context, ch chan<- prometheus.Met
 	gauge(c.workers, float64(live), "false")
 	gauge(c.workers, float64(expired), "true")
 	return nil
+}
+
+// capLabel returns the label value of each of the values counted in jobs: the value itself for
+// the max-1 with the most jobs (ties by name), all of them when there are at most max, and
+// OtherLabel for the rest; so at most max label values, OtherLabel included.
+func capLabel(jobs map[string]int64, max int) func(string) string {
+	if len(jobs) <= max {
+		return func(v string) string { return v }
+	}
+	vals := make([]string, 0, len(jobs))
+	for v := range jobs {
+		vals = append(vals, v)
+	}
+	sort.Slice(vals, func(i, j int) bool {
+		if jobs[vals[i]] != jobs[vals[j]] {
+			return jobs[vals[i]] > jobs[vals[j]]
+		}
+		return vals[i] < vals[j]
+	})
+	keep := make(map[string]bool, max-1)
+	for _, v := range vals[:max-1] {
+		keep[v] = true
+	}
+	return func(v string) string {
+		if keep[v] {
+			return v
+		}
+		return OtherLabel
+	}
 }

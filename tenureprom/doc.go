@@ -16,10 +16,13 @@
 //     scrape. Register it in one place (a `tenure serve` process, or one worker) rather than
 //     in every worker, to scrape once.
 //
-// Labels are bounded: queue, kind, priority, outcome, attempt (capped), error code (a
-// bounded vocabulary; the cluster collector keeps the MaxDeadCodeSeries largest), and, for
-// the registry, the worker id (one series per live worker process, gone once its row is).
-// No job id ever becomes a label.
+// Labels are bounded: priority, outcome, attempt (capped), error code (a bounded vocabulary;
+// the cluster collector keeps the MaxDeadCodeSeries largest), queue and kind, and, for the
+// registry, the worker id (one series per live worker process, gone once its row is). No job
+// id ever becomes a label. Queue and kind names are user strings in the database, so the
+// cluster collector keeps at most ClusterConfig.MaxKinds and MaxQueues values of them (the
+// ones with the most jobs) and folds the rest into OtherLabel ("other"), summing their
+// counts; the engine collector's are the worker's configured queues and registered kinds.
 //
 // docs/operations.md lists the operator panels with their PromQL, and alerts.yml in this
 // directory holds ready-made alert rules.

@@ -3,7 +3,7 @@ package tenureui
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"math"
@@ -12,6 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/jobs"
@@ -270,13 +274,23 @@ func parseListQuery(get func(string) string) (listQuery, error) {
 	q := listQuery{State: get("state"), Queue: strings.TrimSpace(get("queue")), Kind: strings.TrimSpace(get("kind")), Search: get("q"),
 		Tag: strings.TrimSpace(get("tag"))}
 	if q.Tag != "" && !jobs.ValidTag(q.Tag) {
-		return q, fmt.Errorf("tag %q is not a valid tag", q.Tag)
+		tag := q.Tag
+		q.Tag = ""
+		return q, fmt.Errorf("tag %q is not a valid tag", clip(tag, 128))
 	}
 	if q.State != "" && !jobs.State(q.State).Valid() {
-		return q, fmt.Errorf("unknown state %q", q.State)
+		st := q.State
+		q.State = ""
+		return q, fmt.Errorf("unknown state %q", clip(st, 64))
 	}
 	if len(q.Search) > 200 {
+		q.Search = ""
 		return q, fmt.Errorf("search text is longer than 200 bytes")
+	}
+	// Queue and kind names are at most 128 characters (the schema's domains).
+	if utf8.RuneCountInString(q.Queue) > 128 || utf8.RuneCountInString(q.Kind) > 128 {
+		q.Queue, q.Kind = "", ""
+		return q, fmt.Errorf("a queue or kind name is at most 128 characters")
 	}
 	if p := get("priority"); p != "" {
 		n, err := strconv.Atoi(p)
@@ -325,7 +339,8 @@ func (q listQuery) values() map[string]string {
 }
 
 type listResult struct {
-	Jobs []gen.TenureJob
+	// Jobs are the listed jobs' bounded columns (an args preview, never the args).
+	Jobs []gen.UIListWindowRow
 	// Next is the Before of the next (older) page; 0 when there is none.
 	Next int64
 	// Partial: the page is not full because the scan bound was reached; older ids, from
@@ -365,9 +380,44 @@ func nonEmpty(s string) *string {
 	return &s
 }
 
-// list runs the list statement for q: ready, running and dead jobs through their partial
-// index, anything else through bounded primary-key windows.
+// list runs the list statement for q, in a read transaction bounded by QueryTimeout: ready,
+// running and dead jobs through their partial index, anything else through bounded
+// primary-key windows.
 func (h *Handler) list(ctx context.Context, q listQuery, limit int) (*listResult, error) {
+	var res *listResult
+	err := h.read(ctx, func(gq *gen.Queries) error {
+		var err error
+		res, err = h.listIn(ctx, gq, q, limit)
+		return err
+	})
+	return res, err
+}
+
+// conv converts the rows of a list statement: the four return the same columns.
+func conv[T ~struct {
+	ID                int64
+	State             gen.TenureJobState
+	Queue             string
+	Kind              string
+	Priority          int16
+	Attempts          int32
+	MaxAttempts       int32
+	Generation        int64
+	LastErrorCode     *string
+	RunAt             time.Time
+	CreatedAt         time.Time
+	CancelRequestedAt *time.Time
+	ArgsPreview       string
+	ArgsStored        int32
+}](rows []T, err error) ([]gen.UIListWindowRow, error) {
+	out := make([]gen.UIListWindowRow, len(rows))
+	for i, r := range rows {
+		out[i] = gen.UIListWindowRow(r)
+	}
+	return out, err
+}
+
+func (h *Handler) listIn(ctx context.Context, gq *gen.Queries, q listQuery, limit int) (*listResult, error) {
 	a := q.args()
 	before := q.Before
 	if before == 0 {
@@ -378,18 +428,21 @@ func (h *Handler) list(ctx context.Context, q listQuery, limit int) (*listResult
 	switch jobs.State(q.State) {
 	case jobs.StateReady:
 		res.Statement = "UIListReady"
-		res.Jobs, err = h.q.UIListReady(ctx, gen.UIListReadyParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
-			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit)})
+		res.Jobs, err = conv(gq.UIListReady(ctx, gen.UIListReadyParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
+			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit),
+			PreviewMaxStored: ListPreviewMaxStored, PreviewChars: ListPreviewChars, SearchMaxStored: SearchMaxStored, SearchChars: SearchChars}))
 	case jobs.StateRunning:
 		res.Statement = "UIListRunning"
-		res.Jobs, err = h.q.UIListRunning(ctx, gen.UIListRunningParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
-			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit)})
+		res.Jobs, err = conv(gq.UIListRunning(ctx, gen.UIListRunningParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
+			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit),
+			PreviewMaxStored: ListPreviewMaxStored, PreviewChars: ListPreviewChars, SearchMaxStored: SearchMaxStored, SearchChars: SearchChars}))
 	case jobs.StateDead:
 		res.Statement = "UIListDead"
-		res.Jobs, err = h.q.UIListDead(ctx, gen.UIListDeadParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
-			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit)})
+		res.Jobs, err = conv(gq.UIListDead(ctx, gen.UIListDeadParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
+			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit),
+			PreviewMaxStored: ListPreviewMaxStored, PreviewChars: ListPreviewChars, SearchMaxStored: SearchMaxStored, SearchChars: SearchChars}))
 	default:
-		return h.listWindows(ctx, q, a, before, limit)
+		return h.listWindows(ctx, gq, q, a, before, limit)
 	}
 	if err != nil {
 		return nil, err
@@ -400,9 +453,9 @@ func (h *Handler) list(ctx context.Context, q listQuery, limit int) (*listResult
 	return res, nil
 }
 
-func (h *Handler) listWindows(ctx context.Context, q listQuery, a filterArgs, before int64, limit int) (*listResult, error) {
+func (h *Handler) listWindows(ctx context.Context, gq *gen.Queries, q listQuery, a filterArgs, before int64, limit int) (*listResult, error) {
 	res := &listResult{Statement: "UIListWindow"}
-	b, err := h.q.UIJobIDBounds(ctx)
+	b, err := gq.UIJobIDBounds(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -420,9 +473,10 @@ func (h *Handler) listWindows(ctx context.Context, q listQuery, a filterArgs, be
 			break
 		}
 		floor := max(before-int64(h.cfg.ScanWindow), b.MinID)
-		rows, err := h.q.UIListWindow(ctx, gen.UIListWindowParams{BeforeID: before, FloorID: floor, State: state,
+		rows, err := gq.UIListWindow(ctx, gen.UIListWindowParams{BeforeID: before, FloorID: floor, State: state,
 			Queue: a.queue, Kind: a.kind, Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search,
-			Tag: a.tag, MaxRows: int32(limit - len(res.Jobs))})
+			Tag: a.tag, MaxRows: int32(limit - len(res.Jobs)), PreviewMaxStored: ListPreviewMaxStored,
+			PreviewChars: ListPreviewChars, SearchMaxStored: SearchMaxStored, SearchChars: SearchChars})
 		if err != nil {
 			return nil, err
 		}
@@ -441,12 +495,26 @@ func (h *Handler) listWindows(ctx context.Context, q listQuery, a filterArgs, be
 	return res, nil
 }
 
-// prettyJSON indents raw JSON for display (the template escapes it); invalid JSON is shown
-// as it is.
-func prettyJSON(raw []byte) string {
-	var out bytes.Buffer
-	if err := json.Indent(&out, raw, "", "  "); err != nil {
-		return string(raw)
+// read runs f's statements in a read-only transaction whose statements are each bounded by
+// Config.QueryTimeout.
+func (h *Handler) read(ctx context.Context, f func(*gen.Queries) error) error {
+	tx, err := h.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
 	}
-	return out.String()
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	q := h.q.WithTx(tx)
+	if err := q.UIStatementTimeout(ctx, h.cfg.QueryTimeout.Milliseconds()); err != nil {
+		return err
+	}
+	if err := f(q); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// timedOut reports whether err is a statement that ran over its statement timeout.
+func timedOut(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "57014" // query_canceled: statement_timeout
 }

@@ -37,4 +37,12 @@
 // partial indexes, and any other selection through bounded primary-key id windows
 // (Config.ScanWindow × Config.ScanWindows ids per view at most), so a page stays fast on a
 // table of tens of millions of finished jobs; a sparse match shows "Search older" to continue.
+//
+// Every page is bounded in bytes whatever the stored data: the statements read bounded heads
+// of the stored JSON values (ValueChars characters; a ListPreviewChars preview on list pages;
+// the search looks at SearchChars characters of args stored in at most SearchMaxStored
+// bytes), in a read-only transaction bounded by Config.QueryTimeout, and the job page renders
+// them indented down to MaxIndentDepth levels, cut to its share of MaxJobPageBytes, with a
+// link to the raw value (GET {Prefix}/jobs/{id}/raw/{args|output|errors|metadata}, at most
+// Config.MaxRawBytes). A list page is at most MaxListPageBytes(Config.PageSize).
 package tenureui

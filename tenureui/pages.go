@@ -7,9 +7,12 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/jobs"
@@ -33,9 +36,12 @@ type page struct {
 type link struct{ Href, Text string }
 
 var funcs = template.FuncMap{
-	"dur":    fmtDur,
-	"pretty": prettyJSON,
-	"rate":   func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
+	"dur":       fmtDur,
+	"preview":   listPreview,
+	"base":      path.Base,
+	"maxIndent": func() int { return MaxIndentDepth },
+	"bytes":     func(n int) string { return fmtBytes(int64(n)) },
+	"rate":      func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 	"ts": func(t any) string {
 		switch v := t.(type) {
 		case time.Time:
@@ -162,18 +168,35 @@ func (h *Handler) jobsList(w http.ResponseWriter, r *http.Request) {
 	v.Res, err = h.list(r.Context(), q, h.cfg.PageSize)
 	v.Took = time.Since(start)
 	if err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
+		h.failRead(w, r, err)
 		return
 	}
 	h.render(w, r, http.StatusOK, "jobs", p)
 }
 
 type jobView struct {
-	Job     *jobs.Row
-	Effects []gen.TenureEffect
-	Audit   []jobs.AuditEntry
+	Job jobRow
+	// Args and Output are cut to their part of MaxJobPageBytes (Raw downloads them whole).
+	Args, Output shownValue
+	// Errors are the newest entries of the error history (ErrorsOmitted older ones left
+	// out); when the history cannot be shown that way (cut, or not what the engine writes)
+	// ErrorsRaw shows it as text.
+	Errors        []shownError
+	ErrorsOmitted int
+	ErrorsRaw     *shownValue
+	// Metadata likewise: the first pairs by key, or MetadataRaw as text.
+	Metadata        []shownPair
+	MetadataOmitted int
+	MetadataRaw     *shownValue
+	Effects         []gen.UIJobEffectsRow
+	EffectsMore     bool
+	Audit           []gen.UIJobAuditRow
+	AuditMore       bool
 }
 
+// jobDetail serves the job page: one bounded read of the job (UIJob: heads of its stored
+// values, never the values), at most effectsShown effects and auditShown audit entries, each
+// value cut to its part of MaxJobPageBytes.
 func (h *Handler) jobDetail(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
@@ -181,23 +204,64 @@ func (h *Handler) jobDetail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	j, err := h.client.Get(ctx, id)
+	v := &jobView{}
+	err = h.read(ctx, func(q *gen.Queries) error {
+		j, err := q.UIJob(ctx, gen.UIJobParams{ID: id, TextChars: textChars, ValueChars: ValueChars})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: %d", jobs.ErrNotFound, id)
+		}
+		if err != nil {
+			return err
+		}
+		v.Job = jobRow{j}
+		if v.Effects, err = q.UIJobEffects(ctx, gen.UIJobEffectsParams{JobID: id, TextChars: textChars, ValueChars: effectResultBytes,
+			MaxRows: effectsShown + 1}); err != nil {
+			return err
+		}
+		v.Audit, err = q.UIJobAudit(ctx, gen.UIJobAuditParams{JobID: &id, TextChars: auditReasonBytes + 1, ValueChars: auditDetailBytes,
+			MaxRows: auditShown + 1})
+		return err
+	})
 	if errors.Is(err, jobs.ErrNotFound) {
 		h.fail(w, r, http.StatusNotFound, err)
 		return
 	}
 	if err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
+		h.failRead(w, r, err)
 		return
 	}
-	v := &jobView{Job: j}
-	if v.Effects, err = h.q.UIJobEffects(ctx, gen.UIJobEffectsParams{JobID: id, MaxRows: 200}); err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
-		return
+	j := &v.Job
+	raw := func(field string) string { return fmt.Sprintf("%s/jobs/%d/raw/%s", h.cfg.Prefix, id, field) }
+	v.Args = showValue(j.ArgsHead, j.ArgsStored, shownArgs, raw("args"))
+	if j.OutputHead != "" {
+		v.Output = showValue(j.OutputHead, j.OutputStored, shownOutput, raw("output"))
 	}
-	if v.Audit, err = h.client.Audit(ctx, id, 0, 200); err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
-		return
+	var ok bool
+	if v.Errors, v.ErrorsOmitted, ok = showErrors(j.ErrorsHead); !ok {
+		sv := showValue(j.ErrorsHead, j.ErrorsStored, shownRaw, raw("errors"))
+		v.ErrorsRaw = &sv
+	}
+	if v.Metadata, v.MetadataOmitted, ok = showMetadata(j.MetadataHead); !ok {
+		sv := showValue(j.MetadataHead, j.MetadataStored, shownRaw, raw("metadata"))
+		v.MetadataRaw = &sv
+	}
+	// The heads are shown; drop them before rendering (they can be 4 x ValueChars bytes each).
+	j.ArgsHead, j.OutputHead, j.ErrorsHead, j.MetadataHead = "", "", "", ""
+	j.LockedBy = clip(j.LockedBy, shownText)
+	if len(v.Effects) > effectsShown {
+		v.Effects, v.EffectsMore = v.Effects[:effectsShown], true
+	}
+	for i := range v.Effects {
+		e := &v.Effects[i]
+		e.Key, e.Name = clip(e.Key, shownText), clip(e.Name, shownText)
+		e.ResultHead = clip(e.ResultHead, effectResultBytes)
+	}
+	if len(v.Audit) > auditShown {
+		v.Audit, v.AuditMore = v.Audit[:auditShown], true
+	}
+	for i := range v.Audit {
+		a := &v.Audit[i]
+		a.Actor, a.Reason, a.DetailHead = clip(a.Actor, shownText), clip(a.Reason, auditReasonBytes), clip(a.DetailHead, auditDetailBytes)
 	}
 	p := h.newPage(w, r, fmt.Sprintf("Job %d", id))
 	p.Data = v
@@ -206,4 +270,60 @@ func (h *Handler) jobDetail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render(w, r, http.StatusOK, "job", p)
+}
+
+// jobRaw serves one stored value of a job whole, as a JSON download (the job page links to
+// it when it shows a value cut): at most Config.MaxRawBytes of it, read in one statement and
+// written as read; a larger value is refused (413), never cut.
+func (h *Handler) jobRaw(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q is not a job id", r.PathValue("id")))
+		return
+	}
+	field := r.PathValue("field")
+	switch field {
+	case "args", "output", "errors", "metadata":
+	default:
+		h.fail(w, r, http.StatusNotFound, errors.New("a job's raw values are args, output, errors and metadata"))
+		return
+	}
+	ctx := r.Context()
+	var val []byte
+	err = h.read(ctx, func(q *gen.Queries) error {
+		var err error
+		val, err = q.UIJobRaw(ctx, gen.UIJobRawParams{ID: id, Field: field, MaxBytes: int32(h.cfg.MaxRawBytes)})
+		return err
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("%w: %d", jobs.ErrNotFound, id))
+		return
+	case err != nil:
+		h.failRead(w, r, err)
+		return
+	case val == nil:
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("job %d has no %s", id, field))
+		return
+	case len(val) > h.cfg.MaxRawBytes:
+		h.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Errorf("the %s of job %d are over %s (Config.MaxRawBytes): read them with SQL",
+			field, id, fmtBytes(int64(h.cfg.MaxRawBytes))))
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json")
+	hd.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="job-%d-%s.json"`, id, field))
+	hd.Set("Content-Length", strconv.Itoa(len(val)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(val)
+}
+
+// failRead answers a failed read: 503 when its statement ran over Config.QueryTimeout.
+func (h *Handler) failRead(w http.ResponseWriter, r *http.Request, err error) {
+	if timedOut(err) {
+		h.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("the dashboard's statement ran over its timeout (%v, Config.QueryTimeout): %w",
+			h.cfg.QueryTimeout, err))
+		return
+	}
+	h.fail(w, r, http.StatusInternalServerError, err)
 }

@@ -55,8 +55,10 @@ func TestDashboardPlansUseIndexes(t *testing.T) {
 				args = append(args, int32(50))
 			case "since":
 				args = append(args, time.Now().Add(-time.Hour))
-			case "job_id":
+			case "job_id", "id":
 				args = append(args, int64(42))
+			case "preview_max_stored", "preview_chars", "search_max_stored", "search_chars", "text_chars", "value_chars":
+				args = append(args, int32(1000))
 			default:
 				args = append(args, filters[n])
 			}
@@ -74,6 +76,9 @@ func TestDashboardPlansUseIndexes(t *testing.T) {
 		{"UIReadyBands", "jobs_ready_idx"},
 		{"UICompletions", "jobs_finished_idx"},
 		{"UIJobEffects", "effects_job_name"},
+		{"UIJob", "jobs_pkey"},
+		{"UIJobAudit", "audit_job_idx"},
+		{"UIJobRaw", "jobs_pkey"},
 	} {
 		sql, order := plantest.SQL(t, c.name)
 		// Filters all set, then all unset: both generic plans must use the index.

@@ -100,11 +100,21 @@ type Config struct {
 	// CSRFKey signs the CSRF tokens (at least 32 bytes). Default: random per process (tokens
 	// then do not survive a restart or work across replicas behind a load balancer).
 	CSRFKey []byte
+	// QueryTimeout is the statement timeout of the job page's and the list pages' statements
+	// (they run in a read-only transaction with SET LOCAL statement_timeout); a page whose
+	// statement runs out answers 503. Default DefaultQueryTimeout (5 s); 1 ms..10 min.
+	QueryTimeout time.Duration
+	// MaxRawBytes is the largest stored value, in bytes of JSON text, the raw download
+	// (GET {Prefix}/jobs/{id}/raw/{args|output|errors|metadata}) serves; a larger one is
+	// refused with 413, never cut. A download holds about twice this in memory. Default
+	// DefaultMaxRawBytes (8 MiB); 1 KiB..1 GiB.
+	MaxRawBytes int
 }
 
 // Handler is the dashboard, an http.Handler. It is safe for concurrent use.
 type Handler struct {
 	cfg    Config
+	pool   *pgxpool.Pool
 	q      *gen.Queries
 	client *jobs.Client
 	log    *slog.Logger
@@ -147,6 +157,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Handler, error) {
 	}
 	def(&c.RefreshEvery, DefaultRefreshEvery)
 	def(&c.WaitWindow, DefaultWaitWindow)
+	def(&c.QueryTimeout, DefaultQueryTimeout)
+	if c.QueryTimeout < time.Millisecond || c.QueryTimeout > 10*time.Minute {
+		return nil, fmt.Errorf("%w: QueryTimeout %v is outside 1ms..10m", ErrInvalidConfig, c.QueryTimeout)
+	}
 	if c.RefreshEvery < time.Second {
 		return nil, fmt.Errorf("%w: RefreshEvery %v is below 1s", ErrInvalidConfig, c.RefreshEvery)
 	}
@@ -158,13 +172,17 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Handler, error) {
 		v        *int
 		def, max int
 	}{{"PageSize", &c.PageSize, DefaultPageSize, 500}, {"ScanWindow", &c.ScanWindow, DefaultScanWindow, 10_000_000},
-		{"ScanWindows", &c.ScanWindows, DefaultScanWindows, 1000}, {"MaxBulk", &c.MaxBulk, DefaultMaxBulk, 10000}} {
+		{"ScanWindows", &c.ScanWindows, DefaultScanWindows, 1000}, {"MaxBulk", &c.MaxBulk, DefaultMaxBulk, 10000},
+		{"MaxRawBytes", &c.MaxRawBytes, DefaultMaxRawBytes, 1 << 30}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
 		if *f.v < 1 || *f.v > f.max {
 			return nil, fmt.Errorf("%w: %s %d is outside 1..%d", ErrInvalidConfig, f.name, *f.v, f.max)
 		}
+	}
+	if c.MaxRawBytes < 1<<10 {
+		return nil, fmt.Errorf("%w: MaxRawBytes %d is below 1 KiB", ErrInvalidConfig, c.MaxRawBytes)
 	}
 	if c.CSRFKey == nil {
 		c.CSRFKey = make([]byte, 32)
@@ -186,7 +204,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: c, q: gen.New(pool), client: c.Client, log: c.Logger, tmpl: tmpl, csrf: c.CSRFKey,
+	h := &Handler{cfg: c, pool: pool, q: gen.New(pool), client: c.Client, log: c.Logger, tmpl: tmpl, csrf: c.CSRFKey,
 		prevWorkers: map[string]workerSample{}}
 	static, _ := fs.Sub(assets, "assets/static")
 	mux := http.NewServeMux()
@@ -194,6 +212,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Handler, error) {
 	mux.HandleFunc("GET /{$}", h.overview)
 	mux.HandleFunc("GET /jobs", h.jobsList)
 	mux.HandleFunc("GET /jobs/{id}", h.jobDetail)
+	mux.HandleFunc("GET /jobs/{id}/raw/{field}", h.jobRaw)
 	mux.HandleFunc("POST /jobs/{id}/{action}", h.jobAction)
 	mux.HandleFunc("POST /bulk", h.bulkAction)
 	mux.HandleFunc("POST /queues/{name}/{action}", h.queueAction)

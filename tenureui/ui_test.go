@@ -108,7 +108,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	_, err = tenureui.New(pool, &tenureui.Config{EnableActions: true})
 	require.ErrorIs(t, err, tenureui.ErrNoAuthorizer)
 	for _, c := range []tenureui.Config{{PageSize: 501}, {ScanWindow: -1}, {RefreshEvery: time.Millisecond},
-		{MaxBulk: 10001}, {CSRFKey: []byte("short")}, {Prefix: "admin"}} {
+		{MaxBulk: 10001}, {CSRFKey: []byte("short")}, {Prefix: "admin"}, {QueryTimeout: time.Hour}, {QueryTimeout: -time.Second},
+		{MaxRawBytes: 10}, {MaxRawBytes: 2 << 30}} {
 		_, err = tenureui.New(pool, &c)
 		require.ErrorIs(t, err, tenureui.ErrInvalidConfig, "%+v", c)
 	}

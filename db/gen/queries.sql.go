@@ -4512,34 +4512,199 @@ func (q *Queries) UICompletions(ctx context.Context, since time.Time) ([]UICompl
 	return items, nil
 }
 
-const uIJobEffects = `-- name: UIJobEffects :many
-SELECT key, job_id, name, generation, result, created_at, updated_at, refused FROM tenure.effects WHERE job_id = $1 ORDER BY name LIMIT $2
+const uIJob = `-- name: UIJob :one
+SELECT id, queue, kind, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms,
+       left(coalesce(locked_by, ''), $1::int)::text AS locked_by, locked_until, claim_token, generation,
+       attempted_at, last_error_code, created_at, updated_at, finished_at, cancel_requested_at, tags, snoozes,
+       left(payload::text, $2::int + 1)::text AS args_head, pg_column_size(payload)::int AS args_stored,
+       coalesce(left(output::text, $2::int + 1), '')::text AS output_head,
+       coalesce(pg_column_size(output), 0)::int AS output_stored,
+       left(errors::text, $2::int + 1)::text AS errors_head, pg_column_size(errors)::int AS errors_stored,
+       left(metadata::text, $2::int + 1)::text AS metadata_head, pg_column_size(metadata)::int AS metadata_stored
+FROM tenure.jobs WHERE id = $3
 `
 
-type UIJobEffectsParams struct {
-	JobID   int64
-	MaxRows int32
+type UIJobParams struct {
+	TextChars  int32
+	ValueChars int32
+	ID         int64
 }
 
-// A job's effect-ledger rows (through effects_job_name), by name.
-func (q *Queries) UIJobEffects(ctx context.Context, arg UIJobEffectsParams) ([]TenureEffect, error) {
-	rows, err := q.db.Query(ctx, uIJobEffects, arg.JobID, arg.MaxRows)
+type UIJobRow struct {
+	ID                int64
+	Queue             string
+	Kind              string
+	PayloadVersion    int32
+	State             TenureJobState
+	Priority          int16
+	RunAt             time.Time
+	Attempts          int32
+	MaxAttempts       int32
+	LeaseMs           int32
+	LockedBy          string
+	LockedUntil       *time.Time
+	ClaimToken        *uuid.UUID
+	Generation        int64
+	AttemptedAt       *time.Time
+	LastErrorCode     *string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	FinishedAt        *time.Time
+	CancelRequestedAt *time.Time
+	Tags              []string
+	Snoozes           int32
+	ArgsHead          string
+	ArgsStored        int32
+	OutputHead        string
+	OutputStored      int32
+	ErrorsHead        string
+	ErrorsStored      int32
+	MetadataHead      string
+	MetadataStored    int32
+}
+
+// One job for the dashboard's job page (through the primary key), every value bounded: the
+// args, output, error history and metadata as the first value_chars + 1 characters of their
+// JSON text (one more than the page shows tells it the value was cut), with their stored sizes.
+func (q *Queries) UIJob(ctx context.Context, arg UIJobParams) (UIJobRow, error) {
+	row := q.db.QueryRow(ctx, uIJob, arg.TextChars, arg.ValueChars, arg.ID)
+	var i UIJobRow
+	err := row.Scan(
+		&i.ID,
+		&i.Queue,
+		&i.Kind,
+		&i.PayloadVersion,
+		&i.State,
+		&i.Priority,
+		&i.RunAt,
+		&i.Attempts,
+		&i.MaxAttempts,
+		&i.LeaseMs,
+		&i.LockedBy,
+		&i.LockedUntil,
+		&i.ClaimToken,
+		&i.Generation,
+		&i.AttemptedAt,
+		&i.LastErrorCode,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.FinishedAt,
+		&i.CancelRequestedAt,
+		&i.Tags,
+		&i.Snoozes,
+		&i.ArgsHead,
+		&i.ArgsStored,
+		&i.OutputHead,
+		&i.OutputStored,
+		&i.ErrorsHead,
+		&i.ErrorsStored,
+		&i.MetadataHead,
+		&i.MetadataStored,
+	)
+	return i, err
+}
+
+const uIJobAudit = `-- name: UIJobAudit :many
+SELECT id, at, left(actor, $1::int)::text AS actor, action, left(reason, $1::int)::text AS reason,
+       left(detail::text, $2::int + 1)::text AS detail_head
+FROM tenure.audit WHERE job_id = $3 ORDER BY id LIMIT $4
+`
+
+type UIJobAuditParams struct {
+	TextChars  int32
+	ValueChars int32
+	JobID      *int64
+	MaxRows    int32
+}
+
+type UIJobAuditRow struct {
+	ID         int64
+	At         time.Time
+	Actor      string
+	Action     string
+	Reason     string
+	DetailHead string
+}
+
+// A job's audit entries (through audit_job_idx), oldest first: actor and reason cut to
+// text_chars characters, the detail to the first value_chars + 1 characters of its JSON text.
+func (q *Queries) UIJobAudit(ctx context.Context, arg UIJobAuditParams) ([]UIJobAuditRow, error) {
+	rows, err := q.db.Query(ctx, uIJobAudit,
+		arg.TextChars,
+		arg.ValueChars,
+		arg.JobID,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureEffect{}
+	items := []UIJobAuditRow{}
 	for rows.Next() {
-		var i TenureEffect
+		var i UIJobAuditRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.At,
+			&i.Actor,
+			&i.Action,
+			&i.Reason,
+			&i.DetailHead,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const uIJobEffects = `-- name: UIJobEffects :many
+SELECT left(key, $1::int)::text AS key, left(name, $1::int)::text AS name, generation,
+       left(result::text, $2::int + 1)::text AS result_head, created_at, updated_at
+FROM tenure.effects WHERE job_id = $3 ORDER BY name LIMIT $4
+`
+
+type UIJobEffectsParams struct {
+	TextChars  int32
+	ValueChars int32
+	JobID      int64
+	MaxRows    int32
+}
+
+type UIJobEffectsRow struct {
+	Key        string
+	Name       string
+	Generation int64
+	ResultHead string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// A job's effect-ledger rows (through effects_job_name), by name: key and name cut to
+// text_chars characters, the result to the first value_chars + 1 characters of its JSON text.
+func (q *Queries) UIJobEffects(ctx context.Context, arg UIJobEffectsParams) ([]UIJobEffectsRow, error) {
+	rows, err := q.db.Query(ctx, uIJobEffects,
+		arg.TextChars,
+		arg.ValueChars,
+		arg.JobID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UIJobEffectsRow{}
+	for rows.Next() {
+		var i UIJobEffectsRow
 		if err := rows.Scan(
 			&i.Key,
-			&i.JobID,
 			&i.Name,
 			&i.Generation,
-			&i.Result,
+			&i.ResultHead,
 			&i.CreatedAt,
 			&i.UpdatedAt,
-			&i.Refused,
 		); err != nil {
 			return nil, err
 		}
@@ -4578,35 +4743,87 @@ func (q *Queries) UIJobIDBounds(ctx context.Context) (UIJobIDBoundsRow, error) {
 	return i, err
 }
 
+const uIJobRaw = `-- name: UIJobRaw :one
+SELECT substring(convert_to(CASE $1::text WHEN 'args' THEN payload::text WHEN 'output' THEN output::text
+                                              WHEN 'errors' THEN errors::text WHEN 'metadata' THEN metadata::text END,
+                            'UTF8') FROM 1 FOR $2::int + 1)::bytea AS value
+FROM tenure.jobs WHERE id = $3
+`
+
+type UIJobRawParams struct {
+	Field    string
+	MaxBytes int32
+	ID       int64
+}
+
+// One stored JSON value of a job ('args', 'output', 'errors' or 'metadata') for the
+// dashboard's raw download: its text as UTF-8, at most max_bytes + 1 bytes of it (the
+// dashboard refuses a value over max_bytes rather than cut it); NULL when the job has none.
+func (q *Queries) UIJobRaw(ctx context.Context, arg UIJobRawParams) ([]byte, error) {
+	row := q.db.QueryRow(ctx, uIJobRaw, arg.Field, arg.MaxBytes, arg.ID)
+	var value []byte
+	err := row.Scan(&value)
+	return value, err
+}
+
 const uIListDead = `-- name: UIListDead :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
-WHERE state = 'dead' AND id < $1
-  AND ($2::text IS NULL OR queue = $2::text)
-  AND ($3::text IS NULL OR kind = $3::text)
-  AND ($4::smallint IS NULL OR priority = $4::smallint)
-  AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
-  AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
-  AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7::text)) > 0)
-  AND ($8::text IS NULL OR tags @> ARRAY[$8::text])
+SELECT id, state, queue, kind, priority, attempts, max_attempts, generation, last_error_code, run_at, created_at,
+       cancel_requested_at,
+       (CASE WHEN pg_column_size(payload) <= $1::int THEN left(payload::text, $2::int)
+             ELSE '' END)::text AS args_preview,
+       pg_column_size(payload)::int AS args_stored
+FROM tenure.jobs
+WHERE state = 'dead' AND id < $3
+  AND ($4::text IS NULL OR queue = $4::text)
+  AND ($5::text IS NULL OR kind = $5::text)
+  AND ($6::smallint IS NULL OR priority = $6::smallint)
+  AND ($7::timestamptz IS NULL OR created_at >= $7::timestamptz)
+  AND ($8::timestamptz IS NULL OR created_at < $8::timestamptz)
+  AND ($9::text IS NULL OR CASE WHEN pg_column_size(payload) <= $10::int
+       THEN strpos(lower(left(payload::text, $11::int)), lower($9::text)) > 0 ELSE false END)
+  AND ($12::text IS NULL OR tags @> ARRAY[$12::text])
 ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
-LIMIT $9
+LIMIT $13
 `
 
 type UIListDeadParams struct {
-	BeforeID    int64
-	Queue       *string
-	Kind        *string
-	Priority    *int16
-	CreatedFrom *time.Time
-	CreatedTo   *time.Time
-	Search      *string
-	Tag         *string
-	MaxRows     int32
+	PreviewMaxStored int32
+	PreviewChars     int32
+	BeforeID         int64
+	Queue            *string
+	Kind             *string
+	Priority         *int16
+	CreatedFrom      *time.Time
+	CreatedTo        *time.Time
+	Search           *string
+	SearchMaxStored  int32
+	SearchChars      int32
+	Tag              *string
+	MaxRows          int32
+}
+
+type UIListDeadRow struct {
+	ID                int64
+	State             TenureJobState
+	Queue             string
+	Kind              string
+	Priority          int16
+	Attempts          int32
+	MaxAttempts       int32
+	Generation        int64
+	LastErrorCode     *string
+	RunAt             time.Time
+	CreatedAt         time.Time
+	CancelRequestedAt *time.Time
+	ArgsPreview       string
+	ArgsStored        int32
 }
 
 // Dead jobs below @before_id, newest first, filtered: reads jobs_dead_idx (the dead set).
-func (q *Queries) UIListDead(ctx context.Context, arg UIListDeadParams) ([]TenureJob, error) {
+func (q *Queries) UIListDead(ctx context.Context, arg UIListDeadParams) ([]UIListDeadRow, error) {
 	rows, err := q.db.Query(ctx, uIListDead,
+		arg.PreviewMaxStored,
+		arg.PreviewChars,
 		arg.BeforeID,
 		arg.Queue,
 		arg.Kind,
@@ -4614,6 +4831,8 @@ func (q *Queries) UIListDead(ctx context.Context, arg UIListDeadParams) ([]Tenur
 		arg.CreatedFrom,
 		arg.CreatedTo,
 		arg.Search,
+		arg.SearchMaxStored,
+		arg.SearchChars,
 		arg.Tag,
 		arg.MaxRows,
 	)
@@ -4621,39 +4840,24 @@ func (q *Queries) UIListDead(ctx context.Context, arg UIListDeadParams) ([]Tenur
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureJob{}
+	items := []UIListDeadRow{}
 	for rows.Next() {
-		var i TenureJob
+		var i UIListDeadRow
 		if err := rows.Scan(
 			&i.ID,
+			&i.State,
 			&i.Queue,
 			&i.Kind,
-			&i.Payload,
-			&i.PayloadVersion,
-			&i.State,
 			&i.Priority,
-			&i.RunAt,
 			&i.Attempts,
 			&i.MaxAttempts,
-			&i.LeaseMs,
-			&i.LockedBy,
-			&i.LockedUntil,
-			&i.ClaimToken,
 			&i.Generation,
-			&i.AttemptedAt,
 			&i.LastErrorCode,
-			&i.Errors,
+			&i.RunAt,
 			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.FinishedAt,
 			&i.CancelRequestedAt,
-			&i.Metadata,
-			&i.UniqueKey,
-			&i.UniqueStates,
-			&i.Tags,
-			&i.Output,
-			&i.Snoozes,
-			&i.Limited,
+			&i.ArgsPreview,
+			&i.ArgsStored,
 		); err != nil {
 			return nil, err
 		}
@@ -4666,34 +4870,63 @@ func (q *Queries) UIListDead(ctx context.Context, arg UIListDeadParams) ([]Tenur
 }
 
 const uIListReady = `-- name: UIListReady :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
-WHERE state = 'ready' AND id < $1
-  AND ($2::text IS NULL OR queue = $2::text)
-  AND ($3::text IS NULL OR kind = $3::text)
-  AND ($4::smallint IS NULL OR priority = $4::smallint)
-  AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
-  AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
-  AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7::text)) > 0)
-  AND ($8::text IS NULL OR tags @> ARRAY[$8::text])
+SELECT id, state, queue, kind, priority, attempts, max_attempts, generation, last_error_code, run_at, created_at,
+       cancel_requested_at,
+       (CASE WHEN pg_column_size(payload) <= $1::int THEN left(payload::text, $2::int)
+             ELSE '' END)::text AS args_preview,
+       pg_column_size(payload)::int AS args_stored
+FROM tenure.jobs
+WHERE state = 'ready' AND id < $3
+  AND ($4::text IS NULL OR queue = $4::text)
+  AND ($5::text IS NULL OR kind = $5::text)
+  AND ($6::smallint IS NULL OR priority = $6::smallint)
+  AND ($7::timestamptz IS NULL OR created_at >= $7::timestamptz)
+  AND ($8::timestamptz IS NULL OR created_at < $8::timestamptz)
+  AND ($9::text IS NULL OR CASE WHEN pg_column_size(payload) <= $10::int
+       THEN strpos(lower(left(payload::text, $11::int)), lower($9::text)) > 0 ELSE false END)
+  AND ($12::text IS NULL OR tags @> ARRAY[$12::text])
 ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
-LIMIT $9
+LIMIT $13
 `
 
 type UIListReadyParams struct {
-	BeforeID    int64
-	Queue       *string
-	Kind        *string
-	Priority    *int16
-	CreatedFrom *time.Time
-	CreatedTo   *time.Time
-	Search      *string
-	Tag         *string
-	MaxRows     int32
+	PreviewMaxStored int32
+	PreviewChars     int32
+	BeforeID         int64
+	Queue            *string
+	Kind             *string
+	Priority         *int16
+	CreatedFrom      *time.Time
+	CreatedTo        *time.Time
+	Search           *string
+	SearchMaxStored  int32
+	SearchChars      int32
+	Tag              *string
+	MaxRows          int32
+}
+
+type UIListReadyRow struct {
+	ID                int64
+	State             TenureJobState
+	Queue             string
+	Kind              string
+	Priority          int16
+	Attempts          int32
+	MaxAttempts       int32
+	Generation        int64
+	LastErrorCode     *string
+	RunAt             time.Time
+	CreatedAt         time.Time
+	CancelRequestedAt *time.Time
+	ArgsPreview       string
+	ArgsStored        int32
 }
 
 // Ready jobs below @before_id, newest first, filtered: reads jobs_ready_idx (the ready backlog).
-func (q *Queries) UIListReady(ctx context.Context, arg UIListReadyParams) ([]TenureJob, error) {
+func (q *Queries) UIListReady(ctx context.Context, arg UIListReadyParams) ([]UIListReadyRow, error) {
 	rows, err := q.db.Query(ctx, uIListReady,
+		arg.PreviewMaxStored,
+		arg.PreviewChars,
 		arg.BeforeID,
 		arg.Queue,
 		arg.Kind,
@@ -4701,6 +4934,8 @@ func (q *Queries) UIListReady(ctx context.Context, arg UIListReadyParams) ([]Ten
 		arg.CreatedFrom,
 		arg.CreatedTo,
 		arg.Search,
+		arg.SearchMaxStored,
+		arg.SearchChars,
 		arg.Tag,
 		arg.MaxRows,
 	)
@@ -4708,39 +4943,24 @@ func (q *Queries) UIListReady(ctx context.Context, arg UIListReadyParams) ([]Ten
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureJob{}
+	items := []UIListReadyRow{}
 	for rows.Next() {
-		var i TenureJob
+		var i UIListReadyRow
 		if err := rows.Scan(
 			&i.ID,
+			&i.State,
 			&i.Queue,
 			&i.Kind,
-			&i.Payload,
-			&i.PayloadVersion,
-			&i.State,
 			&i.Priority,
-			&i.RunAt,
 			&i.Attempts,
 			&i.MaxAttempts,
-			&i.LeaseMs,
-			&i.LockedBy,
-			&i.LockedUntil,
-			&i.ClaimToken,
 			&i.Generation,
-			&i.AttemptedAt,
 			&i.LastErrorCode,
-			&i.Errors,
+			&i.RunAt,
 			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.FinishedAt,
 			&i.CancelRequestedAt,
-			&i.Metadata,
-			&i.UniqueKey,
-			&i.UniqueStates,
-			&i.Tags,
-			&i.Output,
-			&i.Snoozes,
-			&i.Limited,
+			&i.ArgsPreview,
+			&i.ArgsStored,
 		); err != nil {
 			return nil, err
 		}
@@ -4753,34 +4973,63 @@ func (q *Queries) UIListReady(ctx context.Context, arg UIListReadyParams) ([]Ten
 }
 
 const uIListRunning = `-- name: UIListRunning :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
-WHERE locked_until IS NOT NULL AND state = 'running' AND id < $1
-  AND ($2::text IS NULL OR queue = $2::text)
-  AND ($3::text IS NULL OR kind = $3::text)
-  AND ($4::smallint IS NULL OR priority = $4::smallint)
-  AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
-  AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
-  AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7::text)) > 0)
-  AND ($8::text IS NULL OR tags @> ARRAY[$8::text])
+SELECT id, state, queue, kind, priority, attempts, max_attempts, generation, last_error_code, run_at, created_at,
+       cancel_requested_at,
+       (CASE WHEN pg_column_size(payload) <= $1::int THEN left(payload::text, $2::int)
+             ELSE '' END)::text AS args_preview,
+       pg_column_size(payload)::int AS args_stored
+FROM tenure.jobs
+WHERE locked_until IS NOT NULL AND state = 'running' AND id < $3
+  AND ($4::text IS NULL OR queue = $4::text)
+  AND ($5::text IS NULL OR kind = $5::text)
+  AND ($6::smallint IS NULL OR priority = $6::smallint)
+  AND ($7::timestamptz IS NULL OR created_at >= $7::timestamptz)
+  AND ($8::timestamptz IS NULL OR created_at < $8::timestamptz)
+  AND ($9::text IS NULL OR CASE WHEN pg_column_size(payload) <= $10::int
+       THEN strpos(lower(left(payload::text, $11::int)), lower($9::text)) > 0 ELSE false END)
+  AND ($12::text IS NULL OR tags @> ARRAY[$12::text])
 ORDER BY id + 0 DESC -- not the primary key's order: see the section comment
-LIMIT $9
+LIMIT $13
 `
 
 type UIListRunningParams struct {
-	BeforeID    int64
-	Queue       *string
-	Kind        *string
-	Priority    *int16
-	CreatedFrom *time.Time
-	CreatedTo   *time.Time
-	Search      *string
-	Tag         *string
-	MaxRows     int32
+	PreviewMaxStored int32
+	PreviewChars     int32
+	BeforeID         int64
+	Queue            *string
+	Kind             *string
+	Priority         *int16
+	CreatedFrom      *time.Time
+	CreatedTo        *time.Time
+	Search           *string
+	SearchMaxStored  int32
+	SearchChars      int32
+	Tag              *string
+	MaxRows          int32
+}
+
+type UIListRunningRow struct {
+	ID                int64
+	State             TenureJobState
+	Queue             string
+	Kind              string
+	Priority          int16
+	Attempts          int32
+	MaxAttempts       int32
+	Generation        int64
+	LastErrorCode     *string
+	RunAt             time.Time
+	CreatedAt         time.Time
+	CancelRequestedAt *time.Time
+	ArgsPreview       string
+	ArgsStored        int32
 }
 
 // Running jobs below @before_id, newest first, filtered: reads jobs_running_idx (leased rows).
-func (q *Queries) UIListRunning(ctx context.Context, arg UIListRunningParams) ([]TenureJob, error) {
+func (q *Queries) UIListRunning(ctx context.Context, arg UIListRunningParams) ([]UIListRunningRow, error) {
 	rows, err := q.db.Query(ctx, uIListRunning,
+		arg.PreviewMaxStored,
+		arg.PreviewChars,
 		arg.BeforeID,
 		arg.Queue,
 		arg.Kind,
@@ -4788,6 +5037,8 @@ func (q *Queries) UIListRunning(ctx context.Context, arg UIListRunningParams) ([
 		arg.CreatedFrom,
 		arg.CreatedTo,
 		arg.Search,
+		arg.SearchMaxStored,
+		arg.SearchChars,
 		arg.Tag,
 		arg.MaxRows,
 	)
@@ -4795,39 +5046,24 @@ func (q *Queries) UIListRunning(ctx context.Context, arg UIListRunningParams) ([
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureJob{}
+	items := []UIListRunningRow{}
 	for rows.Next() {
-		var i TenureJob
+		var i UIListRunningRow
 		if err := rows.Scan(
 			&i.ID,
+			&i.State,
 			&i.Queue,
 			&i.Kind,
-			&i.Payload,
-			&i.PayloadVersion,
-			&i.State,
 			&i.Priority,
-			&i.RunAt,
 			&i.Attempts,
 			&i.MaxAttempts,
-			&i.LeaseMs,
-			&i.LockedBy,
-			&i.LockedUntil,
-			&i.ClaimToken,
 			&i.Generation,
-			&i.AttemptedAt,
 			&i.LastErrorCode,
-			&i.Errors,
+			&i.RunAt,
 			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.FinishedAt,
 			&i.CancelRequestedAt,
-			&i.Metadata,
-			&i.UniqueKey,
-			&i.UniqueStates,
-			&i.Tags,
-			&i.Output,
-			&i.Snoozes,
-			&i.Limited,
+			&i.ArgsPreview,
+			&i.ArgsStored,
 		); err != nil {
 			return nil, err
 		}
@@ -4840,39 +5076,72 @@ func (q *Queries) UIListRunning(ctx context.Context, arg UIListRunningParams) ([
 }
 
 const uIListWindow = `-- name: UIListWindow :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
-WHERE id < $1 AND id >= $2
-  AND ($3::tenure.job_state IS NULL OR state = $3::tenure.job_state)
-  AND ($4::text IS NULL OR queue = $4::text)
-  AND ($5::text IS NULL OR kind = $5::text)
-  AND ($6::smallint IS NULL OR priority = $6::smallint)
-  AND ($7::timestamptz IS NULL OR created_at >= $7::timestamptz)
-  AND ($8::timestamptz IS NULL OR created_at < $8::timestamptz)
-  AND ($9::text IS NULL OR strpos(lower(payload::text), lower($9::text)) > 0)
-  AND ($10::text IS NULL OR tags @> ARRAY[$10::text])
+SELECT id, state, queue, kind, priority, attempts, max_attempts, generation, last_error_code, run_at, created_at,
+       cancel_requested_at,
+       (CASE WHEN pg_column_size(payload) <= $1::int THEN left(payload::text, $2::int)
+             ELSE '' END)::text AS args_preview,
+       pg_column_size(payload)::int AS args_stored
+FROM tenure.jobs
+WHERE id < $3 AND id >= $4
+  AND ($5::tenure.job_state IS NULL OR state = $5::tenure.job_state)
+  AND ($6::text IS NULL OR queue = $6::text)
+  AND ($7::text IS NULL OR kind = $7::text)
+  AND ($8::smallint IS NULL OR priority = $8::smallint)
+  AND ($9::timestamptz IS NULL OR created_at >= $9::timestamptz)
+  AND ($10::timestamptz IS NULL OR created_at < $10::timestamptz)
+  AND ($11::text IS NULL OR CASE WHEN pg_column_size(payload) <= $12::int
+       THEN strpos(lower(left(payload::text, $13::int)), lower($11::text)) > 0 ELSE false END)
+  AND ($14::text IS NULL OR tags @> ARRAY[$14::text])
 ORDER BY id DESC
-LIMIT $11
+LIMIT $15
 `
 
 type UIListWindowParams struct {
-	BeforeID    int64
-	FloorID     int64
-	State       NullTenureJobState
-	Queue       *string
-	Kind        *string
-	Priority    *int16
-	CreatedFrom *time.Time
-	CreatedTo   *time.Time
-	Search      *string
-	Tag         *string
-	MaxRows     int32
+	PreviewMaxStored int32
+	PreviewChars     int32
+	BeforeID         int64
+	FloorID          int64
+	State            NullTenureJobState
+	Queue            *string
+	Kind             *string
+	Priority         *int16
+	CreatedFrom      *time.Time
+	CreatedTo        *time.Time
+	Search           *string
+	SearchMaxStored  int32
+	SearchChars      int32
+	Tag              *string
+	MaxRows          int32
+}
+
+type UIListWindowRow struct {
+	ID                int64
+	State             TenureJobState
+	Queue             string
+	Kind              string
+	Priority          int16
+	Attempts          int32
+	MaxAttempts       int32
+	Generation        int64
+	LastErrorCode     *string
+	RunAt             time.Time
+	CreatedAt         time.Time
+	CancelRequestedAt *time.Time
+	ArgsPreview       string
+	ArgsStored        int32
 }
 
 // Jobs of any state in the id window [@floor_id, @before_id), newest first, filtered. The
 // primary key bounds the rows read to the window's width, whatever the filters match.
-// @search is a case-insensitive substring of the args' JSON text; @tag one of the job's tags.
-func (q *Queries) UIListWindow(ctx context.Context, arg UIListWindowParams) ([]TenureJob, error) {
+// @search is a case-insensitive substring of the first search_chars characters of the args'
+// JSON text, looked for only in args stored in at most search_max_stored bytes; @tag one of
+// the job's tags. A row carries a preview of its args (the first preview_chars characters of
+// their JSON text; ” when they are stored in over preview_max_stored bytes), never the
+// whole args: a list page's cost does not grow with the args' size (issue 29).
+func (q *Queries) UIListWindow(ctx context.Context, arg UIListWindowParams) ([]UIListWindowRow, error) {
 	rows, err := q.db.Query(ctx, uIListWindow,
+		arg.PreviewMaxStored,
+		arg.PreviewChars,
 		arg.BeforeID,
 		arg.FloorID,
 		arg.State,
@@ -4882,6 +5151,8 @@ func (q *Queries) UIListWindow(ctx context.Context, arg UIListWindowParams) ([]T
 		arg.CreatedFrom,
 		arg.CreatedTo,
 		arg.Search,
+		arg.SearchMaxStored,
+		arg.SearchChars,
 		arg.Tag,
 		arg.MaxRows,
 	)
@@ -4889,39 +5160,24 @@ func (q *Queries) UIListWindow(ctx context.Context, arg UIListWindowParams) ([]T
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureJob{}
+	items := []UIListWindowRow{}
 	for rows.Next() {
-		var i TenureJob
+		var i UIListWindowRow
 		if err := rows.Scan(
 			&i.ID,
+			&i.State,
 			&i.Queue,
 			&i.Kind,
-			&i.Payload,
-			&i.PayloadVersion,
-			&i.State,
 			&i.Priority,
-			&i.RunAt,
 			&i.Attempts,
 			&i.MaxAttempts,
-			&i.LeaseMs,
-			&i.LockedBy,
-			&i.LockedUntil,
-			&i.ClaimToken,
 			&i.Generation,
-			&i.AttemptedAt,
 			&i.LastErrorCode,
-			&i.Errors,
+			&i.RunAt,
 			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.FinishedAt,
 			&i.CancelRequestedAt,
-			&i.Metadata,
-			&i.UniqueKey,
-			&i.UniqueStates,
-			&i.Tags,
-			&i.Output,
-			&i.Snoozes,
-			&i.Limited,
+			&i.ArgsPreview,
+			&i.ArgsStored,
 		); err != nil {
 			return nil, err
 		}
@@ -4980,6 +5236,16 @@ func (q *Queries) UIReadyBands(ctx context.Context) ([]UIReadyBandsRow, error) {
 		return nil, err
 	}
 	return items, nil
+}
+
+const uIStatementTimeout = `-- name: UIStatementTimeout :exec
+SELECT set_config('statement_timeout', $1::bigint::text, true)
+`
+
+// Bounds each later statement of the dashboard's read transaction (Config.QueryTimeout).
+func (q *Queries) UIStatementTimeout(ctx context.Context, timeoutMs int64) error {
+	_, err := q.db.Exec(ctx, uIStatementTimeout, timeoutMs)
+	return err
 }
 
 const uniqueHolder = `-- name: UniqueHolder :one
