@@ -158,7 +158,11 @@ func TestPagesStayWithinBudget(t *testing.T) {
 	m := getMeasured(t, base, fmt.Sprintf("/ui/jobs/%d", big))
 	require.Contains(t, m.body, fmt.Sprintf("/ui/jobs/%d/raw/args", big), "a truncated value links to its raw value")
 
-	// Every other displayed column hostile at once.
+	// Every other displayed column hostile at once, larger than today's limits allow: rows
+	// written before migration 0016 may hold such values (its size checks are NOT VALID).
+	_, err = pool.Exec(ctx, `ALTER DOMAIN tenure.job_metadata DROP CONSTRAINT jobs_metadata_size;
+		ALTER DOMAIN tenure.job_output DROP CONSTRAINT jobs_output_size`)
+	require.NoError(t, err)
 	hostileText := strings.Repeat(`"<script>alert(1)</script>'&+`, 70) // 2,030 bytes, escapes to ~5x
 	var all int64
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO tenure.jobs
