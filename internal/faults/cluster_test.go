@@ -26,8 +26,20 @@ import (
 // default_transaction_read_only = on; pg_reload_conf()) for 15 s, then back. Claims,
 // heartbeats and finishes fail meanwhile; in-flight jobs' leases (2 s) expire. Asserted: every
 // job ends succeeded, nothing stuck, and handlers start again within 2 s of the switch back.
+//
+// It runs at two job leases, because the lease decides what a read-only period costs: a
+// finish that cannot be written before its job's lease runs out is abandoned, and the sweep
+// gives the job to another attempt (at-least-once; never a wrong state). With a 2 s lease the
+// finishes in flight at the switch are abandoned within 2 s; with 10 s the same happens to
+// those whose lease ends inside the 15 s window. docs/reliability.md row 8 gives both.
 func TestReadOnlySwitch(t *testing.T) {
 	skipShort(t)
+	for _, lease := range []time.Duration{2 * time.Second, 10 * time.Second} {
+		t.Run("lease-"+lease.String(), func(t *testing.T) { readOnlySwitch(t, lease) })
+	}
+}
+
+func readOnlySwitch(t *testing.T, lease time.Duration) {
 	ctx := context.Background()
 	srv := privateCluster(t)
 	url := migratedDB(t, srv, "readonly")
@@ -36,7 +48,7 @@ func TestReadOnlySwitch(t *testing.T) {
 	const n = 800
 	var ids []int64
 	for i := 0; i < n; i++ {
-		row, err := c.Insert(ctx, faultArgs{N: i}, &jobs.InsertOpts{Lease: 2 * time.Second, Delay: time.Duration(i) * 25 * time.Millisecond})
+		row, err := c.Insert(ctx, faultArgs{N: i}, &jobs.InsertOpts{Lease: lease, Delay: time.Duration(i) * 25 * time.Millisecond})
 		require.NoError(t, err)
 		ids = append(ids, row.ID)
 	}
@@ -93,10 +105,10 @@ func TestReadOnlySwitch(t *testing.T) {
 	recovery := first.Sub(back)
 	_, duringRO := startsSince(roAt.Add(time.Second))
 	_, afterBack := startsSince(back)
-	waitFor(t, 30*time.Second, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
+	waitFor(t, 30*time.Second+2*lease, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
 	tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
 	st := w.Stats()
-	result(t, "read-only-switch", tl, ms(recovery), "read_only=15000ms", "drain_after_back="+ms(time.Since(back)),
+	result(t, "read-only-switch-lease-"+lease.String(), tl, ms(recovery), "read_only=15000ms", "drain_after_back="+ms(time.Since(back)),
 		"claim_errors="+strconv.FormatInt(st.ClaimErrors, 10), "finish_abandoned="+strconv.FormatInt(st.FinishAbandoned, 10),
 		"reclaimed="+strconv.FormatInt(st.Reclaimed, 10), "starts_during_ro="+strconv.Itoa(duringRO-afterBack))
 	require.Less(t, recovery, 2*time.Second, "handlers start within 2 s of the cluster turning writable")
