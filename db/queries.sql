@@ -1632,10 +1632,6 @@ RETURNING *;
 -- change, to tell "my earlier write landed" from "someone else owns the job now".
 SELECT id, state, claim_token, generation, errors FROM tenure.jobs WHERE id = ANY(@ids::bigint[]);
 
--- name: TryPruneLock :one
--- Elects one pruner at a time across worker processes, for the current transaction.
-SELECT pg_try_advisory_xact_lock(@lock_key::bigint)::boolean AS locked;
-
 -- ---------------------------------------------------------------------------------------------
 -- Worker registry (SPEC section 9)
 -- ---------------------------------------------------------------------------------------------

@@ -282,36 +282,6 @@ func (c *Client) Purge(ctx context.Context, act Action, p PurgeParams) (int64, e
 	return n, nil
 }
 
-// Prune deletes final jobs past their retention, without an audit row (it is the worker's
-// routine housekeeping, not an operator action): succeeded and cancelled jobs finished before
-// finishedBefore, dead jobs finished before deadBefore (zero times skip that class), at most
-// limit of each, with their effect-ledger rows. It returns the number of jobs deleted.
-// It runs one batch per class; PruneExpired keeps going until everything due is gone.
-func (c *Client) Prune(ctx context.Context, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
-	return pruneBoth(ctx, c.q, finishedBefore, deadBefore, limit)
-}
-
-func pruneBoth(ctx context.Context, q *gen.Queries, finishedBefore, deadBefore time.Time, limit int) (int64, error) {
-	if limit < 1 || limit > maxPruneBatch {
-		return 0, &OptionError{Field: "limit", Msg: fmt.Sprintf("%d is outside 1..%d", limit, maxPruneBatch)}
-	}
-	var total int64
-	for _, p := range []struct {
-		state  State
-		before time.Time
-	}{{StateSucceeded, finishedBefore}, {StateDead, deadBefore}} {
-		if p.before.IsZero() {
-			continue
-		}
-		n, err := prune(ctx, q, p.state, p.before, limit)
-		if err != nil {
-			return total, err
-		}
-		total += n
-	}
-	return total, nil
-}
-
 func prune(ctx context.Context, q *gen.Queries, state State, before time.Time, limit int) (int64, error) {
 	b, err := pruneBatch(ctx, q, state, before, pruneFloor, limit)
 	return b.Jobs, err

@@ -764,7 +764,7 @@ func TestWorkerStopReleasesRunningJobs(t *testing.T) {
 	if c := <-causes; !errors.Is(c, worker.ErrWorkerStopping) {
 		t.Fatalf("handler context cause %v, want ErrWorkerStopping", c)
 	}
-	if o := oc.list(); len(o) != 1 || o[0].Transition != "release" {
+	if o := oc.list(); len(o) != 1 || o[0].Transition != "released" {
 		t.Fatalf("outcomes %+v, want one release", o)
 	}
 	w2, err := tenurenats.NewWorker(e.js, cfg)

@@ -74,7 +74,7 @@ type Outcome struct {
 	Kind       string
 	Seq        uint64 // the job's stream sequence (generics.Job.ID)
 	Attempt    int
-	Transition string // "succeeded", "retry", "dead", "release"
+	Transition string // worker.OutcomeSucceeded, OutcomeRetried, OutcomeDead or OutcomeReleased
 	Code       worker.ErrorCode
 	Delay      time.Duration // retry: the NakWithDelay delay
 	Err        error         // the handler's error, or the error acknowledging the outcome
@@ -418,7 +418,7 @@ func (w *Worker) execute(ctx context.Context, h *handler, msg jetstream.Msg) {
 		hctx, runErr = w.run(ctx, h, msg, a)
 	}
 	if runErr == nil {
-		out.Transition = "succeeded"
+		out.Transition = worker.OutcomeSucceeded
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		if err := msg.DoubleAck(actx); err != nil {
 			out.Err = fmt.Errorf("ack: %w", err)
@@ -432,7 +432,7 @@ func (w *Worker) execute(ctx context.Context, h *handler, msg jetstream.Msg) {
 	}
 	out.Err = runErr
 	if errors.Is(context.Cause(hctx), worker.ErrWorkerStopping) {
-		out.Transition = "release"
+		out.Transition = worker.OutcomeReleased
 		w.released.Add(1)
 		if err := msg.Nak(); err != nil {
 			w.ackErrors.Add(1)
@@ -449,7 +449,7 @@ func (w *Worker) execute(ctx context.Context, h *handler, msg jetstream.Msg) {
 	if delay <= 0 {
 		delay = h.opts.Retry.Delay(a.meta.Attempt, code)
 	}
-	out.Transition, out.Delay = "retry", delay
+	out.Transition, out.Delay = worker.OutcomeRetried, delay
 	if err := msg.NakWithDelay(delay); err != nil {
 		out.Err = errors.Join(runErr, fmt.Errorf("nak: %w", err))
 		w.ackErrors.Add(1)
@@ -502,7 +502,7 @@ func (w *Worker) run(ctx context.Context, h *handler, msg jetstream.Msg, a jobAt
 // the dead letter cannot be published the message is Nak'ed with a delay instead: it comes back
 // (its attempt budget spent) and is dead-lettered then.
 func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, h *handler, a jobAttempt, code worker.ErrorCode, cause error, out *Outcome) {
-	out.Transition, out.Code, out.Err = "dead", code, cause
+	out.Transition, out.Code, out.Err = worker.OutcomeDead, code, cause
 	m := nats.NewMsg(w.cfg.DeadLetterPrefix + "." + h.kind)
 	m.Data = msg.Data()
 	for k, vs := range msg.Headers() {

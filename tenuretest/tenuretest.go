@@ -234,8 +234,8 @@ type WorkOpts struct {
 
 // Result is the outcome of one attempt run by Work.
 type Result struct {
-	// Outcome is what the worker reported for the attempt: Transition ("succeeded", "retry",
-	// "dead", "cancelled", "snooze"), Code, HandlerErr (what the handler returned) and Err (nil
+	// Outcome is what the worker reported for the attempt: Transition ("succeeded", "retried",
+	// "dead", "cancelled", "snoozed"), Code, HandlerErr (what the handler returned) and Err (nil
 	// when the fenced write landed). The stored job (Job) carries the handler's output
 	// (worker.SetOutput) after a success.
 	Outcome worker.Outcome

@@ -111,7 +111,7 @@ func TestWorkRunsAJobThroughARealClaim(t *testing.T) {
 	res = tenuretest.Work(ctx, t, pool, func(ctx context.Context, job *generics.Job[Welcome]) error {
 		return errors.New("smtp down")
 	}, Welcome{UserID: 8}, &tenuretest.WorkOpts{Insert: &jobs.InsertOpts{Queue: "mail"}})
-	require.Equal(t, "retry", res.Outcome.Transition)
+	require.Equal(t, "retried", res.Outcome.Transition)
 	require.True(t, strings.Contains(res.Outcome.HandlerErr.Error(), "smtp down"))
 	require.Equal(t, jobs.StateReady, res.Job.State)
 	require.Equal(t, "mail", res.Job.Queue)

@@ -311,8 +311,8 @@ func TestChaosStaleWorkerAfterSIGSTOP(t *testing.T) {
 		leaseLost                 bool
 	}{
 		{"completion", "complete-on-go", "succeeded", false},
-		{"retry", "fail-on-go", "retry", false},
-		{"heartbeat", "wait-ctx", "retry", true},
+		{"retry", "fail-on-go", "retried", false},
+		{"heartbeat", "wait-ctx", "retried", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -512,7 +512,7 @@ func TestChaosHeartbeatAfterLeaseLoss(t *testing.T) {
 			require.ErrorAs(t, o.Err, &stale)
 			require.ErrorIs(t, o.Err, worker.ErrLostOwnership)
 			require.EqualValues(t, 1, o.Generation)
-			require.Equal(t, "retry", o.Transition)
+			require.Equal(t, "retried", o.Transition)
 			require.Equal(t, worker.CodeLeaseExpired, o.Code)
 			st := w.Stats()
 			require.EqualValues(t, 1, st.LeasesLost)

@@ -325,7 +325,7 @@ func TestEffectCrashBetweenEffectAndCompletion(t *testing.T) {
 func TestEffectStaleGenerationRefused(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, flags, transition string }{
-		{"handler-returns-error", "", "retry"},
+		{"handler-returns-error", "", "retried"},
 		{"handler-ignores-error", "ignore-effect-err", "succeeded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

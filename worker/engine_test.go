@@ -109,7 +109,7 @@ func TestPoisonJobEndsDeadWithBoundedBackoff(t *testing.T) {
 	require.Len(t, starts, 5)
 	require.Len(t, outcomes, 5)
 	for i, o := range outcomes[:4] {
-		require.Equal(t, "retry", o.Transition)
+		require.Equal(t, "retried", o.Transition)
 		require.Equal(t, worker.CodeHandlerError, o.Code)
 		require.LessOrEqual(t, o.Delay, policy.Bound(o.Attempt), "attempt %d", o.Attempt)
 		require.GreaterOrEqual(t, o.Delay, time.Duration(0))

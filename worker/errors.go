@@ -162,7 +162,7 @@ func WithCode(code ErrorCode, err error) error { return &JobError{Code: code, Er
 type StaleWriteError struct {
 	JobID      int64
 	Generation int64
-	Transition string // "succeeded", "retry", "dead", "cancelled", "release", "snooze"
+	Transition string // an Outcome* name ("succeeded", "retried", ...), or "effect <name>", "heartbeat"
 }
 
 func (e *StaleWriteError) Error() string {

@@ -58,7 +58,8 @@ const (
 )
 
 func (t transition) String() string {
-	return [...]string{"succeeded", "retry", "dead", "cancelled", "release", "snooze"}[t]
+	// The Outcome* names (metrics.go): one word per transition everywhere (outcomes, logs, metrics).
+	return [...]string{OutcomeSucceeded, OutcomeRetried, OutcomeDead, OutcomeCancelled, OutcomeReleased, OutcomeSnoozed}[t]
 }
 
 type finish struct {

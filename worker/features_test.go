@@ -72,7 +72,7 @@ func TestSnoozeDoesNotConsumeAttempts(t *testing.T) {
 	require.EqualValues(t, 3, w.Stats().Snoozed)
 	var snoozes int
 	for _, o := range rec.list() {
-		if o.Transition == "snooze" {
+		if o.Transition == "snoozed" {
 			require.NoError(t, o.Err)
 			require.Equal(t, 20*time.Millisecond, o.Delay)
 			snoozes++
@@ -137,7 +137,7 @@ func TestSnoozeIsFenced(t *testing.T) {
 	close(release)
 	waitFor(t, 10*time.Second, "the snooze's outcome", func() bool { return len(rec.list()) == 1 })
 	o := rec.list()[0]
-	require.Equal(t, "snooze", o.Transition)
+	require.Equal(t, "snoozed", o.Transition)
 	var stale *worker.StaleWriteError
 	require.True(t, errors.As(o.Err, &stale), "%v", o.Err)
 	got, err := c.Get(ctx, row.ID)

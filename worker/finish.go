@@ -31,7 +31,7 @@ type Outcome struct {
 	Queue      string
 	Attempt    int
 	Generation int64
-	// Transition is "succeeded", "retry", "dead", "cancelled", "release" or "snooze".
+	// Transition is one of the Outcome* names: "succeeded", "retried", "dead", "cancelled", "released" or "snoozed".
 	Transition string
 	Code       ErrorCode // empty on success
 	Delay      time.Duration

@@ -132,10 +132,6 @@ var (
 	// ErrDuplicateLimit: two limits of a queue cover the same group (same Kind and PerKey);
 	// put both bounds in one Limit.
 	ErrDuplicateLimit = errors.New("tenure: duplicate limit")
-	// ErrLimitsNeedOrderedFairness is no longer returned: limits work with every fairness
-	// policy (quotas and deadlines claim through the ranked form of the limited claim). Kept so
-	// code that tests for it still compiles.
-	ErrLimitsNeedOrderedFairness = errors.New("tenure: limits need strict or aging fairness")
 )
 
 // maxLimitValue bounds MaxRunning and Rate.

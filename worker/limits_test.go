@@ -406,7 +406,7 @@ func TestLimitConfigErrors(t *testing.T) {
 	_, err := worker.New(pool, &worker.Config{Queues: map[string]worker.QueueConfig{"default": {Limits: []worker.Limit{
 		{Kind: "lim", PerKey: true, MaxRunning: 2, Rate: 10, Per: time.Second}, {MaxRunning: 50}}}}})
 	require.NoError(t, err)
-	// Limits with quotas or a deadline: fine (ErrLimitsNeedOrderedFairness is no longer returned).
+	// Limits with quotas or a deadline: fine.
 	for _, f := range []worker.Fairness{{Quotas: map[int]int{3: 1, 2: 1}}, {Deadline: time.Minute}} {
 		_, err = worker.New(pool, &worker.Config{Queues: map[string]worker.QueueConfig{"default": {Fairness: f, Limits: []worker.Limit{{MaxRunning: 1}}}}})
 		require.NoError(t, err)

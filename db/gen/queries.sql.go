@@ -4463,18 +4463,6 @@ func (q *Queries) TryLockSession(ctx context.Context, lockKey int64) (bool, erro
 	return locked, err
 }
 
-const tryPruneLock = `-- name: TryPruneLock :one
-SELECT pg_try_advisory_xact_lock($1::bigint)::boolean AS locked
-`
-
-// Elects one pruner at a time across worker processes, for the current transaction.
-func (q *Queries) TryPruneLock(ctx context.Context, lockKey int64) (bool, error) {
-	row := q.db.QueryRow(ctx, tryPruneLock, lockKey)
-	var locked bool
-	err := row.Scan(&locked)
-	return locked, err
-}
-
 const uICompletions = `-- name: UICompletions :many
 SELECT extract(epoch FROM date_trunc('minute', finished_at))::bigint AS minute,
        count(*)::bigint AS finished,
