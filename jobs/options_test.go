@@ -95,7 +95,7 @@ func TestInsertOptionsOutOfRangeAreTypedErrors(t *testing.T) {
 	edges := []*jobs.InsertOpts{
 		{RunAt: time.Unix(0, 0)},
 		{RunAt: generics.MaxJobTime.Add(-time.Microsecond)}, // the last instant of the job-time window
-		{Delay: 100 * 365 * 24 * time.Hour}, // a run time inside the job-time window
+		{Delay: 100 * 365 * 24 * time.Hour},                 // a run time inside the job-time window
 		{Priority: 1, MaxAttempts: 1, Lease: time.Second},
 		{Priority: 9, MaxAttempts: 1000, Lease: 24 * time.Hour, Queue: strings.Repeat("q", 128)},
 	}
