@@ -73,7 +73,7 @@ test-newcomer:
 	env -u TEST_DATABASE_URL -u DATABASE_URL TENURE_PGSERVER_SKIP_DEFAULT=1 \
 		$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 	env -u TEST_DATABASE_URL -u DATABASE_URL TENURE_PGSERVER_SKIP_DEFAULT=1 \
-		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run 'TestReadme|Plan' . ./db/migrations/ ./jobs/ ./worker/ ./tenureprom/ ./tenureui/
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run 'TestReadme|Plan' . ./jobs/ ./worker/ ./tenureprom/ ./tenureui/
 
 ## chaos: the fault-injection matrix (internal/faults: PostgreSQL restarts and crashes, killed
 ## backends and workers, network cuts, pool exhaustion, retry storm, row locks, read-only, roles;
