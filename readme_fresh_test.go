@@ -186,6 +186,12 @@ func TestReadmeCLIAndIntegrationsInAFreshModule(t *testing.T) {
 		t.Fatalf("the README's CLI line is %q", getCLI)
 	}
 	m.sh(getCLI)
+	if !strings.Contains(readme, "`go tool tenure -h` lists its commands") {
+		t.Fatal("the README no longer says how to list the CLI's commands")
+	}
+	if help := m.run(m.goBin, "tool", "tenure", "-h"); !strings.Contains(help, "migrate") || !strings.Contains(help, "serve") {
+		t.Fatalf("go tool tenure -h:\n%s", help)
+	}
 	migrate := readmeLine(t, readme, "DATABASE_URL=postgres://... go tool tenure migrate up")
 	url := pgtest.NewEmptyDB(t)
 	out := m.sh(strings.Replace(migrate, "postgres://...", "'"+url+"'", 1))
