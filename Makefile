@@ -1,5 +1,11 @@
 # Tenure developer tasks. `make test` is what CI runs (.ci/run).
 #
+# The repository holds several Go modules: the core (the root: generics, jobs, worker, db/...,
+# cron, tenuretest, cmd/tenuregen), the integrations tenureprom, tenureotel, tenureui and
+# tenurenats, the CLI cmd/tenure, examples and bench, each with its own go.mod. go.work lists
+# them all; in workspace mode the pattern github.com/tenureq/tenure/... matches the packages of
+# every module, which is what PKGS is (./... alone would be the core's packages only).
+#
 # Tests need PostgreSQL; the harness (internal/pgtest) finds or starts one by itself:
 # $TEST_DATABASE_URL, else a trusting server on 127.0.0.1:5432, else a throwaway cluster
 # started from the local PostgreSQL binaries (set TENURE_PGSERVER_SKIP_DEFAULT=1 to force it).
@@ -12,12 +18,14 @@ SQLC  ?= $(GO) run github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1
 RACE         ?= -race
 TEST_TIMEOUT ?= 20m
 TEST_FLAGS   ?=
-PKGS         ?= ./...
+PKGS         ?= github.com/tenureq/tenure/...
+# The modules of the repository (directories with a go.mod); go.work must list each one.
+MODULES      := . bench cmd/tenure examples tenurenats tenureotel tenureprom tenureui
 # make test runs every package but the fault matrix, which has its own target (make chaos,
 # run by .ci/run after make test, without -race: its recovery bounds are timings).
 TEST_PKGS    ?= $(shell $(GO) list $(PKGS) | grep -v /internal/faults)
 
-.PHONY: all generate check-generated vet fmt-check test test-short migrate demo bench bench-fairness bench-compare bench-scaling
+.PHONY: all generate check-generated check-mod vet fmt-check test test-short test-newcomer migrate demo bench bench-fairness bench-compare bench-scaling
 
 all: test
 
@@ -31,7 +39,15 @@ check-generated:
 	@$(SQLC) diff || { echo "db/gen is stale: run 'make generate' and commit the result" >&2; exit 1; }
 	@$(GO) run ./cmd/tenuregen -check -dir examples/shop/shopjobs || { echo "examples/shop/shopjobs/tenure_gen.go is stale: run 'go generate ./examples/...'" >&2; exit 1; }
 
-## vet: go vet every package
+## check-mod: fail when a module's go.mod/go.sum is not what `go mod tidy` leaves (each module
+## on its own, GOWORK=off, as a user who requires it resolves it)
+check-mod:
+	@for m in $(MODULES); do \
+		( cd $$m && GOWORK=off $(GO) mod tidy -diff >/dev/null ) \
+			|| { echo "$$m/go.mod is not tidy: run 'cd $$m && GOWORK=off go mod tidy'" >&2; exit 1; }; \
+	done
+
+## vet: go vet every package of every module
 vet:
 	$(GO) vet $(PKGS)
 
@@ -40,14 +56,24 @@ fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; \
 	if [ -n "$$out" ]; then echo "not gofmt-formatted:" >&2; echo "$$out" >&2; exit 1; fi
 
-## test: check-generated, vet, then the whole suite against real PostgreSQL
-test: check-generated vet
+## test: check-generated, check-mod, vet, then the whole suite of every module against real PostgreSQL
+test: check-generated check-mod vet
 	$(GO) test $(RACE) -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS)
 	$(MAKE) --no-print-directory fleet
 
 ## test-short: the suite without -race, skipping the slow tests (-short)
 test-short:
 	$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+## test-newcomer: the path of a fresh clone on a machine whose PostgreSQL is installed but not
+## running: the harness ignores 127.0.0.1:5432 and $$TEST_DATABASE_URL and starts its own
+## throwaway clusters; the -short suite (no race detector) plus the README's fresh-module test
+## and the query-plan tests, which depend on what a fresh server's planner does
+test-newcomer:
+	env -u TEST_DATABASE_URL -u DATABASE_URL TENURE_PGSERVER_SKIP_DEFAULT=1 \
+		$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	env -u TEST_DATABASE_URL -u DATABASE_URL TENURE_PGSERVER_SKIP_DEFAULT=1 \
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run 'TestReadme|Plan' . ./jobs/ ./worker/ ./tenureprom/ ./tenureui/
 
 ## chaos: the fault-injection matrix (internal/faults: PostgreSQL restarts and crashes, killed
 ## backends and workers, network cuts, pool exhaustion, retry storm, row locks, read-only, roles;
@@ -115,10 +141,10 @@ bench:
 ## -limits-duration 30s each: throughput, max running from the table every 10 ms and from the
 ## handlers' intervals), limit 1 per key with a child SIGKILLed every 2-4 s, and a rate limit
 ## of 50/s offered 5x for -limits-rate-duration 60s (starts per 1 s window).
-## Only the proofs: ARGS='-policies "" -tenant-backlog 0 -out bench/results/limits.json'
+## Only the proofs: ARGS='-policies "" -tenant-backlog 0 -out results/limits.json'
 ## (bench/results/limits-2026-12-01.md).
 bench-fairness:
-	$(GO) run ./cmd/tenure-fairness -out bench/results/fairness.json $(ARGS)
+	cd bench && $(GO) run ./cmd/fairness -out results/fairness.json $(ARGS)
 
 ## bench-whentomove: what the queue costs the database next to a business write per job (an
 ## order INSERT + the handler's UPDATE): WAL and server CPU per 1,000 jobs, business alone vs

@@ -6,7 +6,10 @@
 //   - jobs: enqueue (one, in a transaction, many), read side, operator actions, stats;
 //   - worker: the engine (claim, heartbeat, fenced finish, reclaim, fairness, effects);
 //   - db/migrations: the embedded schema migrations;
-//   - cmd/tenure: the CLI; cmd/tenuregen: the code generator.
+//   - cron: cron expressions for periodic jobs; tenuretest: helpers for your tests;
+//   - cmd/tenuregen: the code generator.
 //
-// See README.md and docs/.
+// The CLI (cmd/tenure) and the integrations (tenureprom, tenureotel, tenureui, tenurenats) are
+// modules of their own, so this module requires only pgx, uuid, golang.org/x/... and testify.
+// See README.md and docs/ (the layout: docs/design.md).
 package tenure

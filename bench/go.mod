@@ -4,12 +4,15 @@ go 1.26.0
 
 replace github.com/tenureq/tenure => ../
 
+replace github.com/tenureq/tenure/tenurenats => ../tenurenats
+
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/tenureq/tenure v0.0.0-00010101000000-000000000000
+	github.com/tenureq/tenure/tenurenats v0.0.0-00010101000000-000000000000
 )
 
 require (

@@ -1,4 +1,11 @@
-// Command tenure is Tenure's command-line tool.
+// Command tenure is Tenure's command-line tool. It is a module of its own
+// (github.com/tenureq/tenure/cmd/tenure: it brings the dashboard and Prometheus, which the core
+// module does not require): add it to a module as a tool and run it with go tool,
+//
+//	go get -tool github.com/tenureq/tenure/cmd/tenure
+//	DATABASE_URL=postgres://... go tool tenure migrate up
+//
+// or, inside Tenure's repository, go run ./cmd/tenure.
 //
 // Usage:
 //

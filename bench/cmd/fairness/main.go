@@ -1,4 +1,4 @@
-// Command tenure-fairness is the starvation benchmark of Tenure's fairness policies
+// Command fairness (bench/cmd/fairness) is the starvation benchmark of Tenure's fairness policies
 // (make bench-fairness).
 //
 // It reproduces an overloaded queue: high priority arrives at 50 jobs/s, normal at 20 jobs/s,
@@ -106,7 +106,7 @@ func main() {
 	}
 	lim := limitsOpts{enabled: *limits, duration: *limitsD, rateDuration: *limitsRD, globalModes: *limitsG, globalOnly: *limitsGO, rounds: *limitsN, rate: *limitsR}
 	if err := run(*scale, *duration, strings.Split(*only, ","), *out, *tenants, *tenantTO, lim); err != nil {
-		fmt.Fprintln(os.Stderr, "tenure-fairness:", err)
+		fmt.Fprintln(os.Stderr, "fairness:", err)
 		os.Exit(1)
 	}
 }
