@@ -83,7 +83,11 @@ func (w *Worker) ReclaimExpired(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
-		n = len(got)
+		for _, r := range got {
+			if !r.Busy { // never busy here: this transaction holds the rows (LockExpired)
+				n++
+			}
+		}
 		w.m.reclaimed.Add(int64(n))
 		w.m.reclaimedDead.Add(int64(dead))
 		for range n {
