@@ -322,9 +322,13 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		wctx, cancel := context.WithTimeout(ctx, finishTimeout)
-		res, err := run(wctx, w.q, es)
+		var res finishResult
+		err := w.retryStale(func() (err error) {
+			res, err = run(wctx, w.q, es)
+			return err
+		})
 		if err == nil && readBack {
-			err = w.readBack(wctx, es, res)
+			err = w.retryStale(func() error { return w.readBack(wctx, es, res) })
 		}
 		cancel()
 		if err == nil {
@@ -422,24 +426,26 @@ func (w *Worker) finishLocked(ctx context.Context, e *execution, run fencedWrite
 			}
 			res, owned := newFinishResult(1), true
 			wctx, cancel := context.WithTimeout(ctx, finishTimeout)
-			err := pgx.BeginFunc(wctx, w.eng, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(wctx, lockWaitSQL); err != nil {
+			err := w.retryStale(func() error {
+				return pgx.BeginFunc(wctx, w.eng, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(wctx, lockWaitSQL); err != nil {
+						return err
+					}
+					q := w.q.WithTx(tx)
+					got, err := q.LockFinish(wctx, gen.LockFinishParams{Ids: ids, Tokens: tokens})
+					if err != nil {
+						return err
+					}
+					if owned = len(got) == 1; !owned {
+						return nil
+					}
+					res, err = run(wctx, q, one)
 					return err
-				}
-				q := w.q.WithTx(tx)
-				got, err := q.LockFinish(wctx, gen.LockFinishParams{Ids: ids, Tokens: tokens})
-				if err != nil {
-					return err
-				}
-				if owned = len(got) == 1; !owned {
-					return nil
-				}
-				res, err = run(wctx, q, one)
-				return err
+				})
 			})
 			if err == nil && !owned {
 				// No longer this attempt's: a stale write, unless an earlier write landed.
-				err = w.readBack(wctx, one, res)
+				err = w.retryStale(func() error { return w.readBack(wctx, one, res) })
 			}
 			cancel()
 			<-w.lockWait
