@@ -120,13 +120,18 @@ func testLockedRowInFinishBatch(t *testing.T, result func() error, state string)
 		}
 		return true
 	})
+	othersDone := time.Since(lockedAt)
 	require.False(t, finished(locked), "the locked row cannot have been written while the lock was held")
 	// Keep the lock past the lease (the row's lease runs out: nobody can extend a locked row).
 	if d := 2*lease - time.Since(lockedAt); d > 0 {
 		time.Sleep(d)
 	}
 	require.NoError(t, locker.Rollback(ctx))
+	releasedAt := time.Now()
 	waitFor(t, 30*time.Second, "the locked job to finish once the lock went", func() bool { return finished(locked) })
+	t.Logf("%s: the nine others finished %v into the lock; the locked job %v after its release (lock held %v, lease %v)",
+		state, othersDone.Round(time.Millisecond), time.Since(releasedAt).Round(time.Millisecond),
+		releasedAt.Sub(lockedAt).Round(time.Millisecond), lease)
 
 	// Give a wrong second run (a reclaim of an abandoned finish) time to show.
 	time.Sleep(lease + 500*time.Millisecond)

@@ -113,7 +113,8 @@ func TestMigrationUnderLoadRecoversAtOnce(t *testing.T) {
 	}
 	mu.Unlock()
 	st := w.Stats()
-	t.Logf("%d jobs; stale statements re-run: %d", len(ids), st.StalePlanRetries)
+	t.Logf("%d jobs; stale statements re-run: %d; claim errors %d, heartbeat errors %d, sweep errors %d, finishes retried %d / abandoned %d",
+		len(ids), st.StalePlanRetries, st.ClaimErrors, st.HeartbeatErrors, st.ReclaimErrors, st.FinishRetries, st.FinishAbandoned)
 	require.Zero(t, st.ClaimErrors, "%+v", st)
 	require.Zero(t, st.HeartbeatErrors, "%+v", st)
 	require.Zero(t, st.ReclaimErrors, "%+v", st)
