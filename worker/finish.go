@@ -334,15 +334,18 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 		if err == nil {
 			w.m.finishLatency.Record(time.Since(start))
 			ss := make([]settled, 0, len(es))
+			var busy []*execution
 			for _, e := range es {
 				if res.busy[e.c.ID] {
-					// Another session holds its row: it waits alone, the batch does not.
-					w.finishLocked(ctx, e, run)
+					busy = append(busy, e) // its row is locked: it waits, the batch does not
 					continue
 				}
 				ss = append(ss, settled{e: e, landed: res.landed[e.c.ID]})
 			}
 			w.settleTo(ctx, ss...)
+			if len(busy) > 0 {
+				w.spawn(func() { w.writeBusy(ctx, busy, run) })
+			}
 			return
 		}
 		if ctx.Err() != nil {
@@ -393,6 +396,42 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 		}
 		backoff = min(backoff*2, w.cfg.FinishRetryMax)
 	}
+}
+
+// busyRetryDelay is how long writeBusy waits before it tries the busy rows of a batch again.
+const busyRetryDelay = 20 * time.Millisecond
+
+// writeBusy finishes the jobs a batched finish returned busy. Most often the lock was this
+// worker's own heartbeat's, held for the moment of its statement: one more batched try after
+// busyRetryDelay writes those. A row still busy then is held by another session's transaction:
+// its finish waits for that row alone (finishLocked).
+func (w *Worker) writeBusy(ctx context.Context, es []*execution, run fencedWrite) {
+	select {
+	case <-time.After(busyRetryDelay):
+	case <-ctx.Done():
+		w.abandon(ctx, es, fmt.Errorf("waiting for another session's lock on the row: %w", ctx.Err()))
+		return
+	}
+	res := newFinishResult(len(es))
+	wctx, cancel := context.WithTimeout(ctx, finishTimeout)
+	err := w.retryStale(func() (err error) {
+		res, err = run(wctx, w.q, es)
+		return err
+	})
+	if err == nil {
+		// A row neither landed nor busy now: stale, unless a CompleteTx committed meanwhile.
+		err = w.retryStale(func() error { return w.readBack(wctx, es, res) })
+	}
+	cancel()
+	ss := make([]settled, 0, len(es))
+	for _, e := range es {
+		if err != nil || res.busy[e.c.ID] {
+			w.finishLocked(ctx, e, run) // it retries what failed here, with the same token
+			continue
+		}
+		ss = append(ss, settled{e: e, landed: res.landed[e.c.ID]})
+	}
+	w.settleTo(ctx, ss...)
 }
 
 // lockWaiters bounds the engine connections that wait on other sessions' row locks at once
