@@ -1253,10 +1253,17 @@ WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.clai
 -- name: LockFinish :many
 -- Waits for the row locks of still-owned running jobs (fenced like the finishes), in id order,
 -- in the caller's transaction: the engine runs it for a job its batched finish returned busy,
--- then that job's finish statement in the same transaction. Its queued lock request keeps the
--- sweep (SKIP LOCKED) off the row when the other session's lock goes.
+-- then that job's finish statement in the same transaction. First it takes, for the
+-- transaction, the advisory lock (FinishWaitClass = 1952804473, hashint8(id)) of each job
+-- (internal/locks): a sweep that takes the row in the moment the other session's lock goes
+-- sees it (LockExpired.finish_waiting) and leaves the row to this finish.
+WITH f AS (
+    SELECT unnest(@ids::bigint[]) AS id, unnest(@tokens::uuid[]) AS token
+), marked AS (
+    SELECT f.id, f.token, pg_advisory_xact_lock(1952804473, hashint8(f.id)) AS m FROM f
+)
 SELECT j.id FROM tenure.jobs j
-JOIN (SELECT unnest(@ids::bigint[]) AS id, unnest(@tokens::uuid[]) AS token) f ON j.id = f.id
+JOIN marked f ON j.id = f.id
 WHERE j.state = 'running' AND j.claim_token = f.token
 ORDER BY j.id
 FOR UPDATE OF j;
@@ -1295,13 +1302,24 @@ WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
 -- ---------------------------------------------------------------------------------------------
 
 -- name: LockExpired :many
-SELECT id, claim_token, attempts, max_attempts, kind, queue,
-       (cancel_requested_at IS NOT NULL)::boolean AS cancel_requested
-FROM tenure.jobs
-WHERE state = 'running' AND locked_until < now()
-ORDER BY locked_until
-LIMIT @max_jobs
-FOR UPDATE SKIP LOCKED;
+-- finish_waiting: the owner's finish is waiting for this row's lock (LockFinish holds the
+-- advisory lock (FinishWaitClass, hashint8(id)), internal/locks, while it waits): the sweep
+-- took the row in the moment between another session's lock going and that waiter taking it;
+-- it must leave the row to the waiter. The probe takes and at once releases the lock.
+WITH expired AS (
+    SELECT id, claim_token, attempts, max_attempts, kind, queue, cancel_requested_at, locked_until
+    FROM tenure.jobs
+    WHERE state = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT @max_jobs
+    FOR UPDATE SKIP LOCKED
+)
+SELECT e.id, e.claim_token, e.attempts, e.max_attempts, e.kind, e.queue,
+       (e.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested,
+       (NOT CASE WHEN pg_try_advisory_lock(1952804473, hashint8(e.id))
+                 THEN pg_advisory_unlock(1952804473, hashint8(e.id)) ELSE false END)::boolean AS finish_waiting
+FROM expired e
+ORDER BY e.locked_until;
 
 -- ---------------------------------------------------------------------------------------------
 -- Operator actions. Each runs in a transaction with its audit row.

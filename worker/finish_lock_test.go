@@ -8,7 +8,9 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,14 +36,18 @@ func TestLockedRowDelaysOnlyItsOwnFinish(t *testing.T) {
 		name   string
 		result func() error
 		state  string
+		limits []worker.Limit
 	}{
-		{"complete", func() error { return nil }, "succeeded"},
-		{"fail", func() error { return worker.Permanent(errBoom) }, "dead"},
-		{"snooze", func() error { return worker.Snooze(time.Hour) }, "ready"},
+		{"complete", func() error { return nil }, "succeeded", nil},
+		{"fail", func() error { return worker.Permanent(errBoom) }, "dead", nil},
+		{"snooze", func() error { return worker.Snooze(time.Hour) }, "ready", nil},
+		// Under a concurrency limit the queue claims with permits, and a limited job's
+		// success rides with the next permit claim (CompleteMany in the claim's pipeline).
+		{"complete-in-permit-claim", func() error { return nil }, "succeeded", []worker.Limit{{Kind: "noop", MaxRunning: 10}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			testLockedRowInFinishBatch(t, tc.result, tc.state)
+			testLockedRowInFinishBatch(t, tc.result, tc.state, tc.limits)
 		})
 	}
 }
@@ -52,12 +58,12 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
-func testLockedRowInFinishBatch(t *testing.T, result func() error, state string) {
+func testLockedRowInFinishBatch(t *testing.T, result func() error, state string, limits []worker.Limit) {
 	const n = 10
 	const lease = 2 * time.Second
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: n}})
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: n, Limits: limits}})
 	cfg.FinishLinger = 300 * time.Millisecond // the ten returns land in one batch
 	var mu sync.Mutex
 	runs := map[int64]int{}
@@ -156,4 +162,82 @@ func testLockedRowInFinishBatch(t *testing.T, result func() error, state string)
 	require.Zero(t, st.LeasesLost, "%+v", st)
 	require.Zero(t, st.Reclaimed, "%+v", st)
 	require.GreaterOrEqual(t, st.FinishBusy, int64(1), "the locked row's finish was skipped by its batch: %+v", st)
+	if limits != nil {
+		require.Positive(t, st.PermitAllocations, "the queue claimed with permits: %+v", st)
+	}
+}
+
+// TestLockedRowFinishWinsTheSweep: the locked job's lease runs out under another session's
+// lock; when that lock goes, sweeps hammering the table (three goroutines calling
+// ReclaimExpired in a loop) race the job's waiting finish for the row. The finish must win
+// every time: a sweep that takes the row in the moment the lock goes sees the waiting finish
+// (LockExpired.finish_waiting) and leaves the row to it. Before, the sweep won now and then
+// (1 run in ~13 of the test above, under load): LEASE_EXPIRED, and the job ran again.
+func TestLockedRowFinishWinsTheSweep(t *testing.T) {
+	t.Parallel()
+	for i := range 3 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			const lease = time.Second
+			pool := pgtest.NewPool(t)
+			ctx := context.Background()
+			cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 2}})
+			w, err := worker.New(pool, cfg)
+			require.NoError(t, err)
+			var runs atomic.Int32
+			started := make(chan int64, 2)
+			release := make(chan struct{})
+			worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error {
+				runs.Add(1)
+				started <- job.ID
+				<-release
+				return nil
+			}, &worker.HandlerOptions{Retry: fastRetry, Timeout: time.Minute})
+			c := newClient(t, pool, w)
+			row, err := c.Insert(ctx, noopArgs{}, &jobs.InsertOpts{Lease: lease})
+			require.NoError(t, err)
+			startWorker(t, w)
+			select {
+			case <-started:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the job did not start")
+			}
+			locker, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = locker.Rollback(ctx) }()
+			_, err = locker.Exec(ctx, "SELECT 1 FROM tenure.jobs WHERE id = $1 FOR UPDATE", row.ID)
+			require.NoError(t, err)
+			close(release)
+			waitFor(t, 30*time.Second, "the finish to find the row busy", func() bool { return w.Stats().FinishBusy >= 1 })
+			time.Sleep(2 * lease) // the row's lease runs out under the lock
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						_, _ = w.ReclaimExpired(ctx)
+					}
+				}()
+			}
+			time.Sleep(50 * time.Millisecond)
+			require.NoError(t, locker.Rollback(ctx))
+			waitFor(t, 30*time.Second, "the job to leave running", func() bool { return countState(t, pool, "running") == 0 })
+			time.Sleep(100 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			got := getJob(t, c, row.ID)
+			require.Equal(t, "succeeded", string(got.State), "%+v", got.Errors)
+			require.EqualValues(t, 1, got.Generation)
+			require.Empty(t, got.Errors, "the sweep took the row from the waiting finish")
+			require.EqualValues(t, 1, runs.Load())
+			require.Zero(t, w.Stats().Reclaimed)
+		})
+	}
 }

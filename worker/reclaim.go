@@ -69,6 +69,12 @@ func (w *Worker) reclaimOnce(ctx context.Context, n *int) error {
 		arg := gen.FailManyParams{}
 		dead := 0
 		for _, r := range rows {
+			if r.FinishWaiting {
+				// Its owner's finish is waiting for the row (finishLocked): the row's lock
+				// had outlived the lease, and this sweep took the row in the moment it went.
+				// Leave it to that finish.
+				continue
+			}
 			state, delay := "ready", time.Duration(0)
 			switch {
 			case r.CancelRequested:
@@ -85,6 +91,9 @@ func (w *Worker) reclaimOnce(ctx context.Context, n *int) error {
 			arg.DelayUs = append(arg.DelayUs, delay.Microseconds())
 			arg.Codes = append(arg.Codes, string(CodeLeaseExpired))
 			arg.Messages = append(arg.Messages, "lease expired before the owner finished or heartbeated")
+		}
+		if len(arg.Ids) == 0 {
+			return nil
 		}
 		got, err := q.FailMany(ctx, arg)
 		if err != nil {

@@ -3200,13 +3200,20 @@ func (q *Queries) LiveStats(ctx context.Context) ([]LiveStatsRow, error) {
 
 const lockExpired = `-- name: LockExpired :many
 
-SELECT id, claim_token, attempts, max_attempts, kind, queue,
-       (cancel_requested_at IS NOT NULL)::boolean AS cancel_requested
-FROM tenure.jobs
-WHERE state = 'running' AND locked_until < now()
-ORDER BY locked_until
-LIMIT $1
-FOR UPDATE SKIP LOCKED
+WITH expired AS (
+    SELECT id, claim_token, attempts, max_attempts, kind, queue, cancel_requested_at, locked_until
+    FROM tenure.jobs
+    WHERE state = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+SELECT e.id, e.claim_token, e.attempts, e.max_attempts, e.kind, e.queue,
+       (e.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested,
+       (NOT CASE WHEN pg_try_advisory_lock(1952804473, hashint8(e.id))
+                 THEN pg_advisory_unlock(1952804473, hashint8(e.id)) ELSE false END)::boolean AS finish_waiting
+FROM expired e
+ORDER BY e.locked_until
 `
 
 type LockExpiredRow struct {
@@ -3217,12 +3224,17 @@ type LockExpiredRow struct {
 	Kind            string
 	Queue           string
 	CancelRequested bool
+	FinishWaiting   bool
 }
 
 // ---------------------------------------------------------------------------------------------
 // Reclaim (docs/contract.md §3): expired leases are a failed attempt with code LEASE_EXPIRED.
 // LockExpired and FailMany run in one transaction; the backoff is computed in Go in between.
 // ---------------------------------------------------------------------------------------------
+// finish_waiting: the owner's finish is waiting for this row's lock (LockFinish holds the
+// advisory lock (FinishWaitClass, hashint8(id)), internal/locks, while it waits): the sweep
+// took the row in the moment between another session's lock going and that waiter taking it;
+// it must leave the row to the waiter. The probe takes and at once releases the lock.
 func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]LockExpiredRow, error) {
 	rows, err := q.db.Query(ctx, lockExpired, maxJobs)
 	if err != nil {
@@ -3240,6 +3252,7 @@ func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]LockExpired
 			&i.Kind,
 			&i.Queue,
 			&i.CancelRequested,
+			&i.FinishWaiting,
 		); err != nil {
 			return nil, err
 		}
@@ -3252,8 +3265,13 @@ func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]LockExpired
 }
 
 const lockFinish = `-- name: LockFinish :many
+WITH f AS (
+    SELECT unnest($1::bigint[]) AS id, unnest($2::uuid[]) AS token
+), marked AS (
+    SELECT f.id, f.token, pg_advisory_xact_lock(1952804473, hashint8(f.id)) AS m FROM f
+)
 SELECT j.id FROM tenure.jobs j
-JOIN (SELECT unnest($1::bigint[]) AS id, unnest($2::uuid[]) AS token) f ON j.id = f.id
+JOIN marked f ON j.id = f.id
 WHERE j.state = 'running' AND j.claim_token = f.token
 ORDER BY j.id
 FOR UPDATE OF j
@@ -3266,8 +3284,10 @@ type LockFinishParams struct {
 
 // Waits for the row locks of still-owned running jobs (fenced like the finishes), in id order,
 // in the caller's transaction: the engine runs it for a job its batched finish returned busy,
-// then that job's finish statement in the same transaction. Its queued lock request keeps the
-// sweep (SKIP LOCKED) off the row when the other session's lock goes.
+// then that job's finish statement in the same transaction. First it takes, for the
+// transaction, the advisory lock (FinishWaitClass = 1952804473, hashint8(id)) of each job
+// (internal/locks): a sweep that takes the row in the moment the other session's lock goes
+// sees it (LockExpired.finish_waiting) and leaves the row to this finish.
 func (q *Queries) LockFinish(ctx context.Context, arg LockFinishParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, lockFinish, arg.Ids, arg.Tokens)
 	if err != nil {

@@ -38,6 +38,13 @@ const (
 	FlowPrune Key = 0x74656e7572650004
 )
 
+// FinishWaitClass is the first int4 of the lock a finish waiting for another session's row
+// lock holds for its transaction (pg_advisory_xact_lock(FinishWaitClass, hashint8(job id)),
+// db/queries.sql LockFinish, written there as 1952804473); the sweep (LockExpired) probes it
+// and leaves such a row to the finish. "tenu" + 4, past LimitsClass's four stripes. Two jobs
+// whose ids hash alike share it, which only makes a sweep skip a row once more.
+const FinishWaitClass int32 = 0x74656e79
+
 // LimitsClass is the first int4 of the limited claims' stripe locks
 // (pg_advisory_xact_lock(LimitsClass+stripe, hashtext(queue)), stripes 0..3): "tenu" in ASCII.
 // Two queues whose names hash alike share the stripes, which only serializes their claims more.
