@@ -15,7 +15,9 @@
 // More locks live in the separate two-int4 key space (pg_advisory_xact_lock(int4, int4), which
 // never matches a bigint key): (LimitsClass+s, hashtext(queue)) for the queue's limit stripes
 // s = 0..3, transaction scope, held by every limited claim of the queue (worker/limits.go) from
-// before it counts until its commit: one stripe by a striped claim, all four by an exclusive one.
+// before it counts until its commit: one stripe by a striped claim, all four by an exclusive one;
+// and (FinishWaitClass, hashint8(job id)), transaction scope, held by a finish waiting for
+// another session's lock on the job's row (worker/finish.go finishLocked), probed by the sweep.
 //
 // Migrate keeps its historical value (a running older binary must still exclude a newer one
 // that migrates the same database); the pruner moved to a key of its own. A new lock gets the
