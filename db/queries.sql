@@ -1098,14 +1098,33 @@ SELECT (SELECT count(*) FROM scanned)::integer AS scanned,
 
 -- name: CompleteMany :many
 -- running -> succeeded, batched, with the output each handler recorded (JSON null: none).
-UPDATE tenure.jobs j
-SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
-    output = nullif(f.output, 'null'::jsonb)
-FROM (SELECT unnest(@ids::bigint[]) AS id,
-            unnest(@tokens::uuid[]) AS token,
-            unnest(@outputs::jsonb[]) AS output) AS f
-WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
-RETURNING j.id;
+-- Like every batched finish below, it never waits on a row lock: a row that another session
+-- holds locked (an operator's or the application's open transaction) is skipped and returned
+-- with busy = true, still owned as this statement's snapshot sees it, so that one locked row
+-- delays only its own finish (the engine then waits for that row alone: LockFinish). The other
+-- rows are changed and returned with busy = false. A job missing from the result is a stale
+-- write. (The lock costs each finished row a row-lock WAL record: measured in docs/design.md.)
+WITH f AS (
+    SELECT unnest(@ids::bigint[]) AS id,
+           unnest(@tokens::uuid[]) AS token,
+           unnest(@outputs::jsonb[]) AS output
+), locked AS (
+    SELECT j.id
+    FROM tenure.jobs j JOIN f ON j.id = f.id
+    WHERE j.state = 'running' AND j.claim_token = f.token
+    FOR UPDATE OF j SKIP LOCKED
+), done AS (
+    UPDATE tenure.jobs j
+    SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
+        output = nullif(f.output, 'null'::jsonb)
+    FROM f JOIN locked l ON l.id = f.id
+    WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
+    RETURNING j.id
+)
+SELECT d.id, false AS busy FROM done d
+UNION ALL
+SELECT j.id, true FROM f JOIN tenure.jobs j ON j.id = f.id
+WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
 
 -- name: CompleteOne :execrows
 -- running -> succeeded for one job, usable inside the caller's transaction, with the
@@ -1120,72 +1139,134 @@ WHERE id = @id AND state = 'running' AND claim_token = @claim_token::uuid;
 -- bounded error history (the last 10 entries). A retry of a job with no attempts left is
 -- turned into dead here too, so the database never loops a job past max_attempts; a retry of a
 -- job an operator asked to cancel ends cancelled (the owner's write lands, and the cancel wins).
-UPDATE tenure.jobs j
-SET state = CASE WHEN f.state = 'ready' AND j.cancel_requested_at IS NOT NULL THEN 'cancelled'::tenure.job_state
-                 WHEN f.state = 'ready' AND (j.attempts >= j.max_attempts) THEN 'dead'::tenure.job_state
-                 ELSE f.state::tenure.job_state END,
-    run_at = CASE WHEN f.state = 'ready' AND j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
-    claim_token = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
-    finished_at = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
-    locked_by = NULL,
-    locked_until = NULL,
-    last_error_code = f.code,
-    errors = (CASE WHEN jsonb_array_length(j.errors) >= 10 THEN j.errors - 0 ELSE j.errors END)
-             || jsonb_build_array(jsonb_build_object(
-                    'attempt', j.attempts, 'generation', j.generation, 'code', f.code,
-                    'message', f.message, 'at', now())),
-    updated_at = now()
-FROM (SELECT unnest(@ids::bigint[]) AS id,
-            unnest(@tokens::uuid[]) AS token,
-            unnest(@states::text[]) AS state,
-            unnest(@delay_us::bigint[]) AS delay_us,
-            unnest(@codes::text[]) AS code,
-            unnest(@messages::text[]) AS message) AS f
-WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
-RETURNING j.id, j.state;
+-- A row another session holds locked is skipped and returned busy (CompleteMany); rows this
+-- transaction holds locked (the sweep's LockExpired) are not skipped.
+WITH f AS (
+    SELECT unnest(@ids::bigint[]) AS id,
+           unnest(@tokens::uuid[]) AS token,
+           unnest(@states::text[]) AS state,
+           unnest(@delay_us::bigint[]) AS delay_us,
+           unnest(@codes::text[]) AS code,
+           unnest(@messages::text[]) AS message
+), locked AS (
+    SELECT j.id
+    FROM tenure.jobs j JOIN f ON j.id = f.id
+    WHERE j.state = 'running' AND j.claim_token = f.token
+    FOR UPDATE OF j SKIP LOCKED
+), done AS (
+    UPDATE tenure.jobs j
+    SET state = CASE WHEN f.state = 'ready' AND j.cancel_requested_at IS NOT NULL THEN 'cancelled'::tenure.job_state
+                     WHEN f.state = 'ready' AND (j.attempts >= j.max_attempts) THEN 'dead'::tenure.job_state
+                     ELSE f.state::tenure.job_state END,
+        run_at = CASE WHEN f.state = 'ready' AND j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
+        claim_token = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
+        finished_at = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+        locked_by = NULL,
+        locked_until = NULL,
+        last_error_code = f.code,
+        errors = (CASE WHEN jsonb_array_length(j.errors) >= 10 THEN j.errors - 0 ELSE j.errors END)
+                 || jsonb_build_array(jsonb_build_object(
+                        'attempt', j.attempts, 'generation', j.generation, 'code', f.code,
+                        'message', f.message, 'at', now())),
+        updated_at = now()
+    FROM f JOIN locked l ON l.id = f.id
+    WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
+    RETURNING j.id, j.state
+)
+SELECT d.id, d.state, false AS busy FROM done d
+UNION ALL
+SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
+WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
 
 -- name: ReleaseMany :many
 -- Give running jobs back without charging the interrupted attempt, due again after delay_us:
 -- a graceful stop (delay 0), or a job this worker cannot decode yet (a newer payload version
 -- during a rolling deploy). The generation is not reused: the next claim takes generation+1.
--- A job with a pending cancel request ends cancelled instead.
-UPDATE tenure.jobs j
-SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
-    run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
-    attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
-    claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
-    finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
-    locked_by = NULL,
-    locked_until = NULL,
-    updated_at = now()
-FROM (SELECT unnest(@ids::bigint[]) AS id,
-            unnest(@tokens::uuid[]) AS token,
-            unnest(@delay_us::bigint[]) AS delay_us) AS f
-WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
-RETURNING j.id, j.state;
+-- A job with a pending cancel request ends cancelled instead. A locked row is returned busy
+-- (CompleteMany).
+WITH f AS (
+    SELECT unnest(@ids::bigint[]) AS id,
+           unnest(@tokens::uuid[]) AS token,
+           unnest(@delay_us::bigint[]) AS delay_us
+), locked AS (
+    SELECT j.id
+    FROM tenure.jobs j JOIN f ON j.id = f.id
+    WHERE j.state = 'running' AND j.claim_token = f.token
+    FOR UPDATE OF j SKIP LOCKED
+), done AS (
+    UPDATE tenure.jobs j
+    SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
+        run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
+        attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+        claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
+        finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+        locked_by = NULL,
+        locked_until = NULL,
+        updated_at = now()
+    FROM f JOIN locked l ON l.id = f.id
+    WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
+    RETURNING j.id, j.state
+)
+SELECT d.id, d.state, false AS busy FROM done d
+UNION ALL
+SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
+WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
 
 -- name: SnoozeMany :many
 -- running -> ready after delay_us, asked by the handler (worker.Snooze): the attempt is not
 -- charged (attempts goes back down) and snoozes counts it. Fenced by token and generation.
 -- The engine decides beforehand that the job may still snooze (snoozes below the kind's
 -- limit); past it the handler's snooze is a failed attempt (FailMany). A job with a pending
--- cancel request ends cancelled instead. The next claim takes generation+1.
-UPDATE tenure.jobs j
-SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
-    run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
-    attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
-    snoozes = CASE WHEN j.cancel_requested_at IS NULL THEN j.snoozes + 1 ELSE j.snoozes END,
-    claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
-    finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
-    locked_by = NULL,
-    locked_until = NULL,
-    updated_at = now()
-FROM (SELECT unnest(@ids::bigint[]) AS id,
-            unnest(@tokens::uuid[]) AS token,
-            unnest(@generations::bigint[]) AS generation,
-            unnest(@delay_us::bigint[]) AS delay_us) AS f
-WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
-RETURNING j.id, j.state;
+-- cancel request ends cancelled instead. The next claim takes generation+1. A locked row is
+-- returned busy (CompleteMany).
+WITH f AS (
+    SELECT unnest(@ids::bigint[]) AS id,
+           unnest(@tokens::uuid[]) AS token,
+           unnest(@generations::bigint[]) AS generation,
+           unnest(@delay_us::bigint[]) AS delay_us
+), locked AS (
+    SELECT j.id
+    FROM tenure.jobs j JOIN f ON j.id = f.id
+    WHERE j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
+    FOR UPDATE OF j SKIP LOCKED
+), done AS (
+    UPDATE tenure.jobs j
+    SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
+        run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
+        attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+        snoozes = CASE WHEN j.cancel_requested_at IS NULL THEN j.snoozes + 1 ELSE j.snoozes END,
+        claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
+        finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+        locked_by = NULL,
+        locked_until = NULL,
+        updated_at = now()
+    FROM f JOIN locked l ON l.id = f.id
+    WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
+    RETURNING j.id, j.state
+)
+SELECT d.id, d.state, false AS busy FROM done d
+UNION ALL
+SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
+WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
+  AND j.generation = f.generation;
+
+-- name: LockFinish :many
+-- Waits for the row locks of still-owned running jobs (fenced like the finishes), in id order,
+-- in the caller's transaction: the engine runs it for a job its batched finish returned busy,
+-- then that job's finish statement in the same transaction. First it takes, for the
+-- transaction, the advisory lock (FinishWaitClass = 1952804473, hashint8(id)) of each job
+-- (internal/locks): a sweep that takes the row in the moment the other session's lock goes
+-- sees it (LockExpired.finish_waiting) and leaves the row to this finish.
+WITH f AS (
+    SELECT unnest(@ids::bigint[]) AS id, unnest(@tokens::uuid[]) AS token
+), marked AS (
+    SELECT f.id, f.token, pg_advisory_xact_lock(1952804473, hashint8(f.id)) AS m FROM f
+)
+SELECT j.id FROM tenure.jobs j
+JOIN marked f ON j.id = f.id
+WHERE j.state = 'running' AND j.claim_token = f.token
+ORDER BY j.id
+FOR UPDATE OF j;
 
 -- name: Heartbeat :many
 -- Extends the leases of still-owned, still-leased jobs by their lease length, on the database
@@ -1221,13 +1302,24 @@ WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
 -- ---------------------------------------------------------------------------------------------
 
 -- name: LockExpired :many
-SELECT id, claim_token, attempts, max_attempts, kind, queue,
-       (cancel_requested_at IS NOT NULL)::boolean AS cancel_requested
-FROM tenure.jobs
-WHERE state = 'running' AND locked_until < now()
-ORDER BY locked_until
-LIMIT @max_jobs
-FOR UPDATE SKIP LOCKED;
+-- finish_waiting: the owner's finish is waiting for this row's lock (LockFinish holds the
+-- advisory lock (FinishWaitClass, hashint8(id)), internal/locks, while it waits): the sweep
+-- took the row in the moment between another session's lock going and that waiter taking it;
+-- it must leave the row to the waiter. The probe takes and at once releases the lock.
+WITH expired AS (
+    SELECT id, claim_token, attempts, max_attempts, kind, queue, cancel_requested_at, locked_until
+    FROM tenure.jobs
+    WHERE state = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT @max_jobs
+    FOR UPDATE SKIP LOCKED
+)
+SELECT e.id, e.claim_token, e.attempts, e.max_attempts, e.kind, e.queue,
+       (e.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested,
+       (NOT CASE WHEN pg_try_advisory_lock(1952804473, hashint8(e.id))
+                 THEN pg_advisory_unlock(1952804473, hashint8(e.id)) ELSE false END)::boolean AS finish_waiting
+FROM expired e
+ORDER BY e.locked_until;
 
 -- ---------------------------------------------------------------------------------------------
 -- Operator actions. Each runs in a transaction with its audit row.

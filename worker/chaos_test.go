@@ -618,7 +618,7 @@ type tcpProxy struct {
 
 	mu      sync.Mutex
 	down    bool // cut: close every connection, accept-and-close new ones
-	swallow bool // drop the reply to the next one-row UPDATE (and the rest of its connection)
+	swallow bool // drop the reply to the next completion of one job (and the rest of its connection)
 	hole    bool // half-open network: every byte in either direction is dropped, no RST
 	conns   map[net.Conn]struct{}
 }
@@ -714,9 +714,9 @@ func (p *tcpProxy) serve(cl net.Conn) {
 	blackholed := false
 	for {
 		n, err := srv.Read(buf)
-		if n > 0 && !blackholed && p.swallowing() && bytes.Contains(buf[:n], []byte("UPDATE 1\x00")) {
-			// The reply to a statement that changed one row (the completion): drop it and
-			// everything after it on this connection.
+		if n > 0 && !blackholed && p.swallowing() && completionReply(buf[:n]) {
+			// The reply to the completion of one job: drop it and everything after it on
+			// this connection.
 			blackholed = true
 		}
 		if n > 0 && !blackholed && !p.holed() {
@@ -747,8 +747,23 @@ func (p *tcpProxy) restore() {
 	p.down, p.swallow, p.hole = false, false, false
 }
 
-// dropReplies makes every connection drop the reply of its next statement that changed one
-// row (CommandComplete "UPDATE 1": the completion; empty claims say "UPDATE 0") and every
+// completionReply reports whether b holds the reply to a CompleteMany that wrote one job: one
+// row of two binary columns (DataRow 'D', length 23, 2 fields: the int8 id, the bool busy =
+// false), then CommandComplete "SELECT 1" (the statement is a CTE ending in a SELECT). A
+// busy reply (the row was locked: nothing written) is let through; a heartbeat's row has three
+// columns; a claim says "UPDATE n".
+func completionReply(b []byte) bool {
+	head := []byte("D\x00\x00\x00\x17\x00\x02\x00\x00\x00\x08")
+	i := bytes.Index(b, head)
+	if i < 0 || len(b) < i+len(head)+8+5 {
+		return false
+	}
+	busy := b[i+len(head)+8:][:5] // the bool's length (1) and value
+	return bytes.Equal(busy, []byte("\x00\x00\x00\x01\x00")) && bytes.Contains(b, []byte("SELECT 1\x00"))
+}
+
+// dropReplies makes every connection drop the reply of its next completion of one job
+// (completionReply; empty claims say "UPDATE 0") and every
 // byte after it, as if the network died right after the server committed.
 func (p *tcpProxy) dropReplies() {
 	p.mu.Lock()

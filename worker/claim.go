@@ -92,7 +92,12 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	q.w.spawn(func() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
-		got, lr, err := q.claim(cctx, &p)
+		var got []claimed
+		var lr limitResult
+		err := q.w.retryStale(func() (err error) {
+			got, lr, err = q.claim(cctx, &p)
+			return err
+		})
 		cancel()
 		r := claimResult{idx: idx, n: n, plan: p, got: got, err: err, took: time.Since(start), binding: lr.binding, skipped: lr.skipped, far: lr.far(),
 			doneLanded: lr.doneLanded}

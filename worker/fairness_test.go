@@ -505,6 +505,11 @@ func TestEngineStatementsPlanIndexPathsOnATinyTable(t *testing.T) {
 			[]int32{10, 10}, []int32{1, 2}, []int32{5, 5}}, kinds...),
 		"CompleteMany": {ids, tokens, [][]byte{[]byte("null"), []byte("null")}},
 		"Heartbeat":    {ids, tokens},
+		"FailMany": {ids, tokens, []string{"ready", "dead"}, []int64{0, 0}, []string{"HANDLER_ERROR", "PERMANENT"},
+			[]string{"m", "m"}},
+		"ReleaseMany": {ids, tokens, []int64{0, 0}},
+		"SnoozeMany":  {ids, tokens, []int64{1, 1}, []int64{0, 0}},
+		"LockFinish":  {ids, tokens},
 	}
 	for _, total := range []int{0, 1, 50} {
 		_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload) SELECT 'noop', '{"n":0}' FROM generate_series(1, $1::int)`, total)

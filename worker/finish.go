@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
@@ -167,7 +168,8 @@ func (w *Worker) settleTo(ctx context.Context, ss ...settled) {
 }
 
 // flush writes one batch: successes in one CompleteMany (with their outputs), failures in one
-// FailMany, releases in one ReleaseMany, snoozes in one SnoozeMany.
+// FailMany, releases in one ReleaseMany, snoozes in one SnoozeMany. Each statement skips rows
+// another session holds locked and returns them busy: writeSorted hands those to finishLocked.
 func (w *Worker) flush(ctx context.Context, batch []*execution) {
 	var ok, fail, rel, snooze []*execution
 	for _, e := range batch {
@@ -183,57 +185,85 @@ func (w *Worker) flush(ctx context.Context, batch []*execution) {
 		}
 	}
 	if len(ok) > 0 {
-		w.write(ctx, ok, func(ctx context.Context, es []*execution) (map[int64]bool, error) {
-			ids, tokens := idsTokens(es)
-			outputs := make([][]byte, len(es))
-			for i, e := range es {
-				outputs[i] = jsonNull
-				if o := e.output.Load(); o != nil {
-					outputs[i] = *o
-				}
-			}
-			got, err := w.q.CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens, Outputs: outputs})
-			return idSet(got), err
-		})
+		w.write(ctx, ok, completeMany)
 	}
 	if len(snooze) > 0 {
-		w.write(ctx, snooze, func(ctx context.Context, es []*execution) (map[int64]bool, error) {
-			ids, tokens := idsTokens(es)
-			gens, delays := make([]int64, len(es)), make([]int64, len(es))
-			for i, e := range es {
-				gens[i], delays[i] = e.c.Generation, e.fin.delay.Microseconds()
-			}
-			rows, err := w.q.SnoozeMany(ctx, gen.SnoozeManyParams{Ids: ids, Tokens: tokens, Generations: gens, DelayUs: delays})
-			set := make(map[int64]bool, len(rows))
-			for _, r := range rows {
-				set[r.ID] = true
-			}
-			return set, err
-		})
+		w.write(ctx, snooze, snoozeMany)
 	}
 	if len(fail) > 0 {
-		w.write(ctx, fail, func(ctx context.Context, es []*execution) (map[int64]bool, error) {
-			return w.failMany(ctx, w.q, es)
-		})
+		w.write(ctx, fail, failMany)
 	}
 	if len(rel) > 0 {
-		w.write(ctx, rel, func(ctx context.Context, es []*execution) (map[int64]bool, error) {
-			ids, tokens := idsTokens(es)
-			delays := make([]int64, len(es))
-			for i, e := range es {
-				delays[i] = e.fin.delay.Microseconds()
-			}
-			rows, err := w.q.ReleaseMany(ctx, gen.ReleaseManyParams{Ids: ids, Tokens: tokens, DelayUs: delays})
-			set := make(map[int64]bool, len(rows))
-			for _, r := range rows {
-				set[r.ID] = true
-			}
-			return set, err
-		})
+		w.write(ctx, rel, releaseMany)
 	}
 }
 
-func (w *Worker) failMany(ctx context.Context, q *gen.Queries, es []*execution) (map[int64]bool, error) {
+// finishResult is what a fenced batch write reports: the rows it changed (landed), and the
+// rows it skipped because another session holds them locked (busy: still this attempt's as the
+// statement's snapshot saw them). A row in neither is a stale write, or one that an earlier try
+// already wrote (readBack).
+type finishResult struct {
+	landed, busy map[int64]bool
+}
+
+func newFinishResult(n int) finishResult {
+	return finishResult{landed: make(map[int64]bool, n), busy: map[int64]bool{}}
+}
+
+func (r finishResult) add(id int64, busy bool) {
+	if busy {
+		r.busy[id] = true
+	} else {
+		r.landed[id] = true
+	}
+}
+
+func completeMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResult, error) {
+	ids, tokens := idsTokens(es)
+	outputs := make([][]byte, len(es))
+	for i, e := range es {
+		outputs[i] = jsonNull
+		if o := e.output.Load(); o != nil {
+			outputs[i] = *o
+		}
+	}
+	rows, err := q.CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens, Outputs: outputs})
+	res := newFinishResult(len(rows))
+	for _, r := range rows {
+		res.add(r.ID, r.Busy)
+	}
+	return res, err
+}
+
+func snoozeMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResult, error) {
+	ids, tokens := idsTokens(es)
+	gens, delays := make([]int64, len(es)), make([]int64, len(es))
+	for i, e := range es {
+		gens[i], delays[i] = e.c.Generation, e.fin.delay.Microseconds()
+	}
+	rows, err := q.SnoozeMany(ctx, gen.SnoozeManyParams{Ids: ids, Tokens: tokens, Generations: gens, DelayUs: delays})
+	res := newFinishResult(len(rows))
+	for _, r := range rows {
+		res.add(r.ID, r.Busy)
+	}
+	return res, err
+}
+
+func releaseMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResult, error) {
+	ids, tokens := idsTokens(es)
+	delays := make([]int64, len(es))
+	for i, e := range es {
+		delays[i] = e.fin.delay.Microseconds()
+	}
+	rows, err := q.ReleaseMany(ctx, gen.ReleaseManyParams{Ids: ids, Tokens: tokens, DelayUs: delays})
+	res := newFinishResult(len(rows))
+	for _, r := range rows {
+		res.add(r.ID, r.Busy)
+	}
+	return res, err
+}
+
+func failMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResult, error) {
 	arg := gen.FailManyParams{}
 	for _, e := range es {
 		state := "ready"
@@ -251,15 +281,15 @@ func (w *Worker) failMany(ctx context.Context, q *gen.Queries, es []*execution) 
 		arg.Messages = append(arg.Messages, e.fin.msg)
 	}
 	rows, err := q.FailMany(ctx, arg)
-	set := make(map[int64]bool, len(rows))
+	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		set[r.ID] = true
+		res.add(r.ID, r.Busy)
 	}
-	return set, err
+	return res, err
 }
 
-// fencedWrite runs one fenced batch statement and returns the ids it changed.
-type fencedWrite func(context.Context, []*execution) (map[int64]bool, error)
+// fencedWrite runs one fenced batch statement on q and reports what it changed.
+type fencedWrite func(context.Context, *gen.Queries, []*execution) (finishResult, error)
 
 // maxFinishAttempts bounds how often one finish batch is tried (retryable errors only).
 const maxFinishAttempts = 10
@@ -290,18 +320,30 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		wctx, cancel := context.WithTimeout(ctx, finishTimeout)
-		got, err := run(wctx, es)
+		var res finishResult
+		err := w.retryStale(func() (err error) {
+			res, err = run(wctx, w.q, es)
+			return err
+		})
 		if err == nil && readBack {
-			got, err = w.readBack(wctx, es, got)
+			err = w.retryStale(func() error { return w.readBack(wctx, es, res) })
 		}
 		cancel()
 		if err == nil {
 			w.m.finishLatency.Record(time.Since(start))
-			ss := make([]settled, len(es))
-			for i, e := range es {
-				ss[i] = settled{e: e, landed: got[e.c.ID]}
+			ss := make([]settled, 0, len(es))
+			var busy []*execution
+			for _, e := range es {
+				if res.busy[e.c.ID] {
+					busy = append(busy, e) // its row is locked: it waits, the batch does not
+					continue
+				}
+				ss = append(ss, settled{e: e, landed: res.landed[e.c.ID]})
 			}
 			w.settleTo(ctx, ss...)
+			if len(busy) > 0 {
+				w.spawn(func() { w.writeBusy(ctx, busy, run) })
+			}
 			return
 		}
 		if ctx.Err() != nil {
@@ -354,6 +396,130 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 	}
 }
 
+// busyRetryDelay is how long writeBusy waits before it tries the busy rows of a batch again.
+const busyRetryDelay = 20 * time.Millisecond
+
+// writeBusy finishes the jobs a batched finish returned busy. Most often the lock was this
+// worker's own heartbeat's, held for the moment of its statement: one more batched try after
+// busyRetryDelay writes those. A row still busy then is held by another session's transaction:
+// its finish waits for that row alone (finishLocked).
+func (w *Worker) writeBusy(ctx context.Context, es []*execution, run fencedWrite) {
+	select {
+	case <-time.After(busyRetryDelay):
+	case <-ctx.Done():
+		w.abandon(ctx, es, fmt.Errorf("waiting for another session's lock on the row: %w", ctx.Err()))
+		return
+	}
+	res := newFinishResult(len(es))
+	wctx, cancel := context.WithTimeout(ctx, finishTimeout)
+	err := w.retryStale(func() (err error) {
+		res, err = run(wctx, w.q, es)
+		return err
+	})
+	if err == nil {
+		// A row neither landed nor busy now: stale, unless a CompleteTx committed meanwhile.
+		err = w.retryStale(func() error { return w.readBack(wctx, es, res) })
+	}
+	cancel()
+	ss := make([]settled, 0, len(es))
+	for _, e := range es {
+		if err != nil || res.busy[e.c.ID] {
+			w.finishLocked(ctx, e, run) // it retries what failed here, with the same token
+			continue
+		}
+		ss = append(ss, settled{e: e, landed: res.landed[e.c.ID]})
+	}
+	w.settleTo(ctx, ss...)
+}
+
+// lockWaiters bounds the engine connections that wait on other sessions' row locks at once
+// (finishLocked); the others queue for them, so locked rows cannot take the engine pool.
+const lockWaiters = 2
+
+// lockWaitTimeout bounds one wait for a locked row (lock_timeout): the waiter then lets the
+// next locked row take its turn, and tries again.
+const lockWaitTimeout = 5 * time.Second
+
+// finishLocked writes the finish of one job whose row another session holds locked (an
+// operator's or the application's open transaction: a batched finish skipped it and returned
+// it busy). On its own goroutine it waits for that row alone (LockFinish, fenced like the
+// finish: a row no longer this attempt's is not waited for) and writes the finish in the same
+// transaction, so the lock delays only this job. Its queued lock request keeps the sweep (SKIP
+// LOCKED) off the row when the other session ends, so the finish lands first even if the
+// lease ran out meanwhile (nobody can extend a locked row); the fence still decides. It waits
+// until the finish is written, the row is no longer this attempt's, or the engine stops.
+func (w *Worker) finishLocked(ctx context.Context, e *execution, run fencedWrite) {
+	w.m.finishBusy.Add(1)
+	w.spawn(func() {
+		one := []*execution{e}
+		ids, tokens := idsTokens(one)
+		backoff := 50 * time.Millisecond
+		for fails := 0; ; {
+			select {
+			case w.lockWait <- struct{}{}:
+			case <-ctx.Done():
+				w.abandon(ctx, one, fmt.Errorf("waiting for another session's lock on the row: %w", ctx.Err()))
+				return
+			}
+			res, owned := newFinishResult(1), true
+			wctx, cancel := context.WithTimeout(ctx, finishTimeout)
+			err := w.retryStale(func() error {
+				return pgx.BeginFunc(wctx, w.eng, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(wctx, lockWaitSQL); err != nil {
+						return err
+					}
+					q := w.q.WithTx(tx)
+					got, err := q.LockFinish(wctx, gen.LockFinishParams{Ids: ids, Tokens: tokens})
+					if err != nil {
+						return err
+					}
+					if owned = len(got) == 1; !owned {
+						return nil
+					}
+					res, err = run(wctx, q, one)
+					return err
+				})
+			})
+			if err == nil && !owned {
+				// No longer this attempt's: a stale write, unless an earlier write landed.
+				err = w.retryStale(func() error { return w.readBack(wctx, one, res) })
+			}
+			cancel()
+			<-w.lockWait
+			var pgErr *pgconn.PgError
+			switch {
+			case err == nil && !res.busy[e.c.ID]:
+				w.settleTo(ctx, settled{e: e, landed: res.landed[e.c.ID]})
+				return
+			case err == nil, errors.As(err, &pgErr) && pgErr.Code == "55P03":
+				continue // still locked: wait again
+			case ctx.Err() != nil:
+				w.abandon(ctx, one, err)
+				return
+			}
+			if classifyWriteError(err) != writeRetry {
+				w.abandon(ctx, one, err)
+				return
+			}
+			e.finishFails.Add(1)
+			if fails++; fails >= maxFinishAttempts {
+				w.abandon(ctx, one, fmt.Errorf("database unreachable for %d tries: %w", fails, err))
+				return
+			}
+			w.m.finishRetries.Add(1)
+			w.engineError(&w.finishLog, "finish write of a locked row (retried with the same token)", err, logkey.Jobs, 1, logkey.Try, fails)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
+			backoff = min(backoff*2, w.cfg.FinishRetryMax)
+		}
+	})
+}
+
+// lockWaitSQL sets finishLocked's lock wait bound for its transaction.
+var lockWaitSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", lockWaitTimeout.Milliseconds())
+
 // abandon reports executions whose finish will not be written.
 func (w *Worker) abandon(ctx context.Context, es []*execution, err error) {
 	ss := make([]settled, len(es))
@@ -363,30 +529,30 @@ func (w *Worker) abandon(ctx context.Context, es []*execution, err error) {
 	w.settleTo(ctx, ss...)
 }
 
-// readBack marks as landed the rows of es missing from got whose state shows that this
-// attempt's own earlier write committed.
-func (w *Worker) readBack(ctx context.Context, es []*execution, got map[int64]bool) (map[int64]bool, error) {
+// readBack marks as landed the rows of es that res reports neither landed nor busy and whose
+// state shows that this attempt's own earlier write committed.
+func (w *Worker) readBack(ctx context.Context, es []*execution, res finishResult) error {
 	byID := map[int64]*execution{}
 	var ids []int64
 	for _, e := range es {
-		if !got[e.c.ID] {
+		if !res.landed[e.c.ID] && !res.busy[e.c.ID] {
 			byID[e.c.ID] = e
 			ids = append(ids, e.c.ID)
 		}
 	}
 	if len(ids) == 0 {
-		return got, nil
+		return nil
 	}
 	rows, err := w.q.FinishStates(ctx, ids)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, r := range rows {
 		if landedEarlier(byID[r.ID], r) {
-			got[r.ID] = true
+			res.landed[r.ID] = true
 		}
 	}
-	return got, nil
+	return nil
 }
 
 func (w *Worker) report(e *execution, err error) {
@@ -411,14 +577,6 @@ func idsTokens(es []*execution) ([]int64, []uuid.UUID) {
 
 func sortByID(es []*execution) {
 	sort.Slice(es, func(i, j int) bool { return es[i].c.ID < es[j].c.ID })
-}
-
-func idSet(ids []int64) map[int64]bool {
-	set := make(map[int64]bool, len(ids))
-	for _, id := range ids {
-		set[id] = true
-	}
-	return set
 }
 
 // CompleteTx completes the job inside the caller's transaction: the fenced running ->

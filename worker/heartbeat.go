@@ -55,7 +55,11 @@ func (q *queue) heartbeat(ctx context.Context, now time.Time) {
 	ids, tokens := idsTokens(due)
 	w.spawn(func() {
 		hctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
-		rows, err := w.q.Heartbeat(hctx, gen.HeartbeatParams{Ids: ids, Tokens: tokens})
+		var rows []gen.HeartbeatRow
+		err := w.retryStale(func() (err error) {
+			rows, err = w.q.Heartbeat(hctx, gen.HeartbeatParams{Ids: ids, Tokens: tokens})
+			return err
+		})
 		cancel()
 		select {
 		case q.hbCh <- hbResult{due: due, at: now, rows: rows, err: err}:

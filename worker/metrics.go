@@ -20,6 +20,7 @@ type metrics struct {
 	cancelSignals, stuck, lateFinishes, panics             atomic.Int64
 	reclaimed, reclaimedDead, pruned, listenerReconnects   atomic.Int64
 	deferred, finishSplits, stillRunning                   atomic.Int64
+	finishBusy, stalePlanRetries                           atomic.Int64
 	registryWrites                                         atomic.Int64
 	reclaimErrors, pruneErrors, registryErrors             atomic.Int64
 	permissionErrors                                       atomic.Int64
@@ -140,6 +141,12 @@ type Stats struct {
 	Deferred int64
 	// FinishSplits: finish batches split because the database refused one of their rows.
 	FinishSplits int64
+	// FinishBusy: finishes a batched finish skipped because another session held the job's
+	// row locked; each was then written alone once the lock went.
+	FinishBusy int64
+	// StalePlanRetries: engine statements re-run at once after PostgreSQL refused a cached
+	// statement whose result type a schema change altered (SQLSTATE 0A000).
+	StalePlanRetries int64
 	// StillRunning: jobs Stop released while their handlers ignored cancellation.
 	StillRunning int64
 	// Running is the number of jobs this worker owns now (handlers running, and jobs whose

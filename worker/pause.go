@@ -44,7 +44,11 @@ func (w *Worker) queueStateService(ctx context.Context) {
 		case <-t.C:
 		}
 		qctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
-		paused, err := w.pausedQueues(qctx)
+		var paused map[string]bool
+		err := w.retryStale(func() (err error) {
+			paused, err = w.pausedQueues(qctx)
+			return err
+		})
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {

@@ -354,7 +354,11 @@ func (w *Worker) periodicService(ctx context.Context) {
 	for {
 		wait := periodicPollMax
 		qctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-		rows, err := w.q.PeriodicDue(qctx, names)
+		var rows []gen.PeriodicDueRow
+		err := w.retryStale(func() (err error) {
+			rows, err = w.q.PeriodicDue(qctx, names)
+			return err
+		})
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -419,20 +423,23 @@ func (w *Worker) fireTick(ctx context.Context, p *PeriodicJob, t, now time.Time)
 	took := false
 	tctx, cancel := context.WithTimeout(ctx, sweepTimeout)
 	defer cancel()
-	err := pgx.BeginFunc(tctx, w.eng, func(tx pgx.Tx) error {
-		_, err := w.q.WithTx(tx).PeriodicAdvance(tctx, gen.PeriodicAdvanceParams{Name: p.name, Tick: &t, NextRunAt: next,
-			Enqueue: enqueue, Missed: dropped})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		took = true
-		if !enqueue {
-			return nil
-		}
-		return w.enqueueTick(tctx, tx, p, Tick{Name: p.name, At: latest, Missed: missed})
+	err := w.retryStale(func() error {
+		return pgx.BeginFunc(tctx, w.eng, func(tx pgx.Tx) error {
+			took = false
+			_, err := w.q.WithTx(tx).PeriodicAdvance(tctx, gen.PeriodicAdvanceParams{Name: p.name, Tick: &t, NextRunAt: next,
+				Enqueue: enqueue, Missed: dropped})
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			took = true
+			if !enqueue {
+				return nil
+			}
+			return w.enqueueTick(tctx, tx, p, Tick{Name: p.name, At: latest, Missed: missed})
+		})
 	})
 	if err != nil {
 		return false, err

@@ -180,7 +180,8 @@ type permitFlags struct {
 // claimWithinPermit runs PermitLock, CompleteMany of done (when there are any) and
 // ClaimPermitted in one pipeline, one transaction: the completions free room in the worker's
 // share that the claim then uses, and both commit together (the table never shows the new jobs
-// running beside the finished ones). It returns which completions landed.
+// running beside the finished ones). It returns which completions landed (true), and those
+// it skipped because another session holds their rows locked (false).
 func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrderedParams, done []*execution) ([]gen.ClaimStrictRow, permitFlags, map[int64]bool, error) {
 	la := q.limits
 	var c capture
@@ -204,10 +205,13 @@ func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrde
 		db.preRows = func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id int64
-				if err := rows.Scan(&id); err != nil {
+				var busy bool
+				if err := rows.Scan(&id, &busy); err != nil {
 					return err
 				}
-				landed[id] = true
+				// busy: another session holds the row, so it was not written (false): the
+				// loop hands it to the finishers, which wait for that row alone.
+				landed[id] = !busy
 			}
 			return nil
 		}

@@ -100,7 +100,8 @@ type claimResult struct {
 	// next limited claim may be striped.
 	binding, far bool
 	// done: the successes the permit claim was to complete in its transaction (plan.done);
-	// doneLanded: those its fenced update changed (nil when the claim failed: nothing did).
+	// doneLanded: those its fenced update changed (true), or skipped because another session
+	// holds their rows locked (false); nil when the claim failed: nothing changed.
 	doneLanded map[int64]bool
 	// skipped: the claim may have passed over jobs (for lack of a limit's room) that lie
 	// before ones it claimed; the watermarks must not move past them.
@@ -396,9 +397,14 @@ func (q *queue) claimed(r claimResult) {
 		if r.err != nil {
 			q.pending = append(q.pending, r.plan.done...) // rolled back with the claim: the finishers write them
 		} else {
-			ss := make([]settled, len(r.plan.done))
-			for i, e := range r.plan.done {
-				ss[i] = settled{e: e, landed: r.doneLanded[e.c.ID]}
+			ss := make([]settled, 0, len(r.plan.done))
+			for _, e := range r.plan.done {
+				landed, seen := r.doneLanded[e.c.ID]
+				if seen && !landed {
+					q.pending = append(q.pending, e) // busy: the finishers wait for its row
+					continue
+				}
+				ss = append(ss, settled{e: e, landed: landed})
 			}
 			q.settleAll(ss)
 		}

@@ -53,7 +53,14 @@ func (w *Worker) ReclaimExpired(ctx context.Context) (int, error) {
 		return 0, ErrNotStarted
 	}
 	var n int
-	err := pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
+	err := w.retryStale(func() error { return w.reclaimOnce(ctx, &n) })
+	return n, err
+}
+
+// reclaimOnce is one ReclaimExpired transaction; it sets *n to the jobs it reclaimed.
+func (w *Worker) reclaimOnce(ctx context.Context, n *int) error {
+	*n = 0
+	return pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
 		q := w.q.WithTx(tx)
 		rows, err := q.LockExpired(ctx, int32(w.cfg.ReclaimBatch))
 		if err != nil || len(rows) == 0 {
@@ -62,6 +69,12 @@ func (w *Worker) ReclaimExpired(ctx context.Context) (int, error) {
 		arg := gen.FailManyParams{}
 		dead := 0
 		for _, r := range rows {
+			if r.FinishWaiting {
+				// Its owner's finish is waiting for the row (finishLocked): the row's lock
+				// had outlived the lease, and this sweep took the row in the moment it went.
+				// Leave it to that finish.
+				continue
+			}
 			state, delay := "ready", time.Duration(0)
 			switch {
 			case r.CancelRequested:
@@ -79,20 +92,26 @@ func (w *Worker) ReclaimExpired(ctx context.Context) (int, error) {
 			arg.Codes = append(arg.Codes, string(CodeLeaseExpired))
 			arg.Messages = append(arg.Messages, "lease expired before the owner finished or heartbeated")
 		}
+		if len(arg.Ids) == 0 {
+			return nil
+		}
 		got, err := q.FailMany(ctx, arg)
 		if err != nil {
 			return err
 		}
-		n = len(got)
-		w.m.reclaimed.Add(int64(n))
+		for _, r := range got {
+			if !r.Busy { // never busy here: this transaction holds the rows (LockExpired)
+				*n++
+			}
+		}
+		w.m.reclaimed.Add(int64(*n))
 		w.m.reclaimedDead.Add(int64(dead))
-		for range n {
+		for range *n {
 			w.m.recordCode(CodeLeaseExpired)
 		}
-		w.log.Info("tenure: reclaimed expired leases", logkey.Jobs, n, "dead", dead)
+		w.log.Info("tenure: reclaimed expired leases", logkey.Jobs, *n, "dead", dead)
 		return nil
 	})
-	return n, err
 }
 
 // pruneService deletes final jobs past their retention, every PruneEvery (with jitter): each
@@ -124,7 +143,12 @@ func (w *Worker) prune(ctx context.Context) error {
 	if w.cfg.DeadRetention >= 0 {
 		p.DeadBefore = time.Now().Add(-w.cfg.DeadRetention)
 	}
-	res, err := w.client.PruneExpired(ctx, p)
+	var res jobs.PruneResult
+	err := w.retryStale(func() error {
+		r, err := w.client.PruneExpired(ctx, p) // what a failed pass deleted stays deleted
+		res.Finished, res.Dead = res.Finished+r.Finished, res.Dead+r.Dead
+		return err
+	})
 	w.m.pruned.Add(res.Finished + res.Dead)
 	return err
 }

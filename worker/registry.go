@@ -26,7 +26,7 @@ func (w *Worker) registryService(ctx context.Context) {
 	t := time.NewTicker(w.cfg.RegistryEvery)
 	defer t.Stop()
 	for {
-		if err := w.register(ctx); err != nil && ctx.Err() == nil {
+		if err := w.retryStale(func() error { return w.register(ctx) }); err != nil && ctx.Err() == nil {
 			w.m.registryErrors.Add(1)
 			w.engineError(&w.registryLog, "worker registry heartbeat", err)
 		}

@@ -55,6 +55,7 @@ type Worker struct {
 	queues   map[string]*queue
 	finishCh chan *execution
 	writeCh  chan []*execution // batcher → finishers (unbuffered: a batch goes only to a free finisher)
+	lockWait chan struct{}     // lockWaiters tokens: finishes waiting on another session's row lock
 	periodic []*PeriodicJob    // Config.Periodic, validated
 
 	// queueStateCh asks the queue state service to read the paused queues now (the listener
@@ -123,7 +124,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	w := &Worker{
 		cfg: c, pool: pool, log: c.Logger.With(logkey.Worker, c.ID), reg: c.Registry, m: newMetrics(),
 		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
-		queueStateCh: make(chan struct{}, 1),
+		queueStateCh: make(chan struct{}, 1), lockWait: make(chan struct{}, lockWaiters),
 	}
 	for i := range w.cfg.Periodic {
 		w.periodic = append(w.periodic, &w.cfg.Periodic[i])
@@ -583,6 +584,7 @@ func (w *Worker) Stats() Stats {
 		Reclaimed: m.reclaimed.Load(), ReclaimedDead: m.reclaimedDead.Load(), Pruned: m.pruned.Load(),
 		ListenerReconnects: m.listenerReconnects.Load(), Running: int(m.owned.Load()),
 		Deferred: m.deferred.Load(), FinishSplits: m.finishSplits.Load(), StillRunning: m.stillRunning.Load(),
+		FinishBusy: m.finishBusy.Load(), StalePlanRetries: m.stalePlanRetries.Load(),
 		ClaimP50: m.claimLatency.Quantile(0.5), ClaimP99: m.claimLatency.Quantile(0.99),
 		FinishP50: m.finishLatency.Quantile(0.5), FinishP99: m.finishLatency.Quantile(0.99),
 		ErrorCodes: map[ErrorCode]int64{},

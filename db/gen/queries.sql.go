@@ -1705,14 +1705,27 @@ func (q *Queries) ClusterRunning(ctx context.Context) ([]ClusterRunningRow, erro
 
 const completeMany = `-- name: CompleteMany :many
 
-UPDATE tenure.jobs j
-SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
-    output = nullif(f.output, 'null'::jsonb)
-FROM (SELECT unnest($1::bigint[]) AS id,
-            unnest($2::uuid[]) AS token,
-            unnest($3::jsonb[]) AS output) AS f
-WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
-RETURNING j.id
+WITH f AS (
+    SELECT unnest($1::bigint[]) AS id,
+           unnest($2::uuid[]) AS token,
+           unnest($3::jsonb[]) AS output
+), locked AS (
+    SELECT j.id
+    FROM tenure.jobs j JOIN f ON j.id = f.id
+    WHERE j.state = 'running' AND j.claim_token = f.token
+    FOR UPDATE OF j SKIP LOCKED
+), done AS (
+    UPDATE tenure.jobs j
+    SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
+        output = nullif(f.output, 'null'::jsonb)
+    FROM f JOIN locked l ON l.id = f.id
+    WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
+    RETURNING j.id
+)
+SELECT d.id, false AS busy FROM done d
+UNION ALL
+SELECT j.id, true FROM f JOIN tenure.jobs j ON j.id = f.id
+WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
 `
 
 type CompleteManyParams struct {
@@ -1721,24 +1734,35 @@ type CompleteManyParams struct {
 	Outputs [][]byte
 }
 
+type CompleteManyRow struct {
+	ID   int64
+	Busy bool
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fenced transitions (docs/contract.md §2). Each returns the ids it changed; a missing id is a
 // stale write (the caller lost ownership) and is never reported as success.
 // ---------------------------------------------------------------------------------------------
 // running -> succeeded, batched, with the output each handler recorded (JSON null: none).
-func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]int64, error) {
+// Like every batched finish below, it never waits on a row lock: a row that another session
+// holds locked (an operator's or the application's open transaction) is skipped and returned
+// with busy = true, still owned as this statement's snapshot sees it, so that one locked row
+// delays only its own finish (the engine then waits for that row alone: LockFinish). The other
+// rows are changed and returned with busy = false. A job missing from the result is a stale
+// write. (The lock costs each finished row a row-lock WAL record: measured in docs/design.md.)
+func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]CompleteManyRow, error) {
 	rows, err := q.db.Query(ctx, completeMany, arg.Ids, arg.Tokens, arg.Outputs)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []int64{}
+	items := []CompleteManyRow{}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var i CompleteManyRow
+		if err := rows.Scan(&i.ID, &i.Busy); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1860,29 +1884,42 @@ func (q *Queries) DeregisterWorker(ctx context.Context, id string) (int64, error
 }
 
 const failMany = `-- name: FailMany :many
-UPDATE tenure.jobs j
-SET state = CASE WHEN f.state = 'ready' AND j.cancel_requested_at IS NOT NULL THEN 'cancelled'::tenure.job_state
-                 WHEN f.state = 'ready' AND (j.attempts >= j.max_attempts) THEN 'dead'::tenure.job_state
-                 ELSE f.state::tenure.job_state END,
-    run_at = CASE WHEN f.state = 'ready' AND j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
-    claim_token = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
-    finished_at = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
-    locked_by = NULL,
-    locked_until = NULL,
-    last_error_code = f.code,
-    errors = (CASE WHEN jsonb_array_length(j.errors) >= 10 THEN j.errors - 0 ELSE j.errors END)
-             || jsonb_build_array(jsonb_build_object(
-                    'attempt', j.attempts, 'generation', j.generation, 'code', f.code,
-                    'message', f.message, 'at', now())),
-    updated_at = now()
-FROM (SELECT unnest($1::bigint[]) AS id,
-            unnest($2::uuid[]) AS token,
-            unnest($3::text[]) AS state,
-            unnest($4::bigint[]) AS delay_us,
-            unnest($5::text[]) AS code,
-            unnest($6::text[]) AS message) AS f
-WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
-RETURNING j.id, j.state
+WITH f AS (
+    SELECT unnest($1::bigint[]) AS id,
+           unnest($2::uuid[]) AS token,
+           unnest($3::text[]) AS state,
+           unnest($4::bigint[]) AS delay_us,
+           unnest($5::text[]) AS code,
+           unnest($6::text[]) AS message
+), locked AS (
+    SELECT j.id
+    FROM tenure.jobs j JOIN f ON j.id = f.id
+    WHERE j.state = 'running' AND j.claim_token = f.token
+    FOR UPDATE OF j SKIP LOCKED
+), done AS (
+    UPDATE tenure.jobs j
+    SET state = CASE WHEN f.state = 'ready' AND j.cancel_requested_at IS NOT NULL THEN 'cancelled'::tenure.job_state
+                     WHEN f.state = 'ready' AND (j.attempts >= j.max_attempts) THEN 'dead'::tenure.job_state
+                     ELSE f.state::tenure.job_state END,
+        run_at = CASE WHEN f.state = 'ready' AND j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
+        claim_token = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
+        finished_at = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+        locked_by = NULL,
+        locked_until = NULL,
+        last_error_code = f.code,
+        errors = (CASE WHEN jsonb_array_length(j.errors) >= 10 THEN j.errors - 0 ELSE j.errors END)
+                 || jsonb_build_array(jsonb_build_object(
+                        'attempt', j.attempts, 'generation', j.generation, 'code', f.code,
+                        'message', f.message, 'at', now())),
+        updated_at = now()
+    FROM f JOIN locked l ON l.id = f.id
+    WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
+    RETURNING j.id, j.state
+)
+SELECT d.id, d.state, false AS busy FROM done d
+UNION ALL
+SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
+WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
 `
 
 type FailManyParams struct {
@@ -1897,12 +1934,15 @@ type FailManyParams struct {
 type FailManyRow struct {
 	ID    int64
 	State TenureJobState
+	Busy  bool
 }
 
 // running -> ready (retry after delay_us), dead or cancelled, batched, with the error code and a
 // bounded error history (the last 10 entries). A retry of a job with no attempts left is
 // turned into dead here too, so the database never loops a job past max_attempts; a retry of a
 // job an operator asked to cancel ends cancelled (the owner's write lands, and the cancel wins).
+// A row another session holds locked is skipped and returned busy (CompleteMany); rows this
+// transaction holds locked (the sweep's LockExpired) are not skipped.
 func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]FailManyRow, error) {
 	rows, err := q.db.Query(ctx, failMany,
 		arg.Ids,
@@ -1919,7 +1959,7 @@ func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]FailManyR
 	items := []FailManyRow{}
 	for rows.Next() {
 		var i FailManyRow
-		if err := rows.Scan(&i.ID, &i.State); err != nil {
+		if err := rows.Scan(&i.ID, &i.State, &i.Busy); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -3161,13 +3201,20 @@ func (q *Queries) LiveStats(ctx context.Context) ([]LiveStatsRow, error) {
 
 const lockExpired = `-- name: LockExpired :many
 
-SELECT id, claim_token, attempts, max_attempts, kind, queue,
-       (cancel_requested_at IS NOT NULL)::boolean AS cancel_requested
-FROM tenure.jobs
-WHERE state = 'running' AND locked_until < now()
-ORDER BY locked_until
-LIMIT $1
-FOR UPDATE SKIP LOCKED
+WITH expired AS (
+    SELECT id, claim_token, attempts, max_attempts, kind, queue, cancel_requested_at, locked_until
+    FROM tenure.jobs
+    WHERE state = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+SELECT e.id, e.claim_token, e.attempts, e.max_attempts, e.kind, e.queue,
+       (e.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested,
+       (NOT CASE WHEN pg_try_advisory_lock(1952804473, hashint8(e.id))
+                 THEN pg_advisory_unlock(1952804473, hashint8(e.id)) ELSE false END)::boolean AS finish_waiting
+FROM expired e
+ORDER BY e.locked_until
 `
 
 type LockExpiredRow struct {
@@ -3178,12 +3225,17 @@ type LockExpiredRow struct {
 	Kind            string
 	Queue           string
 	CancelRequested bool
+	FinishWaiting   bool
 }
 
 // ---------------------------------------------------------------------------------------------
 // Reclaim (docs/contract.md §3): expired leases are a failed attempt with code LEASE_EXPIRED.
 // LockExpired and FailMany run in one transaction; the backoff is computed in Go in between.
 // ---------------------------------------------------------------------------------------------
+// finish_waiting: the owner's finish is waiting for this row's lock (LockFinish holds the
+// advisory lock (FinishWaitClass, hashint8(id)), internal/locks, while it waits): the sweep
+// took the row in the moment between another session's lock going and that waiter taking it;
+// it must leave the row to the waiter. The probe takes and at once releases the lock.
 func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]LockExpiredRow, error) {
 	rows, err := q.db.Query(ctx, lockExpired, maxJobs)
 	if err != nil {
@@ -3201,10 +3253,55 @@ func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]LockExpired
 			&i.Kind,
 			&i.Queue,
 			&i.CancelRequested,
+			&i.FinishWaiting,
 		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockFinish = `-- name: LockFinish :many
+WITH f AS (
+    SELECT unnest($1::bigint[]) AS id, unnest($2::uuid[]) AS token
+), marked AS (
+    SELECT f.id, f.token, pg_advisory_xact_lock(1952804473, hashint8(f.id)) AS m FROM f
+)
+SELECT j.id FROM tenure.jobs j
+JOIN marked f ON j.id = f.id
+WHERE j.state = 'running' AND j.claim_token = f.token
+ORDER BY j.id
+FOR UPDATE OF j
+`
+
+type LockFinishParams struct {
+	Ids    []int64
+	Tokens []uuid.UUID
+}
+
+// Waits for the row locks of still-owned running jobs (fenced like the finishes), in id order,
+// in the caller's transaction: the engine runs it for a job its batched finish returned busy,
+// then that job's finish statement in the same transaction. First it takes, for the
+// transaction, the advisory lock (FinishWaitClass = 1952804473, hashint8(id)) of each job
+// (internal/locks): a sweep that takes the row in the moment the other session's lock goes
+// sees it (LockExpired.finish_waiting) and leaves the row to this finish.
+func (q *Queries) LockFinish(ctx context.Context, arg LockFinishParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, lockFinish, arg.Ids, arg.Tokens)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -4120,20 +4217,33 @@ func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (TenureJob, 
 }
 
 const releaseMany = `-- name: ReleaseMany :many
-UPDATE tenure.jobs j
-SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
-    run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
-    attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
-    claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
-    finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
-    locked_by = NULL,
-    locked_until = NULL,
-    updated_at = now()
-FROM (SELECT unnest($1::bigint[]) AS id,
-            unnest($2::uuid[]) AS token,
-            unnest($3::bigint[]) AS delay_us) AS f
-WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
-RETURNING j.id, j.state
+WITH f AS (
+    SELECT unnest($1::bigint[]) AS id,
+           unnest($2::uuid[]) AS token,
+           unnest($3::bigint[]) AS delay_us
+), locked AS (
+    SELECT j.id
+    FROM tenure.jobs j JOIN f ON j.id = f.id
+    WHERE j.state = 'running' AND j.claim_token = f.token
+    FOR UPDATE OF j SKIP LOCKED
+), done AS (
+    UPDATE tenure.jobs j
+    SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
+        run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
+        attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+        claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
+        finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+        locked_by = NULL,
+        locked_until = NULL,
+        updated_at = now()
+    FROM f JOIN locked l ON l.id = f.id
+    WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
+    RETURNING j.id, j.state
+)
+SELECT d.id, d.state, false AS busy FROM done d
+UNION ALL
+SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
+WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
 `
 
 type ReleaseManyParams struct {
@@ -4145,12 +4255,14 @@ type ReleaseManyParams struct {
 type ReleaseManyRow struct {
 	ID    int64
 	State TenureJobState
+	Busy  bool
 }
 
 // Give running jobs back without charging the interrupted attempt, due again after delay_us:
 // a graceful stop (delay 0), or a job this worker cannot decode yet (a newer payload version
 // during a rolling deploy). The generation is not reused: the next claim takes generation+1.
-// A job with a pending cancel request ends cancelled instead.
+// A job with a pending cancel request ends cancelled instead. A locked row is returned busy
+// (CompleteMany).
 func (q *Queries) ReleaseMany(ctx context.Context, arg ReleaseManyParams) ([]ReleaseManyRow, error) {
 	rows, err := q.db.Query(ctx, releaseMany, arg.Ids, arg.Tokens, arg.DelayUs)
 	if err != nil {
@@ -4160,7 +4272,7 @@ func (q *Queries) ReleaseMany(ctx context.Context, arg ReleaseManyParams) ([]Rel
 	items := []ReleaseManyRow{}
 	for rows.Next() {
 		var i ReleaseManyRow
-		if err := rows.Scan(&i.ID, &i.State); err != nil {
+		if err := rows.Scan(&i.ID, &i.State, &i.Busy); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -4300,22 +4412,36 @@ func (q *Queries) SetQueuePaused(ctx context.Context, arg SetQueuePausedParams) 
 }
 
 const snoozeMany = `-- name: SnoozeMany :many
-UPDATE tenure.jobs j
-SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
-    run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
-    attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
-    snoozes = CASE WHEN j.cancel_requested_at IS NULL THEN j.snoozes + 1 ELSE j.snoozes END,
-    claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
-    finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
-    locked_by = NULL,
-    locked_until = NULL,
-    updated_at = now()
-FROM (SELECT unnest($1::bigint[]) AS id,
-            unnest($2::uuid[]) AS token,
-            unnest($3::bigint[]) AS generation,
-            unnest($4::bigint[]) AS delay_us) AS f
-WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
-RETURNING j.id, j.state
+WITH f AS (
+    SELECT unnest($1::bigint[]) AS id,
+           unnest($2::uuid[]) AS token,
+           unnest($3::bigint[]) AS generation,
+           unnest($4::bigint[]) AS delay_us
+), locked AS (
+    SELECT j.id
+    FROM tenure.jobs j JOIN f ON j.id = f.id
+    WHERE j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
+    FOR UPDATE OF j SKIP LOCKED
+), done AS (
+    UPDATE tenure.jobs j
+    SET state = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready'::tenure.job_state ELSE 'cancelled'::tenure.job_state END,
+        run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() + f.delay_us * interval '1 microsecond' ELSE j.run_at END,
+        attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+        snoozes = CASE WHEN j.cancel_requested_at IS NULL THEN j.snoozes + 1 ELSE j.snoozes END,
+        claim_token = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.claim_token END,
+        finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+        locked_by = NULL,
+        locked_until = NULL,
+        updated_at = now()
+    FROM f JOIN locked l ON l.id = f.id
+    WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
+    RETURNING j.id, j.state
+)
+SELECT d.id, d.state, false AS busy FROM done d
+UNION ALL
+SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
+WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
+  AND j.generation = f.generation
 `
 
 type SnoozeManyParams struct {
@@ -4328,13 +4454,15 @@ type SnoozeManyParams struct {
 type SnoozeManyRow struct {
 	ID    int64
 	State TenureJobState
+	Busy  bool
 }
 
 // running -> ready after delay_us, asked by the handler (worker.Snooze): the attempt is not
 // charged (attempts goes back down) and snoozes counts it. Fenced by token and generation.
 // The engine decides beforehand that the job may still snooze (snoozes below the kind's
 // limit); past it the handler's snooze is a failed attempt (FailMany). A job with a pending
-// cancel request ends cancelled instead. The next claim takes generation+1.
+// cancel request ends cancelled instead. The next claim takes generation+1. A locked row is
+// returned busy (CompleteMany).
 func (q *Queries) SnoozeMany(ctx context.Context, arg SnoozeManyParams) ([]SnoozeManyRow, error) {
 	rows, err := q.db.Query(ctx, snoozeMany,
 		arg.Ids,
@@ -4349,7 +4477,7 @@ func (q *Queries) SnoozeMany(ctx context.Context, arg SnoozeManyParams) ([]Snooz
 	items := []SnoozeManyRow{}
 	for rows.Next() {
 		var i SnoozeManyRow
-		if err := rows.Scan(&i.ID, &i.State); err != nil {
+		if err := rows.Scan(&i.ID, &i.State, &i.Busy); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

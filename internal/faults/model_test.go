@@ -559,24 +559,30 @@ func (w *mWorker) finish(ctx context.Context, kind int, hs []heldTok, stale bool
 	switch kind {
 	case finComplete:
 		name = "CompleteMany"
-		var rows []int64
+		var rows []gen.CompleteManyRow
 		rows, err = w.q.CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: toks})
-		for _, id := range rows {
-			got[id] = "succeeded"
+		for _, r := range rows {
+			if !r.Busy { // busy: another session held the row (not expected under the model's lock): not landed
+				got[r.ID] = "succeeded"
+			}
 		}
 	case finFail:
 		name = "FailMany"
 		var rows []gen.FailManyRow
 		rows, err = w.q.FailMany(ctx, gen.FailManyParams{Ids: ids, Tokens: toks, States: states, DelayUs: delays, Codes: codes, Messages: msgs})
 		for _, r := range rows {
-			got[r.ID] = string(r.State)
+			if !r.Busy {
+				got[r.ID] = string(r.State)
+			}
 		}
 	case finRelease:
 		name = "ReleaseMany"
 		var rows []gen.ReleaseManyRow
 		rows, err = w.q.ReleaseMany(ctx, gen.ReleaseManyParams{Ids: ids, Tokens: toks, DelayUs: delays})
 		for _, r := range rows {
-			got[r.ID] = string(r.State)
+			if !r.Busy {
+				got[r.ID] = string(r.State)
+			}
 		}
 	}
 	after := time.Now()

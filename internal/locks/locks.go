@@ -15,7 +15,9 @@
 // More locks live in the separate two-int4 key space (pg_advisory_xact_lock(int4, int4), which
 // never matches a bigint key): (LimitsClass+s, hashtext(queue)) for the queue's limit stripes
 // s = 0..3, transaction scope, held by every limited claim of the queue (worker/limits.go) from
-// before it counts until its commit: one stripe by a striped claim, all four by an exclusive one.
+// before it counts until its commit: one stripe by a striped claim, all four by an exclusive one;
+// and (FinishWaitClass, hashint8(job id)), transaction scope, held by a finish waiting for
+// another session's lock on the job's row (worker/finish.go finishLocked), probed by the sweep.
 //
 // Migrate keeps its historical value (a running older binary must still exclude a newer one
 // that migrates the same database); the pruner moved to a key of its own. A new lock gets the
@@ -37,6 +39,13 @@ const (
 	// try-locks it for its transaction; worker/limits.go).
 	FlowPrune Key = 0x74656e7572650004
 )
+
+// FinishWaitClass is the first int4 of the lock a finish waiting for another session's row
+// lock holds for its transaction (pg_advisory_xact_lock(FinishWaitClass, hashint8(job id)),
+// db/queries.sql LockFinish, written there as 1952804473); the sweep (LockExpired) probes it
+// and leaves such a row to the finish. "tenu" + 4, past LimitsClass's four stripes. Two jobs
+// whose ids hash alike share it, which only makes a sweep skip a row once more.
+const FinishWaitClass int32 = 0x74656e79
 
 // LimitsClass is the first int4 of the limited claims' stripe locks
 // (pg_advisory_xact_lock(LimitsClass+stripe, hashtext(queue)), stripes 0..3): "tenu" in ASCII.

@@ -1,0 +1,78 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// stalePlan recognises exactly PostgreSQL's refusal of a cached statement whose result type
+// changed (retryStale re-runs only those): not another 0A000 (feature_not_supported), not
+// another error.
+func TestStalePlanClassification(t *testing.T) {
+	stale := &pgconn.PgError{Code: "0A000", Message: "cached plan must not change result type"}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{stale, true},
+		{fmt.Errorf("claim: %w", stale), true},
+		{fmt.Errorf("tx: %w", fmt.Errorf("claim: %w", stale)), true},
+		{&pgconn.PgError{Code: "0A000", Message: "FOR UPDATE cannot be applied to the nullable side of an outer join"}, false},
+		{&pgconn.PgError{Code: "26000", Message: "prepared statement \"x\" does not exist"}, false},
+		{&pgconn.PgError{Code: "40001", Message: "cached plan must not change result type"}, false},
+		{errors.New("cached plan must not change result type"), false},
+		{nil, false},
+	} {
+		if got := stalePlan(tc.err); got != tc.want {
+			t.Errorf("stalePlan(%v) = %t, want %t", tc.err, got, tc.want)
+		}
+	}
+}
+
+// retryStale re-runs a call only while it fails stale, and at most staleStatementsPerCall
+// times per engine connection plus once (w.eng nil here: one try).
+func TestRetryStaleBound(t *testing.T) {
+	stale := &pgconn.PgError{Code: "0A000", Message: "cached plan must not change result type"}
+	w := &Worker{m: newMetrics()}
+	calls := 0
+	err := w.retryStale(func() error { calls++; return stale })
+	if !errors.Is(err, stale) || calls != 1 {
+		t.Fatalf("without a pool: %d calls, err %v", calls, err)
+	}
+	calls = 0
+	err = w.retryStale(func() error { calls++; return errors.New("other") })
+	if err == nil || calls != 1 {
+		t.Fatalf("another error is not retried: %d calls", calls)
+	}
+	pc, err := pgxpool.ParseConfig("postgres://nobody@127.0.0.1:1/none?pool_max_conns=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.eng, err = pgxpool.NewWithConfig(context.Background(), pc) // connects lazily: never here
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.eng.Close()
+	for _, staleFor := range []int{0, 1, 5, 12, 13, 100} {
+		calls = 0
+		err = w.retryStale(func() error {
+			calls++
+			if calls <= staleFor {
+				return stale
+			}
+			return nil
+		})
+		want, wantErr := staleFor+1, false
+		if staleFor >= 1+staleStatementsPerCall*3 {
+			want, wantErr = 1+staleStatementsPerCall*3, true
+		}
+		if calls != want || (err != nil) != wantErr {
+			t.Errorf("stale for %d tries: %d calls (want %d), err %v", staleFor, calls, want, err)
+		}
+	}
+}

@@ -1,0 +1,125 @@
+package worker_test
+
+// Issue 29, item 4: rolling migrations 0014–0015 back and applying them again under running
+// workers changes the result type of statements every engine connection has cached (0014 turns
+// columns of tenure.jobs into domains and back). PostgreSQL then refuses each cached statement
+// once per connection with "cached plan must not change result type" (SQLSTATE 0A000); pgx
+// drops the statement from that connection's cache, but the engine counted a claim error and
+// backed off, failed the heartbeat, abandoned the finish (the job ran again) or skipped the
+// sweep, connection after connection, for up to ~20 s.
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/db/migrations"
+	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker"
+)
+
+// TestMigrationUnderLoadRecoversAtOnce: a worker runs a steady stream of short and
+// heartbeated jobs while migrations 0015 and 0014 are rolled back and applied again, twice.
+// Expected: the engine re-runs a statement PostgreSQL refused as stale at once (it counts
+// StalePlanRetries), so no claim, heartbeat, finish or sweep fails (their error counters stay
+// at 0), no lease is lost, and every job runs exactly once (generation 1) and succeeds.
+func TestMigrationUnderLoadRecoversAtOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 16}})
+	cfg.ReclaimEvery = 50 * time.Millisecond
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	runs := map[int64]int{}
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error {
+		mu.Lock()
+		runs[job.ID]++
+		mu.Unlock()
+		d := 5 * time.Millisecond
+		if job.Args.N%10 == 0 {
+			d = 1500 * time.Millisecond // past lease/3: heartbeated
+		}
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}, &worker.HandlerOptions{Retry: fastRetry, Timeout: time.Minute})
+	c := newClient(t, pool, w)
+	startWorker(t, w)
+
+	var ids []int64
+	var idsMu sync.Mutex
+	var produced atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			// An insert may wait for (or, while 0014 is rolled back, fail against) the
+			// migration: only the jobs that were inserted count.
+			row, err := c.Insert(ctx, noopArgs{N: i}, &jobs.InsertOpts{Lease: 2 * time.Second})
+			if err == nil {
+				idsMu.Lock()
+				ids = append(ids, row.ID)
+				idsMu.Unlock()
+				produced.Add(1)
+			}
+		}
+	}()
+	// Every engine connection has cached its statements before the schema changes.
+	waitFor(t, 30*time.Second, "the worker to warm up", func() bool {
+		st := w.Stats()
+		return st.Succeeded >= 100 && st.Heartbeats >= 5
+	})
+	for range 2 {
+		_, err = migrations.Down(ctx, pool, 2)
+		require.NoError(t, err)
+		time.Sleep(500 * time.Millisecond) // the engine runs its statements on the old types
+		_, err = migrations.Up(ctx, pool)
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+	}
+	close(stop)
+	wg.Wait()
+	idsMu.Lock()
+	defer idsMu.Unlock()
+	waitFor(t, 60*time.Second, "every inserted job to succeed", func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tenure.jobs WHERE id = ANY($1) AND state = 'succeeded'", ids).Scan(&n))
+		return n == len(ids)
+	})
+	var twice int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tenure.jobs WHERE id = ANY($1) AND generation <> 1", ids).Scan(&twice))
+	require.Zero(t, twice, "jobs claimed more than once")
+	mu.Lock()
+	for _, id := range ids {
+		require.Equal(t, 1, runs[id], "job %d's handler runs", id)
+	}
+	mu.Unlock()
+	st := w.Stats()
+	t.Logf("%d jobs; stale statements re-run: %d; claim errors %d, heartbeat errors %d, sweep errors %d, finishes retried %d / abandoned %d",
+		len(ids), st.StalePlanRetries, st.ClaimErrors, st.HeartbeatErrors, st.ReclaimErrors, st.FinishRetries, st.FinishAbandoned)
+	require.Zero(t, st.ClaimErrors, "%+v", st)
+	require.Zero(t, st.HeartbeatErrors, "%+v", st)
+	require.Zero(t, st.ReclaimErrors, "%+v", st)
+	require.Zero(t, st.FinishAbandoned, "%+v", st)
+	require.Zero(t, st.FinishRetries, "%+v", st)
+	require.Zero(t, st.LeasesLost, "%+v", st)
+	require.Positive(t, st.StalePlanRetries, "the schema change made cached statements stale: %+v", st)
+}
