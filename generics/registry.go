@@ -45,12 +45,24 @@ func Upgrade[Old any, New any](from int, fn func(Old) (New, error)) Upgrader {
 	}}
 }
 
-// KindDefaults are per-kind enqueue defaults. Zero fields fall back to the client's defaults.
+// KindDefaults are a kind's defaults, declared once with its args type (ArgsWithDefaults) or
+// recorded from a worker's HandlerOptions. Zero fields mean "not set": the next layer applies
+// (docs/guide.md "Kind defaults").
 type KindDefaults struct {
+	// Queue, Priority (1..9), MaxAttempts (1..1000) and Lease (1s..24h) are enqueue defaults:
+	// every insert path applies them when the insert does not say.
 	Queue       string
-	Priority    int // 1..9; 0 means "not set" (the client's default priority applies)
+	Priority    int
 	MaxAttempts int
 	Lease       time.Duration
+	// Timeout bounds one attempt (worker.HandlerOptions.Timeout).
+	Timeout time.Duration
+	// RetryBase and RetryCap make the kind's retry policy worker.FullJitter{Base, Cap}
+	// (worker.HandlerOptions.Retry, when set, replaces it).
+	RetryBase, RetryCap time.Duration
+	// Unique, when set, makes the kind's jobs unique unless the insert's own Unique says
+	// otherwise (the Go insert paths; tenure.enqueue takes uniqueness from its arguments only).
+	Unique *UniqueDefaults
 }
 
 // KindInfo is what the registry knows about one kind.

@@ -226,6 +226,19 @@ func (o *InsertOpts) Or(d InsertOpts) *InsertOpts {
 	return &out
 }
 
+// DefaultsInsertOpts returns the enqueue part of a kind's defaults (queue, priority, max
+// attempts, lease, uniqueness) as InsertOpts, for layering under per-insert options with Or.
+func DefaultsInsertOpts(d generics.KindDefaults) InsertOpts {
+	o := InsertOpts{Queue: d.Queue, Priority: d.Priority, MaxAttempts: d.MaxAttempts, Lease: d.Lease}
+	if u := d.Unique; u != nil {
+		o.Unique = &UniqueOpts{ByArgs: u.ByArgs, Fields: slices.Clone(u.Fields), ByQueue: u.ByQueue, ByPeriod: u.ByPeriod}
+		for _, st := range u.States {
+			o.Unique.States = append(o.Unique.States, State(st))
+		}
+	}
+	return o
+}
+
 // InsertManyParams is one job of an InsertMany call.
 type InsertManyParams struct {
 	Args generics.Args
@@ -346,6 +359,14 @@ func (c *Client) prepareOpts(ctx context.Context, args generics.Args, opts *Inse
 		c.hook(ctx, kind, &o)
 		opts = &o
 	}
+	// Declared defaults first (the args type's own, whatever the client was built with),
+	// then what a registry recorded for the kind, then the package defaults.
+	if d, ok := generics.DefaultsOf(args); ok {
+		if err := d.Check(); err != nil {
+			return prepared{}, &OptionError{Field: "Defaults", Msg: fmt.Sprintf("kind %q declares %v", kind, err)}
+		}
+		opts = opts.Or(DefaultsInsertOpts(d))
+	}
 	if c.reg != nil {
 		info, ok := c.reg.Lookup(kind)
 		if !ok {
@@ -355,8 +376,7 @@ func (c *Client) prepareOpts(ctx context.Context, args generics.Args, opts *Inse
 			return prepared{}, &generics.PayloadError{Kind: kind, Version: args.PayloadVersion(), Reason: generics.ErrUnsupportedVersion,
 				Err: fmt.Errorf("registered version is %d", info.Version)}
 		}
-		d := info.Defaults
-		opts = opts.Or(InsertOpts{Queue: d.Queue, Priority: d.Priority, MaxAttempts: d.MaxAttempts, Lease: d.Lease})
+		opts = opts.Or(DefaultsInsertOpts(info.Defaults))
 	}
 	o := *opts.Or(InsertOpts{Queue: DefaultQueue, Priority: DefaultPriority, MaxAttempts: DefaultMaxAttempts, Lease: DefaultLease})
 	switch {
