@@ -1923,22 +1923,29 @@ WHERE (t.queue, t.priority, t.max_attempts, t.lease_ms, t.timeout_ms)
       IS DISTINCT FROM (excluded.queue, excluded.priority, excluded.max_attempts, excluded.lease_ms, excluded.timeout_ms);
 
 -- name: UnservedJobs :many
--- Ready jobs (due or scheduled) that no live worker can run, per queue and kind: no live worker
--- (tenure.workers, not expired) both serves the queue and registers the kind (tenure.kinds).
--- queue_served and kind_registered say which half is missing.
+-- Ready jobs (due or scheduled) that no live worker can run, per queue, priority and kind: no
+-- live worker (tenure.workers, not expired) both serves the queue and registers the kind
+-- (tenure.kinds). queue_served and kind_registered say which half is missing.
 WITH live AS (
     SELECT w.id, w.queues FROM tenure.workers w WHERE w.expires_at > now()
 ), groups AS (
-    SELECT j.queue, j.kind, count(*)::bigint AS ready
+    SELECT j.queue, j.priority, j.kind, count(*)::bigint AS ready
     FROM tenure.jobs j
     WHERE j.state = 'ready'
-    GROUP BY j.queue, j.kind
+    GROUP BY j.queue, j.priority, j.kind
 )
-SELECT g.queue, g.kind, g.ready,
+SELECT g.queue, g.priority, g.kind, g.ready,
        EXISTS (SELECT 1 FROM live l WHERE (l.queues -> g.queue) IS NOT NULL)::boolean AS queue_served,
        EXISTS (SELECT 1 FROM live l JOIN tenure.kinds k ON k.worker_id = l.id WHERE k.kind = g.kind)::boolean AS kind_registered
 FROM groups g
 WHERE NOT EXISTS (SELECT 1 FROM live l JOIN tenure.kinds k ON k.worker_id = l.id
                   WHERE k.kind = g.kind AND (l.queues -> g.queue) IS NOT NULL)
-ORDER BY g.ready DESC, g.queue, g.kind
+ORDER BY g.ready DESC, g.queue, g.priority DESC, g.kind
 LIMIT sqlc.arg(max_rows)::int;
+
+-- name: ServedQueues :many
+-- The queues some live worker serves (its registry row's queues, not expired).
+SELECT DISTINCT q::text AS queue
+FROM tenure.workers w, jsonb_object_keys(w.queues) AS q
+WHERE w.expires_at > now()
+ORDER BY 1;

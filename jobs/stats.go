@@ -28,6 +28,25 @@ type BandStats struct {
 	// (run_at to claim of their last attempt) percentiles.
 	Finished, Succeeded       int64
 	WaitP50, WaitP95, WaitP99 time.Duration
+
+	// Unserved counts the band's ready jobs (due or scheduled) that no live worker can run:
+	// no live worker both serves the queue and registers the job's kind (Stats.Unserved says
+	// which kinds and why). QueueServed reports whether any live worker serves the queue.
+	Unserved    int64
+	QueueServed bool
+}
+
+// UnservedJobs are the ready jobs of one queue and kind that no live worker can run: no worker
+// whose registry row (tenure.workers) is live both serves Queue and registers Kind (the kinds it
+// published in tenure.kinds). Such jobs wait forever until a worker that can run them starts.
+// Workers with the registry off (worker.Config.RegistryEvery < 0) are not seen.
+type UnservedJobs struct {
+	Queue, Kind string
+	Ready       int64
+	// QueueServed: some live worker serves Queue. KindRegistered: some live worker registers
+	// Kind. Either may be true alone (the queue is served by workers without the kind, or
+	// the kind is registered by workers that do not serve the queue).
+	QueueServed, KindRegistered bool
 }
 
 // DeadCodes counts dead jobs by queue, kind and last error code.
@@ -42,7 +61,13 @@ type Stats struct {
 	Bands  []BandStats
 	// TopDeadCodes are the most frequent error codes of dead jobs (at most 20 rows).
 	TopDeadCodes []DeadCodes
+	// Unserved lists the queues and kinds with ready jobs that no live worker can run, most
+	// jobs first (at most MaxUnservedRows rows); empty when every ready job can be run.
+	Unserved []UnservedJobs
 }
+
+// maxUnservedGroups bounds the (queue, priority, kind) groups of unserved jobs Stats reads.
+const maxUnservedGroups = 1000
 
 // Stats returns per queue and priority counts, the oldest ready age and wait percentiles of the
 // jobs finished within window (default 5 minutes). Starvation shows per band, never as a
@@ -63,6 +88,25 @@ func (c *Client) Stats(ctx context.Context, window time.Duration) (*Stats, error
 	if err != nil {
 		return nil, err
 	}
+	unserved, err := c.q.UnservedJobs(ctx, maxUnservedGroups)
+	if err != nil {
+		return nil, err
+	}
+	servedRows, err := c.q.ServedQueues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	served := make(map[string]bool, len(servedRows))
+	for _, q := range servedRows {
+		served[q] = true
+	}
+	// Group by queue and kind (the rows are per queue, priority and kind).
+	sort.SliceStable(unserved, func(i, j int) bool {
+		if unserved[i].Queue != unserved[j].Queue {
+			return unserved[i].Queue < unserved[j].Queue
+		}
+		return unserved[i].Kind < unserved[j].Kind
+	})
 	type key struct {
 		q string
 		p int16
@@ -87,6 +131,20 @@ func (c *Client) Stats(ctx context.Context, window time.Duration) (*Stats, error
 		b := band(w.Queue, w.Priority)
 		b.Finished, b.Succeeded = w.Finished, w.Succeeded
 		b.WaitP50, b.WaitP95, b.WaitP99 = secs(w.WaitP50S), secs(w.WaitP95S), secs(w.WaitP99S)
+	}
+	for _, u := range unserved {
+		b := band(u.Queue, u.Priority)
+		b.Unserved += u.Ready
+		if n := len(s.Unserved); n > 0 && s.Unserved[n-1].Queue == u.Queue && s.Unserved[n-1].Kind == u.Kind {
+			s.Unserved[n-1].Ready += u.Ready
+			continue
+		}
+		s.Unserved = append(s.Unserved, UnservedJobs{Queue: u.Queue, Kind: u.Kind, Ready: u.Ready,
+			QueueServed: u.QueueServed, KindRegistered: u.KindRegistered})
+	}
+	sort.SliceStable(s.Unserved, func(i, j int) bool { return s.Unserved[i].Ready > s.Unserved[j].Ready })
+	for i := range s.Bands {
+		s.Bands[i].QueueServed = served[s.Bands[i].Queue]
 	}
 	sort.Slice(s.Bands, func(i, j int) bool {
 		if s.Bands[i].Queue != s.Bands[j].Queue {

@@ -4312,6 +4312,34 @@ func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
 	return i, err
 }
 
+const servedQueues = `-- name: ServedQueues :many
+SELECT DISTINCT q::text AS queue
+FROM tenure.workers w, jsonb_object_keys(w.queues) AS q
+WHERE w.expires_at > now()
+ORDER BY 1
+`
+
+// The queues some live worker serves (its registry row's queues, not expired).
+func (q *Queries) ServedQueues(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, servedQueues)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var queue string
+		if err := rows.Scan(&queue); err != nil {
+			return nil, err
+		}
+		items = append(items, queue)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const setQueuePaused = `-- name: SetQueuePaused :one
 INSERT INTO tenure.queues AS q (name, paused, paused_at, updated_by, reason)
 VALUES ($1, $2::boolean, CASE WHEN $2::boolean THEN now() END, $3, $4)
@@ -5334,32 +5362,33 @@ const unservedJobs = `-- name: UnservedJobs :many
 WITH live AS (
     SELECT w.id, w.queues FROM tenure.workers w WHERE w.expires_at > now()
 ), groups AS (
-    SELECT j.queue, j.kind, count(*)::bigint AS ready
+    SELECT j.queue, j.priority, j.kind, count(*)::bigint AS ready
     FROM tenure.jobs j
     WHERE j.state = 'ready'
-    GROUP BY j.queue, j.kind
+    GROUP BY j.queue, j.priority, j.kind
 )
-SELECT g.queue, g.kind, g.ready,
+SELECT g.queue, g.priority, g.kind, g.ready,
        EXISTS (SELECT 1 FROM live l WHERE (l.queues -> g.queue) IS NOT NULL)::boolean AS queue_served,
        EXISTS (SELECT 1 FROM live l JOIN tenure.kinds k ON k.worker_id = l.id WHERE k.kind = g.kind)::boolean AS kind_registered
 FROM groups g
 WHERE NOT EXISTS (SELECT 1 FROM live l JOIN tenure.kinds k ON k.worker_id = l.id
                   WHERE k.kind = g.kind AND (l.queues -> g.queue) IS NOT NULL)
-ORDER BY g.ready DESC, g.queue, g.kind
+ORDER BY g.ready DESC, g.queue, g.priority DESC, g.kind
 LIMIT $1::int
 `
 
 type UnservedJobsRow struct {
 	Queue          string
+	Priority       int16
 	Kind           string
 	Ready          int64
 	QueueServed    bool
 	KindRegistered bool
 }
 
-// Ready jobs (due or scheduled) that no live worker can run, per queue and kind: no live worker
-// (tenure.workers, not expired) both serves the queue and registers the kind (tenure.kinds).
-// queue_served and kind_registered say which half is missing.
+// Ready jobs (due or scheduled) that no live worker can run, per queue, priority and kind: no
+// live worker (tenure.workers, not expired) both serves the queue and registers the kind
+// (tenure.kinds). queue_served and kind_registered say which half is missing.
 func (q *Queries) UnservedJobs(ctx context.Context, maxRows int32) ([]UnservedJobsRow, error) {
 	rows, err := q.db.Query(ctx, unservedJobs, maxRows)
 	if err != nil {
@@ -5371,6 +5400,7 @@ func (q *Queries) UnservedJobs(ctx context.Context, maxRows int32) ([]UnservedJo
 		var i UnservedJobsRow
 		if err := rows.Scan(
 			&i.Queue,
+			&i.Priority,
 			&i.Kind,
 			&i.Ready,
 			&i.QueueServed,
