@@ -68,7 +68,9 @@ func (w *Worker) neededPrivileges() []tablePrivilege {
 	}
 	// Kind defaults are published at Start and with each registry heartbeat (registry.go).
 	add("kinds", "publishing kind defaults", "SELECT", "INSERT", "UPDATE", "DELETE")
-	add("workers", "publishing kind defaults", "SELECT")
+	if w.cfg.RegistryEvery <= 0 { // else the registry's line covers it
+		add("workers", "publishing kind defaults", "SELECT")
+	}
 	if len(w.cfg.Periodic) > 0 {
 		add("periodic", "periodic schedules", "SELECT", "INSERT", "UPDATE")
 		add("jobs", "periodic schedules", "INSERT")

@@ -144,7 +144,7 @@ func TestGrantWorkerCoversStartCheck(t *testing.T) {
 		return g, r.Scan(&g.table, &g.priv)
 	})
 	require.NoError(t, err)
-	require.Len(t, grants, 36, "grant_worker's privileges: %v", grants)
+	require.Len(t, grants, 40, "grant_worker's privileges: %v", grants)
 	for _, g := range grants {
 		_, err := pool.Exec(ctx, fmt.Sprintf("REVOKE %s ON tenure.%s FROM %s", g.priv, g.table, role))
 		require.NoError(t, err)

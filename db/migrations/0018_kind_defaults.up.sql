@@ -55,14 +55,14 @@ DECLARE
     v_tries  integer := 0;
     v_def    record;
 BEGIN
-    -- Arguments left NULL take the kind's published defaults (tenure.kinds: the declaration a
-    -- live worker published last, else the last one published), then the library's.
+    -- Arguments left NULL take the kind's published defaults (tenure.kinds, the latest
+    -- published: publishing deletes the kind's rows of workers no longer live), then the
+    -- library's. Only tenure.kinds is read, so grant_enqueuer needs nothing more.
     IF enqueue.queue IS NULL OR enqueue.priority IS NULL OR enqueue.max_attempts IS NULL OR enqueue.lease_ms IS NULL THEN
         SELECT k.queue, k.priority, k.max_attempts, k.lease_ms INTO v_def
         FROM tenure.kinds k
         WHERE k.kind = enqueue.kind
-        ORDER BY EXISTS (SELECT 1 FROM tenure.workers w WHERE w.id = k.worker_id AND w.expires_at > now()) DESC,
-                 k.published_at DESC, k.worker_id
+        ORDER BY k.published_at DESC, k.worker_id
         LIMIT 1;
         enqueue.queue        := coalesce(enqueue.queue, v_def.queue, 'default');
         enqueue.priority     := coalesce(enqueue.priority, v_def.priority, 2);
