@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
