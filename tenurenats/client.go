@@ -156,6 +156,10 @@ func (c *Client) prepare(ctx context.Context, args generics.Args, opts *jobs.Ins
 		o.Metadata = maps.Clone(o.Metadata)
 		c.cfg.BeforeInsert(ctx, kind, &o)
 	}
+	// The args type's declared defaults first, then the registry's (as jobs.Client).
+	if d, ok := generics.DefaultsOf(args); ok && o.MaxAttempts == 0 {
+		o.MaxAttempts = d.MaxAttempts
+	}
 	if c.cfg.Registry != nil {
 		info, ok := c.cfg.Registry.Lookup(kind)
 		if !ok {

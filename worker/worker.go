@@ -204,6 +204,20 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 	return nil
 }
 
+// DeclaredOptions returns opts (nil counts as zero) with its zero Queue, Priority,
+// MaxAttempts, Lease, Timeout and nil Retry taken from the defaults args type A declares
+// (generics.ArgsWithDefaults; Retry becomes FullJitter{RetryBase, RetryCap}). Options that
+// contradict the declaration are refused with ErrDefaultsConflict. Register applies it; so do
+// other engines' registrations (tenurenats.Register).
+func DeclaredOptions[A generics.Args](opts *HandlerOptions) (HandlerOptions, error) {
+	var zero A
+	o, _, err := mergeDeclared[A](zero.Kind(), opts)
+	if err != nil {
+		return HandlerOptions{}, err
+	}
+	return *o, nil
+}
+
 // mergeDeclared fills the zero fields of opts from the defaults args type A declares
 // (generics.ArgsWithDefaults) and refuses options that contradict them (ErrDefaultsConflict).
 func mergeDeclared[A generics.Args](kind string, opts *HandlerOptions) (*HandlerOptions, generics.KindDefaults, error) {
