@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/db/migrations"
 )
 
 // BandStats are the numbers of one queue and priority band, on the database clock.
@@ -88,11 +89,11 @@ func (c *Client) Stats(ctx context.Context, window time.Duration) (*Stats, error
 	if err != nil {
 		return nil, err
 	}
-	unserved, err := c.q.UnservedJobs(ctx, maxUnservedGroups)
+	unserved, err := c.unservedRows(ctx)
 	if err != nil {
 		return nil, err
 	}
-	servedRows, err := c.q.ServedQueues(ctx)
+	servedRows, err := c.ServedQueues(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -100,13 +101,6 @@ func (c *Client) Stats(ctx context.Context, window time.Duration) (*Stats, error
 	for _, q := range servedRows {
 		served[q] = true
 	}
-	// Group by queue and kind (the rows are per queue, priority and kind).
-	sort.SliceStable(unserved, func(i, j int) bool {
-		if unserved[i].Queue != unserved[j].Queue {
-			return unserved[i].Queue < unserved[j].Queue
-		}
-		return unserved[i].Kind < unserved[j].Kind
-	})
 	type key struct {
 		q string
 		p int16
@@ -133,16 +127,9 @@ func (c *Client) Stats(ctx context.Context, window time.Duration) (*Stats, error
 		b.WaitP50, b.WaitP95, b.WaitP99 = secs(w.WaitP50S), secs(w.WaitP95S), secs(w.WaitP99S)
 	}
 	for _, u := range unserved {
-		b := band(u.Queue, u.Priority)
-		b.Unserved += u.Ready
-		if n := len(s.Unserved); n > 0 && s.Unserved[n-1].Queue == u.Queue && s.Unserved[n-1].Kind == u.Kind {
-			s.Unserved[n-1].Ready += u.Ready
-			continue
-		}
-		s.Unserved = append(s.Unserved, UnservedJobs{Queue: u.Queue, Kind: u.Kind, Ready: u.Ready,
-			QueueServed: u.QueueServed, KindRegistered: u.KindRegistered})
+		band(u.Queue, u.Priority).Unserved += u.Ready
 	}
-	sort.SliceStable(s.Unserved, func(i, j int) bool { return s.Unserved[i].Ready > s.Unserved[j].Ready })
+	s.Unserved = groupUnserved(unserved)
 	for i := range s.Bands {
 		s.Bands[i].QueueServed = served[s.Bands[i].Queue]
 	}
@@ -159,5 +146,61 @@ func (c *Client) Stats(ctx context.Context, window time.Duration) (*Stats, error
 }
 
 var _ = gen.WaitStatsRow{}
+
+// Unserved returns the ready jobs (due or scheduled) that no live worker can run, per queue and
+// kind, most jobs first (see UnservedJobs): the part of Stats that the dashboard and metrics
+// read on their own.
+func (c *Client) Unserved(ctx context.Context) ([]UnservedJobs, error) {
+	rows, err := c.unservedRows(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return groupUnserved(rows), nil
+}
+
+// ServedQueues returns the queues some live worker serves (the worker registry's rows that
+// have not expired), sorted.
+func (c *Client) ServedQueues(ctx context.Context) ([]string, error) {
+	qs, err := c.q.ServedQueues(ctx)
+	if err != nil {
+		return nil, migrations.WrapNotMigrated(err)
+	}
+	return qs, nil
+}
+
+func (c *Client) unservedRows(ctx context.Context) ([]gen.UnservedJobsRow, error) {
+	rows, err := c.q.UnservedJobs(ctx, maxUnservedGroups)
+	if err != nil {
+		return nil, migrations.WrapNotMigrated(err)
+	}
+	return rows, nil
+}
+
+// groupUnserved sums rows per queue and kind, most jobs first, then by queue and kind.
+func groupUnserved(rows []gen.UnservedJobsRow) []UnservedJobs {
+	type key struct{ q, k string }
+	idx := map[key]int{}
+	var out []UnservedJobs
+	for _, r := range rows {
+		k := key{r.Queue, r.Kind}
+		if i, ok := idx[k]; ok {
+			out[i].Ready += r.Ready
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, UnservedJobs{Queue: r.Queue, Kind: r.Kind, Ready: r.Ready, QueueServed: r.QueueServed, KindRegistered: r.KindRegistered})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Ready != b.Ready {
+			return a.Ready > b.Ready
+		}
+		if a.Queue != b.Queue {
+			return a.Queue < b.Queue
+		}
+		return a.Kind < b.Kind
+	})
+	return out
+}
 
 func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
