@@ -58,12 +58,12 @@ type deadCode struct {
 
 // snapshot is the overview's data, shared by every viewer for Config.RefreshEvery.
 type snapshot struct {
-	At       time.Time
-	Took     time.Duration
-	Bands    []band
-	Queues   []jobs.QueueState
-	Workers  []workerView
-	DeadTop  []deadCode
+	At      time.Time
+	Took    time.Duration
+	Bands   []band
+	Queues  []jobs.QueueState
+	Workers []workerView
+	DeadTop []deadCode
 	// NoWorker are the ready jobs no live worker can run, per queue and kind.
 	NoWorker []jobs.UnservedJobs
 	Periodic []jobs.PeriodicSchedule
