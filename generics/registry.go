@@ -86,8 +86,9 @@ func (k *KindInfo) Upgraders() []int {
 }
 
 // Registry knows the registered kinds. It is safe for concurrent use. A worker owns one
-// (Worker.Registry); pass the same registry to the enqueue client so per-kind defaults and
-// strict kind checking apply at enqueue.
+// (Worker.Registry); pass the same registry to the enqueue client so strict kind checking and
+// the defaults recorded from HandlerOptions apply at enqueue (declared defaults,
+// ArgsWithDefaults, apply without it).
 type Registry struct {
 	mu    sync.RWMutex
 	kinds map[string]*KindInfo

@@ -31,8 +31,8 @@ const (
 	PriorityMax      = 9
 )
 
-// Defaults applied when neither the insert options nor the kind's registered defaults say
-// otherwise.
+// Defaults applied when neither the insert options nor the kind's declared defaults
+// (generics.ArgsWithDefaults) nor a registry's say otherwise.
 const (
 	DefaultQueue       = "default"
 	DefaultPriority    = PriorityNormal
@@ -59,7 +59,8 @@ func ValidQueueName(name string) bool { return queueNameRE.MatchString(name) }
 type Config struct {
 	// Registry, when set, makes enqueue strict: unregistered kinds are refused with
 	// ErrUnknownKind, and the kind's registered defaults (queue, priority, max attempts,
-	// lease) apply. Pass the worker's registry (worker.Worker.Registry).
+	// lease: from HandlerOptions) apply under the args type's declared defaults, which apply
+	// with or without a registry. Pass the worker's registry (worker.Worker.Registry).
 	Registry *generics.Registry
 	// MaxPayloadBytes bounds a payload, measured as the database measures it (bytes of jsonb
 	// text, generics.JSONSize). Default and maximum generics.MaxArgsBytes (64 KiB), the
@@ -121,8 +122,9 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	return cl, nil
 }
 
-// InsertOpts are per-insert options. Zero fields mean the kind's registered defaults, then the
-// package defaults.
+// InsertOpts are per-insert options. Zero fields mean the args type's declared defaults
+// (generics.ArgsWithDefaults), then a registry's defaults for the kind, then the package
+// defaults (docs/guide.md §9, "Kind defaults").
 type InsertOpts struct {
 	Queue    string
 	Priority int // 1..9; 0 means default

@@ -95,8 +95,9 @@ type InsertResult struct {
 // Insert validates args and opts like jobs.Client.Insert and publishes the job to JetStream,
 // waiting for the stream's acknowledgement. opts.MsgID is not a jobs.InsertOpts field: use
 // InsertWithID to set the message id (default: a random UUID). RunAt and Delay are refused
-// (*jobs.OptionError): JetStream has no scheduled delivery here. Queue, Priority and Lease
-// are accepted and ignored: a consumer's AckWait is the lease (HandlerOptions.Lease) and
+// (*jobs.OptionError): JetStream has no scheduled delivery here. MaxAttempts defaults to the
+// args type's declared one (generics.ArgsWithDefaults), then the registry's. Queue, Priority
+// and Lease are accepted and ignored: a consumer's AckWait is the lease (HandlerOptions.Lease) and
 // JetStream has no priorities.
 func Insert[A generics.Args](ctx context.Context, c *Client, args A, opts *jobs.InsertOpts) (*InsertResult, error) {
 	return InsertWithID(ctx, c, args, opts, "")
