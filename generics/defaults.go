@@ -34,7 +34,9 @@ func DefaultsOf(args Args) (KindDefaults, bool) {
 		return d.Defaults(), true
 	}
 	rv := reflect.ValueOf(args)
-	if rv.Kind() == reflect.Pointer {
+	// Only a value whose pointer type has the method needs the copy below (no allocation on
+	// the insert path of the many types that declare nothing).
+	if rv.Kind() == reflect.Pointer || !reflect.PointerTo(rv.Type()).Implements(argsWithDefaultsType) {
 		return KindDefaults{}, false
 	}
 	ptr := reflect.New(rv.Type())
@@ -44,6 +46,8 @@ func DefaultsOf(args Args) (KindDefaults, bool) {
 	}
 	return KindDefaults{}, false
 }
+
+var argsWithDefaultsType = reflect.TypeFor[ArgsWithDefaults]()
 
 // DefaultsFor returns the defaults args type A declares, as DefaultsOf on A's zero value.
 func DefaultsFor[A Args]() (KindDefaults, bool) {
