@@ -150,6 +150,9 @@ func TestWorkUsesTheDeclaredDefaults(t *testing.T) {
 	require.Equal(t, "retry", res.Outcome.Transition)
 	require.Equal(t, "periodic", res.Job.Queue)
 	require.Equal(t, 4, res.Job.MaxAttempts)
-	// The declared retry policy (cap 20ms), not the default (up to an hour).
-	require.Less(t, res.Job.RunAt.Sub(*res.Job.AttemptedAt), 2*time.Second)
+	// The declared retry policy: a delay of at most the declared 20ms cap (the default
+	// FullJitter{1s, 1h} draws it from [0, 2s) after attempt 1). Work stops the worker after the
+	// first outcome, so the stored row is that attempt's: run_at - updated_at is the same delay.
+	require.LessOrEqual(t, res.Outcome.Delay, 20*time.Millisecond)
+	require.LessOrEqual(t, res.Job.RunAt.Sub(res.Job.UpdatedAt), 20*time.Millisecond)
 }
