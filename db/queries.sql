@@ -1982,3 +1982,58 @@ WHERE key IN (SELECT key FROM tenure.stream_effects WHERE created_at < @before::
 -- released by then). Lowering an amount never needs the queue's lock: every allocation counts a
 -- worker's running jobs whatever its row says (worker/permits.go).
 DELETE FROM tenure.flow_permit WHERE worker_id = @worker_id::text;
+
+-- name: PublishKinds :exec
+-- Kind defaults (migration 0018): a worker publishes the defaults of the kinds it registers
+-- (one array element per kind) at Start
+-- and with every registry heartbeat. An unchanged row is not rewritten (published_at is when
+-- its values last changed). The same statement deletes the rows other workers published for
+-- these kinds if those workers are no longer live (SKIP LOCKED: publishers never wait for each
+-- other); rows of kinds nobody publishes any more stay, so tenure.enqueue keeps their defaults.
+WITH input AS (
+    SELECT unnest(sqlc.arg(kinds)::text[]) AS kind, unnest(sqlc.arg(queues)::text[]) AS queue,
+           unnest(sqlc.arg(priorities)::smallint[]) AS priority, unnest(sqlc.arg(max_attempts)::integer[]) AS max_attempts,
+           unnest(sqlc.arg(lease_ms)::integer[]) AS lease_ms, unnest(sqlc.arg(timeout_ms)::bigint[]) AS timeout_ms
+), pruned AS (
+    DELETE FROM tenure.kinds
+    WHERE (kind, worker_id) IN (
+        SELECT t.kind, t.worker_id FROM tenure.kinds t
+        WHERE t.kind IN (SELECT i.kind FROM input i) AND t.worker_id <> sqlc.arg(worker_id)::text
+          AND NOT EXISTS (SELECT 1 FROM tenure.workers w WHERE w.id = t.worker_id AND w.expires_at > now())
+        FOR UPDATE OF t SKIP LOCKED)
+)
+INSERT INTO tenure.kinds AS t (kind, worker_id, queue, priority, max_attempts, lease_ms, timeout_ms)
+SELECT i.kind, sqlc.arg(worker_id)::text, i.queue, i.priority, i.max_attempts, i.lease_ms, i.timeout_ms FROM input i
+ON CONFLICT (kind, worker_id) DO UPDATE
+SET queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts,
+    lease_ms = excluded.lease_ms, timeout_ms = excluded.timeout_ms, published_at = now()
+WHERE (t.queue, t.priority, t.max_attempts, t.lease_ms, t.timeout_ms)
+      IS DISTINCT FROM (excluded.queue, excluded.priority, excluded.max_attempts, excluded.lease_ms, excluded.timeout_ms);
+
+-- name: UnservedJobs :many
+-- Ready jobs (due or scheduled) that no live worker can run, per queue, priority and kind: no
+-- live worker (tenure.workers, not expired) both serves the queue and registers the kind
+-- (tenure.kinds). queue_served and kind_registered say which half is missing.
+WITH live AS (
+    SELECT w.id, w.queues FROM tenure.workers w WHERE w.expires_at > now()
+), groups AS (
+    SELECT j.queue, j.priority, j.kind, count(*)::bigint AS ready
+    FROM tenure.jobs j
+    WHERE j.state = 'ready'
+    GROUP BY j.queue, j.priority, j.kind
+)
+SELECT g.queue, g.priority, g.kind, g.ready,
+       EXISTS (SELECT 1 FROM live l WHERE (l.queues -> g.queue) IS NOT NULL)::boolean AS queue_served,
+       EXISTS (SELECT 1 FROM live l JOIN tenure.kinds k ON k.worker_id = l.id WHERE k.kind = g.kind)::boolean AS kind_registered
+FROM groups g
+WHERE NOT EXISTS (SELECT 1 FROM live l JOIN tenure.kinds k ON k.worker_id = l.id
+                  WHERE k.kind = g.kind AND (l.queues -> g.queue) IS NOT NULL)
+ORDER BY g.ready DESC, g.queue, g.priority DESC, g.kind
+LIMIT sqlc.arg(max_rows)::int;
+
+-- name: ServedQueues :many
+-- The queues some live worker serves (its registry row's queues, not expired).
+SELECT DISTINCT q::text AS queue
+FROM tenure.workers w, jsonb_object_keys(w.queues) AS q
+WHERE w.expires_at > now()
+ORDER BY 1;

@@ -45,12 +45,24 @@ func Upgrade[Old any, New any](from int, fn func(Old) (New, error)) Upgrader {
 	}}
 }
 
-// KindDefaults are per-kind enqueue defaults. Zero fields fall back to the client's defaults.
+// KindDefaults are a kind's defaults, declared once with its args type (ArgsWithDefaults) or
+// recorded from a worker's HandlerOptions. Zero fields mean "not set": the next layer applies
+// (docs/guide.md "Kind defaults").
 type KindDefaults struct {
+	// Queue, Priority (1..9), MaxAttempts (1..1000) and Lease (1s..24h) are enqueue defaults:
+	// every insert path applies them when the insert does not say.
 	Queue       string
-	Priority    int // 1..9; 0 means "not set" (the client's default priority applies)
+	Priority    int
 	MaxAttempts int
 	Lease       time.Duration
+	// Timeout bounds one attempt (worker.HandlerOptions.Timeout).
+	Timeout time.Duration
+	// RetryBase and RetryCap make the kind's retry policy worker.FullJitter{Base, Cap}
+	// (worker.HandlerOptions.Retry, when set, replaces it).
+	RetryBase, RetryCap time.Duration
+	// Unique, when set, makes the kind's jobs unique unless the insert's own Unique says
+	// otherwise (the Go insert paths; tenure.enqueue takes uniqueness from its arguments only).
+	Unique *UniqueDefaults
 }
 
 // KindInfo is what the registry knows about one kind.
@@ -74,8 +86,9 @@ func (k *KindInfo) Upgraders() []int {
 }
 
 // Registry knows the registered kinds. It is safe for concurrent use. A worker owns one
-// (Worker.Registry); pass the same registry to the enqueue client so per-kind defaults and
-// strict kind checking apply at enqueue.
+// (Worker.Registry); pass the same registry to the enqueue client so strict kind checking and
+// the defaults recorded from HandlerOptions apply at enqueue (declared defaults,
+// ArgsWithDefaults, apply without it).
 type Registry struct {
 	mu    sync.RWMutex
 	kinds map[string]*KindInfo

@@ -31,8 +31,8 @@ const (
 	PriorityMax      = 9
 )
 
-// Defaults applied when neither the insert options nor the kind's registered defaults say
-// otherwise.
+// Defaults applied when neither the insert options nor the kind's declared defaults
+// (generics.ArgsWithDefaults) nor a registry's say otherwise.
 const (
 	DefaultQueue       = "default"
 	DefaultPriority    = PriorityNormal
@@ -59,7 +59,8 @@ func ValidQueueName(name string) bool { return queueNameRE.MatchString(name) }
 type Config struct {
 	// Registry, when set, makes enqueue strict: unregistered kinds are refused with
 	// ErrUnknownKind, and the kind's registered defaults (queue, priority, max attempts,
-	// lease) apply. Pass the worker's registry (worker.Worker.Registry).
+	// lease: from HandlerOptions) apply under the args type's declared defaults, which apply
+	// with or without a registry. Pass the worker's registry (worker.Worker.Registry).
 	Registry *generics.Registry
 	// MaxPayloadBytes bounds a payload, measured as the database measures it (bytes of jsonb
 	// text, generics.JSONSize). Default and maximum generics.MaxArgsBytes (64 KiB), the
@@ -121,8 +122,9 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	return cl, nil
 }
 
-// InsertOpts are per-insert options. Zero fields mean the kind's registered defaults, then the
-// package defaults.
+// InsertOpts are per-insert options. Zero fields mean the args type's declared defaults
+// (generics.ArgsWithDefaults), then a registry's defaults for the kind, then the package
+// defaults (docs/guide.md §9, "Kind defaults").
 type InsertOpts struct {
 	Queue    string
 	Priority int // 1..9; 0 means default
@@ -224,6 +226,19 @@ func (o *InsertOpts) Or(d InsertOpts) *InsertOpts {
 		out.Unique = d.Unique
 	}
 	return &out
+}
+
+// DefaultsInsertOpts returns the enqueue part of a kind's defaults (queue, priority, max
+// attempts, lease, uniqueness) as InsertOpts, for layering under per-insert options with Or.
+func DefaultsInsertOpts(d generics.KindDefaults) InsertOpts {
+	o := InsertOpts{Queue: d.Queue, Priority: d.Priority, MaxAttempts: d.MaxAttempts, Lease: d.Lease}
+	if u := d.Unique; u != nil {
+		o.Unique = &UniqueOpts{ByArgs: u.ByArgs, Fields: slices.Clone(u.Fields), ByQueue: u.ByQueue, ByPeriod: u.ByPeriod}
+		for _, st := range u.States {
+			o.Unique.States = append(o.Unique.States, State(st))
+		}
+	}
+	return o
 }
 
 // InsertManyParams is one job of an InsertMany call.
@@ -346,6 +361,14 @@ func (c *Client) prepareOpts(ctx context.Context, args generics.Args, opts *Inse
 		c.hook(ctx, kind, &o)
 		opts = &o
 	}
+	// Declared defaults first (the args type's own, whatever the client was built with),
+	// then what a registry recorded for the kind, then the package defaults.
+	if d, ok := generics.DefaultsOf(args); ok {
+		if err := d.Check(); err != nil {
+			return prepared{}, &OptionError{Field: "Defaults", Msg: fmt.Sprintf("kind %q declares %v", kind, err)}
+		}
+		opts = opts.Or(DefaultsInsertOpts(d))
+	}
 	if c.reg != nil {
 		info, ok := c.reg.Lookup(kind)
 		if !ok {
@@ -355,8 +378,7 @@ func (c *Client) prepareOpts(ctx context.Context, args generics.Args, opts *Inse
 			return prepared{}, &generics.PayloadError{Kind: kind, Version: args.PayloadVersion(), Reason: generics.ErrUnsupportedVersion,
 				Err: fmt.Errorf("registered version is %d", info.Version)}
 		}
-		d := info.Defaults
-		opts = opts.Or(InsertOpts{Queue: d.Queue, Priority: d.Priority, MaxAttempts: d.MaxAttempts, Lease: d.Lease})
+		opts = opts.Or(DefaultsInsertOpts(info.Defaults))
 	}
 	o := *opts.Or(InsertOpts{Queue: DefaultQueue, Priority: DefaultPriority, MaxAttempts: DefaultMaxAttempts, Lease: DefaultLease})
 	switch {

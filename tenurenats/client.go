@@ -95,8 +95,9 @@ type InsertResult struct {
 // Insert validates args and opts like jobs.Client.Insert and publishes the job to JetStream,
 // waiting for the stream's acknowledgement. opts.MsgID is not a jobs.InsertOpts field: use
 // InsertWithID to set the message id (default: a random UUID). RunAt and Delay are refused
-// (*jobs.OptionError): JetStream has no scheduled delivery here. Queue, Priority and Lease
-// are accepted and ignored: a consumer's AckWait is the lease (HandlerOptions.Lease) and
+// (*jobs.OptionError): JetStream has no scheduled delivery here. MaxAttempts defaults to the
+// args type's declared one (generics.ArgsWithDefaults), then the registry's. Queue, Priority
+// and Lease are accepted and ignored: a consumer's AckWait is the lease (HandlerOptions.Lease) and
 // JetStream has no priorities.
 func Insert[A generics.Args](ctx context.Context, c *Client, args A, opts *jobs.InsertOpts) (*InsertResult, error) {
 	return InsertWithID(ctx, c, args, opts, "")
@@ -155,6 +156,10 @@ func (c *Client) prepare(ctx context.Context, args generics.Args, opts *jobs.Ins
 	if c.cfg.BeforeInsert != nil {
 		o.Metadata = maps.Clone(o.Metadata)
 		c.cfg.BeforeInsert(ctx, kind, &o)
+	}
+	// The args type's declared defaults first, then the registry's (as jobs.Client).
+	if d, ok := generics.DefaultsOf(args); ok && o.MaxAttempts == 0 {
+		o.MaxAttempts = d.MaxAttempts
 	}
 	if c.cfg.Registry != nil {
 		info, ok := c.cfg.Registry.Lookup(kind)

@@ -188,7 +188,8 @@ func (w *Worker) Stats() Stats {
 // consumer AckWait, default 30 s; the handler's message is kept in progress every Lease/3
 // while it runs), MaxAttempts (default 25, when the message does not carry its own) and
 // Upgraders. Queue and Priority are recorded in the registry for a jobs.Client and otherwise
-// unused. Register before Run.
+// unused. Zero options take the args type's declared defaults (generics.ArgsWithDefaults), as
+// in worker.Register. Register before Run.
 func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *generics.Job[A]) error, opts *worker.HandlerOptions) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil handler", ErrInvalidConfig)
@@ -198,9 +199,10 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 	if err := checkKindToken(kind); err != nil {
 		return err
 	}
-	var o worker.HandlerOptions
-	if opts != nil {
-		o = *opts
+	// The args type's declared defaults (generics.ArgsWithDefaults) fill what opts leaves.
+	o, err := worker.DeclaredOptions[A](opts)
+	if err != nil {
+		return err
 	}
 	if o.Timeout == 0 {
 		o.Timeout = time.Minute

@@ -89,6 +89,7 @@ type ClusterCollector struct {
 
 	jobs, oldestReady, leaseExpired, cancelRequested, deadByCode,
 	workers, heartbeatAge, lastSuccessAge, workerExpired, workerJobs, scrapeDur, snapshotAge *prometheus.Desc
+	unserved *prometheus.Desc
 }
 
 // snapshot is the result of one refresh: its metrics, or the error that ended it.
@@ -143,14 +144,16 @@ func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollec
 		workerExpired:   prometheus.NewDesc("tenure_registered_worker_expired", "1 when the worker's registry row expired (the worker is most likely gone).", []string{"worker"}, nil),
 		workerJobs:      prometheus.NewDesc("tenure_registered_worker_jobs_total", "Attempts the worker finished since it started, by outcome, as of its last registry refresh.", []string{"worker", "outcome"}, nil),
 		scrapeDur:       prometheus.NewDesc("tenure_cluster_scrape_duration_seconds", "How long the cluster collector's statements took, in the refresh whose snapshot this scrape serves.", nil, nil),
-		snapshotAge:     prometheus.NewDesc("tenure_cluster_snapshot_age_seconds", "Age of the served snapshot: time since its refresh started (see ClusterConfig.MaxAge and Wait).", nil, nil),
+		unserved: prometheus.NewDesc("tenure_ready_unserved_jobs", "Ready jobs (due or scheduled) that no live worker can run: no worker in the registry both serves the queue and registers the kind (jobs.Stats.Unserved), by queue and kind.",
+			[]string{"queue", "kind"}, nil),
+		snapshotAge: prometheus.NewDesc("tenure_cluster_snapshot_age_seconds", "Age of the served snapshot: time since its refresh started (see ClusterConfig.MaxAge and Wait).", nil, nil),
 	}, nil
 }
 
 // Describe sends every metric's descriptor.
 func (c *ClusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.oldestReady, c.leaseExpired, c.cancelRequested, c.deadByCode,
-		c.workers, c.heartbeatAge, c.lastSuccessAge, c.workerExpired, c.workerJobs, c.scrapeDur, c.snapshotAge} {
+		c.workers, c.heartbeatAge, c.lastSuccessAge, c.workerExpired, c.workerJobs, c.scrapeDur, c.snapshotAge, c.unserved} {
 		ch <- d
 	}
 	c.errs.Describe(ch)
@@ -249,6 +252,10 @@ func (c *ClusterCollector) collect(ctx context.Context, ch chan<- prometheus.Met
 		return err
 	}
 	workers, err := c.c.Workers(ctx)
+	if err != nil {
+		return err
+	}
+	unserved, err := c.c.Unserved(ctx)
 	if err != nil {
 		return err
 	}
@@ -352,6 +359,16 @@ func (c *ClusterCollector) collect(ctx context.Context, ch chan<- prometheus.Met
 	}
 	for k, n := range out {
 		gauge(c.deadByCode, float64(n), k.queue, k.kind, k.code)
+	}
+	// Ready jobs no live worker can run, on the capped labels (the jobs are ready, so their
+	// kinds and queues were counted above).
+	type qk struct{ queue, kind string }
+	unservedBy := map[qk]int64{}
+	for _, u := range unserved {
+		unservedBy[qk{queueOf(u.Queue), kindOf(u.Kind)}] += u.Ready
+	}
+	for k, n := range unservedBy {
+		gauge(c.unserved, float64(n), k.queue, k.kind)
 	}
 	var live, expired int
 	for _, w := range workers {

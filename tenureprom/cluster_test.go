@@ -40,8 +40,11 @@ FROM (VALUES (5, 'TIMEOUT'), (5, 'TIMEOUT'), (4, 'HANDLER_ERROR'), (5, NULL)) v(
 INSERT INTO tenure.jobs (queue, kind, payload, state, attempts, claim_token, generation, attempted_at, finished_at)
 SELECT 'default', 'ok', '{}', 'succeeded', 1, gen_random_uuid(), 1, now(), now() FROM generate_series(1, 50);
 INSERT INTO tenure.workers (id, host, pid, version, queues, started_at, heartbeat_at, expires_at, last_success_at, counters) VALUES
-  ('w1', 'h', 1, 'v', '{}', now() - interval '1 hour', now() - interval '2 seconds', now() + interval '28 seconds', now() - interval '12 seconds', '{"succeeded": 40, "dead": 4}'),
-  ('w-gone', 'h', 2, 'v', '{}', now() - interval '2 hours', now() - interval '1 hour', now() - interval '59 minutes', NULL, '{}');`)
+  ('w1', 'h', 1, 'v', '{"default": {"concurrency": 1}}', now() - interval '1 hour', now() - interval '2 seconds', now() + interval '28 seconds', now() - interval '12 seconds', '{"succeeded": 40, "dead": 4}'),
+  ('w-gone', 'h', 2, 'v', '{"mail": {"concurrency": 1}}', now() - interval '2 hours', now() - interval '1 hour', now() - interval '59 minutes', NULL, '{}');
+-- w1 (live) serves default and registers ok; only the expired w-gone served mail and flaky.
+INSERT INTO tenure.kinds (kind, worker_id, queue, priority, max_attempts, lease_ms, timeout_ms) VALUES
+  ('ok', 'w1', 'default', 2, 25, 30000, 60000), ('flaky', 'w-gone', 'mail', 5, 3, 30000, 60000);`)
 	require.NoError(t, err)
 
 	col, err := tenureprom.NewClusterCollector(pool, nil)
@@ -74,7 +77,9 @@ INSERT INTO tenure.workers (id, host, pid, version, queues, started_at, heartbea
 		"tenure_registered_worker_jobs_total{outcome=succeeded,worker=w1}":         40,
 		"tenure_registered_worker_jobs_total{outcome=dead,worker=w1}":              4,
 		"tenure_cluster_scrape_errors_total{}":                                     0,
+		"tenure_ready_unserved_jobs{kind=flaky,queue=mail}":                        1,
 	}
+	require.NotContains(t, series, "tenure_ready_unserved_jobs{kind=ok,queue=default}", "a live worker serves it")
 	for k, v := range want {
 		m, ok := series[k]
 		require.True(t, ok, "series %s missing", k)

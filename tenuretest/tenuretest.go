@@ -223,10 +223,12 @@ func list[A generics.Args](js []Job[A]) string {
 
 // WorkOpts adjust Work. A nil *WorkOpts means the defaults.
 type WorkOpts struct {
-	// Insert are the job's insert options (queue, priority, ...). Default: the kind's
-	// defaults from Handler, then the package defaults.
+	// Insert are the job's insert options (queue, priority, ...). Default: the defaults the
+	// args type declares (generics.ArgsWithDefaults), then Handler's, then the package
+	// defaults — what a production insert gets.
 	Insert *jobs.InsertOpts
-	// Handler are the handler's options (Timeout, Queue, ...), as for worker.Register.
+	// Handler are the handler's options, as for worker.Register: nil runs the handler with
+	// the args type's declared timeout and retry policy, as in production.
 	Handler *worker.HandlerOptions
 	// Timeout bounds the wait for the attempt's outcome. Default 30s.
 	Timeout time.Duration
@@ -244,7 +246,10 @@ type Result struct {
 }
 
 // Work enqueues args, starts a worker on pool whose only handler is fn, waits for the
-// outcome of the job's first attempt, stops the worker and returns the outcome. The handler
+// outcome of the job's first attempt, stops the worker and returns the outcome. The job lands
+// in the queue, with the max attempts and lease, that a production insert gives it, and the
+// handler runs with the kind's timeout and retry policy (the args type's declared defaults,
+// generics.ArgsWithDefaults, merged with opts.Handler as worker.Register does). The handler
 // runs under a real claim (claim token, lease, heartbeats), so worker.Effect and
 // worker.CompleteTx behave as in production. A failing attempt is scheduled for retry (or
 // dead) as usual; Work does not wait for later attempts. The test fails if the job is not
@@ -262,9 +267,14 @@ func Work[A generics.Args](ctx context.Context, t T, pool *pgxpool.Pool, fn func
 	if o.Handler != nil {
 		hopts = *o.Handler
 	}
+	// The queue the job lands in, as in production: the insert's, the args type's declared
+	// default (generics.ArgsWithDefaults), the handler options', the package default.
 	queue := jobs.DefaultQueue
 	if hopts.Queue != "" {
 		queue = hopts.Queue
+	}
+	if d, ok := generics.DefaultsOf(args); ok && d.Queue != "" {
+		queue = d.Queue
 	}
 	if o.Insert != nil && o.Insert.Queue != "" {
 		queue = o.Insert.Queue

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -115,4 +116,43 @@ func TestWorkRunsAJobThroughARealClaim(t *testing.T) {
 	require.True(t, strings.Contains(res.Outcome.HandlerErr.Error(), "smtp down"))
 	require.Equal(t, jobs.StateReady, res.Job.State)
 	require.Equal(t, "mail", res.Job.Queue)
+}
+
+// Tick declares its kind's defaults with the args type.
+type Tick struct {
+	N int `json:"n"`
+}
+
+func (Tick) Kind() string        { return "tt_tick" }
+func (Tick) PayloadVersion() int { return 1 }
+func (Tick) Defaults() generics.KindDefaults {
+	return generics.KindDefaults{Queue: "periodic", Priority: 3, MaxAttempts: 4, Lease: 5 * time.Second,
+		Timeout: 200 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 20 * time.Millisecond}
+}
+
+// Work runs the job as production would: in the declared queue, with the declared max
+// attempts, lease, timeout and retry policy (issue 27: it ran attempts=1/25 in queue default).
+func TestWorkUsesTheDeclaredDefaults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := tenuretest.Pool(t)
+	var seen generics.JobMeta
+	res := tenuretest.Work(ctx, t, pool, func(ctx context.Context, job *generics.Job[Tick]) error {
+		seen = job.JobMeta
+		<-ctx.Done() // outlives the declared 200ms timeout
+		return ctx.Err()
+	}, Tick{N: 1}, nil)
+	require.Equal(t, "periodic", seen.Queue)
+	require.Equal(t, 4, seen.MaxAttempts)
+	require.Equal(t, 3, seen.Priority)
+	require.Equal(t, 5*time.Second, seen.Lease)
+	require.Equal(t, worker.CodeTimeout, res.Outcome.Code)
+	require.Equal(t, "retry", res.Outcome.Transition)
+	require.Equal(t, "periodic", res.Job.Queue)
+	require.Equal(t, 4, res.Job.MaxAttempts)
+	// The declared retry policy: a delay of at most the declared 20ms cap (the default
+	// FullJitter{1s, 1h} draws it from [0, 2s) after attempt 1). Work stops the worker after the
+	// first outcome, so the stored row is that attempt's: run_at - updated_at is the same delay.
+	require.LessOrEqual(t, res.Outcome.Delay, 20*time.Millisecond)
+	require.LessOrEqual(t, res.Job.RunAt.Sub(res.Job.UpdatedAt), 20*time.Millisecond)
 }

@@ -26,6 +26,8 @@ type band struct {
 	Queue    string
 	Priority int
 	Paused   bool
+	// Unserved: no live worker serves the queue (the worker registry).
+	Unserved bool
 
 	Ready, Scheduled, Retrying, Running, LeaseExpired, CancelRequested, Dead int64
 	OldestReadyAge                                                           time.Duration
@@ -56,12 +58,14 @@ type deadCode struct {
 
 // snapshot is the overview's data, shared by every viewer for Config.RefreshEvery.
 type snapshot struct {
-	At       time.Time
-	Took     time.Duration
-	Bands    []band
-	Queues   []jobs.QueueState
-	Workers  []workerView
-	DeadTop  []deadCode
+	At      time.Time
+	Took    time.Duration
+	Bands   []band
+	Queues  []jobs.QueueState
+	Workers []workerView
+	DeadTop []deadCode
+	// NoWorker are the ready jobs no live worker can run, per queue and kind.
+	NoWorker []jobs.UnservedJobs
 	Periodic []jobs.PeriodicSchedule
 	Chart    template.HTML
 	// PerSecond is the completions per second over the chart's hour; LastMinute over the last
@@ -159,9 +163,18 @@ func (h *Handler) computeSnapshot(ctx context.Context) (*snapshot, error) {
 	for _, q := range s.Queues {
 		paused[q.Name] = q.Paused
 	}
+	served, err := h.client.ServedQueues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("served queues: %w", err)
+	}
 	for i := range s.Bands {
 		s.Bands[i].Paused = paused[s.Bands[i].Queue]
+		s.Bands[i].Unserved = !slices.Contains(served, s.Bands[i].Queue)
 	}
+	if s.NoWorker, err = h.client.Unserved(ctx); err != nil {
+		return nil, fmt.Errorf("unserved jobs: %w", err)
+	}
+	s.NoWorker = s.NoWorker[:min(len(s.NoWorker), 20)]
 	sort.Slice(s.Bands, func(i, j int) bool {
 		if s.Bands[i].Queue != s.Bands[j].Queue {
 			return s.Bands[i].Queue < s.Bands[j].Queue

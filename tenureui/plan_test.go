@@ -90,6 +90,16 @@ func TestDashboardPlansUseIndexes(t *testing.T) {
 			require.Contains(t, plantest.Indexes(plan), c.index, "%s", c.name)
 		}
 	}
+	// The overview's "no live worker" list reads the ready jobs through jobs_ready_idx (the
+	// worker registry and tenure.kinds are small tables: scanning them is fine).
+	{
+		sql, order := plantest.SQL(t, "UnservedJobs")
+		plan := plantest.Explain(t, pool, false, sql, argsFor(order, nil)...)
+		plantest.Walk(plan, func(n plantest.Node) {
+			require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "UnservedJobs scans jobs")
+		})
+		require.Contains(t, plantest.Indexes(plan), "jobs_ready_idx")
+	}
 	// The window list's cost is bounded by its window, not by the table: a filter matching
 	// nothing in a window of 20,000 ids over 201,350 rows reads about the window's pages.
 	sql, order := plantest.SQL(t, "UIListWindow")

@@ -376,3 +376,37 @@ func TestOverviewSnapshotIsShared(t *testing.T) {
 	require.NotEqual(t, first, later)
 	require.Contains(t, body, `data-band="late/2"`)
 }
+
+// TestOverviewShowsJobsNoLiveWorkerCanRun: the overview marks the bands of queues no live
+// worker serves and lists, per queue and kind, the ready jobs no live worker can run.
+func TestOverviewShowsJobsNoLiveWorkerCanRun(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	for _, q := range []string{
+		`INSERT INTO tenure.workers (id, host, pid, version, queues, started_at, heartbeat_at, expires_at)
+		 VALUES ('w1', 'h', 1, 'v', '{"alpha": {"concurrency": 1}}', now(), now(), now() + interval '1 hour')`,
+		`INSERT INTO tenure.kinds (kind, worker_id, queue, priority, max_attempts, lease_ms, timeout_ms)
+		 VALUES ('mail', 'w1', 'alpha', 2, 25, 30000, 60000)`,
+		`INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('alpha', 'mail', '{}'), ('alpha', 'sms', '{}'), ('beta', 'mail', '{}')`,
+	} {
+		_, err := pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	h, err := tenureui.New(pool, &tenureui.Config{Prefix: "/ui"})
+	require.NoError(t, err)
+	_, body, _ := newClient(t, uiServer(t, h)).get("/ui/?partial=1")
+	band := func(name string) string {
+		i := strings.Index(body, `data-band="`+name+`"`)
+		require.GreaterOrEqual(t, i, 0, "band %s", name)
+		j := strings.Index(body[i:], "</tr>")
+		return body[i : i+j]
+	}
+	require.NotContains(t, band("alpha/2"), "no worker")
+	require.Contains(t, band("beta/2"), "no worker")
+	require.Contains(t, body, `data-noworker="alpha/sms"`)
+	require.Contains(t, body, `data-noworker="beta/mail"`)
+	require.NotContains(t, body, `data-noworker="alpha/mail"`)
+	require.Contains(t, body, "no live worker registers the kind")
+	require.Contains(t, body, "no live worker serves the queue")
+}

@@ -173,6 +173,11 @@ type HandlerOptions struct {
 	// Lease, MaxAttempts, Queue and Priority are the kind's enqueue defaults, recorded in the
 	// registry: a jobs.Client built with this worker's Registry applies them. The lease is
 	// stored on the job and used at claim and heartbeat. Defaults: 30s, 25, "default", 2.
+	//
+	// When the args type declares its defaults (generics.ArgsWithDefaults), Register fills
+	// the zero Timeout, Retry, Lease, MaxAttempts, Queue and Priority from them, and refuses a
+	// non-zero value that differs (ErrDefaultsConflict): declare a kind's defaults once, with
+	// its args type (docs/guide.md §9). The worker publishes the result for tenure.enqueue.
 	Lease       time.Duration
 	MaxAttempts int
 	Queue       string

@@ -80,6 +80,12 @@ var ErrInvalidOutput = errors.New("tenure: invalid job output")
 // ErrInvalidConfig means the worker configuration cannot work. The error names the field.
 var ErrInvalidConfig = errors.New("tenure: invalid worker config")
 
+// ErrDefaultsConflict means Register was given HandlerOptions whose Queue, Priority,
+// MaxAttempts, Lease or Timeout differ from what the args type declares
+// (generics.ArgsWithDefaults): a kind's defaults have one source. The error also matches
+// ErrInvalidConfig and names the fields.
+var ErrDefaultsConflict = errors.New("tenure: handler options conflict with the kind's declared defaults")
+
 // ErrHandlersStillRunning is returned by Stop when handlers that ignore their context were
 // still running when the stop deadline passed. Their jobs were released (fenced), so their late
 // finishes are rejected.

@@ -137,7 +137,7 @@ type PeriodicOptions struct {
 	// delay in [0, Jitter). The tick bookkeeping is not affected. Default 0.
 	Jitter time.Duration
 	// Insert are the enqueue options of the jobs (queue, priority, max attempts, lease,
-	// metadata); zero fields take the kind's registered defaults. RunAt and Delay must be zero
+	// metadata); zero fields take the kind's declared, then registered, defaults. RunAt and Delay must be zero
 	// (the schedule decides when the job is due). Default nil.
 	Insert *jobs.InsertOpts
 }

@@ -66,6 +66,11 @@ func (w *Worker) neededPrivileges() []tablePrivilege {
 	if w.cfg.RegistryEvery > 0 {
 		add("workers", "the worker registry", "SELECT", "INSERT", "UPDATE", "DELETE")
 	}
+	// Kind defaults are published at Start and with each registry heartbeat (registry.go).
+	add("kinds", "publishing kind defaults", "SELECT", "INSERT", "UPDATE", "DELETE")
+	if w.cfg.RegistryEvery <= 0 { // else the registry's line covers it
+		add("workers", "publishing kind defaults", "SELECT")
+	}
 	if len(w.cfg.Periodic) > 0 {
 		add("periodic", "periodic schedules", "SELECT", "INSERT", "UPDATE")
 		add("jobs", "periodic schedules", "INSERT")

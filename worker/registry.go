@@ -1,15 +1,20 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/internal/logkey"
+	"github.com/tenureq/tenure/jobs"
 )
 
 // RegistryTTLIntervals is how many registry intervals a worker's row outlives its last
@@ -21,6 +26,13 @@ const RegistryTTLIntervals = 6
 // (deregister), best effort.
 func (w *Worker) registryService(ctx context.Context) {
 	if w.cfg.RegistryEvery < 0 {
+		// No registry row, but tenure.enqueue still gets this worker's kind defaults.
+		pctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
+		defer cancel()
+		if err := w.publishKinds(pctx); err != nil && ctx.Err() == nil {
+			w.m.registryErrors.Add(1)
+			w.engineError(&w.registryLog, "publishing kind defaults", err)
+		}
 		return
 	}
 	t := time.NewTicker(w.cfg.RegistryEvery)
@@ -78,9 +90,36 @@ func (w *Worker) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := w.publishKinds(rctx); err != nil {
+		return err
+	}
 	w.m.registryWrites.Add(1)
 	if aged > 0 {
 		w.log.Info("tenure: aged out expired worker registrations", "workers", aged)
+	}
+	return nil
+}
+
+// publishKinds writes the defaults of this worker's kinds into tenure.kinds (migration 0018),
+// where tenure.enqueue applies them and Stats reads which kinds a live worker registers. Rows
+// that did not change are not rewritten.
+func (w *Worker) publishKinds(ctx context.Context) error {
+	kinds := slices.Sorted(maps.Keys(w.handlers))
+	if len(kinds) == 0 {
+		return nil
+	}
+	p := gen.PublishKindsParams{WorkerID: w.cfg.ID}
+	for _, k := range kinds {
+		o := w.handlers[k].opts
+		p.Kinds = append(p.Kinds, k)
+		p.Queues = append(p.Queues, cmp.Or(o.Queue, jobs.DefaultQueue))
+		p.Priorities = append(p.Priorities, int16(cmp.Or(o.Priority, jobs.DefaultPriority)))
+		p.MaxAttempts = append(p.MaxAttempts, int32(cmp.Or(o.MaxAttempts, jobs.DefaultMaxAttempts)))
+		p.LeaseMs = append(p.LeaseMs, int32(cmp.Or(o.Lease, jobs.DefaultLease).Milliseconds()))
+		p.TimeoutMs = append(p.TimeoutMs, o.Timeout.Milliseconds())
+	}
+	if err := w.q.PublishKinds(ctx, p); err != nil {
+		return fmt.Errorf("publishing kind defaults: %w", err)
 	}
 	return nil
 }

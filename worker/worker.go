@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,7 +162,11 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 	}
 	var zero A
 	kind := zero.Kind()
-	o, err := opts.withDefaults(kind)
+	merged, declared, err := mergeDeclared[A](kind, opts)
+	if err != nil {
+		return err
+	}
+	o, err := merged.withDefaults(kind)
 	if err != nil {
 		return err
 	}
@@ -173,9 +178,12 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 	if _, dup := w.handlers[kind]; dup {
 		return fmt.Errorf("%w: %q", generics.ErrDuplicateKind, kind)
 	}
-	kopts := []generics.KindOption{generics.WithDefaults(generics.KindDefaults{
-		Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts, Lease: o.Lease,
-	})}
+	rec := generics.KindDefaults{Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts, Lease: o.Lease,
+		Timeout: o.Timeout, Unique: declared.Unique}
+	if fj, ok := o.Retry.(FullJitter); ok {
+		rec.RetryBase, rec.RetryCap = fj.Base, fj.Cap
+	}
+	kopts := []generics.KindOption{generics.WithDefaults(rec)}
 	if len(o.Upgraders) > 0 {
 		kopts = append(kopts, generics.WithUpgrader(o.Upgraders...))
 	}
@@ -195,6 +203,46 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 		return fn(ctx, job)
 	}}
 	return nil
+}
+
+// DeclaredOptions returns opts (nil counts as zero) with its zero Queue, Priority,
+// MaxAttempts, Lease, Timeout and nil Retry taken from the defaults args type A declares
+// (generics.ArgsWithDefaults; Retry becomes FullJitter{RetryBase, RetryCap}). Options that
+// contradict the declaration are refused with ErrDefaultsConflict. Register applies it; so do
+// other engines' registrations (tenurenats.Register).
+func DeclaredOptions[A generics.Args](opts *HandlerOptions) (HandlerOptions, error) {
+	var zero A
+	o, _, err := mergeDeclared[A](zero.Kind(), opts)
+	if err != nil {
+		return HandlerOptions{}, err
+	}
+	return *o, nil
+}
+
+// mergeDeclared fills the zero fields of opts from the defaults args type A declares
+// (generics.ArgsWithDefaults) and refuses options that contradict them (ErrDefaultsConflict).
+func mergeDeclared[A generics.Args](kind string, opts *HandlerOptions) (*HandlerOptions, generics.KindDefaults, error) {
+	var o HandlerOptions
+	if opts != nil {
+		o = *opts
+	}
+	d, ok := generics.DefaultsFor[A]()
+	if !ok {
+		return &o, d, nil
+	}
+	if err := d.Check(); err != nil {
+		return nil, d, fmt.Errorf("%w: kind %q declares %v", ErrInvalidConfig, kind, err)
+	}
+	given := generics.KindDefaults{Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts, Lease: o.Lease, Timeout: o.Timeout}
+	if c := d.Conflicts(given); len(c) > 0 {
+		return nil, d, fmt.Errorf("%w: %w: kind %q: %s", ErrInvalidConfig, ErrDefaultsConflict, kind, strings.Join(c, "; "))
+	}
+	f := given.Or(d)
+	o.Queue, o.Priority, o.MaxAttempts, o.Lease, o.Timeout = f.Queue, f.Priority, f.MaxAttempts, f.Lease, f.Timeout
+	if o.Retry == nil && (d.RetryBase > 0 || d.RetryCap > 0) {
+		o.Retry = FullJitter{Base: d.RetryBase, Cap: d.RetryCap}
+	}
+	return &o, d, nil
 }
 
 // MustRegister is Register that panics on error.

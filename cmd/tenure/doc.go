@@ -103,8 +103,11 @@
 //	stats: window_seconds, bands (a list of {queue, priority, ready, scheduled, running,
 //	    cancel_requested, dead, oldest_ready_age_seconds, ready_age_p50_seconds,
 //	    ready_age_p95_seconds, finished, succeeded, wait_p50_seconds, wait_p95_seconds,
-//	    wait_p99_seconds}), top_dead_codes (a list of {queue, kind, code, jobs}), unserved (a
-//	    list of {queue, ready, oldest_ready_age_seconds})
+//	    wait_p99_seconds, queue_served, unserved_jobs}), top_dead_codes (a list of {queue, kind,
+//	    code, jobs}), unserved (a list of {queue, ready, oldest_ready_age_seconds}: the
+//	    heuristic of -unserved-after), unserved_kinds (a list of {queue, kind, ready,
+//	    queue_served, kind_registered}: ready jobs no live worker can run, from the worker
+//	    registry and the kinds workers publish)
 //
 // # queue
 //

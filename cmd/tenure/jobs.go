@@ -29,7 +29,10 @@ const jobsUsage = `Usage: tenure jobs <action> [flags] [job id]
   stats      per queue and priority: ready/running/dead, oldest ready age, wait percentiles,
              and the top error codes of dead jobs (-window, default 5m; -json). Queues with
              ready jobs, none running and the oldest waiting longer than -unserved-after
-             (default 1m) are flagged: probably no worker serves them.
+             (default 1m) are flagged: probably no worker serves them. From the worker
+             registry: SERVED (a live worker serves the queue), NO_WORKER (ready jobs no
+             live worker can run: none serves the queue and registers the kind), listed
+             per queue and kind under NO LIVE WORKER.
   cancel ID  cancel a ready job, or ask the worker of a running one to cancel it
   retry ID   run a ready job now (keeping its attempts), or move a dead or cancelled job
              back to ready with a fresh attempt budget
@@ -197,15 +200,25 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		for _, u := range unserved {
 			flagged[u.Queue] = true
 		}
-		fmt.Fprintln(tw, "QUEUE\tPRIO\tREADY\tSCHEDULED\tRUNNING\tDEAD\tOLDEST_READY\tWAIT_P50\tWAIT_P95\tWAIT_P99\tFINISHED\t")
+		fmt.Fprintln(tw, "QUEUE\tPRIO\tREADY\tSCHEDULED\tRUNNING\tDEAD\tOLDEST_READY\tWAIT_P50\tWAIT_P95\tWAIT_P99\tFINISHED\tSERVED\tNO_WORKER\t")
 		for _, b := range s.Bands {
 			note := ""
 			if flagged[b.Queue] && b.Ready > 0 {
 				note = "UNSERVED?"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%v\t%v\t%v\t%v\t%d\t%s\n", esc(b.Queue), b.Priority, b.Ready, b.Scheduled, b.Running, b.Dead,
+			served := "no"
+			if b.QueueServed {
+				served = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%v\t%v\t%v\t%v\t%d\t%s\t%d\t%s\n", esc(b.Queue), b.Priority, b.Ready, b.Scheduled, b.Running, b.Dead,
 				b.OldestReadyAge.Round(time.Millisecond), b.WaitP50.Round(time.Millisecond), b.WaitP95.Round(time.Millisecond),
-				b.WaitP99.Round(time.Millisecond), b.Finished, note)
+				b.WaitP99.Round(time.Millisecond), b.Finished, served, b.Unserved, note)
+		}
+		if len(s.Unserved) > 0 {
+			fmt.Fprintln(tw, "\nNO LIVE WORKER\tKIND\tREADY\tWHY")
+			for _, u := range s.Unserved {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", esc(u.Queue), esc(u.Kind), u.Ready, unservedWhy(u))
+			}
 		}
 		if len(s.TopDeadCodes) > 0 {
 			fmt.Fprintln(tw, "\nDEAD BY CODE\tKIND\tQUEUE\tJOBS")
@@ -217,6 +230,10 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		for _, u := range unserved {
 			fmt.Fprintf(e.stderr, "warning: queue \"%s\": %d ready jobs, the oldest waiting %v, none running: is any worker serving it? (worker.Config.Queues)\n",
 				esc(u.Queue), u.Ready, u.OldestReadyAge.Round(time.Second))
+		}
+		for _, u := range s.Unserved {
+			fmt.Fprintf(e.stderr, "warning: queue \"%s\", kind \"%s\": %d ready jobs no live worker can run: %s\n",
+				esc(u.Queue), esc(u.Kind), u.Ready, unservedWhy(u))
 		}
 	case "cancel":
 		out, err := c.Cancel(ctx, id, act)
@@ -256,6 +273,20 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	return exitOK
+}
+
+// unservedWhy says why no live worker can run u's jobs.
+func unservedWhy(u jobs.UnservedJobs) string {
+	switch {
+	case !u.QueueServed && !u.KindRegistered:
+		return "no live worker serves the queue or registers the kind"
+	case !u.QueueServed:
+		return "no live worker serves the queue"
+	case !u.KindRegistered:
+		return "no live worker registers the kind"
+	default:
+		return "the workers that serve the queue do not register the kind"
+	}
 }
 
 // unservedQueue is a queue that looks served by no worker.

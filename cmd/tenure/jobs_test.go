@@ -188,3 +188,52 @@ func TestJobsListByTagAndGetShowsNewColumns(t *testing.T) {
 	require.Contains(t, r.stdout, "tenant:1 vip")
 	require.Contains(t, r.stdout, "held while [ready running]")
 }
+
+// TestJobsStatsShowsJobsNoLiveWorkerCanRun: from the worker registry and the kinds workers
+// publish, stats names the ready jobs no live worker can run (a queue none serves, a kind
+// none registers), in the table, on stderr and in -json.
+func TestJobsStatsShowsJobsNoLiveWorkerCanRun(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewMigratedDB(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	exec := func(sql string) {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	// One live worker serving "alpha" with kind "mail"; one expired worker serving "beta".
+	exec(`INSERT INTO tenure.workers (id, host, pid, version, queues, started_at, heartbeat_at, expires_at)
+		VALUES ('w1', 'h', 1, 'v', '{"alpha": {"concurrency": 1}}', now(), now(), now() + interval '1 hour'),
+		       ('w0', 'h', 2, 'v', '{"beta": {"concurrency": 1}}', now() - interval '2 hours', now() - interval '2 hours', now() - interval '1 hour')`)
+	exec(`INSERT INTO tenure.kinds (kind, worker_id, queue, priority, max_attempts, lease_ms, timeout_ms)
+		VALUES ('mail', 'w1', 'alpha', 2, 25, 30000, 60000), ('sms', 'w0', 'beta', 2, 25, 30000, 60000)`)
+	exec(`INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('alpha', 'mail', '{}'), ('alpha', 'sms', '{}'),
+		('mail', 'mail', '{}'), ('mail', 'mail', '{}'), ('beta', 'sms', '{}')`)
+
+	r := tenure(t, url, "jobs", "stats", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var st jsonStats
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	served := map[string]bool{}
+	unserved := map[string]int64{}
+	for _, b := range st.Bands {
+		served[b.Queue] = b.QueueServed
+		unserved[b.Queue] += b.UnservedJobs
+	}
+	require.Equal(t, map[string]bool{"alpha": true, "beta": false, "mail": false}, served)
+	require.Equal(t, map[string]int64{"alpha": 1, "beta": 1, "mail": 2}, unserved)
+	require.Equal(t, []jsonUnservedKind{
+		{Queue: "mail", Kind: "mail", Ready: 2, QueueServed: false, KindRegistered: true},
+		{Queue: "alpha", Kind: "sms", Ready: 1, QueueServed: true, KindRegistered: false},
+		{Queue: "beta", Kind: "sms", Ready: 1, QueueServed: false, KindRegistered: false},
+	}, st.UnservedKinds)
+
+	r = tenure(t, url, "jobs", "stats")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "NO LIVE WORKER")
+	require.Regexp(t, `(?m)^alpha\s+sms\s+1\s+no live worker registers the kind$`, r.stdout)
+	require.Contains(t, r.stderr, `queue "mail", kind "mail": 2 ready jobs no live worker can run: no live worker serves the queue`)
+	require.Regexp(t, `(?m)^alpha\s+2\s+2\s+0\s+0\s+0\s+.*\syes\s+1\s*$`, r.stdout)
+}

@@ -30,9 +30,10 @@ var (
 		"bands[].scheduled", "bands[].running", "bands[].cancel_requested", "bands[].dead",
 		"bands[].oldest_ready_age_seconds", "bands[].ready_age_p50_seconds", "bands[].ready_age_p95_seconds",
 		"bands[].finished", "bands[].succeeded", "bands[].wait_p50_seconds", "bands[].wait_p95_seconds",
-		"bands[].wait_p99_seconds", "top_dead_codes", "top_dead_codes[].queue", "top_dead_codes[].kind",
+		"bands[].wait_p99_seconds", "bands[].queue_served", "bands[].unserved_jobs", "top_dead_codes", "top_dead_codes[].queue", "top_dead_codes[].kind",
 		"top_dead_codes[].code", "top_dead_codes[].jobs", "unserved", "unserved[].queue", "unserved[].ready",
-		"unserved[].oldest_ready_age_seconds"}
+		"unserved[].oldest_ready_age_seconds", "unserved_kinds", "unserved_kinds[].queue", "unserved_kinds[].kind",
+		"unserved_kinds[].ready", "unserved_kinds[].queue_served", "unserved_kinds[].kind_registered"}
 )
 
 func listKeys() []string {

@@ -69,6 +69,16 @@ type jsonStats struct {
 	Bands         []jsonBand      `json:"bands"`
 	TopDeadCodes  []jsonDeadCodes `json:"top_dead_codes"`
 	Unserved      []jsonUnserved  `json:"unserved"`
+	// UnservedKinds: ready jobs no live worker can run (jobs.Stats.Unserved).
+	UnservedKinds []jsonUnservedKind `json:"unserved_kinds"`
+}
+
+type jsonUnservedKind struct {
+	Queue          string `json:"queue"`
+	Kind           string `json:"kind"`
+	Ready          int64  `json:"ready"`
+	QueueServed    bool   `json:"queue_served"`
+	KindRegistered bool   `json:"kind_registered"`
 }
 
 type jsonBand struct {
@@ -87,6 +97,8 @@ type jsonBand struct {
 	WaitP50Seconds        float64 `json:"wait_p50_seconds"`
 	WaitP95Seconds        float64 `json:"wait_p95_seconds"`
 	WaitP99Seconds        float64 `json:"wait_p99_seconds"`
+	QueueServed           bool    `json:"queue_served"`
+	UnservedJobs          int64   `json:"unserved_jobs"`
 }
 
 type jsonDeadCodes struct {
@@ -181,6 +193,7 @@ func jsonStatsOf(s *jobs.Stats, unserved []unservedQueue) jsonStats {
 			ReadyAgeP50Seconds: seconds(b.ReadyAgeP50), ReadyAgeP95Seconds: seconds(b.ReadyAgeP95),
 			Finished: b.Finished, Succeeded: b.Succeeded, WaitP50Seconds: seconds(b.WaitP50),
 			WaitP95Seconds: seconds(b.WaitP95), WaitP99Seconds: seconds(b.WaitP99),
+			QueueServed: b.QueueServed, UnservedJobs: b.Unserved,
 		})
 	}
 	for _, d := range s.TopDeadCodes {
@@ -188,6 +201,11 @@ func jsonStatsOf(s *jobs.Stats, unserved []unservedQueue) jsonStats {
 	}
 	for _, u := range unserved {
 		out.Unserved = append(out.Unserved, jsonUnserved{Queue: u.Queue, Ready: u.Ready, OldestReadyAgeSeconds: seconds(u.OldestReadyAge)})
+	}
+	out.UnservedKinds = make([]jsonUnservedKind, 0, len(s.Unserved))
+	for _, u := range s.Unserved {
+		out.UnservedKinds = append(out.UnservedKinds, jsonUnservedKind{Queue: u.Queue, Kind: u.Kind, Ready: u.Ready,
+			QueueServed: u.QueueServed, KindRegistered: u.KindRegistered})
 	}
 	return out
 }

@@ -1,6 +1,6 @@
 // Command tenuregen generates the boilerplate of Tenure job args types from comment
-// directives and struct tags: Kind and PayloadVersion methods, a Validate method, typed
-// enqueue helpers, and handler registration that fails to compile when a kind has no
+// directives and struct tags: Kind and PayloadVersion methods, a Validate method, a Defaults
+// method declaring the kind's defaults (generics.ArgsWithDefaults), typed enqueue helpers, and handler registration that fails to compile when a kind has no
 // handler. Everything it writes can be written by hand with packages generics, jobs and
 // worker; the generator only removes the repetition.
 //
@@ -52,20 +52,20 @@
 //	                   _ . : / -). Never rename it once jobs exist.
 //	version=N          the payload version (default 1); bump it when the JSON shape changes
 //	                   and declare upgraders from the older versions.
-//	queue=NAME         enqueue default and handler option: the queue (default "default")
-//	priority=N         enqueue default: 1..9 (default 2)
-//	max_attempts=N     enqueue default: 1..1000 (default 25)
-//	lease=DURATION     enqueue default: 1s..24h (default 30s); heartbeats extend it
-//	timeout=DURATION   handler option: bound of one attempt (default 1m)
+//	queue=NAME         declared default: the queue (default "default")
+//	priority=N         declared default: 1..9 (default 2)
+//	max_attempts=N     declared default: 1..1000 (default 25)
+//	lease=DURATION     declared default: 1s..24h (default 30s); heartbeats extend it
+//	timeout=DURATION   declared default: bound of one attempt (default 1m)
 //	retry_base=DURATION, retry_cap=DURATION
-//	                   handler option: worker.FullJitter{Base, Cap} (defaults 1s, 1h)
+//	                   declared default: worker.FullJitter{Base, Cap} (defaults 1s, 1h)
 //	max_snoozes=N      handler option: how often one job may snooze (worker.Snooze) before
 //	                   a snooze fails the attempt (default 100)
 //	unique=kind|args|FIELD,FIELD
-//	                   enqueue default (jobs.UniqueOpts): the job is unique by its kind, by
-//	                   kind and all args, or by kind and the named JSON fields (which must
-//	                   exist and not be omitempty). An insert whose key is held returns the
-//	                   holder (Row.Duplicate). Applied by the generated Enqueue helpers when
+//	                   declared default (generics.UniqueDefaults, jobs.UniqueOpts): the job is
+//	                   unique by its kind, by kind and all args, or by kind and the named JSON
+//	                   fields (which must exist and not be omitempty). An insert whose key is
+//	                   held returns the holder (Row.Duplicate). Applied by every Go insert when
 //	                   opts.Unique is nil.
 //	unique_by_queue=true, unique_period=DURATION, unique_states=succeeded|dead|cancelled
 //	                   with unique: add the queue, the period window (at least 1s) to the key;
@@ -126,26 +126,34 @@
 //	func (T) Kind() string
 //	func (T) PayloadVersion() int
 //	func (a T) Validate() error
+//	func (T) Defaults() generics.KindDefaults
 //	func EnqueueX(ctx, c *jobs.Client, args T, opts *jobs.InsertOpts) (*jobs.Row, error)
 //	func EnqueueXTx(ctx, c *jobs.Client, tx pgx.Tx, args T, opts *jobs.InsertOpts) (*jobs.Row, error)
 //	func EnqueueManyX(ctx, c *jobs.Client, args []T, opts *jobs.InsertOpts) ([]int64, error)
 //	func EnqueueManyXTx(ctx, c *jobs.Client, tx pgx.Tx, args []T, opts *jobs.InsertOpts) ([]int64, error)
 //	func RegisterX(w *worker.Worker, fn func(context.Context, *generics.Job[T]) error, adjust ...func(kind string, o *worker.HandlerOptions)) error
 //
-// The enqueue helpers fill the zero fields of opts (which may be nil) with the directive's
-// queue, priority, max_attempts and lease, so the defaults hold even for a jobs.Client built
-// without a registry. And once per package:
+// Defaults returns the directive's declared defaults (queue, priority, max_attempts, lease,
+// timeout, retry_base/retry_cap, unique): the one source of the kind's defaults, which every
+// insert path applies to what its options leave unset (jobs.Client with or without a registry,
+// InsertMany*, periodic jobs, tenurenats, tenuretest.Work), worker.Register applies to the
+// handler's options (refusing contradicting ones with worker.ErrDefaultsConflict), and workers
+// publish for tenure.enqueue (docs/guide.md "Kind defaults"). The enqueue helpers are typed
+// wrappers of jobs.Client's Insert methods; they add nothing to opts. A type with a
+// //tenure:job directive must not declare Defaults itself. And once per package:
 //
 //	type Handlers interface { X(ctx context.Context, job *generics.Job[T]) error; ... }
 //	func RegisterHandlers(w *worker.Worker, h Handlers, adjust ...func(kind string, o *worker.HandlerOptions)) error
 //	func RegisterKinds(r *generics.Registry) error
 //	func NewInsertClient(pool *pgxpool.Pool, cfg *jobs.Config) (*jobs.Client, error)
 //
-// RegisterHandlers registers every kind with its directive's options and upgraders; since
-// Handlers has one method per kind, a handler set that forgets a kind does not compile. The
-// adjust functions may change a kind's worker.HandlerOptions (for example Retry) before it is
-// registered. RegisterKinds fills a registry for processes that enqueue without running a
-// worker; NewInsertClient is jobs.NewClient with such a registry, in one call. Unexported
+// RegisterHandlers registers every kind with its max_snoozes and upgraders (worker.Register
+// adds the declared Defaults); since Handlers has one method per kind, a handler set that
+// forgets a kind does not compile. The adjust functions may change a kind's
+// worker.HandlerOptions (for example Retry, or MaxSnoozes) before it is registered; a value
+// that contradicts Defaults is refused. RegisterKinds fills a registry (kinds and upgraders)
+// for processes that enqueue without running a worker and want unknown kinds refused;
+// NewInsertClient is jobs.NewClient with such a registry, in one call. Unexported
 // helpers are prefixed "tenure". A package-level name of the package that
 // the generated file would declare (or one of its import names) is reported as an error.
 package main

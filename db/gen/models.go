@@ -141,6 +141,17 @@ type TenureJob struct {
 	Limited           bool
 }
 
+type TenureKind struct {
+	Kind        string
+	WorkerID    string
+	Queue       string
+	Priority    int16
+	MaxAttempts int32
+	LeaseMs     int32
+	TimeoutMs   int64
+	PublishedAt time.Time
+}
+
 type TenureOutbox struct {
 	ID           int64
 	MsgID        string

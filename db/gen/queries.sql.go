@@ -4058,6 +4058,57 @@ func (q *Queries) PruneFinishedBatch(ctx context.Context, arg PruneFinishedBatch
 	return i, err
 }
 
+const publishKinds = `-- name: PublishKinds :exec
+WITH input AS (
+    SELECT unnest($2::text[]) AS kind, unnest($3::text[]) AS queue,
+           unnest($4::smallint[]) AS priority, unnest($5::integer[]) AS max_attempts,
+           unnest($6::integer[]) AS lease_ms, unnest($7::bigint[]) AS timeout_ms
+), pruned AS (
+    DELETE FROM tenure.kinds
+    WHERE (kind, worker_id) IN (
+        SELECT t.kind, t.worker_id FROM tenure.kinds t
+        WHERE t.kind IN (SELECT i.kind FROM input i) AND t.worker_id <> $1::text
+          AND NOT EXISTS (SELECT 1 FROM tenure.workers w WHERE w.id = t.worker_id AND w.expires_at > now())
+        FOR UPDATE OF t SKIP LOCKED)
+)
+INSERT INTO tenure.kinds AS t (kind, worker_id, queue, priority, max_attempts, lease_ms, timeout_ms)
+SELECT i.kind, $1::text, i.queue, i.priority, i.max_attempts, i.lease_ms, i.timeout_ms FROM input i
+ON CONFLICT (kind, worker_id) DO UPDATE
+SET queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts,
+    lease_ms = excluded.lease_ms, timeout_ms = excluded.timeout_ms, published_at = now()
+WHERE (t.queue, t.priority, t.max_attempts, t.lease_ms, t.timeout_ms)
+      IS DISTINCT FROM (excluded.queue, excluded.priority, excluded.max_attempts, excluded.lease_ms, excluded.timeout_ms)
+`
+
+type PublishKindsParams struct {
+	WorkerID    string
+	Kinds       []string
+	Queues      []string
+	Priorities  []int16
+	MaxAttempts []int32
+	LeaseMs     []int32
+	TimeoutMs   []int64
+}
+
+// Kind defaults (migration 0018): a worker publishes the defaults of the kinds it registers
+// (one array element per kind) at Start
+// and with every registry heartbeat. An unchanged row is not rewritten (published_at is when
+// its values last changed). The same statement deletes the rows other workers published for
+// these kinds if those workers are no longer live (SKIP LOCKED: publishers never wait for each
+// other); rows of kinds nobody publishes any more stay, so tenure.enqueue keeps their defaults.
+func (q *Queries) PublishKinds(ctx context.Context, arg PublishKindsParams) error {
+	_, err := q.db.Exec(ctx, publishKinds,
+		arg.WorkerID,
+		arg.Kinds,
+		arg.Queues,
+		arg.Priorities,
+		arg.MaxAttempts,
+		arg.LeaseMs,
+		arg.TimeoutMs,
+	)
+	return err
+}
+
 const recordEffect = `-- name: RecordEffect :one
 INSERT INTO tenure.effects (key, job_id, name, generation, result, refused)
 SELECT $1::text, $2::bigint, $3::text, $4::bigint, $5::jsonb, nullif($6::text, '')
@@ -4371,6 +4422,34 @@ func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
 		&i.Limited,
 	)
 	return i, err
+}
+
+const servedQueues = `-- name: ServedQueues :many
+SELECT DISTINCT q::text AS queue
+FROM tenure.workers w, jsonb_object_keys(w.queues) AS q
+WHERE w.expires_at > now()
+ORDER BY 1
+`
+
+// The queues some live worker serves (its registry row's queues, not expired).
+func (q *Queries) ServedQueues(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, servedQueues)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var queue string
+		if err := rows.Scan(&queue); err != nil {
+			return nil, err
+		}
+		items = append(items, queue)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const setQueuePaused = `-- name: SetQueuePaused :one
@@ -5393,6 +5472,64 @@ func (q *Queries) UnlockSession(ctx context.Context, lockKey int64) (bool, error
 	var released bool
 	err := row.Scan(&released)
 	return released, err
+}
+
+const unservedJobs = `-- name: UnservedJobs :many
+WITH live AS (
+    SELECT w.id, w.queues FROM tenure.workers w WHERE w.expires_at > now()
+), groups AS (
+    SELECT j.queue, j.priority, j.kind, count(*)::bigint AS ready
+    FROM tenure.jobs j
+    WHERE j.state = 'ready'
+    GROUP BY j.queue, j.priority, j.kind
+)
+SELECT g.queue, g.priority, g.kind, g.ready,
+       EXISTS (SELECT 1 FROM live l WHERE (l.queues -> g.queue) IS NOT NULL)::boolean AS queue_served,
+       EXISTS (SELECT 1 FROM live l JOIN tenure.kinds k ON k.worker_id = l.id WHERE k.kind = g.kind)::boolean AS kind_registered
+FROM groups g
+WHERE NOT EXISTS (SELECT 1 FROM live l JOIN tenure.kinds k ON k.worker_id = l.id
+                  WHERE k.kind = g.kind AND (l.queues -> g.queue) IS NOT NULL)
+ORDER BY g.ready DESC, g.queue, g.priority DESC, g.kind
+LIMIT $1::int
+`
+
+type UnservedJobsRow struct {
+	Queue          string
+	Priority       int16
+	Kind           string
+	Ready          int64
+	QueueServed    bool
+	KindRegistered bool
+}
+
+// Ready jobs (due or scheduled) that no live worker can run, per queue, priority and kind: no
+// live worker (tenure.workers, not expired) both serves the queue and registers the kind
+// (tenure.kinds). queue_served and kind_registered say which half is missing.
+func (q *Queries) UnservedJobs(ctx context.Context, maxRows int32) ([]UnservedJobsRow, error) {
+	rows, err := q.db.Query(ctx, unservedJobs, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UnservedJobsRow{}
+	for rows.Next() {
+		var i UnservedJobsRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.Priority,
+			&i.Kind,
+			&i.Ready,
+			&i.QueueServed,
+			&i.KindRegistered,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const waitStats = `-- name: WaitStats :many

@@ -54,42 +54,50 @@ func (a BuildReport) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Defaults implements generics.ArgsWithDefaults with the //tenure:job directive's defaults:
+// every insert path (with or without a registry), worker.Register and tenure.enqueue (once a
+// worker published them) apply them to what the insert or the handler options leave unset.
+func (BuildReport) Defaults() generics.KindDefaults {
+	return generics.KindDefaults{
+		Queue:       "reports",
+		Priority:    2,
+		MaxAttempts: 3,
+		Lease:       2 * time.Second,
+		Timeout:     30 * time.Second,
+	}
+}
+
 // EnqueueBuildReport validates args and enqueues one "shop.build_report" job in its own transaction.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "reports", priority 2, max attempts 3, lease 2s.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "reports", priority 2, max attempts 3, lease 2s.
 func EnqueueBuildReport(ctx context.Context, c *jobs.Client, args BuildReport, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.Insert(ctx, args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second}))
+	return c.Insert(ctx, args, opts)
 }
 
 // EnqueueBuildReportTx validates args and enqueues one "shop.build_report" job inside tx: the job exists, and
 // workers are woken, only if tx commits.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "reports", priority 2, max attempts 3, lease 2s.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "reports", priority 2, max attempts 3, lease 2s.
 func EnqueueBuildReportTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args BuildReport, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.InsertTx(ctx, tx, args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second}))
+	return c.InsertTx(ctx, tx, args, opts)
 }
 
 // EnqueueManyBuildReport validates every args value (one invalid value writes nothing) and enqueues
 // one "shop.build_report" job per value in one transaction, returning their ids in order.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "reports", priority 2, max attempts 3, lease 2s.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "reports", priority 2, max attempts 3, lease 2s.
 func EnqueueManyBuildReport(ctx context.Context, c *jobs.Client, args []BuildReport, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertMany(ctx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second})))
+	return c.InsertMany(ctx, tenureManyParams(args, opts))
 }
 
 // EnqueueManyBuildReportTx is EnqueueManyBuildReport inside tx.
 func EnqueueManyBuildReportTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []BuildReport, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second})))
+	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts))
 }
 
 // RegisterBuildReport registers fn as the handler of kind "shop.build_report" on w, with the options of its
-// //tenure:job directive and its //tenure:upgrade functions. Each adjust function may change
-// the options before registration.
+// //tenure:job directive (the declared Defaults, which worker.Register applies, and
+// max_snoozes) and its //tenure:upgrade functions. Each adjust function may change the
+// options before registration (a value that contradicts Defaults is refused).
 func RegisterBuildReport(w *worker.Worker, fn func(ctx context.Context, job *generics.Job[BuildReport]) error, adjust ...func(kind string, o *worker.HandlerOptions)) error {
-	o := &worker.HandlerOptions{
-		Timeout:     30 * time.Second,
-		Lease:       2 * time.Second,
-		MaxAttempts: 3,
-		Queue:       "reports",
-		Priority:    2,
-	}
+	o := &worker.HandlerOptions{}
 	for _, f := range adjust {
 		f(KindBuildReport, o)
 	}
@@ -131,43 +139,52 @@ func (a ChargeCard) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Defaults implements generics.ArgsWithDefaults with the //tenure:job directive's defaults:
+// every insert path (with or without a registry), worker.Register and tenure.enqueue (once a
+// worker published them) apply them to what the insert or the handler options leave unset.
+func (ChargeCard) Defaults() generics.KindDefaults {
+	return generics.KindDefaults{
+		Queue:       "shop",
+		Priority:    3,
+		MaxAttempts: 10,
+		Lease:       30 * time.Second,
+		Timeout:     10 * time.Second,
+		RetryBase:   20 * time.Millisecond,
+		RetryCap:    500 * time.Millisecond,
+	}
+}
+
 // EnqueueChargeCard validates args and enqueues one "shop.charge_card" job in its own transaction.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 3, max attempts 10, lease 30s.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 3, max attempts 10, lease 30s.
 func EnqueueChargeCard(ctx context.Context, c *jobs.Client, args ChargeCard, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.Insert(ctx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second}))
+	return c.Insert(ctx, args, opts)
 }
 
 // EnqueueChargeCardTx validates args and enqueues one "shop.charge_card" job inside tx: the job exists, and
 // workers are woken, only if tx commits.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 3, max attempts 10, lease 30s.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 3, max attempts 10, lease 30s.
 func EnqueueChargeCardTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args ChargeCard, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.InsertTx(ctx, tx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second}))
+	return c.InsertTx(ctx, tx, args, opts)
 }
 
 // EnqueueManyChargeCard validates every args value (one invalid value writes nothing) and enqueues
 // one "shop.charge_card" job per value in one transaction, returning their ids in order.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 3, max attempts 10, lease 30s.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 3, max attempts 10, lease 30s.
 func EnqueueManyChargeCard(ctx context.Context, c *jobs.Client, args []ChargeCard, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertMany(ctx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second})))
+	return c.InsertMany(ctx, tenureManyParams(args, opts))
 }
 
 // EnqueueManyChargeCardTx is EnqueueManyChargeCard inside tx.
 func EnqueueManyChargeCardTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []ChargeCard, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second})))
+	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts))
 }
 
 // RegisterChargeCard registers fn as the handler of kind "shop.charge_card" on w, with the options of its
-// //tenure:job directive and its //tenure:upgrade functions. Each adjust function may change
-// the options before registration.
+// //tenure:job directive (the declared Defaults, which worker.Register applies, and
+// max_snoozes) and its //tenure:upgrade functions. Each adjust function may change the
+// options before registration (a value that contradicts Defaults is refused).
 func RegisterChargeCard(w *worker.Worker, fn func(ctx context.Context, job *generics.Job[ChargeCard]) error, adjust ...func(kind string, o *worker.HandlerOptions)) error {
-	o := &worker.HandlerOptions{
-		Timeout:     10 * time.Second,
-		Retry:       worker.FullJitter{Base: 20 * time.Millisecond, Cap: 500 * time.Millisecond},
-		Lease:       30 * time.Second,
-		MaxAttempts: 10,
-		Queue:       "shop",
-		Priority:    3,
-	}
+	o := &worker.HandlerOptions{}
 	for _, f := range adjust {
 		f(KindChargeCard, o)
 	}
@@ -196,42 +213,50 @@ func (a CleanupCart) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Defaults implements generics.ArgsWithDefaults with the //tenure:job directive's defaults:
+// every insert path (with or without a registry), worker.Register and tenure.enqueue (once a
+// worker published them) apply them to what the insert or the handler options leave unset.
+func (CleanupCart) Defaults() generics.KindDefaults {
+	return generics.KindDefaults{
+		Queue:       "shop",
+		Priority:    1,
+		MaxAttempts: 5,
+		Lease:       30 * time.Second,
+		Timeout:     10 * time.Second,
+	}
+}
+
 // EnqueueCleanupCart validates args and enqueues one "shop.cleanup_cart" job in its own transaction.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 1, max attempts 5, lease 30s.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 1, max attempts 5, lease 30s.
 func EnqueueCleanupCart(ctx context.Context, c *jobs.Client, args CleanupCart, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.Insert(ctx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second}))
+	return c.Insert(ctx, args, opts)
 }
 
 // EnqueueCleanupCartTx validates args and enqueues one "shop.cleanup_cart" job inside tx: the job exists, and
 // workers are woken, only if tx commits.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 1, max attempts 5, lease 30s.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 1, max attempts 5, lease 30s.
 func EnqueueCleanupCartTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args CleanupCart, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.InsertTx(ctx, tx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second}))
+	return c.InsertTx(ctx, tx, args, opts)
 }
 
 // EnqueueManyCleanupCart validates every args value (one invalid value writes nothing) and enqueues
 // one "shop.cleanup_cart" job per value in one transaction, returning their ids in order.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 1, max attempts 5, lease 30s.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 1, max attempts 5, lease 30s.
 func EnqueueManyCleanupCart(ctx context.Context, c *jobs.Client, args []CleanupCart, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertMany(ctx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})))
+	return c.InsertMany(ctx, tenureManyParams(args, opts))
 }
 
 // EnqueueManyCleanupCartTx is EnqueueManyCleanupCart inside tx.
 func EnqueueManyCleanupCartTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []CleanupCart, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})))
+	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts))
 }
 
 // RegisterCleanupCart registers fn as the handler of kind "shop.cleanup_cart" on w, with the options of its
-// //tenure:job directive and its //tenure:upgrade functions. Each adjust function may change
-// the options before registration.
+// //tenure:job directive (the declared Defaults, which worker.Register applies, and
+// max_snoozes) and its //tenure:upgrade functions. Each adjust function may change the
+// options before registration (a value that contradicts Defaults is refused).
 func RegisterCleanupCart(w *worker.Worker, fn func(ctx context.Context, job *generics.Job[CleanupCart]) error, adjust ...func(kind string, o *worker.HandlerOptions)) error {
-	o := &worker.HandlerOptions{
-		Timeout:     10 * time.Second,
-		Lease:       30 * time.Second,
-		MaxAttempts: 5,
-		Queue:       "shop",
-		Priority:    1,
-	}
+	o := &worker.HandlerOptions{}
 	for _, f := range adjust {
 		f(KindCleanupCart, o)
 	}
@@ -258,42 +283,50 @@ func (a SalesSummary) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Defaults implements generics.ArgsWithDefaults with the //tenure:job directive's defaults:
+// every insert path (with or without a registry), worker.Register and tenure.enqueue (once a
+// worker published them) apply them to what the insert or the handler options leave unset.
+func (SalesSummary) Defaults() generics.KindDefaults {
+	return generics.KindDefaults{
+		Queue:       "reports",
+		Priority:    1,
+		MaxAttempts: 5,
+		Lease:       30 * time.Second,
+		Timeout:     10 * time.Second,
+	}
+}
+
 // EnqueueSalesSummary validates args and enqueues one "shop.sales_summary" job in its own transaction.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "reports", priority 1, max attempts 5, lease 30s.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "reports", priority 1, max attempts 5, lease 30s.
 func EnqueueSalesSummary(ctx context.Context, c *jobs.Client, args SalesSummary, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.Insert(ctx, args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second}))
+	return c.Insert(ctx, args, opts)
 }
 
 // EnqueueSalesSummaryTx validates args and enqueues one "shop.sales_summary" job inside tx: the job exists, and
 // workers are woken, only if tx commits.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "reports", priority 1, max attempts 5, lease 30s.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "reports", priority 1, max attempts 5, lease 30s.
 func EnqueueSalesSummaryTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args SalesSummary, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.InsertTx(ctx, tx, args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second}))
+	return c.InsertTx(ctx, tx, args, opts)
 }
 
 // EnqueueManySalesSummary validates every args value (one invalid value writes nothing) and enqueues
 // one "shop.sales_summary" job per value in one transaction, returning their ids in order.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "reports", priority 1, max attempts 5, lease 30s.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "reports", priority 1, max attempts 5, lease 30s.
 func EnqueueManySalesSummary(ctx context.Context, c *jobs.Client, args []SalesSummary, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertMany(ctx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})))
+	return c.InsertMany(ctx, tenureManyParams(args, opts))
 }
 
 // EnqueueManySalesSummaryTx is EnqueueManySalesSummary inside tx.
 func EnqueueManySalesSummaryTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []SalesSummary, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "reports", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})))
+	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts))
 }
 
 // RegisterSalesSummary registers fn as the handler of kind "shop.sales_summary" on w, with the options of its
-// //tenure:job directive and its //tenure:upgrade functions. Each adjust function may change
-// the options before registration.
+// //tenure:job directive (the declared Defaults, which worker.Register applies, and
+// max_snoozes) and its //tenure:upgrade functions. Each adjust function may change the
+// options before registration (a value that contradicts Defaults is refused).
 func RegisterSalesSummary(w *worker.Worker, fn func(ctx context.Context, job *generics.Job[SalesSummary]) error, adjust ...func(kind string, o *worker.HandlerOptions)) error {
-	o := &worker.HandlerOptions{
-		Timeout:     10 * time.Second,
-		Lease:       30 * time.Second,
-		MaxAttempts: 5,
-		Queue:       "reports",
-		Priority:    1,
-	}
+	o := &worker.HandlerOptions{}
 	for _, f := range adjust {
 		f(KindSalesSummary, o)
 	}
@@ -335,43 +368,54 @@ func (a SendReceipt) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Defaults implements generics.ArgsWithDefaults with the //tenure:job directive's defaults:
+// every insert path (with or without a registry), worker.Register and tenure.enqueue (once a
+// worker published them) apply them to what the insert or the handler options leave unset.
+func (SendReceipt) Defaults() generics.KindDefaults {
+	return generics.KindDefaults{
+		Queue:       "shop",
+		Priority:    2,
+		MaxAttempts: 10,
+		Lease:       30 * time.Second,
+		Timeout:     10 * time.Second,
+		RetryBase:   20 * time.Millisecond,
+		RetryCap:    500 * time.Millisecond,
+		Unique:      &generics.UniqueDefaults{Fields: []string{"order_id"}, States: []string{"succeeded"}},
+	}
+}
+
 // EnqueueSendReceipt validates args and enqueues one "shop.send_receipt" job in its own transaction.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 2, max attempts 10, lease 30s, unique by kind and args order_id.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 2, max attempts 10, lease 30s, unique by kind and args order_id.
 func EnqueueSendReceipt(ctx context.Context, c *jobs.Client, args SendReceipt, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.Insert(ctx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second, Unique: &jobs.UniqueOpts{Fields: []string{"order_id"}, States: []jobs.State{jobs.StateSucceeded}}}))
+	return c.Insert(ctx, args, opts)
 }
 
 // EnqueueSendReceiptTx validates args and enqueues one "shop.send_receipt" job inside tx: the job exists, and
 // workers are woken, only if tx commits.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 2, max attempts 10, lease 30s, unique by kind and args order_id.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 2, max attempts 10, lease 30s, unique by kind and args order_id.
 func EnqueueSendReceiptTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args SendReceipt, opts *jobs.InsertOpts) (*jobs.Row, error) {
-	return c.InsertTx(ctx, tx, args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second, Unique: &jobs.UniqueOpts{Fields: []string{"order_id"}, States: []jobs.State{jobs.StateSucceeded}}}))
+	return c.InsertTx(ctx, tx, args, opts)
 }
 
 // EnqueueManySendReceipt validates every args value (one invalid value writes nothing) and enqueues
 // one "shop.send_receipt" job per value in one transaction, returning their ids in order.
-// Zero fields of opts (which may be nil) take the directive's defaults: queue "shop", priority 2, max attempts 10, lease 30s, unique by kind and args order_id.
+// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 2, max attempts 10, lease 30s, unique by kind and args order_id.
 func EnqueueManySendReceipt(ctx context.Context, c *jobs.Client, args []SendReceipt, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertMany(ctx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second, Unique: &jobs.UniqueOpts{Fields: []string{"order_id"}, States: []jobs.State{jobs.StateSucceeded}}})))
+	return c.InsertMany(ctx, tenureManyParams(args, opts))
 }
 
 // EnqueueManySendReceiptTx is EnqueueManySendReceipt inside tx.
 func EnqueueManySendReceiptTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []SendReceipt, opts *jobs.InsertOpts) ([]int64, error) {
-	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts.Or(jobs.InsertOpts{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second, Unique: &jobs.UniqueOpts{Fields: []string{"order_id"}, States: []jobs.State{jobs.StateSucceeded}}})))
+	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts))
 }
 
 // RegisterSendReceipt registers fn as the handler of kind "shop.send_receipt" on w, with the options of its
-// //tenure:job directive and its //tenure:upgrade functions. Each adjust function may change
-// the options before registration.
+// //tenure:job directive (the declared Defaults, which worker.Register applies, and
+// max_snoozes) and its //tenure:upgrade functions. Each adjust function may change the
+// options before registration (a value that contradicts Defaults is refused).
 func RegisterSendReceipt(w *worker.Worker, fn func(ctx context.Context, job *generics.Job[SendReceipt]) error, adjust ...func(kind string, o *worker.HandlerOptions)) error {
 	o := &worker.HandlerOptions{
-		Timeout:     10 * time.Second,
-		Retry:       worker.FullJitter{Base: 20 * time.Millisecond, Cap: 500 * time.Millisecond},
-		Lease:       30 * time.Second,
-		MaxAttempts: 10,
-		Queue:       "shop",
-		Priority:    2,
-		Upgraders:   tenureUpgradersSendReceipt(),
+		Upgraders: tenureUpgradersSendReceipt(),
 	}
 	for _, f := range adjust {
 		f(KindSendReceipt, o)
@@ -433,23 +477,24 @@ func RegisterHandlers(w *worker.Worker, h Handlers, adjust ...func(kind string, 
 	return nil
 }
 
-// RegisterKinds registers every kind of this package in r with its directive's enqueue
-// defaults and its upgraders, for processes that enqueue without running a worker: pass r
-// as jobs.Config.Registry. A worker's registry is filled by RegisterHandlers instead.
+// RegisterKinds registers every kind of this package in r with its upgraders, for processes
+// that enqueue without running a worker and want unregistered kinds refused: pass r as
+// jobs.Config.Registry (the kinds' declared Defaults apply with or without it). A worker's
+// registry is filled by RegisterHandlers instead.
 func RegisterKinds(r *generics.Registry) error {
-	if _, err := generics.Register[BuildReport](r, generics.WithDefaults(generics.KindDefaults{Queue: "reports", Priority: 2, MaxAttempts: 3, Lease: 2 * time.Second})); err != nil {
+	if _, err := generics.Register[BuildReport](r); err != nil {
 		return fmt.Errorf("tenure: register kind %s: %w", KindBuildReport, err)
 	}
-	if _, err := generics.Register[ChargeCard](r, generics.WithDefaults(generics.KindDefaults{Queue: "shop", Priority: 3, MaxAttempts: 10, Lease: 30 * time.Second})); err != nil {
+	if _, err := generics.Register[ChargeCard](r); err != nil {
 		return fmt.Errorf("tenure: register kind %s: %w", KindChargeCard, err)
 	}
-	if _, err := generics.Register[CleanupCart](r, generics.WithDefaults(generics.KindDefaults{Queue: "shop", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})); err != nil {
+	if _, err := generics.Register[CleanupCart](r); err != nil {
 		return fmt.Errorf("tenure: register kind %s: %w", KindCleanupCart, err)
 	}
-	if _, err := generics.Register[SalesSummary](r, generics.WithDefaults(generics.KindDefaults{Queue: "reports", Priority: 1, MaxAttempts: 5, Lease: 30 * time.Second})); err != nil {
+	if _, err := generics.Register[SalesSummary](r); err != nil {
 		return fmt.Errorf("tenure: register kind %s: %w", KindSalesSummary, err)
 	}
-	if _, err := generics.Register[SendReceipt](r, generics.WithDefaults(generics.KindDefaults{Queue: "shop", Priority: 2, MaxAttempts: 10, Lease: 30 * time.Second}), generics.WithUpgrader(tenureUpgradersSendReceipt()...)); err != nil {
+	if _, err := generics.Register[SendReceipt](r, generics.WithUpgrader(tenureUpgradersSendReceipt()...)); err != nil {
 		return fmt.Errorf("tenure: register kind %s: %w", KindSendReceipt, err)
 	}
 	return nil
@@ -457,8 +502,8 @@ func RegisterKinds(r *generics.Registry) error {
 
 // NewInsertClient returns a jobs client for a process that enqueues this package's kinds
 // without running a worker, in one call: cfg (nil means the defaults) with a registry
-// filled by RegisterKinds, so each kind's directive defaults apply and unregistered kinds
-// are refused. When cfg.Registry is set, this package's kinds are added to it (it must not
+// filled by RegisterKinds, so unregistered kinds are refused (the declared defaults apply
+// on every client). When cfg.Registry is set, this package's kinds are added to it (it must not
 // hold them already: a worker's registry does, pass it to jobs.NewClient directly).
 func NewInsertClient(pool *pgxpool.Pool, cfg *jobs.Config) (*jobs.Client, error) {
 	var c jobs.Config

@@ -383,7 +383,7 @@ func jsonField(st *types.Struct, name string) (omitempty, found bool) {
 }
 
 func isGeneratedMethod(name string) bool {
-	return name == "Kind" || name == "PayloadVersion" || name == "Validate"
+	return name == "Kind" || name == "PayloadVersion" || name == "Validate" || name == "Defaults"
 }
 
 func upperFirst(s string) string {
@@ -410,7 +410,7 @@ func (m *model) field(k *kindSpec, f *types.Var, tag string) *fieldPlan {
 	pos := m.pos(f.Pos())
 	st := reflect.StructTag(tag)
 	if isGeneratedMethod(f.Name()) {
-		m.errorf(pos, "field %s.%s has the name of a method tenuregen generates (Kind, PayloadVersion, Validate): rename it (keep its JSON name with a json tag)", k.typeName, f.Name())
+		m.errorf(pos, "field %s.%s has the name of a method tenuregen generates (Kind, PayloadVersion, Validate, Defaults): rename it (keep its JSON name with a json tag)", k.typeName, f.Name())
 	}
 	jsonTag, _ := st.Lookup("json")
 	jsonName, _, _ := strings.Cut(jsonTag, ",")

@@ -147,20 +147,8 @@ func defaultsDoc(k *kindSpec) string {
 	return strings.Join(parts, ", ")
 }
 
-// insertDefaults is the jobs.InsertOpts literal of a kind's directive defaults.
-func insertDefaults(k *kindSpec) string {
-	parts := []string{}
-	if d := kindDefaults(k); d != "" {
-		parts = append(parts, d)
-	}
-	if u := uniqueLiteral(k); u != "" {
-		parts = append(parts, "Unique: "+u)
-	}
-	return strings.Join(parts, ", ")
-}
-
-// kindDefaults is the generics.KindDefaults literal of a kind's directive defaults (the
-// registry's defaults have no uniqueness: that is applied by the generated Enqueue helpers).
+// kindDefaults is the body of the generics.KindDefaults literal of a kind's directive: its
+// enqueue defaults, attempt timeout, retry backoff and uniqueness.
 func kindDefaults(k *kindSpec) string {
 	var parts []string
 	if k.queue != "" {
@@ -175,10 +163,26 @@ func kindDefaults(k *kindSpec) string {
 	if k.lease != 0 {
 		parts = append(parts, "Lease: "+durExpr(k.lease))
 	}
-	return strings.Join(parts, ", ")
+	if k.timeout != 0 {
+		parts = append(parts, "Timeout: "+durExpr(k.timeout))
+	}
+	if k.retryBase != 0 {
+		parts = append(parts, "RetryBase: "+durExpr(k.retryBase))
+	}
+	if k.retryCap != 0 {
+		parts = append(parts, "RetryCap: "+durExpr(k.retryCap))
+	}
+	if u := uniqueLiteral(k); u != "" {
+		parts = append(parts, "Unique: "+u)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "\n\t\t" + strings.Join(parts, ",\n\t\t") + ",\n\t"
 }
 
-// uniqueLiteral is the *jobs.UniqueOpts literal of a kind's unique directives ("" when none).
+// uniqueLiteral is the *generics.UniqueDefaults literal of a kind's unique directives ("" when
+// none).
 func uniqueLiteral(k *kindSpec) string {
 	if k.unique == "" {
 		return ""
@@ -202,12 +206,12 @@ func uniqueLiteral(k *kindSpec) string {
 	}
 	if len(k.uniqueStates) > 0 {
 		s := make([]string, len(k.uniqueStates))
-		for i, n := range k.uniqueStates {
-			s[i] = "jobs." + n
+		for i, n := range k.uniqueStates { // jobs.State constant names: StateSucceeded -> "succeeded"
+			s[i] = strconv.Quote(strings.ToLower(strings.TrimPrefix(n, "State")))
 		}
-		u = append(u, "States: []jobs.State{"+strings.Join(s, ", ")+"}")
+		u = append(u, "States: []string{"+strings.Join(s, ", ")+"}")
 	}
-	return "&jobs.UniqueOpts{" + strings.Join(u, ", ") + "}"
+	return "&generics.UniqueDefaults{" + strings.Join(u, ", ") + "}"
 }
 
 func (m *model) renderKind(w *writer, k *kindSpec) {
@@ -220,13 +224,23 @@ func (m *model) renderKind(w *writer, k *kindSpec) {
 	w.p("func (%s) PayloadVersion() int { return %d }", t, k.version)
 	w.p("")
 	m.renderValidate(w, k)
-
-	opts, optsDoc := "opts", ""
-	if k.hasDefaults() {
-		opts = fmt.Sprintf("opts.Or(jobs.InsertOpts{%s})", insertDefaults(k))
-		optsDoc = fmt.Sprintf("\n// Zero fields of opts (which may be nil) take the directive's defaults: %s.", defaultsDoc(k))
+	w.p("")
+	if lit := kindDefaults(k); lit != "" {
+		w.p("// Defaults implements generics.ArgsWithDefaults with the //tenure:job directive's defaults:")
+		w.p("// every insert path (with or without a registry), worker.Register and tenure.enqueue (once a")
+		w.p("// worker published them) apply them to what the insert or the handler options leave unset.")
+		w.p("func (%s) Defaults() generics.KindDefaults {", t)
+		w.p("\treturn generics.KindDefaults{%s}", lit)
+		w.p("}")
 	} else {
-		optsDoc = "\n// opts may be nil."
+		w.p("// Defaults implements generics.ArgsWithDefaults: the //tenure:job directive declares no")
+		w.p("// defaults, so the handler options' and then the package defaults apply.")
+		w.p("func (%s) Defaults() generics.KindDefaults { return generics.KindDefaults{} }", t)
+	}
+
+	opts, optsDoc := "opts", "\n// opts may be nil."
+	if k.hasDefaults() {
+		optsDoc = fmt.Sprintf("\n// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): %s.", defaultsDoc(k))
 	}
 	w.p("")
 	w.p("// Enqueue%s validates args and enqueues one %q job in its own transaction.%s", x, k.kind, optsDoc)
@@ -253,8 +267,9 @@ func (m *model) renderKind(w *writer, k *kindSpec) {
 
 	w.p("")
 	w.p("// Register%s registers fn as the handler of kind %q on w, with the options of its", x, k.kind)
-	w.p("// //tenure:job directive and its //tenure:upgrade functions. Each adjust function may change")
-	w.p("// the options before registration.")
+	w.p("// //tenure:job directive (the declared Defaults, which worker.Register applies, and")
+	w.p("// max_snoozes) and its //tenure:upgrade functions. Each adjust function may change the")
+	w.p("// options before registration (a value that contradicts Defaults is refused).")
 	w.p("func Register%s(w *worker.Worker, fn func(ctx context.Context, job *generics.Job[%s]) error, adjust ...func(kind string, o *worker.HandlerOptions)) error {", x, t)
 	if lit := handlerOptions(k); lit != "" {
 		w.p("\to := &worker.HandlerOptions{%s}", lit)
@@ -287,34 +302,10 @@ func (m *model) renderKind(w *writer, k *kindSpec) {
 	}
 }
 
-// handlerOptions is the body of the worker.HandlerOptions literal of a kind.
+// handlerOptions is the body of the worker.HandlerOptions literal of a kind: what its
+// declared defaults (Defaults) do not carry, the snooze bound and the upgraders.
 func handlerOptions(k *kindSpec) string {
 	var parts []string
-	if k.timeout != 0 {
-		parts = append(parts, "Timeout: "+durExpr(k.timeout))
-	}
-	if k.retryBase != 0 || k.retryCap != 0 {
-		var fj []string
-		if k.retryBase != 0 {
-			fj = append(fj, "Base: "+durExpr(k.retryBase))
-		}
-		if k.retryCap != 0 {
-			fj = append(fj, "Cap: "+durExpr(k.retryCap))
-		}
-		parts = append(parts, "Retry: worker.FullJitter{"+strings.Join(fj, ", ")+"}")
-	}
-	if k.lease != 0 {
-		parts = append(parts, "Lease: "+durExpr(k.lease))
-	}
-	if k.maxAttempts != 0 {
-		parts = append(parts, fmt.Sprintf("MaxAttempts: %d", k.maxAttempts))
-	}
-	if k.queue != "" {
-		parts = append(parts, fmt.Sprintf("Queue: %q", k.queue))
-	}
-	if k.priority != 0 {
-		parts = append(parts, fmt.Sprintf("Priority: %d", k.priority))
-	}
 	if k.maxSnoozes != 0 {
 		parts = append(parts, fmt.Sprintf("MaxSnoozes: %d", k.maxSnoozes))
 	}
@@ -410,15 +401,13 @@ func (m *model) renderRegistration(w *writer) {
 	w.p("\treturn nil")
 	w.p("}")
 	w.p("")
-	w.p("// RegisterKinds registers every kind of this package in r with its directive's enqueue")
-	w.p("// defaults and its upgraders, for processes that enqueue without running a worker: pass r")
-	w.p("// as jobs.Config.Registry. A worker's registry is filled by RegisterHandlers instead.")
+	w.p("// RegisterKinds registers every kind of this package in r with its upgraders, for processes")
+	w.p("// that enqueue without running a worker and want unregistered kinds refused: pass r as")
+	w.p("// jobs.Config.Registry (the kinds' declared Defaults apply with or without it). A worker's")
+	w.p("// registry is filled by RegisterHandlers instead.")
 	w.p("func RegisterKinds(r *generics.Registry) error {")
 	for _, k := range m.kinds {
 		var opts []string
-		if d := kindDefaults(k); d != "" {
-			opts = append(opts, "generics.WithDefaults(generics.KindDefaults{"+d+"})")
-		}
 		if len(k.upgraders) > 0 {
 			opts = append(opts, "generics.WithUpgrader(tenureUpgraders"+k.ident+"()...)")
 		}
@@ -435,8 +424,8 @@ func (m *model) renderRegistration(w *writer) {
 	w.p("")
 	w.p("// NewInsertClient returns a jobs client for a process that enqueues this package's kinds")
 	w.p("// without running a worker, in one call: cfg (nil means the defaults) with a registry")
-	w.p("// filled by RegisterKinds, so each kind's directive defaults apply and unregistered kinds")
-	w.p("// are refused. When cfg.Registry is set, this package's kinds are added to it (it must not")
+	w.p("// filled by RegisterKinds, so unregistered kinds are refused (the declared defaults apply")
+	w.p("// on every client). When cfg.Registry is set, this package's kinds are added to it (it must not")
 	w.p("// hold them already: a worker's registry does, pass it to jobs.NewClient directly).")
 	w.p("func NewInsertClient(pool *pgxpool.Pool, cfg *jobs.Config) (*jobs.Client, error) {")
 	w.p("\tvar c jobs.Config")

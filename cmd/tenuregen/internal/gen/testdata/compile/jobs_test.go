@@ -40,7 +40,13 @@ func TestRegisterKindsUpgrades(t *testing.T) {
 	require.NoError(t, RegisterKinds(r))
 	info, ok := r.Lookup(KindGreet)
 	require.True(t, ok)
-	require.Equal(t, generics.KindDefaults{Queue: "greetings", Priority: 3, MaxAttempts: 4, Lease: 5 * time.Second}, info.Defaults)
+	// The kind's defaults are declared by its Defaults method, not copied into the registry.
+	require.Equal(t, generics.KindDefaults{}, info.Defaults)
+	require.Equal(t, generics.KindDefaults{Queue: "greetings", Priority: 3, MaxAttempts: 4, Lease: 5 * time.Second,
+		Timeout: 3 * time.Second, RetryBase: 10 * time.Millisecond, RetryCap: 50 * time.Millisecond}, Greet{}.Defaults())
+	d, ok := generics.DefaultsFor[Greet]()
+	require.True(t, ok)
+	require.Equal(t, Greet{}.Defaults(), d)
 	require.Equal(t, []int{1}, info.Upgraders())
 	g, err := generics.Decode[Greet](r, []byte(`{"name":"old"}`), 1)
 	require.NoError(t, err)
@@ -90,8 +96,10 @@ func TestRoundTrip(t *testing.T) {
 	require.NoError(t, RegisterHandlers(w, h, func(kind string, o *worker.HandlerOptions) {
 		adjusted = append(adjusted, kind)
 		if kind == KindGreet {
-			require.Equal(t, 3*time.Second, o.Timeout)
-			require.Equal(t, worker.FullJitter{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond}, o.Retry)
+			// Timeout and Retry come from Greet's declared Defaults (worker.Register applies
+			// them); the generated options carry only what Defaults cannot.
+			require.Zero(t, o.Timeout)
+			require.Nil(t, o.Retry)
 			require.Len(t, o.Upgraders, 1)
 		}
 	}))
@@ -99,9 +107,22 @@ func TestRoundTrip(t *testing.T) {
 	require.Error(t, RegisterHandlers(w, h), "registering twice must fail")
 	info, ok := w.Registry().Lookup(KindGreet)
 	require.True(t, ok)
-	require.Equal(t, "greetings", info.Defaults.Queue)
+	require.Equal(t, generics.KindDefaults{Queue: "greetings", Priority: 3, MaxAttempts: 4, Lease: 5 * time.Second,
+		Timeout: 3 * time.Second, RetryBase: 10 * time.Millisecond, RetryCap: 50 * time.Millisecond}, info.Defaults,
+		"the worker's registry records the declared defaults")
+	// Handler options that contradict the declaration are refused.
+	w2, err := worker.New(pool, &worker.Config{Queues: map[string]worker.QueueConfig{"greetings": {}}})
+	require.NoError(t, err)
+	err = RegisterGreet(w2, h.Greet, func(_ string, o *worker.HandlerOptions) { o.Queue = "elsewhere" })
+	require.ErrorIs(t, err, worker.ErrDefaultsConflict)
 
-	// A client without a registry still gets the directive's defaults from the helpers.
+	// A client without a registry gets the declared defaults, through the helpers or not.
+	c0, err := jobs.NewClient(pool, nil)
+	require.NoError(t, err)
+	row0, err := c0.Insert(ctx, Greet{Name: "zed", Lang: "en", Times: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "greetings", row0.Queue)
+	require.Equal(t, 4, row0.MaxAttempts)
 	c, err := jobs.NewClient(pool, nil)
 	require.NoError(t, err)
 	row, err := EnqueueGreet(ctx, c, Greet{Name: "ann", Lang: "ko", Times: 1}, nil)
@@ -148,7 +169,7 @@ func TestRoundTrip(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		h.mu.Lock()
-		done := len(h.greeted) == 3 && len(h.counted) == 3
+		done := len(h.greeted) == 4 && len(h.counted) == 3
 		h.mu.Unlock()
 		if done {
 			break
@@ -161,7 +182,7 @@ func TestRoundTrip(t *testing.T) {
 	require.NoError(t, w.Stop(stop))
 	sort.Strings(h.greeted)
 	sort.Ints(h.counted)
-	require.Equal(t, []string{"ann/ko", "bob/en", "old/en"}, h.greeted)
+	require.Equal(t, []string{"ann/ko", "bob/en", "old/en", "zed/en"}, h.greeted)
 	require.Equal(t, []int{1, 2, 3}, h.counted)
 	require.Zero(t, w.Stats().Dead)
 }
