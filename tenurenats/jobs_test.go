@@ -712,7 +712,7 @@ func TestJobNewerPayloadVersionRetried(t *testing.T) {
 	for _, o := range oc.list() {
 		got = append(got, fmt.Sprintf("%d:%s:%s", o.Attempt, o.Transition, o.Code))
 	}
-	if fmt.Sprint(got) != "[1:retry:UNKNOWN_KIND 2:retry:UNKNOWN_KIND 3:dead:UNKNOWN_KIND]" {
+	if fmt.Sprint(got) != "[1:retried:UNKNOWN_KIND 2:retried:UNKNOWN_KIND 3:dead:UNKNOWN_KIND]" {
 		t.Fatalf("outcomes %v", got)
 	}
 }

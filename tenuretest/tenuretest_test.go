@@ -147,7 +147,7 @@ func TestWorkUsesTheDeclaredDefaults(t *testing.T) {
 	require.Equal(t, 3, seen.Priority)
 	require.Equal(t, 5*time.Second, seen.Lease)
 	require.Equal(t, worker.CodeTimeout, res.Outcome.Code)
-	require.Equal(t, "retry", res.Outcome.Transition)
+	require.Equal(t, "retried", res.Outcome.Transition)
 	require.Equal(t, "periodic", res.Job.Queue)
 	require.Equal(t, 4, res.Job.MaxAttempts)
 	// The declared retry policy: a delay of at most the declared 20ms cap (the default

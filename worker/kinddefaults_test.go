@@ -87,7 +87,7 @@ func TestDeclaredTimeoutAndRetryApply(t *testing.T) {
 	}
 	require.Equal(t, row.ID, first.JobID)
 	require.Equal(t, worker.CodeTimeout, first.Code)
-	require.Equal(t, "retry", first.Transition)
+	require.Equal(t, "retried", first.Transition)
 	// The retry delay drawn by the declared FullJitter{50ms, 100ms}: at most 100ms (the default
 	// FullJitter{1s, 1h} draws it from [0, 2s) after attempt 1).
 	require.LessOrEqual(t, first.Delay, 100*time.Millisecond, "retry delay within the declared cap")

@@ -25,7 +25,7 @@ import (
 )
 
 // TestMigrationUnderLoadRecoversAtOnce: a worker runs a steady stream of short and
-// heartbeated jobs while migrations 0015 and 0014 are rolled back and applied again, twice.
+// heartbeated jobs while every migration from 0014 on is rolled back and applied again, twice (0014 and 0016 change column types).
 // Expected: the engine re-runs a statement PostgreSQL refused as stale at once (it counts
 // StalePlanRetries), so no claim, heartbeat, finish or sweep fails (their error counters stay
 // at 0), no lease is lost, and every job runs exactly once (generation 1) and succeeds.
@@ -88,7 +88,8 @@ func TestMigrationUnderLoadRecoversAtOnce(t *testing.T) {
 		return st.Succeeded >= 100 && st.Heartbeats >= 5
 	})
 	for range 2 {
-		_, err = migrations.Down(ctx, pool, 2)
+		// Back to below 0014 (which, like 0016, changes column types of tenure.jobs) and up again.
+		_, err = migrations.Down(ctx, pool, migrations.Latest()-13)
 		require.NoError(t, err)
 		time.Sleep(500 * time.Millisecond) // the engine runs its statements on the old types
 		_, err = migrations.Up(ctx, pool)
