@@ -3,6 +3,7 @@ package generics
 import (
 	"bytes"
 	"fmt"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -23,7 +24,13 @@ import (
 // written fraction digits kept: 1.50e1 is 15.0, -0 is 0). FuzzJSONSizeAgreesWithPostgres
 // checks it against a real server.
 func JSONSize(raw []byte) (int, error) {
-	s := sizer{raw: raw}
+	s := sizerPool.Get().(*sizer)
+	defer func() {
+		clear(s.keys[:cap(s.keys)]) // drop references to raw
+		*s = sizer{keys: s.keys[:0], sizes: s.sizes[:0]}
+		sizerPool.Put(s)
+	}()
+	s.raw = raw
 	s.ws()
 	n := s.value(0)
 	if s.err != nil {
@@ -36,11 +43,15 @@ func JSONSize(raw []byte) (int, error) {
 	return n, nil
 }
 
+// sizerPool keeps sizers with their key stacks, so measuring allocates nothing in the common case.
+var sizerPool = sync.Pool{New: func() any { return &sizer{keys: make([][]byte, 0, 32), sizes: make([]int, 0, 32)} }}
+
 type sizer struct {
-	raw  []byte
-	i    int
-	err  error
-	keys [][]byte // decoded keys of the open objects, a stack (reused)
+	raw   []byte
+	i     int
+	err   error
+	keys  [][]byte // decoded keys of the open objects, a stack (reused)
+	sizes []int    // their entries' sizes, parallel to keys
 }
 
 func (s *sizer) fail(msg string) error {
@@ -153,8 +164,14 @@ func (s *sizer) object(depth int) int {
 		return 2
 	}
 	base := len(s.keys)
-	defer func() { s.keys = s.keys[:base] }()
-	var sizes []int // entry sizes, parallel to s.keys[base:]
+	n := s.objectEntries(depth, base)
+	s.keys, s.sizes = s.keys[:base], s.sizes[:base]
+	return n
+}
+
+// objectEntries reads the entries of an object whose '{' was consumed, keeping their keys and
+// sizes on the sizer's stacks from base on.
+func (s *sizer) objectEntries(depth, base int) int {
 	for s.err == nil {
 		s.ws()
 		if s.i >= len(s.raw) || s.raw[s.i] != '"' {
@@ -186,10 +203,10 @@ func (s *sizer) object(depth int) int {
 			}
 		}
 		if dup >= 0 {
-			sizes[dup] = entry // jsonb keeps the last value of a repeated key
+			s.sizes[base+dup] = entry // jsonb keeps the last value of a repeated key
 		} else {
 			s.keys = append(s.keys, key)
-			sizes = append(sizes, entry)
+			s.sizes = append(s.sizes, entry)
 		}
 		if s.i >= len(s.raw) {
 			s.fail("unexpected end")
@@ -200,8 +217,9 @@ func (s *sizer) object(depth int) int {
 			s.i++
 		case '}':
 			s.i++
-			n := 2 + 2*(len(sizes)-1)
-			for _, e := range sizes {
+			entries := s.sizes[base:]
+			n := 2 + 2*(len(entries)-1)
+			for _, e := range entries {
 				n += e
 			}
 			return n
@@ -220,6 +238,21 @@ func (s *sizer) str(wantKey bool) (int, []byte) {
 	var dec []byte
 	start := s.i
 	for {
+		// The common run: printable ASCII that renders as itself.
+		j := s.i
+		for j < len(s.raw) {
+			if c := s.raw[j]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+				break
+			}
+			j++
+		}
+		if j > s.i {
+			n += j - s.i
+			if wantKey && dec != nil {
+				dec = append(dec, s.raw[s.i:j]...)
+			}
+			s.i = j
+		}
 		if s.i >= len(s.raw) {
 			s.fail("unterminated string")
 			return 0, nil

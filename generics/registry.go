@@ -220,12 +220,17 @@ func Encode(args Args, maxBytes int) ([]byte, error) {
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: errors.New("args must encode as a JSON object")}
 	}
-	if path, err := checkText(raw, args); err != nil {
-		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err, Path: path}
-	}
 	// The database's measure, on the text the database will parse: what passes here passes
 	// tenure.enqueue's and the table's checks (a custom marshaler's bad JSON is caught too).
+	// It also finds NUL and invalid UTF-8; checkText then names the field. An escaped U+FFFD
+	// is what encoding/json writes for invalid UTF-8 in a Go string: checkText tells that
+	// apart from a real U+FFFD.
 	size, err := JSONSize(raw)
+	if err != nil || bytes.Contains(raw, []byte(`\ufffd`)) {
+		if path, terr := checkText(raw, args); terr != nil {
+			return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: terr, Path: path}
+		}
+	}
 	if err != nil {
 		return nil, &PayloadError{Kind: kind, Version: version, Reason: ErrInvalidPayload, Err: err}
 	}
