@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/tenurenats/internal/natsdb"
 )
 
 // MaxPayloadBytes bounds an outbox message's payload (1 MiB, the NATS server's default
@@ -63,7 +63,7 @@ func Publish(ctx context.Context, tx pgx.Tx, subject string, payload []byte, opt
 	if payload == nil {
 		payload = []byte{}
 	}
-	return gen.New(tx).OutboxInsert(ctx, gen.OutboxInsertParams{MsgID: o.MsgID, Subject: subject, Payload: payload, Headers: hdr})
+	return natsdb.New(tx).OutboxInsert(ctx, natsdb.OutboxInsertParams{MsgID: o.MsgID, Subject: subject, Payload: payload, Headers: hdr})
 }
 
 func encodeHeaders(h map[string][]string) ([]byte, error) {

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/tenurenats/internal/natsdb"
 	"github.com/tenureq/tenure/worker"
 )
 
@@ -248,9 +248,9 @@ func (r *Relay) pipeline(ctx context.Context) {
 // (while Run is not running or beside it: claims never overlap).
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	token := uuid.New()
-	q := gen.New(r.pool)
+	q := natsdb.New(r.pool)
 	claimedAt := time.Now()
-	rows, err := q.OutboxClaim(ctx, gen.OutboxClaimParams{ClaimToken: token, ClaimedBy: r.cfg.ID,
+	rows, err := q.OutboxClaim(ctx, natsdb.OutboxClaimParams{ClaimToken: token, ClaimedBy: r.cfg.ID,
 		LeaseS: r.cfg.Lease.Seconds(), Batch: int32(r.cfg.Batch)})
 	if err != nil || len(rows) == 0 {
 		return 0, err
@@ -266,10 +266,10 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	}
 
 	type sent struct {
-		row gen.OutboxClaimRow
+		row natsdb.OutboxClaimRow
 		fut jetstream.PubAckFuture
 	}
-	var failed []gen.OutboxClaimRow
+	var failed []natsdb.OutboxClaimRow
 	var errs []error
 	inflight := make([]sent, 0, len(rows))
 	ids := make([]int64, len(rows))
@@ -353,7 +353,7 @@ wait:
 		if len(msg) > 2000 {
 			msg = msg[:2000]
 		}
-		if _, err := q.OutboxRetryLater(wctx, gen.OutboxRetryLaterParams{DelayS: delay.Seconds(), LastError: toValidUTF8(msg),
+		if _, err := q.OutboxRetryLater(wctx, natsdb.OutboxRetryLaterParams{DelayS: delay.Seconds(), LastError: toValidUTF8(msg),
 			ID: row.ID, ClaimToken: token}); err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("retry later: %w", err)
 		}
@@ -372,7 +372,7 @@ func (r *Relay) mark(ctx context.Context, token uuid.UUID, ids []int64, streams 
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit a no-op
-	done, err := gen.New(tx).OutboxMarkSent(ctx, gen.OutboxMarkSentParams{ClaimToken: token, Ids: ids, Streams: streams, Seqs: seqs})
+	done, err := natsdb.New(tx).OutboxMarkSent(ctx, natsdb.OutboxMarkSentParams{ClaimToken: token, Ids: ids, Streams: streams, Seqs: seqs})
 	if err != nil {
 		return err
 	}
@@ -412,11 +412,11 @@ func (r *Relay) pruneLoop(ctx context.Context) {
 // returns how many it deleted. Relays call it every PruneEvery; call it yourself when no
 // relay prunes (RelayConfig.Retention < 0).
 func PruneSent(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) (int64, error) {
-	q := gen.New(pool)
+	q := natsdb.New(pool)
 	before := time.Now().Add(-retention)
 	var total int64
 	for {
-		n, err := q.OutboxPruneSent(ctx, gen.OutboxPruneSentParams{Before: before, Batch: 10000})
+		n, err := q.OutboxPruneSent(ctx, natsdb.OutboxPruneSentParams{Before: before, Batch: 10000})
 		total += n
 		if err != nil || n < 10000 {
 			return total, err
@@ -427,7 +427,7 @@ func PruneSent(ctx context.Context, pool *pgxpool.Pool, retention time.Duration)
 // Pending returns the number of outbox rows not sent yet and the age of the oldest one (the
 // relay's lag), on the database clock.
 func Pending(ctx context.Context, pool *pgxpool.Pool) (int64, time.Duration, error) {
-	row, err := gen.New(pool).OutboxPending(ctx)
+	row, err := natsdb.New(pool).OutboxPending(ctx)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/tenurenats/internal/natsdb"
 	"github.com/tenureq/tenure/worker"
 )
 
@@ -557,9 +557,9 @@ func (w *Worker) pruneEffects(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		q := gen.New(w.cfg.Pool)
+		q := natsdb.New(w.cfg.Pool)
 		for ctx.Err() == nil {
-			n, err := q.StreamEffectPrune(ctx, gen.StreamEffectPruneParams{Before: time.Now().Add(-w.cfg.EffectRetention), Batch: 10000})
+			n, err := q.StreamEffectPrune(ctx, natsdb.StreamEffectPruneParams{Before: time.Now().Add(-w.cfg.EffectRetention), Batch: 10000})
 			if err != nil {
 				w.cfg.Logger.Warn("tenurenats: effect ledger pruning failed", "err", err)
 			}
@@ -578,7 +578,7 @@ type streamLedger struct {
 }
 
 func (l *streamLedger) GetEffect(ctx context.Context, key string) (worker.EffectRecord, bool, error) {
-	rec, err := gen.New(l.pool).StreamEffectGet(ctx, key)
+	rec, err := natsdb.New(l.pool).StreamEffectGet(ctx, key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return worker.EffectRecord{}, false, nil
 	}
@@ -593,7 +593,7 @@ func (l *streamLedger) GetEffect(ctx context.Context, key string) (worker.Effect
 }
 
 func (l *streamLedger) RecordEffect(ctx context.Context, rec worker.EffectRecord) (worker.EffectRecord, error) {
-	row, err := gen.New(l.pool).StreamEffectRecord(ctx, gen.StreamEffectRecordParams{Key: rec.Key, Stream: l.stream, Seq: l.seq,
+	row, err := natsdb.New(l.pool).StreamEffectRecord(ctx, natsdb.StreamEffectRecordParams{Key: rec.Key, Stream: l.stream, Seq: l.seq,
 		Name: rec.Name, Generation: rec.Generation, Result: rec.Result, Refused: rec.Refused})
 	if err != nil {
 		return worker.EffectRecord{}, err

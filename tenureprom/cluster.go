@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/tenureprom/internal/promdb"
 )
 
 // ErrNilPool is returned by NewClusterCollector when it is given no pool.
@@ -77,7 +77,7 @@ type ClusterConfig struct {
 // (docs/operations.md, "Scrape cost").
 type ClusterCollector struct {
 	pool *pgxpool.Pool
-	q    *gen.Queries
+	q    *promdb.Queries
 	c    *jobs.Client
 	cfg  ClusterConfig
 
@@ -130,7 +130,7 @@ func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollec
 	}
 	qkp := []string{"queue", "kind", "priority"}
 	return &ClusterCollector{
-		pool: pool, q: gen.New(pool), c: client, cfg: c,
+		pool: pool, q: promdb.New(pool), c: client, cfg: c,
 		errs: prometheus.NewCounter(prometheus.CounterOpts{Name: "tenure_cluster_scrape_errors_total", Help: "Cluster scrapes whose statements failed."}),
 		jobs: prometheus.NewDesc("tenure_queue_jobs", "Jobs by queue, kind, priority and state: ready (due), scheduled (ready, due later), running, dead.",
 			[]string{"queue", "kind", "priority", "state"}, nil),

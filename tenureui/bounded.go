@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/tenureui/internal/uidb"
 )
 
 // Budgets of the dashboard (issue 29, item 6): what a page costs, whatever the stored data.
@@ -263,7 +263,7 @@ type shownError struct {
 type shownPair struct{ Key, Value string }
 
 // jobRow is the job page's job: the bounded columns UIJob read.
-type jobRow struct{ gen.UIJobRow }
+type jobRow struct{ uidb.UIJobRow }
 
 // Lease is the job's lease.
 func (j jobRow) Lease() time.Duration { return time.Duration(j.LeaseMs) * time.Millisecond }
@@ -336,7 +336,7 @@ func showMetadata(head string) (out []shownPair, omitted int, ok bool) {
 
 // listPreview is a list row's args preview, cut to previewBytes; a note when the args are
 // too large to preview.
-func listPreview(r gen.UIListWindowRow) string {
+func listPreview(r uidb.UIListWindowRow) string {
 	if r.ArgsPreview == "" {
 		return fmt.Sprintf("(args stored in %s: open the job)", fmtBytes(int64(r.ArgsStored)))
 	}

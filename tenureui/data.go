@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/tenureui/internal/uidb"
 )
 
 // band is one queue × priority row of the overview.
@@ -232,7 +232,7 @@ func (h *Handler) computeSnapshot(ctx context.Context) (*snapshot, error) {
 
 // completionChart renders completions per second per minute of the last hour as an inline SVG
 // (numbers only: no job data reaches it).
-func completionChart(rows []gen.UICompletionsRow, since, now time.Time) (template.HTML, float64, float64, int64) {
+func completionChart(rows []uidb.UICompletionsRow, since, now time.Time) (template.HTML, float64, float64, int64) {
 	const bars, w, hgt = 61, 600.0, 120.0
 	var fin, ok [bars]int64
 	var total int64
@@ -353,7 +353,7 @@ func (q listQuery) values() map[string]string {
 
 type listResult struct {
 	// Jobs are the listed jobs' bounded columns (an args preview, never the args).
-	Jobs []gen.UIListWindowRow
+	Jobs []uidb.UIListWindowRow
 	// Next is the Before of the next (older) page; 0 when there is none.
 	Next int64
 	// Partial: the page is not full because the scan bound was reached; older ids, from
@@ -398,7 +398,7 @@ func nonEmpty(s string) *string {
 // primary-key windows.
 func (h *Handler) list(ctx context.Context, q listQuery, limit int) (*listResult, error) {
 	var res *listResult
-	err := h.read(ctx, func(gq *gen.Queries) error {
+	err := h.read(ctx, func(gq *uidb.Queries) error {
 		var err error
 		res, err = h.listIn(ctx, gq, q, limit)
 		return err
@@ -409,7 +409,7 @@ func (h *Handler) list(ctx context.Context, q listQuery, limit int) (*listResult
 // conv converts the rows of a list statement: the four return the same columns.
 func conv[T ~struct {
 	ID                int64
-	State             gen.TenureJobState
+	State             uidb.TenureJobState
 	Queue             string
 	Kind              string
 	Priority          int16
@@ -422,15 +422,15 @@ func conv[T ~struct {
 	CancelRequestedAt *time.Time
 	ArgsPreview       string
 	ArgsStored        int32
-}](rows []T, err error) ([]gen.UIListWindowRow, error) {
-	out := make([]gen.UIListWindowRow, len(rows))
+}](rows []T, err error) ([]uidb.UIListWindowRow, error) {
+	out := make([]uidb.UIListWindowRow, len(rows))
 	for i, r := range rows {
-		out[i] = gen.UIListWindowRow(r)
+		out[i] = uidb.UIListWindowRow(r)
 	}
 	return out, err
 }
 
-func (h *Handler) listIn(ctx context.Context, gq *gen.Queries, q listQuery, limit int) (*listResult, error) {
+func (h *Handler) listIn(ctx context.Context, gq *uidb.Queries, q listQuery, limit int) (*listResult, error) {
 	a := q.args()
 	before := q.Before
 	if before == 0 {
@@ -441,17 +441,17 @@ func (h *Handler) listIn(ctx context.Context, gq *gen.Queries, q listQuery, limi
 	switch jobs.State(q.State) {
 	case jobs.StateReady:
 		res.Statement = "UIListReady"
-		res.Jobs, err = conv(gq.UIListReady(ctx, gen.UIListReadyParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
+		res.Jobs, err = conv(gq.UIListReady(ctx, uidb.UIListReadyParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
 			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit),
 			PreviewMaxStored: ListPreviewMaxStored, PreviewChars: ListPreviewChars, SearchMaxStored: SearchMaxStored, SearchChars: SearchChars}))
 	case jobs.StateRunning:
 		res.Statement = "UIListRunning"
-		res.Jobs, err = conv(gq.UIListRunning(ctx, gen.UIListRunningParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
+		res.Jobs, err = conv(gq.UIListRunning(ctx, uidb.UIListRunningParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
 			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit),
 			PreviewMaxStored: ListPreviewMaxStored, PreviewChars: ListPreviewChars, SearchMaxStored: SearchMaxStored, SearchChars: SearchChars}))
 	case jobs.StateDead:
 		res.Statement = "UIListDead"
-		res.Jobs, err = conv(gq.UIListDead(ctx, gen.UIListDeadParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
+		res.Jobs, err = conv(gq.UIListDead(ctx, uidb.UIListDeadParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
 			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit),
 			PreviewMaxStored: ListPreviewMaxStored, PreviewChars: ListPreviewChars, SearchMaxStored: SearchMaxStored, SearchChars: SearchChars}))
 	default:
@@ -466,7 +466,7 @@ func (h *Handler) listIn(ctx context.Context, gq *gen.Queries, q listQuery, limi
 	return res, nil
 }
 
-func (h *Handler) listWindows(ctx context.Context, gq *gen.Queries, q listQuery, a filterArgs, before int64, limit int) (*listResult, error) {
+func (h *Handler) listWindows(ctx context.Context, gq *uidb.Queries, q listQuery, a filterArgs, before int64, limit int) (*listResult, error) {
 	res := &listResult{Statement: "UIListWindow"}
 	b, err := gq.UIJobIDBounds(ctx)
 	if err != nil {
@@ -477,16 +477,16 @@ func (h *Handler) listWindows(ctx context.Context, gq *gen.Queries, q listQuery,
 	}
 	before = min(before, b.MaxID+1)
 	res.ScannedTo = before - 1
-	state := gen.NullTenureJobState{}
+	state := uidb.NullTenureJobState{}
 	if q.State != "" {
-		state = gen.NullTenureJobState{TenureJobState: gen.TenureJobState(q.State), Valid: true}
+		state = uidb.NullTenureJobState{TenureJobState: uidb.TenureJobState(q.State), Valid: true}
 	}
 	for range h.cfg.ScanWindows {
 		if before <= b.MinID {
 			break
 		}
 		floor := max(before-int64(h.cfg.ScanWindow), b.MinID)
-		rows, err := gq.UIListWindow(ctx, gen.UIListWindowParams{BeforeID: before, FloorID: floor, State: state,
+		rows, err := gq.UIListWindow(ctx, uidb.UIListWindowParams{BeforeID: before, FloorID: floor, State: state,
 			Queue: a.queue, Kind: a.kind, Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search,
 			Tag: a.tag, MaxRows: int32(limit - len(res.Jobs)), PreviewMaxStored: ListPreviewMaxStored,
 			PreviewChars: ListPreviewChars, SearchMaxStored: SearchMaxStored, SearchChars: SearchChars})
@@ -510,7 +510,7 @@ func (h *Handler) listWindows(ctx context.Context, gq *gen.Queries, q listQuery,
 
 // read runs f's statements in a read-only transaction whose statements are each bounded by
 // Config.QueryTimeout.
-func (h *Handler) read(ctx context.Context, f func(*gen.Queries) error) error {
+func (h *Handler) read(ctx context.Context, f func(*uidb.Queries) error) error {
 	tx, err := h.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return err

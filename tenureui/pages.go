@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/tenureui/internal/uidb"
 )
 
 // page is what every template gets.
@@ -188,9 +188,9 @@ type jobView struct {
 	Metadata        []shownPair
 	MetadataOmitted int
 	MetadataRaw     *shownValue
-	Effects         []gen.UIJobEffectsRow
+	Effects         []uidb.UIJobEffectsRow
 	EffectsMore     bool
-	Audit           []gen.UIJobAuditRow
+	Audit           []uidb.UIJobAuditRow
 	AuditMore       bool
 }
 
@@ -205,8 +205,8 @@ func (h *Handler) jobDetail(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	v := &jobView{}
-	err = h.read(ctx, func(q *gen.Queries) error {
-		j, err := q.UIJob(ctx, gen.UIJobParams{ID: id, TextChars: textChars, ValueChars: ValueChars})
+	err = h.read(ctx, func(q *uidb.Queries) error {
+		j, err := q.UIJob(ctx, uidb.UIJobParams{ID: id, TextChars: textChars, ValueChars: ValueChars})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: %d", jobs.ErrNotFound, id)
 		}
@@ -214,11 +214,11 @@ func (h *Handler) jobDetail(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		v.Job = jobRow{j}
-		if v.Effects, err = q.UIJobEffects(ctx, gen.UIJobEffectsParams{JobID: id, TextChars: textChars, ValueChars: effectResultBytes,
+		if v.Effects, err = q.UIJobEffects(ctx, uidb.UIJobEffectsParams{JobID: id, TextChars: textChars, ValueChars: effectResultBytes,
 			MaxRows: effectsShown + 1}); err != nil {
 			return err
 		}
-		v.Audit, err = q.UIJobAudit(ctx, gen.UIJobAuditParams{JobID: &id, TextChars: auditReasonBytes + 1, ValueChars: auditDetailBytes,
+		v.Audit, err = q.UIJobAudit(ctx, uidb.UIJobAuditParams{JobID: &id, TextChars: auditReasonBytes + 1, ValueChars: auditDetailBytes,
 			MaxRows: auditShown + 1})
 		return err
 	})
@@ -290,9 +290,9 @@ func (h *Handler) jobRaw(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	var val []byte
-	err = h.read(ctx, func(q *gen.Queries) error {
+	err = h.read(ctx, func(q *uidb.Queries) error {
 		var err error
-		val, err = q.UIJobRaw(ctx, gen.UIJobRawParams{ID: id, Field: field, MaxBytes: int32(h.cfg.MaxRawBytes)})
+		val, err = q.UIJobRaw(ctx, uidb.UIJobRawParams{ID: id, Field: field, MaxBytes: int32(h.cfg.MaxRawBytes)})
 		return err
 	})
 	switch {

@@ -12,10 +12,14 @@ import (
 	"github.com/tenureq/tenure/internal/plantest"
 )
 
+// uiQueries holds the dashboard's own statements (package internal/uidb).
+const uiQueries = "internal/uidb/queries.sql"
+
 // TestDashboardPlansUseIndexes runs EXPLAIN (generic plans) on each dashboard statement of
-// db/queries.sql over a table dominated by finished rows, as in production: each statement
-// reads the index it was written for and none scans the jobs table; the window list reads
-// no more buffers with a filter that matches nothing than the window holds.
+// internal/uidb/queries.sql (and on the core's UnservedJobs, which jobs.Client.Unserved runs)
+// over a table dominated by finished rows, as in production: each statement reads the index it
+// was written for and none scans the jobs table; the window list reads no more buffers with a
+// filter that matches nothing than the window holds.
 func TestDashboardPlansUseIndexes(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
@@ -80,7 +84,7 @@ func TestDashboardPlansUseIndexes(t *testing.T) {
 		{"UIJobAudit", "audit_job_idx"},
 		{"UIJobRaw", "jobs_pkey"},
 	} {
-		sql, order := plantest.SQL(t, c.name)
+		sql, order := plantest.SQLIn(t, uiQueries, c.name)
 		// Filters all set, then all unset: both generic plans must use the index.
 		for _, over := range []map[string]any{{}, {"queue": nil, "kind": nil, "priority": nil, "created_from": nil, "created_to": nil, "search": nil}} {
 			plan := plantest.Explain(t, pool, false, sql, argsFor(order, over)...)
@@ -102,7 +106,7 @@ func TestDashboardPlansUseIndexes(t *testing.T) {
 	}
 	// The window list's cost is bounded by its window, not by the table: a filter matching
 	// nothing in a window of 20,000 ids over 201,350 rows reads about the window's pages.
-	sql, order := plantest.SQL(t, "UIListWindow")
+	sql, order := plantest.SQLIn(t, uiQueries, "UIListWindow")
 	plan := plantest.Explain(t, pool, true, sql, argsFor(order, map[string]any{"queue": nil, "priority": nil,
 		"created_from": nil, "created_to": nil, "search": nil, "kind": "nope"})...)
 	var total int64

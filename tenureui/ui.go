@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/tenureui/internal/uidb"
 )
 
 // Action names a mutation the dashboard can perform. The Authorizer is asked for each one.
@@ -115,7 +115,7 @@ type Config struct {
 type Handler struct {
 	cfg    Config
 	pool   *pgxpool.Pool
-	q      *gen.Queries
+	q      *uidb.Queries
 	client *jobs.Client
 	log    *slog.Logger
 	mux    *http.ServeMux
@@ -204,7 +204,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: c, pool: pool, q: gen.New(pool), client: c.Client, log: c.Logger, tmpl: tmpl, csrf: c.CSRFKey,
+	h := &Handler{cfg: c, pool: pool, q: uidb.New(pool), client: c.Client, log: c.Logger, tmpl: tmpl, csrf: c.CSRFKey,
 		prevWorkers: map[string]workerSample{}}
 	static, _ := fs.Sub(assets, "assets/static")
 	mux := http.NewServeMux()

@@ -11,13 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
@@ -187,13 +185,14 @@ func requireDenied(t *testing.T, db *pgxpool.Pool, who string, stmts ...string) 
 
 // TestFeatureSetUnderRoles (issue 29, item 11): the feature set runs under the roles the grant
 // functions make, each with only its own surface. An enqueuer role inserts plain, unique and
-// SQL-enqueued jobs and outbox messages; an operator role pauses and resumes a queue and
-// cancels, re-injects and deletes jobs (audited); a worker role runs limited queues (permit,
-// grant and keyed-rate claims, RetryAfter pauses), a paused queue, a periodic schedule, effects,
-// retention and flow pruning, the registry, and the outbox relay's and JetStream ledger's
-// statements; a reader role reads. None of the engine's statements is refused. Then what each
-// role must not do: the worker and enqueuer roles cannot write tenure.audit, the enqueuer and
-// reader roles cannot change a job's state, no role can update or delete audit rows.
+// SQL-enqueued jobs; an operator role pauses and resumes a queue and cancels, re-injects and
+// deletes jobs (audited); a worker role runs limited queues (permit, grant and keyed-rate
+// claims, RetryAfter pauses), a paused queue, a periodic schedule, effects, retention and flow
+// pruning and the registry; a reader role reads. None of the engine's statements is refused.
+// (tenurenats' own statements, the outbox relay's and the JetStream ledger's, are checked
+// under these roles by its TestStatementsUnderGrantRoles.) Then what each role must not do:
+// the worker and enqueuer roles cannot write tenure.audit, the enqueuer and reader roles
+// cannot change a job's state, no role can update or delete audit rows.
 func TestFeatureSetUnderRoles(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
@@ -236,7 +235,7 @@ func TestFeatureSetUnderRoles(t *testing.T) {
 	}, &worker.HandlerOptions{Retry: fastRetry})
 	worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
 
-	// The enqueuer: plain, unique and SQL-enqueued jobs, and an outbox message.
+	// The enqueuer: plain, unique and SQL-enqueued jobs.
 	ec := newClient(t, ep, w)
 	var ids []int64
 	for _, q := range []string{"permits", "grants", "keyed"} {
@@ -272,8 +271,6 @@ func TestFeatureSetUnderRoles(t *testing.T) {
 	require.NoError(t, ep.QueryRow(ctx, `SELECT id, duplicate FROM tenure.enqueue('noop', '{"n": 9}', unique_args => '{}')`).Scan(&sqlID, &dup))
 	require.True(t, dup)
 	ids = append(ids, sqlID)
-	_, err = gen.New(ep).OutboxInsert(ctx, gen.OutboxInsertParams{MsgID: "m1", Subject: "orders.created", Payload: []byte("x"), Headers: []byte("{}")})
-	require.NoError(t, err)
 
 	// The operator pauses a queue before the worker starts; its job waits.
 	oc := newClient(t, op, nil)
@@ -311,32 +308,6 @@ func TestFeatureSetUnderRoles(t *testing.T) {
 	var effects int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.effects`).Scan(&effects))
 	require.Equal(t, 3, effects)
-
-	// The outbox relay's and the JetStream ledger's statements, as the worker role.
-	wq := gen.New(wp)
-	tok := uuid.New()
-	claimed, err := wq.OutboxClaim(ctx, gen.OutboxClaimParams{ClaimToken: tok, ClaimedBy: "relay", LeaseS: 30, Batch: 10})
-	require.NoError(t, err)
-	require.Len(t, claimed, 1)
-	_, err = wq.OutboxRetryLater(ctx, gen.OutboxRetryLaterParams{DelayS: 0, LastError: "test", ID: claimed[0].ID, ClaimToken: tok})
-	require.NoError(t, err)
-	tok = uuid.New()
-	claimed, err = wq.OutboxClaim(ctx, gen.OutboxClaimParams{ClaimToken: tok, ClaimedBy: "relay", LeaseS: 30, Batch: 10})
-	require.NoError(t, err)
-	require.Len(t, claimed, 1)
-	sent, err := wq.OutboxMarkSent(ctx, gen.OutboxMarkSentParams{ClaimToken: tok, Ids: []int64{claimed[0].ID}, Streams: []string{"ORDERS"}, Seqs: []int64{1}})
-	require.NoError(t, err)
-	require.Len(t, sent, 1)
-	_, err = wq.OutboxPending(ctx)
-	require.NoError(t, err)
-	_, err = wq.OutboxPruneSent(ctx, gen.OutboxPruneSentParams{Before: time.Now().Add(time.Hour), Batch: 10})
-	require.NoError(t, err)
-	_, err = wq.StreamEffectRecord(ctx, gen.StreamEffectRecordParams{Key: "nats:S:job:1:effect:e", Stream: "S", Seq: 1, Name: "e", Generation: 1, Result: []byte(`"r"`)})
-	require.NoError(t, err)
-	_, err = wq.StreamEffectGet(ctx, "nats:S:job:1:effect:e")
-	require.NoError(t, err)
-	_, err = wq.StreamEffectPrune(ctx, gen.StreamEffectPruneParams{Before: time.Now().Add(time.Hour), Batch: 10})
-	require.NoError(t, err)
 
 	// The reader reads what the dashboard and the CLI read.
 	rc := newClient(t, rp, nil)

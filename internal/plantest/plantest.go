@@ -1,5 +1,5 @@
-// Package plantest reads Tenure's statements from db/queries.sql and explains them on a real
-// server, so tests can check that each statement uses the index it was written for (the claim
+// Package plantest reads Tenure's statements from db/queries.sql (or, with NamesIn and SQLIn,
+// from an integration module's own queries.sql) and explains them on a real server, so tests can check that each statement uses the index it was written for (the claim
 // on jobs_ready_idx, pruning on jobs_finished_idx, ...). It is for tests only.
 package plantest
 
@@ -65,8 +65,20 @@ var paramRE = regexp.MustCompile(`sqlc\.n?arg\((\w+)\)|@(\w+)`)
 // Names returns the names of every statement in db/queries.sql, in file order.
 func Names(t testing.TB) []string {
 	t.Helper()
+	return names(t, coreQueries())
+}
+
+// NamesIn is Names for the sqlc queries file at path (relative to the test's directory, such
+// as an integration module's internal/uidb/queries.sql).
+func NamesIn(t testing.TB, path string) []string {
+	t.Helper()
+	return names(t, path)
+}
+
+func names(t testing.TB, path string) []string {
+	t.Helper()
 	var out []string
-	for _, m := range nameRE.FindAllStringSubmatch(queriesText(t), -1) {
+	for _, m := range nameRE.FindAllStringSubmatch(queriesText(t, path), -1) {
 		out = append(out, m[1])
 	}
 	return out
@@ -74,10 +86,15 @@ func Names(t testing.TB) []string {
 
 var nameRE = regexp.MustCompile(`(?m)^-- name: (\w+) `)
 
-func queriesText(t testing.TB) string {
-	t.Helper()
+// coreQueries is the path of db/queries.sql.
+func coreQueries() string {
 	_, file, _, _ := runtime.Caller(0)
-	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "db", "queries.sql"))
+	return filepath.Join(filepath.Dir(file), "..", "..", "db", "queries.sql")
+}
+
+func queriesText(t testing.TB, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("plantest: %v", err)
 	}
@@ -88,10 +105,21 @@ func queriesText(t testing.TB) string {
 // and the parameter names in $n order.
 func SQL(t testing.TB, name string) (string, []string) {
 	t.Helper()
-	text := queriesText(t)
+	return sqlOf(t, coreQueries(), name)
+}
+
+// SQLIn is SQL for the sqlc queries file at path (relative to the test's directory).
+func SQLIn(t testing.TB, path, name string) (string, []string) {
+	t.Helper()
+	return sqlOf(t, path, name)
+}
+
+func sqlOf(t testing.TB, path, name string) (string, []string) {
+	t.Helper()
+	text := queriesText(t, path)
 	start := strings.Index(text, "-- name: "+name+" ")
 	if start < 0 {
-		t.Fatalf("plantest: no statement %q in db/queries.sql", name)
+		t.Fatalf("plantest: no statement %q in %s", name, path)
 	}
 	body := text[start:]
 	body = body[strings.Index(body, "\n")+1:]
