@@ -29,14 +29,19 @@ TEST_PKGS    ?= $(shell $(GO) list $(PKGS) | grep -v /internal/faults)
 
 all: test
 
-## generate: regenerate db/gen from db/schema.sql and db/queries.sql with sqlc
+## generate: regenerate with sqlc every package sqlc.yaml lists, each from db/schema.sql and its
+## queries file: db/gen (the core's statements, db/queries.sql) and the integrations' own
+## packages tenureui/internal/uidb, tenureprom/internal/promdb and tenurenats/internal/natsdb
+## (their queries.sql next to the generated code)
 generate:
 	$(SQLC) generate
 
-## check-generated: fail when db/gen is not what sqlc produces from the SQL
-## (that db/migrations reproduces db/schema.sql is checked by the db/migrations tests)
+## check-generated: fail when db/gen, tenureui/internal/uidb, tenureprom/internal/promdb or
+## tenurenats/internal/natsdb is not what sqlc produces from the SQL (sqlc diff covers every
+## package of sqlc.yaml; that db/migrations reproduces db/schema.sql is checked by the
+## db/migrations tests)
 check-generated:
-	@$(SQLC) diff || { echo "db/gen is stale: run 'make generate' and commit the result" >&2; exit 1; }
+	@$(SQLC) diff || { echo "generated sqlc code is stale: run 'make generate' and commit the result" >&2; exit 1; }
 	@$(GO) run ./cmd/tenuregen -check -dir examples/shop/shopjobs || { echo "examples/shop/shopjobs/tenure_gen.go is stale: run 'go generate ./examples/...'" >&2; exit 1; }
 
 ## check-mod: fail when a module's go.mod/go.sum is not what `go mod tidy` leaves (each module

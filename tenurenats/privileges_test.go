@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/tenurenats/internal/natsdb"
@@ -28,41 +27,56 @@ func TestStatementsUnderGrantRoles(t *testing.T) {
 	wp := pgtest.RolePool(t, pool, wrole, 2)
 	ep := pgtest.RolePool(t, pool, erole, 2)
 
+	ok := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	count := func(what string, got, want int) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("%s: %d rows, want %d", what, got, want)
+		}
+	}
+
 	// The enqueuer writes a message to the outbox.
 	_, err := natsdb.New(ep).OutboxInsert(ctx, natsdb.OutboxInsertParams{MsgID: "m1", Subject: "orders.created", Payload: []byte("x"), Headers: []byte("{}")})
-	require.NoError(t, err)
+	ok("OutboxInsert", err)
 
 	// The outbox relay's and the JetStream ledger's statements, as the worker role.
 	wq := natsdb.New(wp)
 	tok := uuid.New()
 	claimed, err := wq.OutboxClaim(ctx, natsdb.OutboxClaimParams{ClaimToken: tok, ClaimedBy: "relay", LeaseS: 30, Batch: 10})
-	require.NoError(t, err)
-	require.Len(t, claimed, 1)
+	ok("OutboxClaim", err)
+	count("OutboxClaim", len(claimed), 1)
 	n, err := wq.OutboxRetryLater(ctx, natsdb.OutboxRetryLaterParams{DelayS: 0, LastError: "test", ID: claimed[0].ID, ClaimToken: tok})
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
+	ok("OutboxRetryLater", err)
+	count("OutboxRetryLater", int(n), 1)
 	tok = uuid.New()
 	claimed, err = wq.OutboxClaim(ctx, natsdb.OutboxClaimParams{ClaimToken: tok, ClaimedBy: "relay", LeaseS: 30, Batch: 10})
-	require.NoError(t, err)
-	require.Len(t, claimed, 1)
+	ok("OutboxClaim", err)
+	count("OutboxClaim", len(claimed), 1)
 	sent, err := wq.OutboxMarkSent(ctx, natsdb.OutboxMarkSentParams{ClaimToken: tok, Ids: []int64{claimed[0].ID}, Streams: []string{"ORDERS"}, Seqs: []int64{1}})
-	require.NoError(t, err)
-	require.Len(t, sent, 1)
+	ok("OutboxMarkSent", err)
+	count("OutboxMarkSent", len(sent), 1)
 	_, err = wq.OutboxPending(ctx)
-	require.NoError(t, err)
+	ok("OutboxPending", err)
 	n, err = wq.OutboxPruneSent(ctx, natsdb.OutboxPruneSentParams{Before: time.Now().Add(time.Hour), Batch: 10})
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
+	ok("OutboxPruneSent", err)
+	count("OutboxPruneSent", int(n), 1)
 	_, err = wq.StreamEffectRecord(ctx, natsdb.StreamEffectRecordParams{Key: "nats:S:job:1:effect:e", Stream: "S", Seq: 1, Name: "e", Generation: 1, Result: []byte(`"r"`)})
-	require.NoError(t, err)
+	ok("StreamEffectRecord", err)
 	_, err = wq.StreamEffectGet(ctx, "nats:S:job:1:effect:e")
-	require.NoError(t, err)
+	ok("StreamEffectGet", err)
 	n, err = wq.StreamEffectPrune(ctx, natsdb.StreamEffectPruneParams{Before: time.Now().Add(time.Hour), Batch: 10})
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
+	ok("StreamEffectPrune", err)
+	count("StreamEffectPrune", int(n), 1)
 
 	// The enqueuer role is not the relay: it cannot mark messages sent.
 	_, err = natsdb.New(ep).OutboxMarkSent(ctx, natsdb.OutboxMarkSentParams{ClaimToken: tok, Ids: []int64{1}, Streams: []string{"ORDERS"}, Seqs: []int64{1}})
 	var pgErr *pgconn.PgError
-	require.True(t, errors.As(err, &pgErr) && pgErr.Code == "42501", "the enqueuer role must not run OutboxMarkSent; got %v", err)
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		t.Fatalf("the enqueuer role must not run OutboxMarkSent; got %v", err)
+	}
 }

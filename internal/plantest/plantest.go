@@ -1,6 +1,7 @@
 // Package plantest reads Tenure's statements from db/queries.sql (or, with NamesIn and SQLIn,
-// from an integration module's own queries.sql) and explains them on a real server, so tests can check that each statement uses the index it was written for (the claim
-// on jobs_ready_idx, pruning on jobs_finished_idx, ...). It is for tests only.
+// from an integration module's own queries file) and explains them on a real server, so tests
+// can check that each statement uses the index it was written for (the claim on
+// jobs_ready_idx, pruning on jobs_finished_idx, ...). It is for tests only.
 package plantest
 
 import (
