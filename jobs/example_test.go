@@ -86,20 +86,20 @@ func ExampleClient_Workers() {
 }
 
 // A unique job: checkout may enqueue the receipt of an order many times (retries, double
-// clicks); while one is queued, running, or (with StateSucceeded) done, the others return it.
+// clicks); while one is queued, running, or (with generics.JobStateSucceeded) done, the others return it.
 func ExampleUniqueOpts() {
 	pool, cleanup := pgtest.ExamplePool()
 	defer cleanup()
 	ctx := context.Background()
 	client, _ := jobs.NewClient(pool, nil)
 
-	once := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{Fields: []string{"account_id"}, States: []jobs.State{jobs.StateSucceeded}}}
+	once := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{Fields: []string{"account_id"}, States: []generics.JobState{generics.JobStateSucceeded}}}
 	first, _ := client.Insert(ctx, Report{AccountID: 7}, once)
 	again, _ := client.Insert(ctx, Report{AccountID: 7}, once)
 	other, _ := client.Insert(ctx, Report{AccountID: 8}, once)
 	fmt.Println(first.Duplicate, again.Duplicate, again.ID == first.ID, other.Duplicate)
 
-	res, _ := client.InsertManyResults(ctx, []jobs.InsertManyParams{
+	res, _ := client.InsertMany(ctx, []jobs.InsertManyParams{
 		{Args: Report{AccountID: 7}, Opts: once}, // held by first
 		{Args: Report{AccountID: 9}, Opts: once}, // new
 		{Args: Report{AccountID: 9}, Opts: once}, // the row before holds it

@@ -82,7 +82,7 @@ func TestInsertInCommittedAndRolledBackTransactions(t *testing.T) {
 	require.Len(t, ids, 3)
 	got, err := c.Get(ctx, ids[0])
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State)
+	require.Equal(t, generics.JobStateReady, got.State)
 	require.Equal(t, "mail", got.Queue)
 	require.Equal(t, jobs.PriorityHigh, got.Priority)
 	require.Equal(t, 2, got.PayloadVersion)
@@ -280,7 +280,7 @@ func TestListPagingAndPurge(t *testing.T) {
 
 	_, err = pool.Exec(ctx, `UPDATE tenure.jobs SET state='succeeded', attempts=1, attempted_at=now(), claim_token=gen_random_uuid(), finished_at=now() - interval '2 days' WHERE id % 2 = 0`)
 	require.NoError(t, err)
-	n, err := c.Purge(ctx, jobs.Action{Actor: "ops", Reason: "disk"}, jobs.PurgeParams{State: jobs.StateSucceeded, Before: time.Now().Add(-24 * time.Hour)})
+	n, err := c.Purge(ctx, jobs.Action{Actor: "ops", Reason: "disk"}, jobs.PurgeParams{State: generics.JobStateSucceeded, Before: time.Now().Add(-24 * time.Hour)})
 	require.NoError(t, err)
 	require.EqualValues(t, 12, n)
 	audit, err := c.Audit(ctx, 0, 0, 10)

@@ -97,7 +97,7 @@ func TestDeclaredDefaultsOnEveryClientInsertPath(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, dup.Duplicate, "declared Unique applies")
 	require.Equal(t, first.ID, dup.ID)
-	res, err := c.InsertManyResults(ctx, []jobs.InsertManyParams{{Args: &mailArgs{To: "a@b"}}, {Args: &mailArgs{To: "c@d"}}})
+	res, err := c.InsertMany(ctx, []jobs.InsertManyParams{{Args: &mailArgs{To: "a@b"}}, {Args: &mailArgs{To: "c@d"}}})
 	require.NoError(t, err)
 	require.True(t, res[0].Duplicate)
 	require.False(t, res[1].Duplicate)

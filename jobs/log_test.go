@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/logkey"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
@@ -52,7 +53,7 @@ attempted_at = now(), cancel_requested_at = NULL WHERE id = $1`, a.ID)
 	_, err = c.Reinject(ctx, a.ID, act, nil)
 	require.NoError(t, err)
 	require.NoError(t, c.Delete(ctx, a.ID, act))
-	_, err = c.Purge(ctx, act, jobs.PurgeParams{State: jobs.StateSucceeded, Before: time.Now()})
+	_, err = c.Purge(ctx, act, jobs.PurgeParams{State: generics.JobStateSucceeded, Before: time.Now()})
 	require.NoError(t, err)
 
 	var msgs []string

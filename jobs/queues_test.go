@@ -67,7 +67,7 @@ func TestRetryAndDelete(t *testing.T) {
 
 	row, err := c.Retry(ctx, cancelled, act)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, row.State)
+	require.Equal(t, generics.JobStateReady, row.State)
 	require.Zero(t, row.Attempts)
 	require.NoError(t, c.Delete(ctx, succeeded, act))
 	_, err = c.Get(ctx, succeeded)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/internal/plantest"
 	"github.com/tenureq/tenure/jobs"
@@ -96,7 +97,7 @@ func TestUniqueInsertUnderConcurrency(t *testing.T) {
 	row, err := c.Get(ctx, first)
 	require.NoError(t, err)
 	require.Len(t, row.UniqueKey, 32)
-	require.Equal(t, []jobs.State{jobs.StateReady, jobs.StateRunning}, row.UniqueStates)
+	require.Equal(t, []generics.JobState{generics.JobStateReady, generics.JobStateRunning}, row.UniqueStates)
 }
 
 // The same contest through InsertMany: 8 goroutines insert batches that each repeat the key
@@ -116,7 +117,7 @@ func TestUniqueInsertManyUnderConcurrency(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 50; i++ {
-				res, err := c.InsertManyResults(ctx, []jobs.InsertManyParams{
+				res, err := c.InsertMany(ctx, []jobs.InsertManyParams{
 					{Args: receiptArgs{OrderID: 1, Email: "a@b.c"}, Opts: u},
 					{Args: blobArgs{Data: "plain"}},
 					{Args: receiptArgs{OrderID: 1, Email: "other@b.c"}, Opts: u}, // same order_id: same key
@@ -153,7 +154,7 @@ func TestUniqueKeyComposition(t *testing.T) {
 	ctx := context.Background()
 	c, err := jobs.NewClient(pool, nil)
 	require.NoError(t, err)
-	ins := func(a receiptArgs, o *jobs.InsertOpts) *jobs.Row {
+	ins := func(a receiptArgs, o *jobs.InsertOpts) *generics.JobRow {
 		t.Helper()
 		r, err := c.Insert(ctx, a, o)
 		require.NoError(t, err)
@@ -212,7 +213,7 @@ func TestUniquePeriodWindowMoves(t *testing.T) {
 	ctx := context.Background()
 	c, err := jobs.NewClient(pool, nil)
 	require.NoError(t, err)
-	o := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true, ByPeriod: time.Second, States: []jobs.State{jobs.StateSucceeded}}}
+	o := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true, ByPeriod: time.Second, States: []generics.JobState{generics.JobStateSucceeded}}}
 	first, err := c.Insert(ctx, receiptArgs{OrderID: 1}, o)
 	require.NoError(t, err)
 	deadline := time.Now().Add(5 * time.Second)
@@ -259,7 +260,7 @@ func TestUniqueStatesAndOperatorActions(t *testing.T) {
 	require.Equal(t, b.ID, uce.HolderID)
 	got, err := c.Get(ctx, a.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateCancelled, got.State)
+	require.Equal(t, generics.JobStateCancelled, got.State)
 	entries, err := c.Audit(ctx, a.ID, 0, 100)
 	require.NoError(t, err)
 	for _, e := range entries {
@@ -271,14 +272,14 @@ func TestUniqueStatesAndOperatorActions(t *testing.T) {
 	require.NoError(t, err)
 	got, err = c.Retry(ctx, a.ID, act)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State)
+	require.Equal(t, generics.JobStateReady, got.State)
 	d, err := c.Insert(ctx, receiptArgs{OrderID: 1}, o)
 	require.NoError(t, err)
 	require.True(t, d.Duplicate)
 	require.Equal(t, a.ID, d.ID)
 
 	// with cancelled among its states, a cancelled job keeps its key
-	keep := &jobs.InsertOpts{Queue: "k", Unique: &jobs.UniqueOpts{ByArgs: true, ByQueue: true, States: []jobs.State{jobs.StateCancelled}}}
+	keep := &jobs.InsertOpts{Queue: "k", Unique: &jobs.UniqueOpts{ByArgs: true, ByQueue: true, States: []generics.JobState{generics.JobStateCancelled}}}
 	k1, err := c.Insert(ctx, receiptArgs{OrderID: 2}, keep)
 	require.NoError(t, err)
 	_, err = c.Cancel(ctx, k1.ID, act)
@@ -287,7 +288,7 @@ func TestUniqueStatesAndOperatorActions(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, k2.Duplicate)
 	require.Equal(t, k1.ID, k2.ID)
-	require.Equal(t, jobs.StateCancelled, k2.State)
+	require.Equal(t, generics.JobStateCancelled, k2.State)
 }
 
 // A unique insert inside a transaction that rolls back leaves the key free; a concurrent
@@ -309,7 +310,7 @@ func TestUniqueInsertWaitsForConcurrentTransaction(t *testing.T) {
 		require.NoError(t, err)
 		first, err := c.InsertTx(ctx, tx, args, o)
 		require.NoError(t, err)
-		done := make(chan *jobs.Row, 1)
+		done := make(chan *generics.JobRow, 1)
 		go func() {
 			r, err := c.Insert(ctx, args, o)
 			if err != nil {
@@ -345,7 +346,7 @@ func TestUniqueOptionsRefusedAreTyped(t *testing.T) {
 	for name, u := range map[string]*jobs.UniqueOpts{
 		"period too short": {ByPeriod: time.Millisecond},
 		"negative period":  {ByPeriod: -time.Second},
-		"unknown state":    {States: []jobs.State{"waiting"}},
+		"unknown state":    {States: []generics.JobState{"waiting"}},
 		"missing field":    {Fields: []string{"order"}},
 		"omitted field":    {Fields: []string{"note"}}, // omitempty and empty: absent
 	} {

@@ -437,7 +437,7 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	}
 	ch := make(chan seen, 4)
 	if err := tenurenats.Register(w, func(ctx context.Context, job *generics.Job[mailArgs]) error {
-		r, err := worker.Effect(ctx, job, "send", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		r, err := worker.Effect(ctx, job.JobRow, "send", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			return testkit.CallRemote(ctx, remote.URL, call.Key, call.Generation)
 		})
 		if err != nil {
@@ -478,7 +478,7 @@ func TestWorkerKilledMidJob(t *testing.T) {
 // worker.Effect on both, and its first attempt fails after the effect.
 func sendMail(remoteURL string, seen chan<- string) func(ctx context.Context, job *generics.Job[mailArgs]) error {
 	return func(ctx context.Context, job *generics.Job[mailArgs]) error {
-		r, err := worker.Effect(ctx, job, "send", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		r, err := worker.Effect(ctx, job.JobRow, "send", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			return testkit.CallRemote(ctx, remoteURL, call.Key, call.Generation)
 		})
 		if err != nil {
@@ -642,7 +642,7 @@ func TestStreamLedgerFirstRecordWins(t *testing.T) {
 	ctx := context.Background()
 	ledger := tenurenats.NewStreamLedger(pool, "S", 7)
 	attempt := func(n int) (*generics.Job[mailArgs], context.Context) {
-		job := &generics.Job[mailArgs]{JobMeta: generics.JobMeta{ID: 7, Attempt: n, Generation: int64(n), ClaimToken: uuid.New()}}
+		job := &generics.Job[mailArgs]{JobMeta: generics.JobRow{ID: 7, Attempt: n, Generation: int64(n), ClaimToken: uuid.New()}}
 		return job, worker.WithExternalAttempt(ctx, worker.ExternalAttempt{Job: job.Meta(), KeyPrefix: "nats:S:", Ledger: ledger})
 	}
 	j1, ctx1 := attempt(1)
@@ -673,7 +673,7 @@ func TestStreamLedgerFirstRecordWins(t *testing.T) {
 		t.Errorf("attempt 1: %+v, want attempt 2's recorded result, replayed", r1)
 	}
 	_, ctx3 := attempt(3)
-	j3 := &generics.Job[mailArgs]{JobMeta: generics.JobMeta{ID: 7, Attempt: 3, Generation: 3, ClaimToken: uuid.New()}}
+	j3 := &generics.Job[mailArgs]{JobMeta: generics.JobRow{ID: 7, Attempt: 3, Generation: 3, ClaimToken: uuid.New()}}
 	if _, err := worker.Effect(ctx3, j3, "send", func(context.Context, worker.EffectCall) (string, error) { return "", nil }); !errors.Is(err, worker.ErrNotInHandler) {
 		t.Errorf("Effect with a job that is not the context's attempt: %v, want ErrNotInHandler", err)
 	}

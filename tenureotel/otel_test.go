@@ -176,13 +176,13 @@ func TestMiddlewareOptions(t *testing.T) {
 	parent.End()
 	require.Equal(t, "mine=1", opts.Metadata["tracestate"])
 	require.Contains(t, opts.Metadata["traceparent"], parent.SpanContext().SpanID().String())
-	job := &generics.JobMeta{ID: 7, Kind: "k", Queue: "q", Attempt: 3, Generation: 4, Metadata: opts.Metadata}
+	job := &generics.JobRow{ID: 7, Kind: "k", Queue: "q", Attempt: 3, Generation: 4, Metadata: opts.Metadata}
 
-	linked := tenureotel.Middleware(&tenureotel.Config{TracerProvider: tp, Link: true})(func(context.Context, *generics.JobMeta) error {
+	linked := tenureotel.Middleware(&tenureotel.Config{TracerProvider: tp, Link: true})(func(context.Context, *generics.JobRow) error {
 		return worker.Permanent(errors.New("no"))
 	})
 	require.Error(t, linked(context.Background(), job))
-	panicky := tenureotel.Middleware(&tenureotel.Config{TracerProvider: tp})(func(context.Context, *generics.JobMeta) error {
+	panicky := tenureotel.Middleware(&tenureotel.Config{TracerProvider: tp})(func(context.Context, *generics.JobRow) error {
 		panic("boom")
 	})
 	require.PanicsWithValue(t, "boom", func() { _ = panicky(context.Background(), job) })

@@ -76,7 +76,7 @@ func ExampleWork() {
 	pool := tenuretest.Pool(t)
 
 	sendWelcome := func(ctx context.Context, job *generics.Job[Welcome]) error {
-		res, err := worker.Effect(ctx, job, "mail", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		res, err := worker.Effect(ctx, job.JobRow, "mail", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			return "msg-1", nil // a mail API call that deduplicates by call.Key
 		})
 		if err != nil {

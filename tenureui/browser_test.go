@@ -122,9 +122,9 @@ func newFixture(t *testing.T, refresh time.Duration) *fixture {
 	return f
 }
 
-func (f *fixture) waitState(t *testing.T, id int64, want jobs.State) *jobs.Row {
+func (f *fixture) waitState(t *testing.T, id int64, want generics.JobState) *generics.JobRow {
 	t.Helper()
-	var row *jobs.Row
+	var row *generics.JobRow
 	require.Eventually(t, func() bool {
 		var err error
 		row, err = f.client.Get(context.Background(), id)
@@ -253,9 +253,9 @@ func testReinjectDeadJob(t *testing.T, b *browser) {
 	require.NoError(t, err)
 	row, err := f.client.Insert(ctx, Flaky{Order: 1042, Note: "gift card"}, &jobs.InsertOpts{Metadata: map[string]string{"request_id": "req-7f3a"}})
 	require.NoError(t, err)
-	f.waitState(t, row.ID, jobs.StateDead)
+	f.waitState(t, row.ID, generics.JobStateDead)
 	require.Eventually(t, func() bool {
-		n, err := f.client.List(ctx, jobs.ListParams{State: jobs.StateSucceeded, Limit: 1000})
+		n, err := f.client.List(ctx, jobs.ListParams{State: generics.JobStateSucceeded, Limit: 1000})
 		require.NoError(t, err)
 		return len(n.Jobs) == 440
 	}, 20*time.Second, 50*time.Millisecond)
@@ -310,7 +310,7 @@ func testReinjectDeadJob(t *testing.T, b *browser) {
 	require.Contains(t, audit, "browser-test")
 	require.Contains(t, audit, "reinject")
 	require.Contains(t, audit, "gateway fixed (INC-4711)")
-	got := f.waitState(t, row.ID, jobs.StateSucceeded)
+	got := f.waitState(t, row.ID, generics.JobStateSucceeded)
 	require.Equal(t, int64(2), got.Generation, "the re-injected attempt is the job's second generation")
 	entries, err := f.client.Audit(ctx, row.ID, 0, 10)
 	require.NoError(t, err)
@@ -349,11 +349,11 @@ func testPauseQueue(t *testing.T, b *browser) {
 	require.NoError(t, err)
 	noop, err := f.client.Insert(ctx, Noop{N: 1}, nil)
 	require.NoError(t, err)
-	f.waitState(t, noop.ID, jobs.StateSucceeded) // the other queue keeps running
+	f.waitState(t, noop.ID, generics.JobStateSucceeded) // the other queue keeps running
 	time.Sleep(1500 * time.Millisecond)
 	got, err := f.client.Get(ctx, job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State, "a paused queue's job is not claimed")
+	require.Equal(t, generics.JobStateReady, got.State, "a paused queue's job is not claimed")
 	require.Equal(t, 0, got.Attempts)
 	require.Zero(t, f.mails.Load())
 
@@ -397,7 +397,7 @@ func testHostilePayloads(t *testing.T, b *browser) {
 	row, err := f.client.Insert(ctx, Hostile{Text: hostile}, &jobs.InsertOpts{
 		Metadata: map[string]string{xssScript: xssImg, "trace": xssAttr}})
 	require.NoError(t, err)
-	f.waitState(t, row.ID, jobs.StateDead) // its handler fails with the markup as the message
+	f.waitState(t, row.ID, generics.JobStateDead) // its handler fails with the markup as the message
 	var raw int64
 	require.NoError(t, f.pool.QueryRow(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, state, finished_at, attempts, last_error_code, errors)
 		VALUES ($1, $2, jsonb_build_object('html', $3::text), 'dead', now(), 1, 'TIMEOUT',

@@ -35,7 +35,7 @@ func chaosPool(t *testing.T) (*pgxpool.Pool, string) {
 	return pool, pool.Config().ConnString()
 }
 
-func getJob(t testing.TB, c *jobs.Client, id int64) *jobs.Row {
+func getJob(t testing.TB, c *jobs.Client, id int64) *generics.JobRow {
 	t.Helper()
 	r, err := c.Get(context.Background(), id)
 	require.NoError(t, err)
@@ -81,7 +81,7 @@ type recorder struct {
 	outcomes []worker.Outcome
 }
 
-func (r *recorder) attempt(m generics.JobMeta, claimedAt time.Time) {
+func (r *recorder) attempt(m generics.JobRow, claimedAt time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.attempts = append(r.attempts, attemptRec{m.Attempt, m.Generation, m.ClaimToken, claimedAt})
@@ -138,7 +138,7 @@ func TestChaosCrashAfterClaimCommit(t *testing.T) {
 	child.killAndWait(t)
 
 	got := getJob(t, c, row.ID)
-	require.Equal(t, jobs.StateRunning, got.State, "a committed claim survives its worker")
+	require.Equal(t, generics.JobStateRunning, got.State, "a committed claim survives its worker")
 	require.Equal(t, 1, got.Attempts)
 	require.EqualValues(t, 1, got.Generation)
 	require.Equal(t, "doomed-worker", got.LockedBy)
@@ -170,7 +170,7 @@ func TestChaosCrashAfterClaimCommit(t *testing.T) {
 		}
 		early++
 		cur := getJob(t, c, row.ID)
-		require.Equal(t, jobs.StateRunning, cur.State)
+		require.Equal(t, generics.JobStateRunning, cur.State)
 		require.EqualValues(t, 1, cur.Generation)
 		require.Equal(t, 1, cur.Attempts)
 		require.False(t, time.Now().After(deadline), "the expired lease was never reclaimed")
@@ -181,7 +181,7 @@ func TestChaosCrashAfterClaimCommit(t *testing.T) {
 	}
 
 	got = getJob(t, c, row.ID)
-	require.Equal(t, jobs.StateReady, got.State)
+	require.Equal(t, generics.JobStateReady, got.State)
 	require.Equal(t, 1, got.Attempts, "the crashed attempt is consumed")
 	require.EqualValues(t, 1, got.Generation)
 	require.Nil(t, got.ClaimToken)
@@ -258,7 +258,7 @@ func TestChaosCrashBeforeClaimCommit(t *testing.T) {
 
 			// The claim is not committed: others see the job ready and cannot take it.
 			got := getJob(t, c, row.ID)
-			require.Equal(t, jobs.StateReady, got.State)
+			require.Equal(t, generics.JobStateReady, got.State)
 			require.Zero(t, got.Attempts)
 			require.Zero(t, got.Generation)
 			require.Zero(t, txClaimCount(t, pool), "SKIP LOCKED skips the row locked by the open claim")
@@ -271,7 +271,7 @@ func TestChaosCrashBeforeClaimCommit(t *testing.T) {
 				return n == 0
 			})
 			got = getJob(t, c, row.ID)
-			require.Equal(t, jobs.StateReady, got.State)
+			require.Equal(t, generics.JobStateReady, got.State)
 			require.Zero(t, got.Attempts, "an uncommitted claim consumes no attempt")
 			require.Zero(t, got.Generation)
 
@@ -371,7 +371,7 @@ func TestChaosStaleWorkerAfterSIGSTOP(t *testing.T) {
 			}
 
 			after := getJob(t, c, row.ID)
-			require.Equal(t, jobs.StateSucceeded, after.State)
+			require.Equal(t, generics.JobStateSucceeded, after.State)
 			require.EqualValues(t, 2, after.Generation)
 			require.Equal(t, *won.ClaimToken, *after.ClaimToken, "the job keeps the new generation's token")
 			require.Equal(t, won.UpdatedAt, after.UpdatedAt, "A wrote nothing")
@@ -417,7 +417,7 @@ func TestChaosHeartbeatKeepsLongJobAlive(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n, "a heartbeated lease must never expire")
 		got := getJob(t, c, row.ID)
-		if got.State != jobs.StateRunning {
+		if got.State != generics.JobStateRunning {
 			break
 		}
 		require.EqualValues(t, 1, got.Generation)
@@ -429,7 +429,7 @@ func TestChaosHeartbeatKeepsLongJobAlive(t *testing.T) {
 	}
 	require.Greater(t, last.Sub(first), 2*time.Second, "heartbeats moved the lease end forward")
 	got := getJob(t, c, row.ID)
-	require.Equal(t, jobs.StateSucceeded, got.State)
+	require.Equal(t, generics.JobStateSucceeded, got.State)
 	require.EqualValues(t, 1, got.Generation)
 	require.Equal(t, 1, got.Attempts)
 	require.Empty(t, got.Errors)
@@ -464,7 +464,7 @@ func TestChaosHeartbeatAfterLeaseLoss(t *testing.T) {
 			cfg.OnOutcome = rec.outcome
 			w, err := worker.New(pool, cfg)
 			require.NoError(t, err)
-			started := make(chan generics.JobMeta, 1)
+			started := make(chan generics.JobRow, 1)
 			type seen struct {
 				cause     error
 				effectErr error
@@ -476,7 +476,7 @@ func TestChaosHeartbeatAfterLeaseLoss(t *testing.T) {
 				<-ctx.Done()
 				var s seen
 				s.cause = context.Cause(ctx)
-				_, s.effectErr = worker.Effect(ctx, job, "after-loss", func(context.Context, worker.EffectCall) (int, error) {
+				_, s.effectErr = worker.Effect(ctx, job.JobRow, "after-loss", func(context.Context, worker.EffectCall) (int, error) {
 					s.effectRan = true
 					return 1, nil
 				})
@@ -588,7 +588,7 @@ func TestChaosStuckHandlerIsReclaimedAndFencedOut(t *testing.T) {
 	require.Zero(t, st.Retried)
 
 	after := getJob(t, c, row.ID)
-	require.Equal(t, jobs.StateSucceeded, after.State)
+	require.Equal(t, generics.JobStateSucceeded, after.State)
 	require.EqualValues(t, 2, after.Generation)
 	require.Equal(t, *won.ClaimToken, *after.ClaimToken)
 	require.Equal(t, won.UpdatedAt, after.UpdatedAt, "the late return wrote nothing")
@@ -798,10 +798,10 @@ func proxiedEngineWorker(t *testing.T, pool *pgxpool.Pool, rec *recorder) (*work
 
 // proxiedWorker starts a worker whose engine pool reaches PostgreSQL through a tcpProxy.
 // The handler of chaosArgs sends its job on started and returns nil once release is closed.
-func proxiedWorker(t *testing.T, pool *pgxpool.Pool, rec *recorder) (*worker.Worker, *tcpProxy, chan generics.JobMeta, chan struct{}) {
+func proxiedWorker(t *testing.T, pool *pgxpool.Pool, rec *recorder) (*worker.Worker, *tcpProxy, chan generics.JobRow, chan struct{}) {
 	t.Helper()
 	w, proxy := proxiedEngineWorker(t, pool, rec)
-	started := make(chan generics.JobMeta, 1)
+	started := make(chan generics.JobRow, 1)
 	release := make(chan struct{})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[chaosArgs]) error {
 		rec.attempt(job.Meta(), job.ClaimedAt)
@@ -841,7 +841,7 @@ func TestChaosFinishWhileDatabaseUnreachable(t *testing.T) {
 	waitFor(t, 10*time.Second, "finish retries while the database is unreachable", func() bool {
 		return w.Stats().FinishRetries >= 2 && time.Since(cutAt) >= time.Second
 	})
-	require.Equal(t, jobs.StateRunning, getJob(t, c, row.ID).State, "nothing landed while cut")
+	require.Equal(t, generics.JobStateRunning, getJob(t, c, row.ID).State, "nothing landed while cut")
 	proxy.restore()
 
 	waitFor(t, 15*time.Second, "the retried finish to land", func() bool { _, o := rec.snapshot(); return len(o) == 1 })
@@ -849,7 +849,7 @@ func TestChaosFinishWhileDatabaseUnreachable(t *testing.T) {
 	require.NoError(t, outcomes[0].Err)
 	require.Equal(t, "succeeded", outcomes[0].Transition)
 	got := getJob(t, c, row.ID)
-	require.Equal(t, jobs.StateSucceeded, got.State)
+	require.Equal(t, generics.JobStateSucceeded, got.State)
 	require.EqualValues(t, 1, got.Generation)
 	require.Equal(t, 1, got.Attempts)
 	require.Equal(t, meta.ClaimToken, *got.ClaimToken, "the same token's write landed")
@@ -886,7 +886,7 @@ func TestChaosFinishReplyLost(t *testing.T) {
 
 	waitFor(t, 15*time.Second, "the finish to settle", func() bool { _, o := rec.snapshot(); return len(o) == 1 })
 	got := getJob(t, c, row.ID)
-	require.Equal(t, jobs.StateSucceeded, got.State)
+	require.Equal(t, generics.JobStateSucceeded, got.State)
 	require.Equal(t, meta.ClaimToken, *got.ClaimToken, "the job was completed under this attempt's own token")
 	_, outcomes := rec.snapshot()
 	st := w.Stats()

@@ -273,7 +273,7 @@ func childWorker(out *childOut) error {
 				time.Sleep(time.Duration(rand.IntN(sleepMax+1)) * time.Millisecond)
 			}
 		}
-		res, err := worker.Effect(ctx, job, "charge", fn)
+		res, err := worker.Effect(ctx, job.JobRow, "charge", fn)
 		if err != nil {
 			if mode != "soak" {
 				out.printf("effect-err %d %d stale=%t err=%q", job.ID, job.Generation, errors.Is(err, worker.ErrLostOwnership), err.Error())

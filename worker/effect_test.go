@@ -64,7 +64,7 @@ func effectWorker(t *testing.T, pool *pgxpool.Pool, remote string, rec *effRec, 
 	require.NoError(t, err)
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[effArgs]) error {
 		rec.attempt(job.Meta(), job.ClaimedAt)
-		res, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		res, err := worker.Effect(ctx, job.JobRow, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			rec.fnRuns.Add(1)
 			rec.mu.Lock()
 			rec.keys = append(rec.keys, call.Key)
@@ -129,7 +129,7 @@ func TestEffectStableKeyAcrossGenerations(t *testing.T) {
 			var gens []int64
 			var effs []effAttempt
 			worker.MustRegister(w, func(ctx context.Context, job *generics.Job[effArgs]) error {
-				res, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
+				res, err := worker.Effect(ctx, job.JobRow, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
 					fnRuns.Add(1)
 					mu.Lock()
 					keys, gens = append(keys, call.Key), append(gens, call.Generation)
@@ -218,7 +218,7 @@ func TestEffectAfterLeaseLossReturnsLostOwnership(t *testing.T) {
 		started <- struct{}{}
 		<-ctx.Done()
 		s := seen{cause: context.Cause(ctx)}
-		_, s.err = worker.Effect(ctx, job, "charge", func(context.Context, worker.EffectCall) (string, error) {
+		_, s.err = worker.Effect(ctx, job.JobRow, "charge", func(context.Context, worker.EffectCall) (string, error) {
 			s.ran = true
 			return "x", nil
 		})
@@ -276,7 +276,7 @@ func TestEffectCrashBetweenEffectAndCompletion(t *testing.T) {
 
 			_, recorded := ledger(t, pool, key)
 			require.Equal(t, tc.name == "recorded", recorded)
-			require.Equal(t, jobs.StateRunning, getJob(t, c, row.ID).State, "the completion never happened")
+			require.Equal(t, generics.JobStateRunning, getJob(t, c, row.ID).State, "the completion never happened")
 
 			rec := &effRec{}
 			b := effectWorker(t, pool, remote.URL, rec, nil)
@@ -305,7 +305,7 @@ func TestEffectCrashBetweenEffectAndCompletion(t *testing.T) {
 				require.EqualValues(t, 2, l.Generation)
 			}
 			got := getJob(t, c, row.ID)
-			require.Equal(t, jobs.StateSucceeded, got.State)
+			require.Equal(t, generics.JobStateSucceeded, got.State)
 			require.EqualValues(t, 2, got.Generation)
 			require.Len(t, got.Errors, 1)
 			require.Equal(t, "LEASE_EXPIRED", got.Errors[0].Code)
@@ -374,7 +374,7 @@ func TestEffectStaleGenerationRefused(t *testing.T) {
 			l2, _ := ledger(t, pool, key)
 			require.Equal(t, l, l2, "a stale generation never overwrites the ledger")
 			after := getJob(t, c, row.ID)
-			require.Equal(t, jobs.StateSucceeded, after.State)
+			require.Equal(t, generics.JobStateSucceeded, after.State)
 			require.Equal(t, *won.ClaimToken, *after.ClaimToken)
 			require.Equal(t, won.UpdatedAt, after.UpdatedAt)
 			_, _, total := remote.Totals()
@@ -426,7 +426,7 @@ func TestEffectCompleteTx(t *testing.T) {
 					inTx <- struct{}{}
 					<-proceed
 				}
-				err = worker.CompleteTx(ctx, tx, job)
+				err = worker.CompleteTx(ctx, tx, job.JobRow)
 				completeErrs <- err
 				if err != nil {
 					return err // deferred rollback
@@ -456,7 +456,7 @@ func TestEffectCompleteTx(t *testing.T) {
 				waitFor(t, 10*time.Second, "the outcome", func() bool { _, o := rec.snapshot(); return len(o) == 1 })
 				require.NoError(t, <-completeErrs)
 				got := getJob(t, c, row.ID)
-				require.Equal(t, jobs.StateSucceeded, got.State)
+				require.Equal(t, generics.JobStateSucceeded, got.State)
 				require.EqualValues(t, 1, got.Generation)
 				require.Equal(t, 1, businessRows())
 				require.NoError(t, stopWorker(t, w, 5*time.Second))
@@ -481,7 +481,7 @@ func TestEffectCompleteTx(t *testing.T) {
 				waitFor(t, 10*time.Second, "the outcome", func() bool { _, o := rec.snapshot(); return len(o) == 1 })
 				require.Zero(t, businessRows(), "the business write rolled back with the refused completion")
 				after := getJob(t, c, row.ID)
-				require.Equal(t, jobs.StateRunning, after.State)
+				require.Equal(t, generics.JobStateRunning, after.State)
 				require.Equal(t, taken.ClaimToken, after.ClaimToken)
 				require.Equal(t, taken.UpdatedAt, after.UpdatedAt)
 				_, outcomes := rec.snapshot()

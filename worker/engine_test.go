@@ -305,7 +305,7 @@ func TestReinjectDeadJobIsAudited(t *testing.T) {
 	require.NoError(t, err)
 	startWorker(t, w)
 	waitFor(t, 10*time.Second, "dead", func() bool { return countState(t, pool, "dead") == 1 })
-	page, err := c.List(ctx, jobs.ListParams{State: jobs.StateDead, ErrorCode: "PERMANENT"})
+	page, err := c.List(ctx, jobs.ListParams{State: generics.JobStateDead, ErrorCode: "PERMANENT"})
 	require.NoError(t, err)
 	require.Len(t, page.Jobs, 1)
 
@@ -392,12 +392,12 @@ func TestStopWithHandlerIgnoringContext(t *testing.T) {
 	require.ErrorIs(t, err, worker.ErrHandlersStillRunning)
 	got, err := c.Get(ctx, row.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State)
+	require.Equal(t, generics.JobStateReady, got.State)
 	close(unblock) // its late finish must not land: the token is gone
 	time.Sleep(100 * time.Millisecond)
 	got, err = c.Get(ctx, row.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State)
+	require.Equal(t, generics.JobStateReady, got.State)
 }
 
 func TestConfigValidation(t *testing.T) {
@@ -459,7 +459,7 @@ func TestRetentionPruning(t *testing.T) {
 	waitFor(t, 5*time.Second, "the prune counted", func() bool { return w.Stats().Pruned == 1 })
 	got, err := c.Get(ctx, later.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State)
+	require.Equal(t, generics.JobStateReady, got.State)
 }
 
 // The owner's retry write for a job an operator asked to cancel meanwhile (the handler
@@ -488,6 +488,6 @@ func TestRetryAfterCancelRequestEndsCancelled(t *testing.T) {
 	require.Equal(t, gen.TenureJobStateCancelled, got[0].State)
 	final, err := c.Get(ctx, row.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateCancelled, final.State)
+	require.Equal(t, generics.JobStateCancelled, final.State)
 	require.Equal(t, "HANDLER_ERROR", final.LastErrorCode)
 }

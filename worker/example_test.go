@@ -124,7 +124,7 @@ func ExampleEffect() {
 	charges := 0 // the remote payment service's count
 	done := make(chan struct{})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[ChargeCard]) error {
-		res, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		res, err := worker.Effect(ctx, job.JobRow, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			charges++ // a real call sends call.Key as its Idempotency-Key
 			return fmt.Sprintf("ch_%d", job.Args.OrderID), nil
 		})
@@ -293,7 +293,7 @@ func ExampleSnooze() {
 	client, _ := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry()})
 	row, _ := client.Insert(ctx, SendReceipt{OrderID: 1, Email: "ada@example.com"}, nil)
 	_ = w.Start(ctx)
-	for row.State != jobs.StateSucceeded {
+	for row.State != generics.JobStateSucceeded {
 		time.Sleep(20 * time.Millisecond)
 		row, _ = client.Get(ctx, row.ID)
 	}

@@ -142,7 +142,7 @@ func TestSnoozeIsFenced(t *testing.T) {
 	require.True(t, errors.As(o.Err, &stale), "%v", o.Err)
 	got, err := c.Get(ctx, row.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateRunning, got.State)
+	require.Equal(t, generics.JobStateRunning, got.State)
 	require.Equal(t, "usurper", got.LockedBy)
 	require.Equal(t, 0, got.Snoozes)
 	require.EqualValues(t, 1, w.Stats().StaleRejected)
@@ -181,7 +181,7 @@ func TestHandlerOutputKeptWithSuccess(t *testing.T) {
 		if err := worker.SetOutput(ctx, []int{job.Args.N}); err != nil {
 			return err
 		}
-		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return worker.CompleteTx(ctx, tx, job) })
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return worker.CompleteTx(ctx, tx, job.JobRow) })
 	}, nil)
 	require.ErrorIs(t, worker.SetOutput(context.Background(), 1), worker.ErrNotInHandler)
 	c := newClient(t, pool, w)
@@ -239,7 +239,7 @@ func TestTagsReachHandlerAndFilterList(t *testing.T) {
 	page, err := c.List(ctx, jobs.ListParams{Tags: []string{"import"}})
 	require.NoError(t, err)
 	require.Len(t, page.Jobs, 2)
-	page, err = c.List(ctx, jobs.ListParams{Tags: []string{"import", "tenant:8"}, State: jobs.StateSucceeded})
+	page, err = c.List(ctx, jobs.ListParams{Tags: []string{"import", "tenant:8"}, State: generics.JobStateSucceeded})
 	require.NoError(t, err)
 	require.Len(t, page.Jobs, 1)
 	require.Equal(t, []string{"tenant:8", "import"}, page.Jobs[0].Tags)
@@ -275,12 +275,12 @@ func TestUniqueKeyThroughTheEngine(t *testing.T) {
 	dup, err := c.Insert(ctx, reportArgs{Fail: true}, u) // running holds the key
 	require.NoError(t, err)
 	require.True(t, dup.Duplicate)
-	require.Equal(t, jobs.StateRunning, dup.State)
+	require.Equal(t, generics.JobStateRunning, dup.State)
 	release <- struct{}{}
 	waitFor(t, 5*time.Second, "retry scheduled", func() bool {
 		r, err := c.Get(ctx, first.ID)
 		require.NoError(t, err)
-		return r.State == jobs.StateReady && r.Attempts == 1
+		return r.State == generics.JobStateReady && r.Attempts == 1
 	})
 	dup, err = c.Insert(ctx, reportArgs{Fail: true}, u) // ready (in backoff) holds the key
 	require.NoError(t, err)
@@ -293,7 +293,7 @@ func TestUniqueKeyThroughTheEngine(t *testing.T) {
 	require.False(t, again.Duplicate)
 
 	// with succeeded among the states, a success keeps the key
-	keep := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true, States: []jobs.State{jobs.StateSucceeded}}}
+	keep := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true, States: []generics.JobState{generics.JobStateSucceeded}}}
 	k, err := c.Insert(ctx, reportArgs{}, keep)
 	require.NoError(t, err)
 	waitFor(t, 5*time.Second, "succeeded", func() bool { return countState(t, pool, "succeeded") == 3 })
@@ -301,7 +301,7 @@ func TestUniqueKeyThroughTheEngine(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, kd.Duplicate)
 	require.Equal(t, k.ID, kd.ID)
-	require.Equal(t, jobs.StateSucceeded, kd.State)
+	require.Equal(t, generics.JobStateSucceeded, kd.State)
 }
 
 // tenure.enqueue from a trigger: a row inserted into an application table enqueues a job in

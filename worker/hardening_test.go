@@ -264,7 +264,7 @@ func TestCompleteTxReadBackFailure(t *testing.T) {
 			return err
 		}
 		defer tx.Rollback(ctx)
-		if err := worker.CompleteTx(hctx, tx, job); err != nil {
+		if err := worker.CompleteTx(hctx, tx, job.JobRow); err != nil {
 			return err
 		}
 		if err := tx.Commit(hctx); err != nil {
@@ -324,7 +324,7 @@ func TestEffectKeyPrefix(t *testing.T) {
 	require.NoError(t, err)
 	keys := make(chan string, 1)
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error {
-		_, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		_, err := worker.Effect(ctx, job.JobRow, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			keys <- call.Key
 			return "ok", nil
 		})

@@ -24,7 +24,7 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 	type ctxKey struct{}
 	var mu sync.Mutex
 	var trace []string
-	seen := map[int64]generics.JobMeta{}
+	seen := map[int64]generics.JobRow{}
 	handlerMeta := map[int64]map[string]string{}
 	var handlerErrs []error
 	record := func(s string) { mu.Lock(); trace = append(trace, s); mu.Unlock() }
@@ -32,7 +32,7 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 	cfg := fastConfig(nil)
 	cfg.Middleware = []worker.Middleware{
 		func(next worker.HandlerFunc) worker.HandlerFunc {
-			return func(ctx context.Context, job *generics.JobMeta) error {
+			return func(ctx context.Context, job *generics.JobRow) error {
 				record("outer")
 				mu.Lock()
 				seen[job.ID] = *job
@@ -49,7 +49,7 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 		},
 		nil, // skipped
 		func(next worker.HandlerFunc) worker.HandlerFunc {
-			return func(ctx context.Context, job *generics.JobMeta) error {
+			return func(ctx context.Context, job *generics.JobRow) error {
 				record("inner")
 				return next(ctx, job)
 			}
@@ -78,7 +78,7 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 	require.Equal(t, map[string]string{"traceparent": "tp-1"}, handlerMeta[ok.ID])
 	m := seen[ok.ID]
 	// Middleware sees the whole attempt, as the handler's Job carries it.
-	require.Equal(t, generics.JobMeta{ID: ok.ID, Kind: "fail", Queue: "default", Priority: jobs.PriorityNormal,
+	require.Equal(t, generics.JobRow{ID: ok.ID, Kind: "fail", Queue: "default", Priority: jobs.PriorityNormal,
 		Attempt: 1, MaxAttempts: m.MaxAttempts, Generation: 1, ClaimToken: m.ClaimToken, RunAt: ok.RunAt,
 		CreatedAt: ok.CreatedAt, ClaimedAt: m.ClaimedAt, LeaseUntil: m.LeaseUntil, Lease: m.Lease,
 		Metadata: map[string]string{"traceparent": "tp-1"}}, m)
@@ -105,7 +105,7 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 	for id, code := range map[int64]string{failing.ID: "HANDLER_ERROR", refused.ID: "PERMANENT"} {
 		r, err := c.Get(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, jobs.StateDead, r.State)
+		require.Equal(t, generics.JobStateDead, r.State)
 		require.Equal(t, code, r.LastErrorCode)
 	}
 }
@@ -119,7 +119,7 @@ func TestPerKindMiddleware(t *testing.T) {
 	trace := map[string][]string{}
 	mw := func(name string) worker.Middleware {
 		return func(next worker.HandlerFunc) worker.HandlerFunc {
-			return func(ctx context.Context, job *generics.JobMeta) error {
+			return func(ctx context.Context, job *generics.JobRow) error {
 				mu.Lock()
 				trace[job.Kind] = append(trace[job.Kind], name)
 				mu.Unlock()

@@ -231,7 +231,7 @@ func TestFeatureSetUnderRoles(t *testing.T) {
 		return nil
 	}, &worker.HandlerOptions{Queue: "permits", Retry: fastRetry})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[effArgs]) error {
-		_, err := worker.Effect(ctx, job, "charge", func(context.Context, worker.EffectCall) (string, error) { return "ok", nil })
+		_, err := worker.Effect(ctx, job.JobRow, "charge", func(context.Context, worker.EffectCall) (string, error) { return "ok", nil })
 		return err
 	}, &worker.HandlerOptions{Retry: fastRetry})
 	worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
@@ -258,7 +258,7 @@ func TestFeatureSetUnderRoles(t *testing.T) {
 	require.True(t, u2.Duplicate)
 	require.Equal(t, u1.ID, u2.ID)
 	ids = append(ids, u1.ID)
-	many, err := ec.InsertManyResults(ctx, []jobs.InsertManyParams{
+	many, err := ec.InsertMany(ctx, []jobs.InsertManyParams{
 		{Args: noopArgs{N: 8}, Opts: &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true}}},
 		{Args: noopArgs{N: 8}, Opts: &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true}}},
 	})
@@ -295,12 +295,12 @@ func TestFeatureSetUnderRoles(t *testing.T) {
 	require.Equal(t, []string{"paused"}, w.Stats().PausedQueues)
 	j, err := oc.Get(ctx, pj.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, j.State, "a paused queue's job waits")
+	require.Equal(t, generics.JobStateReady, j.State, "a paused queue's job waits")
 	_, err = oc.ResumeQueue(ctx, "paused", act)
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, "the paused queue's job after resume", func() bool {
 		j, err := oc.Get(ctx, pj.ID)
-		return err == nil && j.State == jobs.StateSucceeded
+		return err == nil && j.State == generics.JobStateSucceeded
 	})
 	out, err := oc.Cancel(ctx, later.ID, act)
 	require.NoError(t, err)

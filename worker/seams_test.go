@@ -71,7 +71,7 @@ func TestEffectWhoseResultCannotBeKeptRunsOnce(t *testing.T) {
 	seenBy := map[string][]seen{}
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[effResultArgs]) error {
 		c := effectResultCases[job.Args.Case]
-		res, err := worker.Effect(ctx, job, "send", func(ctx context.Context, call worker.EffectCall) (any, error) {
+		res, err := worker.Effect(ctx, job.JobRow, "send", func(ctx context.Context, call worker.EffectCall) (any, error) {
 			mu.Lock()
 			calls[job.Args.Case]++
 			mu.Unlock()

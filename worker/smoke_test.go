@@ -50,7 +50,7 @@ func TestSmokeRunsJobsAndRetries(t *testing.T) {
 	require.EqualValues(t, 3, fails.Load())
 	got, err := c.Get(ctx, row.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateDead, got.State)
+	require.Equal(t, generics.JobStateDead, got.State)
 	require.Equal(t, "HANDLER_ERROR", got.LastErrorCode)
 	require.Len(t, got.Errors, 3)
 	require.Equal(t, int64(3), got.Generation)

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/db/migrations"
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgserver"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
@@ -165,7 +166,7 @@ type tally struct {
 
 // audit checks every job in ids: lost (row gone), wrong (not in state want), stuck (running
 // with its lease expired more than grace ago on the database clock).
-func audit(t testing.TB, pool *pgxpool.Pool, ids []int64, want jobs.State, grace time.Duration) tally {
+func audit(t testing.TB, pool *pgxpool.Pool, ids []int64, want generics.JobState, grace time.Duration) tally {
 	t.Helper()
 	ctx := context.Background()
 	rows, err := pool.Query(ctx, `SELECT id, state::text, coalesce(locked_until < clock_timestamp() - $2::interval, false)
