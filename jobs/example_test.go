@@ -31,7 +31,7 @@ func ExampleClient_Insert() {
 	row, _ := client.Insert(ctx, Report{AccountID: 1}, &jobs.InsertOpts{
 		Queue: "reports", Priority: jobs.PriorityLow, Delay: time.Minute, MaxAttempts: 5, Lease: 2 * time.Minute,
 	})
-	fmt.Println(row.State, row.Queue, row.Priority, row.MaxAttempts, row.Lease)
+	fmt.Println(row.Job.State, row.Job.Queue, row.Job.Priority, row.Job.MaxAttempts, row.Job.Lease)
 
 	tx, _ := pool.Begin(ctx)
 	_, _ = client.InsertTx(ctx, tx, Report{AccountID: 2}, nil)
@@ -97,14 +97,14 @@ func ExampleUniqueOpts() {
 	first, _ := client.Insert(ctx, Report{AccountID: 7}, once)
 	again, _ := client.Insert(ctx, Report{AccountID: 7}, once)
 	other, _ := client.Insert(ctx, Report{AccountID: 8}, once)
-	fmt.Println(first.Duplicate, again.Duplicate, again.ID == first.ID, other.Duplicate)
+	fmt.Println(first.Duplicate, again.Duplicate, again.Job.ID == first.Job.ID, other.Duplicate)
 
 	res, _ := client.InsertMany(ctx, []jobs.InsertManyParams{
 		{Args: Report{AccountID: 7}, Opts: once}, // held by first
 		{Args: Report{AccountID: 9}, Opts: once}, // new
 		{Args: Report{AccountID: 9}, Opts: once}, // the row before holds it
 	})
-	fmt.Println(res[0].Duplicate, res[1].Duplicate, res[2].Duplicate, res[2].ID == res[1].ID)
+	fmt.Println(res[0].Duplicate, res[1].Duplicate, res[2].Duplicate, res[2].Job.ID == res[1].Job.ID)
 	// Output:
 	// false true true false
 	// true false true true

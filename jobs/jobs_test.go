@@ -62,7 +62,7 @@ func TestInsertInCommittedAndRolledBackTransactions(t *testing.T) {
 	row, err := c.InsertTx(ctx, tx, emailArgs{To: "a@b.c"}, nil)
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(ctx))
-	_, err = c.Get(ctx, row.ID)
+	_, err = c.Get(ctx, row.Job.ID)
 	require.ErrorIs(t, err, jobs.ErrNotFound)
 
 	// committed: both
@@ -76,8 +76,11 @@ func TestInsertInCommittedAndRolledBackTransactions(t *testing.T) {
 			return err
 		}
 		many, err := c.InsertManyTx(ctx, tx, []jobs.InsertManyParams{{Args: emailArgs{To: "x@y.z"}}, {Args: blobArgs{Data: "d"}}})
-		ids = append([]int64{r.ID}, many...)
-		return err
+		if err != nil {
+			return err
+		}
+		ids = []int64{r.Job.ID, many[0].Job.ID, many[1].Job.ID}
+		return nil
 	}))
 	require.Len(t, ids, 3)
 	got, err := c.Get(ctx, ids[0])
@@ -207,9 +210,9 @@ func TestInsertRejectsBadInputAndWritesNothing(t *testing.T) {
 	// the registry's kind defaults apply
 	row, err := strict.Insert(ctx, emailArgs{To: "a@b.c"}, nil)
 	require.NoError(t, err)
-	require.Equal(t, "mail", row.Queue)
-	require.Equal(t, 7, row.MaxAttempts)
-	require.Equal(t, jobs.DefaultLease, row.Lease)
+	require.Equal(t, "mail", row.Job.Queue)
+	require.Equal(t, 7, row.Job.MaxAttempts)
+	require.Equal(t, jobs.DefaultLease, row.Job.Lease)
 }
 
 // v1 of emailArgs had a single "address" field; v2 renamed it "to" and added "subject".

@@ -86,7 +86,7 @@ func ExampleWork() {
 		return nil
 	}
 	res := tenuretest.Work(ctx, t, pool, sendWelcome, Welcome{UserID: 42, Lang: "en"}, nil)
-	fmt.Println(res.Outcome.Transition, res.Job.State, res.Job.Attempts)
+	fmt.Println(res.Outcome.Transition, res.Job.State, res.Job.Attempt)
 	// Output:
 	// sent msg-1 replayed: false
 	// succeeded succeeded 1

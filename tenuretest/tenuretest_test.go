@@ -138,7 +138,7 @@ func TestWorkUsesTheDeclaredDefaults(t *testing.T) {
 	pool := tenuretest.Pool(t)
 	var seen generics.JobRow
 	res := tenuretest.Work(ctx, t, pool, func(ctx context.Context, job *generics.Job[Tick]) error {
-		seen = job.JobMeta
+		seen = *job.JobRow
 		<-ctx.Done() // outlives the declared 200ms timeout
 		return ctx.Err()
 	}, Tick{N: 1}, nil)

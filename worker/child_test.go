@@ -200,7 +200,7 @@ func childWorker(out *childOut) error {
 		ReclaimEvery: 100 * time.Millisecond,
 		EngineConns:  4,
 		OnOutcome: func(o worker.Outcome) {
-			out.printf("outcome %d %d %s code=%s stale=%t err=%q", o.JobID, o.Generation, o.Transition, o.Code,
+			out.printf("outcome %d %d %s code=%s stale=%t err=%q", o.Job.ID, o.Job.Generation, o.Transition, o.Code,
 				errors.Is(o.Err, worker.ErrLostOwnership), errText(o.Err))
 		},
 	}

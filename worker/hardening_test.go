@@ -307,7 +307,7 @@ func TestWorkerDecidesLeaseAtClaim(t *testing.T) {
 	c := newClient(t, pool, nil) // no registry: the job is stored with the default 30 s lease
 	row, err := c.Insert(ctx, slowArgs{}, nil)
 	require.NoError(t, err)
-	require.Equal(t, 30*time.Second, row.Lease)
+	require.Equal(t, 30*time.Second, row.Job.Lease)
 	startWorker(t, w)
 	require.Equal(t, 7*time.Minute, <-leases)
 }
@@ -334,7 +334,7 @@ func TestEffectKeyPrefix(t *testing.T) {
 	row, err := c.Insert(ctx, noopArgs{}, nil)
 	require.NoError(t, err)
 	startWorker(t, w)
-	want := fmt.Sprintf("staging/job:%d:effect:charge", row.ID)
+	want := fmt.Sprintf("staging/job:%d:effect:charge", row.Job.ID)
 	require.Equal(t, want, <-keys)
 	waitFor(t, 5*time.Second, "the ledger row", func() bool {
 		var n int
@@ -383,7 +383,7 @@ func TestHeartbeatIsNotHeldBackByALockedRow(t *testing.T) {
 	for i := range ids {
 		row, err := c.Insert(ctx, noopArgs{N: i}, &jobs.InsertOpts{Lease: 2 * time.Second})
 		require.NoError(t, err)
-		ids[i] = row.ID
+		ids[i] = row.Job.ID
 	}
 	lockedID.Store(ids[0])
 	startWorker(t, w)

@@ -75,16 +75,19 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 	waitFor(t, 10*time.Second, "ok job", func() bool { return w.Stats().Succeeded == 1 })
 	mu.Lock()
 	require.Equal(t, []string{"outer", "inner", "handler:from-outer"}, trace)
-	require.Equal(t, map[string]string{"traceparent": "tp-1"}, handlerMeta[ok.ID])
-	m := seen[ok.ID]
+	require.Equal(t, map[string]string{"traceparent": "tp-1"}, handlerMeta[ok.Job.ID])
+	m := seen[ok.Job.ID]
 	// Middleware sees the whole attempt, as the handler's Job carries it.
-	require.Equal(t, generics.JobRow{ID: ok.ID, Kind: "fail", Queue: "default", Priority: jobs.PriorityNormal,
-		Attempt: 1, MaxAttempts: m.MaxAttempts, Generation: 1, ClaimToken: m.ClaimToken, RunAt: ok.RunAt,
-		CreatedAt: ok.CreatedAt, ClaimedAt: m.ClaimedAt, LeaseUntil: m.LeaseUntil, Lease: m.Lease,
-		Metadata: map[string]string{"traceparent": "tp-1"}}, m)
-	require.NotZero(t, m.ClaimToken)
+	require.Equal(t, generics.JobRow{ID: ok.Job.ID, Kind: "fail", Queue: "default", Priority: jobs.PriorityNormal,
+		State: generics.JobStateRunning, Payload: ok.Job.Payload, PayloadVersion: ok.Job.PayloadVersion,
+		Attempt: 1, MaxAttempts: m.MaxAttempts, Generation: 1, ClaimToken: m.ClaimToken, RunAt: ok.Job.RunAt,
+		CreatedAt: ok.Job.CreatedAt, UpdatedAt: m.UpdatedAt, AttemptedAt: m.AttemptedAt, LockedBy: w.ID(),
+		LockedUntil: m.LockedUntil, Lease: m.Lease, Metadata: map[string]string{"traceparent": "tp-1"}}, m)
+	require.NotNil(t, m.ClaimToken)
 	require.Positive(t, m.MaxAttempts)
-	require.Equal(t, m.ClaimedAt.Add(m.Lease), m.LeaseUntil)
+	require.NotNil(t, m.AttemptedAt)
+	require.Equal(t, *m.AttemptedAt, m.UpdatedAt)
+	require.Equal(t, m.AttemptedAt.Add(m.Lease), *m.LockedUntil)
 	trace = nil
 	mu.Unlock()
 
@@ -101,8 +104,8 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 	require.Len(t, handlerErrs, 2)
 	require.NoError(t, handlerErrs[0])
 	require.EqualError(t, handlerErrs[1], "boom")
-	require.Nil(t, handlerMeta[failing.ID])
-	for id, code := range map[int64]string{failing.ID: "HANDLER_ERROR", refused.ID: "PERMANENT"} {
+	require.Nil(t, handlerMeta[failing.Job.ID])
+	for id, code := range map[int64]string{failing.Job.ID: "HANDLER_ERROR", refused.Job.ID: "PERMANENT"} {
 		r, err := c.Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, generics.JobStateDead, r.State)

@@ -89,7 +89,7 @@ func TestEffectWhoseResultCannotBeKeptRunsOnce(t *testing.T) {
 	for name := range effectResultCases {
 		row, err := client.Insert(ctx, effResultArgs{Case: name}, nil)
 		require.NoError(t, err)
-		ids[name] = row.ID
+		ids[name] = row.Job.ID
 	}
 	waitFor(t, 60*time.Second, "every job dead after 3 attempts", func() bool { return countState(t, pool, "dead") == len(ids) })
 

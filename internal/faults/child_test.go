@@ -107,7 +107,7 @@ func childWorker(out *childOut) error {
 	cfg.ID = os.Getenv(envChildID)
 	cfg.AsynchronousCommit = os.Getenv(envChildAsync) == "1"
 	cfg.OnOutcome = func(o worker.Outcome) {
-		out.printf("outcome %d %d %s code=%s stale=%t err=%q", o.JobID, o.Generation, o.Transition, o.Code,
+		out.printf("outcome %d %d %s code=%s stale=%t err=%q", o.Job.ID, o.Job.Generation, o.Transition, o.Code,
 			errors.Is(o.Err, worker.ErrLostOwnership), errText(o.Err))
 	}
 	if mode == "periodic" {

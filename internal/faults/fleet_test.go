@@ -285,7 +285,9 @@ func TestFleetSilentCut(t *testing.T) {
 			if err != nil && prodErr == nil {
 				prodErr = err
 			}
-			ids = append(ids, got...)
+			for _, r := range got {
+				ids = append(ids, r.Job.ID)
+			}
 			idMu.Unlock()
 		}
 	}()

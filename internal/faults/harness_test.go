@@ -153,7 +153,9 @@ func insertN(t testing.TB, c *jobs.Client, n int, args func(i int) any, opts *jo
 		}
 		got, err := c.InsertMany(context.Background(), ps)
 		require.NoError(t, err)
-		ids = append(ids, got...)
+		for _, r := range got {
+			ids = append(ids, r.Job.ID)
+		}
 	}
 	return ids
 }
@@ -322,9 +324,9 @@ func (p *pickupProbe) one(timeout time.Duration) (time.Duration, int64, bool) {
 		return !at.IsZero()
 	})
 	if !ok {
-		return timeout, row.ID, false
+		return timeout, row.Job.ID, false
 	}
-	return max(at.Sub(t0), 0), row.ID, true
+	return max(at.Sub(t0), 0), row.Job.ID, true
 }
 
 func median(ds []time.Duration) time.Duration {

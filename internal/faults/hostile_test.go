@@ -129,7 +129,7 @@ func TestHostileInput(t *testing.T) {
 		for range 3 {
 			row, err := c.Insert(ctx, args, nil)
 			require.NoError(t, err, mode)
-			ids[row.ID] = mode
+			ids[row.Job.ID] = mode
 		}
 	}
 	// A stored payload that no longer decodes (an unknown field, written by hand).

@@ -82,7 +82,9 @@ func TestSoak(t *testing.T) {
 				insErr = err
 				return
 			}
-			ids = append(ids, got...)
+			for _, r := range got {
+				ids = append(ids, r.Job.ID)
+			}
 			time.Sleep(gap)
 		}
 	}()
