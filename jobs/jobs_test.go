@@ -149,7 +149,7 @@ func TestInsertManyTenThousand(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ids, 10000)
 	for i := 1; i < len(ids); i++ {
-		require.Greater(t, ids[i], ids[i-1], "ids come back in input order")
+		require.Greater(t, ids[i].Job.ID, ids[i-1].Job.ID, "ids come back in input order")
 	}
 	var n, prios int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT priority) FROM tenure.jobs WHERE state='ready'").Scan(&n, &prios))

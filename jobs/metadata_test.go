@@ -54,7 +54,7 @@ func TestInsertMetadataRoundTrips(t *testing.T) {
 	require.Nil(t, byID[ids[1].Job.ID])
 	require.Equal(t, map[string]string{"n": "3"}, byID[ids[2].Job.ID])
 	var stored string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT metadata::text FROM tenure.jobs WHERE id = $1`, ids[1]).Scan(&stored))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT metadata::text FROM tenure.jobs WHERE id = $1`, ids[1].Job.ID).Scan(&stored))
 	require.Equal(t, "{}", stored)
 }
 

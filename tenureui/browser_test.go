@@ -440,6 +440,6 @@ func testHostilePayloads(t *testing.T, b *browser) {
 	check(f.base+"/jobs", xssScript) // args, kinds
 	check(f.base+"/jobs?q="+strings.ReplaceAll(xssScript, "<", "%3C"), "window.__pwned=1")
 	check(fmt.Sprintf("%s/jobs/%d", f.base, row.Job.ID), xssImg) // args, metadata, error message
-	check(fmt.Sprintf("%s/jobs/%d", f.base, raw), xssAttr)   // effects, audit reason and actor
+	check(fmt.Sprintf("%s/jobs/%d", f.base, raw), xssAttr)       // effects, audit reason and actor
 	check(fmt.Sprintf("%s/jobs?queue=%s", f.base, "%22%3E%3Cimg"), "Filter")
 }
