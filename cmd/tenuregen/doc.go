@@ -65,7 +65,7 @@
 //	                   declared default (generics.UniqueDefaults, jobs.UniqueOpts): the job is
 //	                   unique by its kind, by kind and all args, or by kind and the named JSON
 //	                   fields (which must exist and not be omitempty). An insert whose key is
-//	                   held returns the holder (Row.Duplicate). Applied by every Go insert when
+//	                   held returns the holder (InsertResult.Duplicate). Applied by every Go insert when
 //	                   opts.Unique is nil.
 //	unique_by_queue=true, unique_period=DURATION, unique_states=succeeded|dead|cancelled
 //	                   with unique: add the queue, the period window (at least 1s) to the key;

@@ -205,7 +205,7 @@ func uniqueLiteral(k *kindSpec) string {
 	}
 	if len(k.uniqueStates) > 0 {
 		s := make([]string, len(k.uniqueStates))
-		for i, n := range k.uniqueStates { // generics.JobState constant names: StateSucceeded -> "succeeded"
+		for i, n := range k.uniqueStates { // state constant names: StateSucceeded -> "succeeded"
 			s[i] = strconv.Quote(strings.ToLower(strings.TrimPrefix(n, "State")))
 		}
 		u = append(u, "States: []string{"+strings.Join(s, ", ")+"}")
