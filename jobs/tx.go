@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,7 +76,7 @@ func (r sqlRow) Scan(dest ...any) error {
 	if err := r.rows.Scan(dest...); err != nil {
 		return err
 	}
-	r.rows.Close()
+	r.rows.Close() // reads the statement's end: an error after the row counts
 	return r.rows.Err()
 }
 
@@ -116,15 +117,18 @@ func (r *sqlRows) Values() ([]any, error) {
 // (slices other than []byte, such as a text[] column's []string), which pgx's type map scans
 // from the text form pgx's driver hands database/sql.
 func (r *sqlRows) Scan(dest ...any) error {
-	wrapped := dest
+	var wrapped []any // dest with the destinations database/sql cannot fill wrapped; nil: none
 	for i, d := range dest {
-		if _, ok := d.(sql.Scanner); ok || !needsPgtype(d) {
+		if !needsPgtype(d) {
 			continue
 		}
-		if &wrapped[0] == &dest[0] {
-			wrapped = append([]any(nil), dest...)
+		if wrapped == nil {
+			wrapped = slices.Clone(dest)
 		}
 		wrapped[i] = r.TypeMap().SQLScanner(d)
+	}
+	if wrapped == nil {
+		wrapped = dest
 	}
 	if err := r.rows.Scan(wrapped...); err != nil {
 		r.err = err
