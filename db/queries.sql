@@ -66,7 +66,8 @@ WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) 
 -- carrying the band's oldest due time; sent inside the inserting transaction.
 -- run_at_us is an absolute time in microseconds since the Unix
 -- epoch; 0 means "now + delay_us" on the database clock.
--- tags holds each job's tags as a JSON array of strings.
+-- tags holds each job's tags as a JSON array of strings. Returns the inserted rows in id order
+-- (the input order).
 WITH ins AS (
 INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata, tags)
 SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
@@ -84,9 +85,9 @@ FROM (SELECT unnest(@queues::text[]) AS queue,
             unnest(@lease_ms::integer[]) AS lease_ms,
             unnest(@metadata::jsonb[]) AS metadata,
             unnest(@tags::jsonb[]) AS tags) AS i
-RETURNING id, queue, priority, run_at
+RETURNING *
 )
-SELECT id FROM ins
+SELECT ins.* FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) || d.priority || chr(31)
                                               || (extract(epoch FROM d.run_at) * 1000000)::bigint)
                              FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins
@@ -149,6 +150,21 @@ WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) 
                                    GROUP BY queue, priority) d) n) >= 0
 UNION ALL
 SELECT -1, n.unique_key, n.id FROM ins n;
+
+-- name: FindJobs :many
+-- The jobs of a kind, filtered by queue, priority and state when given, in id order
+-- (package tenuretest).
+SELECT * FROM tenure.jobs
+WHERE kind = @kind::text
+  AND (@queue::text = '' OR queue = @queue::text)
+  AND (@priority::integer = 0 OR priority = @priority::integer)
+  AND (@state::text = '' OR state::text = @state::text)
+ORDER BY id;
+
+-- name: GetJobs :many
+-- The rows of the given jobs, in id order: InsertUniqueJobs's inserted jobs and holders, read
+-- in the inserting transaction.
+SELECT * FROM tenure.jobs WHERE id = ANY(@ids::bigint[]) ORDER BY id;
 
 -- ---------------------------------------------------------------------------------------------
 -- Claim (docs/contract.md §1): one statement, one short transaction. The CTE picks with

@@ -1,5 +1,7 @@
 // Package generics defines Tenure's typed job model: the Args contract every job args type
-// satisfies (a kind and a payload version), Job[Args] as handed to a handler, and the
+// satisfies (a kind and a payload version), JobRow (a job as stored, with its JobState: the
+// one public job record, which jobs.Client returns and the engine runs every attempt on),
+// Job[Args] as handed to a handler (the decoded args plus the attempt's *JobRow), and the
 // per-kind Registry that encodes, decodes, upgrades and validates payloads.
 //
 // An args type is a plain struct with two methods:

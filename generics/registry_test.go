@@ -39,7 +39,7 @@ func TestPointerReceiverValidateRunsOnEncodeAndDecode(t *testing.T) {
 
 func TestEffectKeyIsStableAcrossGenerations(t *testing.T) {
 	require.Equal(t, "job:42:effect:charge", generics.EffectKey(42, "charge"))
-	j := &generics.Job[ptrValidated]{JobMeta: generics.JobMeta{ID: 42, Generation: 1}}
+	j := &generics.Job[ptrValidated]{JobRow: &generics.JobRow{ID: 42, Generation: 1}}
 	k1 := j.EffectKey("charge")
 	j.Generation, j.Attempt = 7, 3
 	require.Equal(t, k1, j.EffectKey("charge"), "the key never depends on the attempt or generation")

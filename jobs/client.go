@@ -151,7 +151,8 @@ type InsertOpts struct {
 	// is refused with an *OptionError (Field "Tags").
 	Tags []string
 	// Unique, when set, makes the job unique (see UniqueOpts): if a job with the same unique
-	// key holds it, the insert returns that job with Row.Duplicate set instead of inserting.
+	// key holds it, the insert returns that job's row with InsertResult.Duplicate set instead
+	// of inserting.
 	Unique *UniqueOpts
 	// ConcurrencyKey puts the job in a group of its own for the per-key limits of its queue
 	// (worker.Limit with PerKey: "at most 2 running per customer", "10 starts a second per
@@ -235,7 +236,7 @@ func DefaultsInsertOpts(d generics.KindDefaults) InsertOpts {
 	if u := d.Unique; u != nil {
 		o.Unique = &UniqueOpts{ByArgs: u.ByArgs, Fields: slices.Clone(u.Fields), ByQueue: u.ByQueue, ByPeriod: u.ByPeriod}
 		for _, st := range u.States {
-			o.Unique.States = append(o.Unique.States, State(st))
+			o.Unique.States = append(o.Unique.States, generics.JobState(st))
 		}
 	}
 	return o
@@ -443,21 +444,24 @@ func (c *Client) prepareOpts(ctx context.Context, args generics.Args, opts *Inse
 
 // Insert validates args and options and enqueues one job in its own transaction. Invalid
 // args or options return a typed error (generics.PayloadError, *OptionError, ErrUnknownKind)
-// and write nothing.
-func (c *Client) Insert(ctx context.Context, args generics.Args, opts *InsertOpts) (*Row, error) {
+// and write nothing. The result holds the stored row; for a unique job whose key another job
+// held, Duplicate is set and the row is that other job's (nothing was inserted).
+func (c *Client) Insert(ctx context.Context, args generics.Args, opts *InsertOpts) (*InsertResult, error) {
 	return c.insert(ctx, c.q, args, opts)
 }
 
-// InsertTx enqueues one job inside the caller's transaction: the job becomes visible, and its
-// queue's workers are notified, only if tx commits.
-func (c *Client) InsertTx(ctx context.Context, tx pgx.Tx, args generics.Args, opts *InsertOpts) (*Row, error) {
+// InsertTx is Insert inside the caller's transaction: the job becomes visible, and its
+// queue's workers are notified, only if tx commits. tx is a pgx.Tx, or a database/sql
+// transaction adapted with SQLTx. Invalid args or options return their error before anything
+// is sent, so tx stays usable.
+func (c *Client) InsertTx(ctx context.Context, tx Tx, args generics.Args, opts *InsertOpts) (*InsertResult, error) {
 	if tx == nil {
 		return nil, &OptionError{Field: "tx", Msg: "must not be nil"}
 	}
-	return c.insert(ctx, c.q.WithTx(tx), args, opts)
+	return c.insert(ctx, gen.New(tx), args, opts)
 }
 
-func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args, opts *InsertOpts) (*Row, error) {
+func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args, opts *InsertOpts) (*InsertResult, error) {
 	p, err := c.prepare(ctx, args, opts)
 	if err != nil {
 		return nil, err
@@ -471,7 +475,11 @@ func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args,
 		if err != nil {
 			return nil, migrations.WrapNotMigrated(fmt.Errorf("tenure: insert %s: %w", p.kind, err))
 		}
-		return rowFromGen(gen.TenureJob(j))
+		r, err := rowFromGen(gen.TenureJob(j))
+		if err != nil {
+			return nil, err
+		}
+		return &InsertResult{Job: r}, nil
 	}
 	arg := gen.InsertJobParams{
 		Queue: p.queue, Kind: p.kind, Payload: p.payload, PayloadVersion: p.version, Priority: p.priority,
@@ -500,8 +508,7 @@ func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args,
 		if err != nil {
 			return nil, err
 		}
-		r.Duplicate = j.Duplicate
-		return r, nil
+		return &InsertResult{Job: r, Duplicate: j.Duplicate}, nil
 	}
 }
 
@@ -520,24 +527,11 @@ func insertedJob(j gen.InsertJobRow) gen.TenureJob {
 }
 
 // InsertMany validates every job first (one bad job rejects the whole call, writing nothing)
-// and enqueues them all in one transaction, in as few round trips as possible. It returns the
-// jobs' ids in input order: for a unique job whose key was held (by a stored job or by an
-// earlier job of the same call), the holder's id. InsertManyResults says which were
-// duplicates.
-func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]int64, error) {
-	res, err := c.InsertManyResults(ctx, params)
-	return resultIDs(res), err
-}
-
-// InsertManyTx is InsertMany inside the caller's transaction.
-func (c *Client) InsertManyTx(ctx context.Context, tx pgx.Tx, params []InsertManyParams) ([]int64, error) {
-	res, err := c.InsertManyResultsTx(ctx, tx, params)
-	return resultIDs(res), err
-}
-
-// InsertManyResults is InsertMany reporting, per job in input order, its id and whether it
-// was a duplicate of a unique job (stored before, or earlier in params).
-func (c *Client) InsertManyResults(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
+// and enqueues them all in one transaction, in as few round trips as possible. It returns one
+// result per job, in input order, as Insert does: the stored row, or for a unique job whose key
+// was held (by a stored job, or by an earlier job of the same call) Duplicate and the holder's
+// row. For bulk loads that need neither the rows nor uniqueness, InsertManyFast is faster.
+func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]*InsertResult, error) {
 	all, err := c.prepareMany(ctx, params)
 	if err != nil || len(all) == 0 {
 		return nil, err
@@ -549,7 +543,7 @@ func (c *Client) InsertManyResults(ctx context.Context, params []InsertManyParam
 	if len(all) <= insertChunk && !unique {
 		return c.insertMany(ctx, c.q, all)
 	}
-	var res []InsertResult
+	var res []*InsertResult
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
 		res, err = c.insertMany(ctx, c.q.WithTx(tx), all)
@@ -558,8 +552,10 @@ func (c *Client) InsertManyResults(ctx context.Context, params []InsertManyParam
 	return res, err
 }
 
-// InsertManyResultsTx is InsertManyResults inside the caller's transaction.
-func (c *Client) InsertManyResultsTx(ctx context.Context, tx pgx.Tx, params []InsertManyParams) ([]InsertResult, error) {
+// InsertManyTx is InsertMany inside the caller's transaction (a pgx.Tx, or a database/sql
+// transaction adapted with SQLTx). Invalid jobs return their error before anything is sent,
+// so tx stays usable.
+func (c *Client) InsertManyTx(ctx context.Context, tx Tx, params []InsertManyParams) ([]*InsertResult, error) {
 	if tx == nil {
 		return nil, &OptionError{Field: "tx", Msg: "must not be nil"}
 	}
@@ -567,18 +563,7 @@ func (c *Client) InsertManyResultsTx(ctx context.Context, tx pgx.Tx, params []In
 	if err != nil || len(all) == 0 {
 		return nil, err
 	}
-	return c.insertMany(ctx, c.q.WithTx(tx), all)
-}
-
-func resultIDs(res []InsertResult) []int64 {
-	if res == nil {
-		return nil
-	}
-	ids := make([]int64, len(res))
-	for i, r := range res {
-		ids[i] = r.ID
-	}
-	return ids
+	return c.insertMany(ctx, gen.New(tx), all)
 }
 
 func (c *Client) prepareMany(ctx context.Context, params []InsertManyParams) ([]prepared, error) {
@@ -595,8 +580,8 @@ func (c *Client) prepareMany(ctx context.Context, params []InsertManyParams) ([]
 
 // insertMany writes the plain jobs with InsertJobs and the unique ones with InsertUniqueJobs.
 // With unique jobs q runs inside a transaction, so the call stays all or nothing.
-func (c *Client) insertMany(ctx context.Context, q *gen.Queries, all []prepared) ([]InsertResult, error) {
-	res := make([]InsertResult, len(all))
+func (c *Client) insertMany(ctx context.Context, q *gen.Queries, all []prepared) ([]*InsertResult, error) {
+	res := make([]*InsertResult, len(all))
 	var plain, unique []int // indexes into all
 	for i, p := range all {
 		if p.unique != nil {
@@ -661,7 +646,7 @@ func buildManyArgs(all []prepared, idx []int) (manyArgs, error) {
 	return a, nil
 }
 
-func (c *Client) insertPlain(ctx context.Context, q *gen.Queries, all []prepared, idx []int, res []InsertResult) error {
+func (c *Client) insertPlain(ctx context.Context, q *gen.Queries, all []prepared, idx []int, res []*InsertResult) error {
 	a, err := buildManyArgs(all, idx)
 	if err != nil {
 		return err
@@ -676,7 +661,11 @@ func (c *Client) insertPlain(ctx context.Context, q *gen.Queries, all []prepared
 		return fmt.Errorf("tenure: insert many: %d rows inserted, %d expected", len(got), len(idx))
 	}
 	for i, k := range idx {
-		res[k] = InsertResult{ID: got[i]}
+		r, err := rowFromGen(gen.TenureJob(got[i]))
+		if err != nil {
+			return err
+		}
+		res[k] = &InsertResult{Job: r}
 	}
 	return nil
 }
@@ -684,7 +673,7 @@ func (c *Client) insertPlain(ctx context.Context, q *gen.Queries, all []prepared
 // insertUnique inserts unique jobs (idx, in input order). Of several jobs of the call with one
 // key, the first is inserted and the later ones are its duplicates; a job whose key changed
 // hands between the statement's snapshot and its insert is run again.
-func (c *Client) insertUnique(ctx context.Context, q *gen.Queries, all []prepared, idx []int, res []InsertResult) error {
+func (c *Client) insertUnique(ctx context.Context, q *gen.Queries, all []prepared, idx []int, res []*InsertResult) error {
 	for try := 1; len(idx) > 0; try++ {
 		if try > maxUniqueTries {
 			return fmt.Errorf("tenure: insert many: unique keys kept changing hands after %d tries", maxUniqueTries)
@@ -729,7 +718,14 @@ func (c *Client) insertUnique(ctx context.Context, q *gen.Queries, all []prepare
 				return fmt.Errorf("tenure: insert many: unexpected row for input %d", r.Ord)
 			}
 		}
+		type decided struct {
+			k         int // index into all
+			id        int64
+			duplicate bool
+		}
 		var again []int
+		var done []decided
+		var ids []int64
 		first := map[int64]bool{}   // inserted ids already reported as inserted
 		for ord, r := range byOrd { // input order
 			if r == nil {
@@ -738,14 +734,38 @@ func (c *Client) insertUnique(ctx context.Context, q *gen.Queries, all []prepare
 			k := idx[ord]
 			if id, ok := inserted[string(r.UniqueKey)]; ok {
 				// The first input with the key (in input order) is the one inserted.
-				res[k] = InsertResult{ID: id, Duplicate: first[id]}
+				done = append(done, decided{k: k, id: id, duplicate: first[id]})
+				if !first[id] {
+					ids = append(ids, id)
+				}
 				first[id] = true
 			} else if r.ID != 0 {
-				res[k] = InsertResult{ID: r.ID, Duplicate: true}
+				done = append(done, decided{k: k, id: r.ID, duplicate: true})
+				ids = append(ids, r.ID)
 			} else {
 				again = append(again, k)
 			}
 		}
+		// The rows, read in the inserting transaction: its own inserts, and the holders (a
+		// holder deleted since the insert's snapshot is gone: its input runs again).
+		stored, err := q.GetJobs(ctx, ids)
+		if err != nil {
+			return fmt.Errorf("tenure: insert many: %w", err)
+		}
+		byID := make(map[int64]*generics.JobRow, len(stored))
+		for _, j := range stored {
+			if byID[j.ID], err = rowFromGen(j); err != nil {
+				return err
+			}
+		}
+		for _, d := range done {
+			if row, ok := byID[d.id]; ok {
+				res[d.k] = &InsertResult{Job: row, Duplicate: d.duplicate}
+			} else {
+				again = append(again, d.k)
+			}
+		}
+		slices.Sort(again) // input order: of several with one key, the first is inserted
 		idx = again
 	}
 	return nil
@@ -753,7 +773,7 @@ func (c *Client) insertUnique(ctx context.Context, q *gen.Queries, all []prepare
 
 // Get returns the job with the given id, ErrNotFound, or ErrCorruptRow when the stored row
 // cannot be decoded.
-func (c *Client) Get(ctx context.Context, id int64) (*Row, error) {
+func (c *Client) Get(ctx context.Context, id int64) (*generics.JobRow, error) {
 	j, err := c.q.GetJob(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
@@ -766,7 +786,7 @@ func (c *Client) Get(ctx context.Context, id int64) (*Row, error) {
 
 // ListParams filters and pages List. Zero fields match everything.
 type ListParams struct {
-	State     State
+	State     generics.JobState
 	Kind      string
 	Queue     string
 	ErrorCode string
@@ -781,7 +801,7 @@ type ListParams struct {
 
 // Page is one page of List.
 type Page struct {
-	Jobs []*Row
+	Jobs []*generics.JobRow
 	// NextAfterID is the AfterID of the next page, or 0 when this was the last page.
 	NextAfterID int64
 }
@@ -818,7 +838,7 @@ func (c *Client) List(ctx context.Context, p ListParams) (*Page, error) {
 	if err != nil {
 		return nil, err
 	}
-	page := &Page{Jobs: make([]*Row, len(rows))}
+	page := &Page{Jobs: make([]*generics.JobRow, len(rows))}
 	for i, r := range rows {
 		if page.Jobs[i], err = rowFromGen(r); err != nil {
 			return nil, err

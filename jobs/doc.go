@@ -1,8 +1,14 @@
 // Package jobs is Tenure's enqueue and operator side: typed inserts (one job, one job inside
-// the caller's pgx.Tx so the business write and the job commit or roll back together, many
-// jobs in one round trip, bulk loads by COPY with InsertManyFast), the read side (get, list with keyset paging), operator actions
+// the caller's transaction so the business write and the job commit or roll back together —
+// a pgx.Tx, or a database/sql transaction through SQLTx —, many jobs in one round trip, bulk
+// loads by COPY with InsertManyFast), the read side (get, list with keyset paging), operator actions
 // (cancel, re-inject dead jobs, prune) with an audit trail, and the statistics operators need
 // (per queue and priority: ready/running/dead counts, oldest ready age, wait percentiles).
+//
+// Insert, InsertTx, InsertMany and InsertManyTx answer each job with an InsertResult: the
+// stored row (generics.JobRow, the one public job type, which Get and List return too) and
+// whether the job was a duplicate of a unique job. InsertManyFast and InsertManyFastTx, the
+// COPY path for bulk loads that need neither rows nor uniqueness, return a count.
 //
 // Every statement comes from db/queries.sql through sqlc; the generated package is an
 // implementation detail and never appears in this package's API.

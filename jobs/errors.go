@@ -43,13 +43,13 @@ var ErrMissingActor = errors.New("tenure: operator actions need an actor and a r
 // ErrCorruptRow means a stored job row holds a value this package cannot decode (its error
 // history is not a JSON array of AttemptError, e.g. after a manual edit or with a newer
 // release's format). Reads (Get, List, ...) return it, naming the job and the column, rather
-// than a Row with the history silently dropped. Test for it with errors.Is.
+// than a JobRow with the history silently dropped. Test for it with errors.Is.
 var ErrCorruptRow = errors.New("tenure: stored job row cannot be decoded")
 
 // StateError reports the state a job was found in when an operation did not apply.
 type StateError struct {
 	ID    int64
-	State State
+	State generics.JobState
 	Err   error // ErrAlreadyFinal, ErrNotDead or ErrJobRunning
 }
 

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -28,17 +29,18 @@ func ExampleClient_Insert() {
 	ctx := context.Background()
 	client, _ := jobs.NewClient(pool, nil)
 
-	row, _ := client.Insert(ctx, Report{AccountID: 1}, &jobs.InsertOpts{
+	res, _ := client.Insert(ctx, Report{AccountID: 1}, &jobs.InsertOpts{
 		Queue: "reports", Priority: jobs.PriorityLow, Delay: time.Minute, MaxAttempts: 5, Lease: 2 * time.Minute,
 	})
-	fmt.Println(row.State, row.Queue, row.Priority, row.MaxAttempts, row.Lease)
+	row := res.Job // the stored row
+	fmt.Println(row.State, row.Queue, row.Priority, row.MaxAttempts, row.Lease, res.Duplicate)
 
 	tx, _ := pool.Begin(ctx)
 	_, _ = client.InsertTx(ctx, tx, Report{AccountID: 2}, nil)
 	_ = tx.Rollback(ctx) // the job never existed
 
-	ids, _ := client.InsertMany(ctx, []jobs.InsertManyParams{{Args: Report{AccountID: 3}}, {Args: Report{AccountID: 4}}})
-	fmt.Println(len(ids), "jobs in one round trip")
+	many, _ := client.InsertMany(ctx, []jobs.InsertManyParams{{Args: Report{AccountID: 3}}, {Args: Report{AccountID: 4}}})
+	fmt.Println(len(many), "jobs in one round trip, ids in input order:", many[0].Job.ID < many[1].Job.ID)
 
 	_, err := client.Insert(ctx, Report{AccountID: 5}, &jobs.InsertOpts{Priority: 12})
 	fmt.Println(errors.Is(err, jobs.ErrInvalidOptions))
@@ -49,8 +51,8 @@ func ExampleClient_Insert() {
 	page, _ := client.List(ctx, jobs.ListParams{Kind: "report"})
 	fmt.Println(len(page.Jobs), "report jobs stored")
 	// Output:
-	// ready reports 1 5 2m0s
-	// 2 jobs in one round trip
+	// ready reports 1 5 2m0s false
+	// 2 jobs in one round trip, ids in input order: true
 	// true
 	// true
 	// 3 report jobs stored
@@ -86,25 +88,25 @@ func ExampleClient_Workers() {
 }
 
 // A unique job: checkout may enqueue the receipt of an order many times (retries, double
-// clicks); while one is queued, running, or (with StateSucceeded) done, the others return it.
+// clicks); while one is queued, running, or (with generics.JobStateSucceeded) done, the others return it.
 func ExampleUniqueOpts() {
 	pool, cleanup := pgtest.ExamplePool()
 	defer cleanup()
 	ctx := context.Background()
 	client, _ := jobs.NewClient(pool, nil)
 
-	once := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{Fields: []string{"account_id"}, States: []jobs.State{jobs.StateSucceeded}}}
+	once := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{Fields: []string{"account_id"}, States: []generics.JobState{generics.JobStateSucceeded}}}
 	first, _ := client.Insert(ctx, Report{AccountID: 7}, once)
 	again, _ := client.Insert(ctx, Report{AccountID: 7}, once)
 	other, _ := client.Insert(ctx, Report{AccountID: 8}, once)
-	fmt.Println(first.Duplicate, again.Duplicate, again.ID == first.ID, other.Duplicate)
+	fmt.Println(first.Duplicate, again.Duplicate, again.Job.ID == first.Job.ID, other.Duplicate)
 
-	res, _ := client.InsertManyResults(ctx, []jobs.InsertManyParams{
+	res, _ := client.InsertMany(ctx, []jobs.InsertManyParams{
 		{Args: Report{AccountID: 7}, Opts: once}, // held by first
 		{Args: Report{AccountID: 9}, Opts: once}, // new
 		{Args: Report{AccountID: 9}, Opts: once}, // the row before holds it
 	})
-	fmt.Println(res[0].Duplicate, res[1].Duplicate, res[2].Duplicate, res[2].ID == res[1].ID)
+	fmt.Println(res[0].Duplicate, res[1].Duplicate, res[2].Duplicate, res[2].Job.ID == res[1].Job.ID)
 	// Output:
 	// false true true false
 	// true false true true
@@ -122,4 +124,30 @@ func ExampleListParams_tags() {
 	fmt.Println(len(page.Jobs), page.Jobs[0].Tags)
 	// Output:
 	// 1 [tenant:acme monthly]
+}
+
+// SQLTx enqueues in a database/sql transaction (sqlx, GORM, ent and bun hand out one) of a DB
+// opened with pgx's stdlib driver: the job commits or rolls back with the application's writes.
+func ExampleSQLTx() {
+	pool, cleanup := pgtest.ExamplePool()
+	defer cleanup()
+	ctx := context.Background()
+	client, _ := jobs.NewClient(pool, nil)
+	db, _ := sql.Open("pgx", pool.Config().ConnString()) // import _ "github.com/jackc/pgx/v5/stdlib"
+	defer db.Close()
+
+	tx, _ := db.BeginTx(ctx, nil)
+	res, _ := client.InsertTx(ctx, jobs.SQLTx(tx), Report{AccountID: 1}, nil)
+	_ = tx.Commit()
+	got, _ := client.Get(ctx, res.Job.ID)
+	fmt.Println(got.Kind, got.State)
+
+	tx, _ = db.BeginTx(ctx, nil)
+	many, _ := client.InsertManyTx(ctx, jobs.SQLTx(tx), []jobs.InsertManyParams{{Args: Report{AccountID: 2}}})
+	_ = tx.Rollback() // the job never existed
+	_, err := client.Get(ctx, many[0].Job.ID)
+	fmt.Println(errors.Is(err, jobs.ErrNotFound))
+	// Output:
+	// report ready
+	// true
 }

@@ -15,12 +15,13 @@ import (
 	"github.com/tenureq/tenure/db/migrations"
 )
 
-// InsertManyFast inserts the jobs with PostgreSQL's COPY protocol in one transaction and
-// returns how many it inserted (all of them, or none with an error); it does not return their ids. It validates, encodes and signals
-// like InsertMany (the same options, hooks and defaults, the new-job NOTIFY per queue and
-// priority band with due jobs) and stores the same rows; it is for bulk loads that do not need
-// the ids: COPY spares the server InsertMany's per-row parameter arrays
-// (BenchmarkBulkEnqueueVsCeiling; docs/guide.md §21, "Bulk enqueue").
+// InsertManyFast is the fast path for bulk loads that need neither the stored rows nor
+// uniqueness: it inserts the jobs with PostgreSQL's COPY protocol in one transaction and
+// returns how many it inserted (all of them, or none with an error), not their rows or ids
+// (InsertMany returns those). It validates, encodes and signals like InsertMany (the same
+// options, hooks and defaults, the new-job NOTIFY per queue and priority band with due jobs)
+// and stores the same rows: COPY spares the server InsertMany's per-row parameter arrays and
+// returned rows (BenchmarkBulkEnqueueVsCeiling; docs/guide.md §21, "Bulk enqueue").
 //
 // Unique jobs (InsertOpts.Unique) cannot be copied (COPY has no ON CONFLICT): a call with one
 // returns an *OptionError (Field "Unique") and inserts nothing; use InsertMany for them. A job

@@ -62,7 +62,7 @@ func TestInsertInCommittedAndRolledBackTransactions(t *testing.T) {
 	row, err := c.InsertTx(ctx, tx, emailArgs{To: "a@b.c"}, nil)
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(ctx))
-	_, err = c.Get(ctx, row.ID)
+	_, err = c.Get(ctx, row.Job.ID)
 	require.ErrorIs(t, err, jobs.ErrNotFound)
 
 	// committed: both
@@ -76,13 +76,16 @@ func TestInsertInCommittedAndRolledBackTransactions(t *testing.T) {
 			return err
 		}
 		many, err := c.InsertManyTx(ctx, tx, []jobs.InsertManyParams{{Args: emailArgs{To: "x@y.z"}}, {Args: blobArgs{Data: "d"}}})
-		ids = append([]int64{r.ID}, many...)
-		return err
+		if err != nil {
+			return err
+		}
+		ids = []int64{r.Job.ID, many[0].Job.ID, many[1].Job.ID}
+		return nil
 	}))
 	require.Len(t, ids, 3)
 	got, err := c.Get(ctx, ids[0])
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State)
+	require.Equal(t, generics.JobStateReady, got.State)
 	require.Equal(t, "mail", got.Queue)
 	require.Equal(t, jobs.PriorityHigh, got.Priority)
 	require.Equal(t, 2, got.PayloadVersion)
@@ -146,7 +149,7 @@ func TestInsertManyTenThousand(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ids, 10000)
 	for i := 1; i < len(ids); i++ {
-		require.Greater(t, ids[i], ids[i-1], "ids come back in input order")
+		require.Greater(t, ids[i].Job.ID, ids[i-1].Job.ID, "ids come back in input order")
 	}
 	var n, prios int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT priority) FROM tenure.jobs WHERE state='ready'").Scan(&n, &prios))
@@ -207,9 +210,9 @@ func TestInsertRejectsBadInputAndWritesNothing(t *testing.T) {
 	// the registry's kind defaults apply
 	row, err := strict.Insert(ctx, emailArgs{To: "a@b.c"}, nil)
 	require.NoError(t, err)
-	require.Equal(t, "mail", row.Queue)
-	require.Equal(t, 7, row.MaxAttempts)
-	require.Equal(t, jobs.DefaultLease, row.Lease)
+	require.Equal(t, "mail", row.Job.Queue)
+	require.Equal(t, 7, row.Job.MaxAttempts)
+	require.Equal(t, jobs.DefaultLease, row.Job.Lease)
 }
 
 // v1 of emailArgs had a single "address" field; v2 renamed it "to" and added "subject".
@@ -280,7 +283,7 @@ func TestListPagingAndPurge(t *testing.T) {
 
 	_, err = pool.Exec(ctx, `UPDATE tenure.jobs SET state='succeeded', attempts=1, attempted_at=now(), claim_token=gen_random_uuid(), finished_at=now() - interval '2 days' WHERE id % 2 = 0`)
 	require.NoError(t, err)
-	n, err := c.Purge(ctx, jobs.Action{Actor: "ops", Reason: "disk"}, jobs.PurgeParams{State: jobs.StateSucceeded, Before: time.Now().Add(-24 * time.Hour)})
+	n, err := c.Purge(ctx, jobs.Action{Actor: "ops", Reason: "disk"}, jobs.PurgeParams{State: generics.JobStateSucceeded, Before: time.Now().Add(-24 * time.Hour)})
 	require.NoError(t, err)
 	require.EqualValues(t, 12, n)
 	audit, err := c.Audit(ctx, 0, 0, 10)

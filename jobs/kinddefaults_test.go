@@ -59,19 +59,19 @@ func TestDeclaredDefaultsOnEveryClientInsertPath(t *testing.T) {
 
 	row, err := c.Insert(ctx, tickArgs{N: 1}, nil)
 	require.NoError(t, err)
-	require.Equal(t, want, readLanded(t, c, row.ID), "Insert")
+	require.Equal(t, want, readLanded(t, c, row.Job.ID), "Insert")
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	row, err = c.InsertTx(ctx, tx, tickArgs{N: 2}, nil)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
-	require.Equal(t, want, readLanded(t, c, row.ID), "InsertTx")
+	require.Equal(t, want, readLanded(t, c, row.Job.ID), "InsertTx")
 
 	ids, err := c.InsertMany(ctx, []jobs.InsertManyParams{{Args: tickArgs{N: 3}}, {Args: tickArgs{N: 4}}})
 	require.NoError(t, err)
 	for _, id := range ids {
-		require.Equal(t, want, readLanded(t, c, id), "InsertMany")
+		require.Equal(t, want, readLanded(t, c, id.Job.ID), "InsertMany")
 	}
 
 	n, err := c.InsertManyFast(ctx, []jobs.InsertManyParams{{Args: tickArgs{N: 5}}, {Args: tickArgs{N: 6}}})
@@ -87,21 +87,21 @@ func TestDeclaredDefaultsOnEveryClientInsertPath(t *testing.T) {
 	// Per-insert options win over the declaration, field by field.
 	row, err = c.Insert(ctx, tickArgs{N: 7}, &jobs.InsertOpts{Queue: "other", MaxAttempts: 2})
 	require.NoError(t, err)
-	require.Equal(t, landed{"other", 3, 2, 7 * time.Second}, readLanded(t, c, row.ID))
+	require.Equal(t, landed{"other", 3, 2, 7 * time.Second}, readLanded(t, c, row.Job.ID))
 
 	// A pointer-receiver declaration counts for a value, and declared uniqueness applies.
 	first, err := c.Insert(ctx, mailArgs{To: "a@b"}, nil)
 	require.NoError(t, err)
-	require.Equal(t, landed{"mail", jobs.DefaultPriority, 6, jobs.DefaultLease}, readLanded(t, c, first.ID))
+	require.Equal(t, landed{"mail", jobs.DefaultPriority, 6, jobs.DefaultLease}, readLanded(t, c, first.Job.ID))
 	dup, err := c.Insert(ctx, mailArgs{To: "a@b"}, nil)
 	require.NoError(t, err)
 	require.True(t, dup.Duplicate, "declared Unique applies")
-	require.Equal(t, first.ID, dup.ID)
-	res, err := c.InsertManyResults(ctx, []jobs.InsertManyParams{{Args: &mailArgs{To: "a@b"}}, {Args: &mailArgs{To: "c@d"}}})
+	require.Equal(t, first.Job.ID, dup.Job.ID)
+	res, err := c.InsertMany(ctx, []jobs.InsertManyParams{{Args: &mailArgs{To: "a@b"}}, {Args: &mailArgs{To: "c@d"}}})
 	require.NoError(t, err)
 	require.True(t, res[0].Duplicate)
 	require.False(t, res[1].Duplicate)
-	require.Equal(t, "mail", readLanded(t, c, res[1].ID).queue)
+	require.Equal(t, "mail", readLanded(t, c, res[1].Job.ID).queue)
 }
 
 // The declaration wins over what a registry recorded for the kind (from HandlerOptions).
@@ -118,11 +118,11 @@ func TestDeclaredDefaultsWinOverRegistry(t *testing.T) {
 	require.NoError(t, err)
 	row, err := c.Insert(ctx, tickArgs{}, nil)
 	require.NoError(t, err)
-	require.Equal(t, landed{"periodic", 3, 4, 7 * time.Second}, readLanded(t, c, row.ID))
+	require.Equal(t, landed{"periodic", 3, 4, 7 * time.Second}, readLanded(t, c, row.Job.ID))
 	// A kind that declares nothing still takes the registry's defaults.
 	row, err = c.Insert(ctx, emailArgs{To: "x@y"}, nil)
 	require.NoError(t, err)
-	require.Equal(t, landed{"reg", jobs.DefaultPriority, 9, jobs.DefaultLease}, readLanded(t, c, row.ID))
+	require.Equal(t, landed{"reg", jobs.DefaultPriority, 9, jobs.DefaultLease}, readLanded(t, c, row.Job.ID))
 }
 
 // badDefaults declares a value out of range: the insert is refused, naming the field.

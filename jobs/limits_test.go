@@ -209,8 +209,8 @@ func TestJobTimesEveryPathEveryReader(t *testing.T) {
 		require.Contains(t, pe.Message, "run_at", v)
 		for _, stmt := range []string{
 			`INSERT INTO tenure.jobs (kind, payload, run_at) VALUES ('limit_blob', '{}', $1::timestamptz)`,
-			`UPDATE tenure.jobs SET run_at = $1::timestamptz WHERE id = ` + fmt.Sprint(row.ID),
-			`UPDATE tenure.jobs SET created_at = $1::timestamptz WHERE id = ` + fmt.Sprint(row.ID),
+			`UPDATE tenure.jobs SET run_at = $1::timestamptz WHERE id = ` + fmt.Sprint(row.Job.ID),
+			`UPDATE tenure.jobs SET created_at = $1::timestamptz WHERE id = ` + fmt.Sprint(row.Job.ID),
 		} {
 			_, err := pool.Exec(ctx, stmt, v)
 			require.ErrorAs(t, err, &pe, "%s with %s", stmt, v)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/logkey"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
@@ -42,17 +43,17 @@ func TestOperatorLogRecordsCarryTheJobKeys(t *testing.T) {
 	act := jobs.Action{Actor: "ops", Reason: "test"}
 	a, err := c.Insert(ctx, blobArgs{Data: "a"}, &jobs.InsertOpts{Queue: "mail", RunAt: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
-	_, err = c.Retry(ctx, a.ID, act) // scheduled -> due now
+	_, err = c.Retry(ctx, a.Job.ID, act) // scheduled -> due now
 	require.NoError(t, err)
-	_, err = c.Cancel(ctx, a.ID, act)
+	_, err = c.Cancel(ctx, a.Job.ID, act)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `UPDATE tenure.jobs SET state = 'dead', attempts = 3, generation = 3, claim_token = gen_random_uuid(),
-attempted_at = now(), cancel_requested_at = NULL WHERE id = $1`, a.ID)
+attempted_at = now(), cancel_requested_at = NULL WHERE id = $1`, a.Job.ID)
 	require.NoError(t, err)
-	_, err = c.Reinject(ctx, a.ID, act, nil)
+	_, err = c.Reinject(ctx, a.Job.ID, act, nil)
 	require.NoError(t, err)
-	require.NoError(t, c.Delete(ctx, a.ID, act))
-	_, err = c.Purge(ctx, act, jobs.PurgeParams{State: jobs.StateSucceeded, Before: time.Now()})
+	require.NoError(t, c.Delete(ctx, a.Job.ID, act))
+	_, err = c.Purge(ctx, act, jobs.PurgeParams{State: generics.JobStateSucceeded, Before: time.Now()})
 	require.NoError(t, err)
 
 	var msgs []string
@@ -72,7 +73,7 @@ attempted_at = now(), cancel_requested_at = NULL WHERE id = $1`, a.ID)
 			require.Contains(t, r, logkey.Jobs, line)
 			continue
 		}
-		require.EqualValues(t, a.ID, r[logkey.JobID], line)
+		require.EqualValues(t, a.Job.ID, r[logkey.JobID], line)
 		require.Equal(t, "blob", r[logkey.Kind], line)
 		require.Equal(t, "mail", r[logkey.Queue], line)
 		require.Contains(t, r, logkey.Attempt, line)

@@ -26,8 +26,8 @@ func TestInsertMetadataRoundTrips(t *testing.T) {
 	md := map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "request_id": "r-1 ✓", "empty": ""}
 	row, err := c.Insert(ctx, kindArgs{"md"}, &jobs.InsertOpts{Metadata: md})
 	require.NoError(t, err)
-	require.Equal(t, md, row.Metadata)
-	got, err := c.Get(ctx, row.ID)
+	require.Equal(t, md, row.Job.Metadata)
+	got, err := c.Get(ctx, row.Job.ID)
 	require.NoError(t, err)
 	require.Equal(t, md, got.Metadata)
 
@@ -49,12 +49,12 @@ func TestInsertMetadataRoundTrips(t *testing.T) {
 	for _, r := range page.Jobs {
 		byID[r.ID] = r.Metadata
 	}
-	require.Equal(t, map[string]string{"k": "tx"}, byID[txRow.ID])
-	require.Equal(t, map[string]string{"n": "1"}, byID[ids[0]])
-	require.Nil(t, byID[ids[1]])
-	require.Equal(t, map[string]string{"n": "3"}, byID[ids[2]])
+	require.Equal(t, map[string]string{"k": "tx"}, byID[txRow.Job.ID])
+	require.Equal(t, map[string]string{"n": "1"}, byID[ids[0].Job.ID])
+	require.Nil(t, byID[ids[1].Job.ID])
+	require.Equal(t, map[string]string{"n": "3"}, byID[ids[2].Job.ID])
 	var stored string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT metadata::text FROM tenure.jobs WHERE id = $1`, ids[1]).Scan(&stored))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT metadata::text FROM tenure.jobs WHERE id = $1`, ids[1].Job.ID).Scan(&stored))
 	require.Equal(t, "{}", stored)
 }
 
@@ -137,19 +137,19 @@ func TestBeforeInsertAddsMetadata(t *testing.T) {
 	opts := &jobs.InsertOpts{Metadata: mine}
 	row, err := c.Insert(ctx, kindArgs{"hooked"}, opts)
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"own": "1", "from_ctx": "req-7", "kind": "hooked"}, row.Metadata)
+	require.Equal(t, map[string]string{"own": "1", "from_ctx": "req-7", "kind": "hooked"}, row.Job.Metadata)
 	require.Equal(t, map[string]string{"own": "1"}, mine)
 	require.Equal(t, &jobs.InsertOpts{Metadata: map[string]string{"own": "1"}}, opts)
 
 	row, err = c.Insert(ctx, kindArgs{"hooked"}, nil)
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"from_ctx": "req-7", "kind": "hooked"}, row.Metadata)
+	require.Equal(t, map[string]string{"from_ctx": "req-7", "kind": "hooked"}, row.Job.Metadata)
 
 	ids, err := c.InsertMany(ctx, []jobs.InsertManyParams{{Args: kindArgs{"hooked_a"}}, {Args: kindArgs{"hooked_b"}}})
 	require.NoError(t, err)
 	require.EqualValues(t, 4, calls.Load())
 	for i, id := range ids {
-		r, err := c.Get(ctx, id)
+		r, err := c.Get(ctx, id.Job.ID)
 		require.NoError(t, err)
 		require.Equal(t, []string{"hooked_a", "hooked_b"}[i], r.Metadata["kind"])
 	}
@@ -186,11 +186,11 @@ func TestFairKeyStoredInMetadata(t *testing.T) {
 
 	row, err := c.Insert(ctx, tenantArgs{Tenant: "t-1"}, &jobs.InsertOpts{Metadata: map[string]string{"k": "v"}})
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"k": "v", jobs.FairKeyMetadata: "t-1", jobs.ConcurrencyKeyMetadata: "acct-t-1"}, row.Metadata)
+	require.Equal(t, map[string]string{"k": "v", jobs.FairKeyMetadata: "t-1", jobs.ConcurrencyKeyMetadata: "acct-t-1"}, row.Job.Metadata)
 
 	row, err = c.Insert(ctx, tenantArgs{Tenant: "t-1"}, &jobs.InsertOpts{FairKey: "override"})
 	require.NoError(t, err)
-	require.Equal(t, "override", row.Metadata[jobs.FairKeyMetadata])
+	require.Equal(t, "override", row.Job.Metadata[jobs.FairKeyMetadata])
 
 	for _, bad := range []string{strings.Repeat("x", jobs.MaxConcurrencyKeyBytes+1), "\xff", "a\x00b"} {
 		_, err = c.Insert(ctx, kindArgs{"fk"}, &jobs.InsertOpts{FairKey: bad})

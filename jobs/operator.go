@@ -63,13 +63,13 @@ func (c *Client) Cancel(ctx context.Context, id int64, act Action) (CancelOutcom
 		if err != nil {
 			return err
 		}
-		switch State(j.State) {
-		case StateReady:
+		switch generics.JobState(j.State) {
+		case generics.JobStateReady:
 			if _, err := q.CancelReady(ctx, id); err != nil {
 				return err
 			}
 			out = Cancelled
-		case StateRunning:
+		case generics.JobStateRunning:
 			if _, err := q.RequestCancel(ctx, id); err != nil {
 				return err
 			}
@@ -78,7 +78,7 @@ func (c *Client) Cancel(ctx context.Context, id int64, act Action) (CancelOutcom
 			}
 			out = CancelRequested
 		default:
-			return &StateError{ID: id, State: State(j.State), Err: ErrAlreadyFinal}
+			return &StateError{ID: id, State: generics.JobState(j.State), Err: ErrAlreadyFinal}
 		}
 		return audit(ctx, q, act, "cancel", &id, map[string]any{"from_state": j.State, "outcome": out})
 	})
@@ -99,7 +99,7 @@ type ReinjectOpts struct {
 // the generation keeps growing, so workers of its earlier life stay fenced out). A job that is
 // not dead returns a *StateError wrapping ErrNotDead. The action is audited with the job's
 // last error code and attempts.
-func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *ReinjectOpts) (*Row, error) {
+func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *ReinjectOpts) (*generics.JobRow, error) {
 	if err := act.check(); err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *Reinj
 		m := int32(opts.MaxAttempts)
 		maxAttempts = &m
 	}
-	var row *Row
+	var row *generics.JobRow
 	var j gen.TenureJob
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := c.q.WithTx(tx)
@@ -120,8 +120,8 @@ func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *Reinj
 		if err != nil {
 			return err
 		}
-		if State(j.State) != StateDead {
-			return &StateError{ID: id, State: State(j.State), Err: ErrNotDead}
+		if generics.JobState(j.State) != generics.JobStateDead {
+			return &StateError{ID: id, State: generics.JobState(j.State), Err: ErrNotDead}
 		}
 		if err := checkUniqueHolder(ctx, q, j); err != nil {
 			return err
@@ -153,11 +153,11 @@ func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *Reinj
 // job goes back to ready with a fresh attempt budget, like Reinject. A running job returns a
 // *StateError wrapping ErrJobRunning, a succeeded one ErrAlreadyFinal, a missing one
 // ErrNotFound. It returns the job as it is now.
-func (c *Client) Retry(ctx context.Context, id int64, act Action) (*Row, error) {
+func (c *Client) Retry(ctx context.Context, id int64, act Action) (*generics.JobRow, error) {
 	if err := act.check(); err != nil {
 		return nil, err
 	}
-	var row *Row
+	var row *generics.JobRow
 	var j gen.TenureJob
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := c.q.WithTx(tx)
@@ -167,19 +167,19 @@ func (c *Client) Retry(ctx context.Context, id int64, act Action) (*Row, error) 
 			return err
 		}
 		var nj gen.TenureJob
-		switch State(j.State) {
-		case StateReady:
+		switch generics.JobState(j.State) {
+		case generics.JobStateReady:
 			nj, err = q.RunNow(ctx, id)
-		case StateDead, StateCancelled:
+		case generics.JobStateDead, generics.JobStateCancelled:
 			if err := checkUniqueHolder(ctx, q, j); err != nil {
 				return err
 			}
 			nj, err = q.Reinject(ctx, gen.ReinjectParams{ID: id})
 			err = uniqueViolation(id, err)
-		case StateRunning:
-			return &StateError{ID: id, State: State(j.State), Err: ErrJobRunning}
+		case generics.JobStateRunning:
+			return &StateError{ID: id, State: generics.JobState(j.State), Err: ErrJobRunning}
 		default:
-			return &StateError{ID: id, State: State(j.State), Err: ErrAlreadyFinal}
+			return &StateError{ID: id, State: generics.JobState(j.State), Err: ErrAlreadyFinal}
 		}
 		if err != nil {
 			return err
@@ -218,8 +218,8 @@ func (c *Client) Delete(ctx context.Context, id int64, act Action) error {
 		if err != nil {
 			return err
 		}
-		if State(j.State) == StateRunning {
-			return &StateError{ID: id, State: State(j.State), Err: ErrJobRunning}
+		if generics.JobState(j.State) == generics.JobStateRunning {
+			return &StateError{ID: id, State: generics.JobState(j.State), Err: ErrJobRunning}
 		}
 		n, err := q.DeleteJob(ctx, id)
 		if err != nil {
@@ -242,8 +242,8 @@ func (c *Client) Delete(ctx context.Context, id int64, act Action) error {
 
 // PurgeParams selects final jobs to delete.
 type PurgeParams struct {
-	// State is StateSucceeded, StateCancelled (both purged together) or StateDead.
-	State State
+	// State is generics.JobStateSucceeded, generics.JobStateCancelled (both purged together) or generics.JobStateDead.
+	State generics.JobState
 	// Before: only jobs finished before this time.
 	Before time.Time
 	// Limit bounds the rows deleted in this call (1..100000; default 10000).
@@ -282,7 +282,7 @@ func (c *Client) Purge(ctx context.Context, act Action, p PurgeParams) (int64, e
 	return n, nil
 }
 
-func prune(ctx context.Context, q *gen.Queries, state State, before time.Time, limit int) (int64, error) {
+func prune(ctx context.Context, q *gen.Queries, state generics.JobState, before time.Time, limit int) (int64, error) {
 	b, err := pruneBatch(ctx, q, state, before, pruneFloor, limit)
 	return b.Jobs, err
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/locks"
 )
 
@@ -87,17 +88,17 @@ func (c *Client) PruneExpired(ctx context.Context, p PruneParams) (res PruneResu
 		p.Budget = DefaultPruneBudget
 	}
 	type class struct {
-		state  State
+		state  generics.JobState
 		before time.Time
 		after  time.Time
 		count  *int64
 	}
 	var active []*class
 	if !p.FinishedBefore.IsZero() {
-		active = append(active, &class{StateSucceeded, p.FinishedBefore, pruneFloor, &res.Finished})
+		active = append(active, &class{generics.JobStateSucceeded, p.FinishedBefore, pruneFloor, &res.Finished})
 	}
 	if !p.DeadBefore.IsZero() {
-		active = append(active, &class{StateDead, p.DeadBefore, pruneFloor, &res.Dead})
+		active = append(active, &class{generics.JobStateDead, p.DeadBefore, pruneFloor, &res.Dead})
 	}
 	if len(active) == 0 {
 		res.Drained = true
@@ -169,11 +170,11 @@ func unlockSession(ctx context.Context, conn *pgxpool.Conn, q *gen.Queries) erro
 }
 
 // pruneBatch runs one batch statement of the class of state.
-func pruneBatch(ctx context.Context, q *gen.Queries, state State, before, after time.Time, limit int) (gen.PruneFinishedBatchRow, error) {
+func pruneBatch(ctx context.Context, q *gen.Queries, state generics.JobState, before, after time.Time, limit int) (gen.PruneFinishedBatchRow, error) {
 	switch state {
-	case StateSucceeded, StateCancelled:
+	case generics.JobStateSucceeded, generics.JobStateCancelled:
 		return q.PruneFinishedBatch(ctx, gen.PruneFinishedBatchParams{Before: before, After: after, MaxJobs: int32(limit)})
-	case StateDead:
+	case generics.JobStateDead:
 		r, err := q.PruneDeadBatch(ctx, gen.PruneDeadBatchParams{Before: before, After: after, MaxJobs: int32(limit)})
 		return gen.PruneFinishedBatchRow(r), err
 	default:

@@ -67,8 +67,8 @@ func TestRetryAndDelete(t *testing.T) {
 
 	row, err := c.Retry(ctx, cancelled, act)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, row.State)
-	require.Zero(t, row.Attempts)
+	require.Equal(t, generics.JobStateReady, row.State)
+	require.Zero(t, row.Attempt)
 	require.NoError(t, c.Delete(ctx, succeeded, act))
 	_, err = c.Get(ctx, succeeded)
 	require.ErrorIs(t, err, jobs.ErrNotFound)

@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/jobrow"
 )
 
 // UniqueOpts makes a job unique: while a job with the same unique key is in one of the key's
-// states, inserting another returns that job instead (Row.Duplicate, InsertResult.Duplicate).
+// states, inserting another returns that job instead (InsertResult.Duplicate).
 // The key always includes the kind; ByArgs, ByQueue and ByPeriod add to it. The database
 // enforces it (a unique partial index on the key, see docs/guide.md "Unique jobs"), so it
 // holds across processes and under any concurrency.
@@ -30,24 +31,26 @@ type UniqueOpts struct {
 	ByQueue bool
 	// ByPeriod, when > 0 (at least a second), adds the period window the insert falls in to
 	// the key: windows are whole multiples of ByPeriod since the Unix epoch, on the database
-	// clock (the time of the inserting transaction). With StateSucceeded in States it means
+	// clock (the time of the inserting transaction). With generics.JobStateSucceeded in States it means
 	// "at most one run per window".
 	ByPeriod time.Duration
-	// States lists the states, besides StateReady and StateRunning (which always hold the
-	// key), in which a job keeps its key: any of StateSucceeded, StateDead, StateCancelled.
+	// States lists the states, besides generics.JobStateReady and generics.JobStateRunning (which always hold the
+	// key), in which a job keeps its key: any of generics.JobStateSucceeded, generics.JobStateDead, generics.JobStateCancelled.
 	// Default none: a job frees its key when it finishes, dies or is cancelled.
-	States []State
+	States []generics.JobState
 }
 
 // MaxUniqueFields bounds UniqueOpts.Fields.
 const MaxUniqueFields = 32
 
-// InsertResult is the result of one job of InsertManyResults.
+// InsertResult is the result of inserting one job: Insert and InsertTx return one, InsertMany
+// and InsertManyTx one per job in input order.
 type InsertResult struct {
-	// ID is the inserted job's id, or the existing job's id when Duplicate.
-	ID int64
-	// Duplicate reports that the job was unique and another job held its key: nothing was
-	// inserted, and ID names that other job.
+	// Job is the stored row: the inserted job, or when Duplicate the job that held the key.
+	Job *generics.JobRow
+	// Duplicate reports that the job was unique and another job held its key (a stored job,
+	// or an earlier job of the same InsertMany call): nothing was inserted, and Job is that
+	// other job.
 	Duplicate bool
 }
 
@@ -79,18 +82,7 @@ type uniqueSpec struct {
 	periodMs int64
 }
 
-var stateBits = map[State]int16{StateReady: 1, StateRunning: 2, StateSucceeded: 4, StateDead: 8, StateCancelled: 16}
-
-// statesFromBits lists the states of a stored unique_states bitmask.
-func statesFromBits(b int16) []State {
-	var out []State
-	for _, s := range []State{StateReady, StateRunning, StateSucceeded, StateDead, StateCancelled} {
-		if b&stateBits[s] != 0 {
-			out = append(out, s)
-		}
-	}
-	return out
-}
+var stateBits = jobrow.StateBits
 
 // maxUniquePeriod bounds UniqueOpts.ByPeriod (about 100 years).
 const maxUniquePeriod = 100 * 365 * 24 * time.Hour

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/internal/plantest"
 	"github.com/tenureq/tenure/jobs"
@@ -60,11 +61,11 @@ func TestUniqueInsertUnderConcurrency(t *testing.T) {
 					errs <- err
 					return
 				}
-				if id != 0 && row.ID != id {
+				if id != 0 && row.Job.ID != id {
 					errs <- errors.New("two different jobs returned for one unique key")
 					return
 				}
-				id = row.ID
+				id = row.Job.ID
 				if row.Duplicate {
 					duplicates.Add(1)
 				} else {
@@ -96,7 +97,7 @@ func TestUniqueInsertUnderConcurrency(t *testing.T) {
 	row, err := c.Get(ctx, first)
 	require.NoError(t, err)
 	require.Len(t, row.UniqueKey, 32)
-	require.Equal(t, []jobs.State{jobs.StateReady, jobs.StateRunning}, row.UniqueStates)
+	require.Equal(t, []generics.JobState{generics.JobStateReady, generics.JobStateRunning}, row.UniqueStates)
 }
 
 // The same contest through InsertMany: 8 goroutines insert batches that each repeat the key
@@ -116,7 +117,7 @@ func TestUniqueInsertManyUnderConcurrency(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 50; i++ {
-				res, err := c.InsertManyResults(ctx, []jobs.InsertManyParams{
+				res, err := c.InsertMany(ctx, []jobs.InsertManyParams{
 					{Args: receiptArgs{OrderID: 1, Email: "a@b.c"}, Opts: u},
 					{Args: blobArgs{Data: "plain"}},
 					{Args: receiptArgs{OrderID: 1, Email: "other@b.c"}, Opts: u}, // same order_id: same key
@@ -125,7 +126,7 @@ func TestUniqueInsertManyUnderConcurrency(t *testing.T) {
 					errs <- err
 					return
 				}
-				if res[1].Duplicate || !res[2].Duplicate || res[0].ID != res[2].ID {
+				if res[1].Duplicate || !res[2].Duplicate || res[0].Job.ID != res[2].Job.ID {
 					errs <- errors.New("wrong per-row results")
 					return
 				}
@@ -153,7 +154,7 @@ func TestUniqueKeyComposition(t *testing.T) {
 	ctx := context.Background()
 	c, err := jobs.NewClient(pool, nil)
 	require.NoError(t, err)
-	ins := func(a receiptArgs, o *jobs.InsertOpts) *jobs.Row {
+	ins := func(a receiptArgs, o *jobs.InsertOpts) *jobs.InsertResult {
 		t.Helper()
 		r, err := c.Insert(ctx, a, o)
 		require.NoError(t, err)
@@ -165,7 +166,7 @@ func TestUniqueKeyComposition(t *testing.T) {
 	b := ins(receiptArgs{OrderID: 2}, kindOnly)
 	require.False(t, a.Duplicate)
 	require.True(t, b.Duplicate)
-	require.Equal(t, a.ID, b.ID)
+	require.Equal(t, a.Job.ID, b.Job.ID)
 
 	// by all args: different args, different jobs; field order and whitespace do not matter
 	all := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true}, Queue: "q1"}
@@ -175,13 +176,13 @@ func TestUniqueKeyComposition(t *testing.T) {
 	require.False(t, x.Duplicate)
 	require.False(t, y.Duplicate)
 	require.True(t, z.Duplicate)
-	require.Equal(t, x.ID, z.ID)
+	require.Equal(t, x.Job.ID, z.Job.ID)
 
 	// by named field: only order_id counts; the field order given does not matter
 	f1 := ins(receiptArgs{OrderID: 9, Email: "a"}, &jobs.InsertOpts{Unique: &jobs.UniqueOpts{Fields: []string{"order_id", "email"}}, Queue: "q2"})
 	f2 := ins(receiptArgs{OrderID: 9, Email: "a", Note: "x"}, &jobs.InsertOpts{Unique: &jobs.UniqueOpts{Fields: []string{"email", "order_id"}}, Queue: "q2"})
 	require.True(t, f2.Duplicate)
-	require.Equal(t, f1.ID, f2.ID)
+	require.Equal(t, f1.Job.ID, f2.Job.ID)
 
 	// by queue: the same args may wait in two queues, not twice in one
 	byQ := func(q string) *jobs.InsertOpts {
@@ -191,7 +192,7 @@ func TestUniqueKeyComposition(t *testing.T) {
 	q2 := ins(receiptArgs{OrderID: 5}, byQ("b"))
 	q3 := ins(receiptArgs{OrderID: 5}, byQ("a"))
 	require.False(t, q2.Duplicate)
-	require.NotEqual(t, q1.ID, q2.ID)
+	require.NotEqual(t, q1.Job.ID, q2.Job.ID)
 	require.True(t, q3.Duplicate)
 
 	// by period: within one window a duplicate; the window is on the database clock
@@ -199,7 +200,7 @@ func TestUniqueKeyComposition(t *testing.T) {
 	p1 := ins(receiptArgs{OrderID: 77}, per)
 	p2 := ins(receiptArgs{OrderID: 77}, per)
 	require.True(t, p2.Duplicate)
-	require.Equal(t, p1.ID, p2.ID)
+	require.Equal(t, p1.Job.ID, p2.Job.ID)
 	// a different period is a different key
 	p3 := ins(receiptArgs{OrderID: 77}, &jobs.InsertOpts{Queue: "p", Unique: &jobs.UniqueOpts{ByArgs: true, ByPeriod: 2 * time.Hour}})
 	require.False(t, p3.Duplicate)
@@ -212,7 +213,7 @@ func TestUniquePeriodWindowMoves(t *testing.T) {
 	ctx := context.Background()
 	c, err := jobs.NewClient(pool, nil)
 	require.NoError(t, err)
-	o := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true, ByPeriod: time.Second, States: []jobs.State{jobs.StateSucceeded}}}
+	o := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true, ByPeriod: time.Second, States: []generics.JobState{generics.JobStateSucceeded}}}
 	first, err := c.Insert(ctx, receiptArgs{OrderID: 1}, o)
 	require.NoError(t, err)
 	deadline := time.Now().Add(5 * time.Second)
@@ -220,10 +221,10 @@ func TestUniquePeriodWindowMoves(t *testing.T) {
 		r, err := c.Insert(ctx, receiptArgs{OrderID: 1}, o)
 		require.NoError(t, err)
 		if !r.Duplicate {
-			require.NotEqual(t, first.ID, r.ID)
+			require.NotEqual(t, first.Job.ID, r.Job.ID)
 			break
 		}
-		require.Equal(t, first.ID, r.ID)
+		require.Equal(t, first.Job.ID, r.Job.ID)
 		require.True(t, time.Now().Before(deadline), "the window never moved")
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -243,51 +244,51 @@ func TestUniqueStatesAndOperatorActions(t *testing.T) {
 
 	a, err := c.Insert(ctx, receiptArgs{OrderID: 1}, o)
 	require.NoError(t, err)
-	_, err = c.Cancel(ctx, a.ID, act)
+	_, err = c.Cancel(ctx, a.Job.ID, act)
 	require.NoError(t, err)
 	// cancelled is not a unique state by default: the key is free
 	b, err := c.Insert(ctx, receiptArgs{OrderID: 1}, o)
 	require.NoError(t, err)
 	require.False(t, b.Duplicate)
-	require.NotEqual(t, a.ID, b.ID)
+	require.NotEqual(t, a.Job.ID, b.Job.ID)
 
 	// retrying the cancelled one would make two holders: refused, typed, nothing changed
-	_, err = c.Retry(ctx, a.ID, act)
+	_, err = c.Retry(ctx, a.Job.ID, act)
 	require.ErrorIs(t, err, jobs.ErrUniqueConflict)
 	var uce *jobs.UniqueConflictError
 	require.True(t, errors.As(err, &uce))
-	require.Equal(t, b.ID, uce.HolderID)
-	got, err := c.Get(ctx, a.ID)
+	require.Equal(t, b.Job.ID, uce.HolderID)
+	got, err := c.Get(ctx, a.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateCancelled, got.State)
-	entries, err := c.Audit(ctx, a.ID, 0, 100)
+	require.Equal(t, generics.JobStateCancelled, got.State)
+	entries, err := c.Audit(ctx, a.Job.ID, 0, 100)
 	require.NoError(t, err)
 	for _, e := range entries {
 		require.NotEqual(t, "retry", e.Action, "a refused retry must not be audited")
 	}
 
 	// once the holder is gone, the retry goes through
-	_, err = c.Cancel(ctx, b.ID, act)
+	_, err = c.Cancel(ctx, b.Job.ID, act)
 	require.NoError(t, err)
-	got, err = c.Retry(ctx, a.ID, act)
+	got, err = c.Retry(ctx, a.Job.ID, act)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State)
+	require.Equal(t, generics.JobStateReady, got.State)
 	d, err := c.Insert(ctx, receiptArgs{OrderID: 1}, o)
 	require.NoError(t, err)
 	require.True(t, d.Duplicate)
-	require.Equal(t, a.ID, d.ID)
+	require.Equal(t, a.Job.ID, d.Job.ID)
 
 	// with cancelled among its states, a cancelled job keeps its key
-	keep := &jobs.InsertOpts{Queue: "k", Unique: &jobs.UniqueOpts{ByArgs: true, ByQueue: true, States: []jobs.State{jobs.StateCancelled}}}
+	keep := &jobs.InsertOpts{Queue: "k", Unique: &jobs.UniqueOpts{ByArgs: true, ByQueue: true, States: []generics.JobState{generics.JobStateCancelled}}}
 	k1, err := c.Insert(ctx, receiptArgs{OrderID: 2}, keep)
 	require.NoError(t, err)
-	_, err = c.Cancel(ctx, k1.ID, act)
+	_, err = c.Cancel(ctx, k1.Job.ID, act)
 	require.NoError(t, err)
 	k2, err := c.Insert(ctx, receiptArgs{OrderID: 2}, keep)
 	require.NoError(t, err)
 	require.True(t, k2.Duplicate)
-	require.Equal(t, k1.ID, k2.ID)
-	require.Equal(t, jobs.StateCancelled, k2.State)
+	require.Equal(t, k1.Job.ID, k2.Job.ID)
+	require.Equal(t, generics.JobStateCancelled, k2.Job.State)
 }
 
 // A unique insert inside a transaction that rolls back leaves the key free; a concurrent
@@ -309,7 +310,7 @@ func TestUniqueInsertWaitsForConcurrentTransaction(t *testing.T) {
 		require.NoError(t, err)
 		first, err := c.InsertTx(ctx, tx, args, o)
 		require.NoError(t, err)
-		done := make(chan *jobs.Row, 1)
+		done := make(chan *jobs.InsertResult, 1)
 		go func() {
 			r, err := c.Insert(ctx, args, o)
 			if err != nil {
@@ -326,12 +327,12 @@ func TestUniqueInsertWaitsForConcurrentTransaction(t *testing.T) {
 			require.NoError(t, tx.Commit(ctx))
 			r := <-done
 			require.True(t, r.Duplicate)
-			require.Equal(t, first.ID, r.ID)
+			require.Equal(t, first.Job.ID, r.Job.ID)
 		} else {
 			require.NoError(t, tx.Rollback(ctx))
 			r := <-done
 			require.False(t, r.Duplicate)
-			require.NotEqual(t, first.ID, r.ID)
+			require.NotEqual(t, first.Job.ID, r.Job.ID)
 		}
 	}
 }
@@ -345,7 +346,7 @@ func TestUniqueOptionsRefusedAreTyped(t *testing.T) {
 	for name, u := range map[string]*jobs.UniqueOpts{
 		"period too short": {ByPeriod: time.Millisecond},
 		"negative period":  {ByPeriod: -time.Second},
-		"unknown state":    {States: []jobs.State{"waiting"}},
+		"unknown state":    {States: []generics.JobState{"waiting"}},
 		"missing field":    {Fields: []string{"order"}},
 		"omitted field":    {Fields: []string{"note"}}, // omitempty and empty: absent
 	} {
@@ -443,7 +444,7 @@ func TestUniqueSQLAndGoEnqueueConcurrently(t *testing.T) {
 						errs <- err
 						return
 					}
-					id, dup = r.ID, r.Duplicate
+					id, dup = r.Job.ID, r.Duplicate
 				}
 				if !dup {
 					inserted.Add(1)
@@ -494,5 +495,5 @@ func TestUniqueInsertInRepeatableRead(t *testing.T) {
 	again, err := c.Insert(ctx, receiptArgs{OrderID: 5}, o)
 	require.NoError(t, err)
 	require.True(t, again.Duplicate)
-	require.Equal(t, holder.ID, again.ID)
+	require.Equal(t, holder.Job.ID, again.Job.ID)
 }

@@ -103,7 +103,7 @@ func childWorker(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 	}
 	remote := os.Getenv(envChildRemote)
 	err = tenurenats.Register(w, func(ctx context.Context, job *generics.Job[mailArgs]) error {
-		r, err := worker.Effect(ctx, job, "send", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		r, err := worker.Effect(ctx, job.JobRow, "send", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			return testkit.CallRemote(ctx, remote, call.Key, call.Generation)
 		})
 		if err != nil {

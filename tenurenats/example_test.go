@@ -25,7 +25,7 @@ func (receiptArgs) PayloadVersion() int { return 1 }
 
 // sendReceipt is an ordinary Tenure handler: it runs unchanged on worker.Worker.
 func sendReceipt(ctx context.Context, job *generics.Job[receiptArgs]) error {
-	_, err := worker.Effect(ctx, job, "mail", func(ctx context.Context, call worker.EffectCall) (string, error) {
+	_, err := worker.Effect(ctx, job.JobRow, "mail", func(ctx context.Context, call worker.EffectCall) (string, error) {
 		return "sent", nil // call the mail provider with call.Key as its idempotency key
 	})
 	return err

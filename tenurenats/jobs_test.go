@@ -437,7 +437,7 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	}
 	ch := make(chan seen, 4)
 	if err := tenurenats.Register(w, func(ctx context.Context, job *generics.Job[mailArgs]) error {
-		r, err := worker.Effect(ctx, job, "send", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		r, err := worker.Effect(ctx, job.JobRow, "send", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			return testkit.CallRemote(ctx, remote.URL, call.Key, call.Generation)
 		})
 		if err != nil {
@@ -478,7 +478,7 @@ func TestWorkerKilledMidJob(t *testing.T) {
 // worker.Effect on both, and its first attempt fails after the effect.
 func sendMail(remoteURL string, seen chan<- string) func(ctx context.Context, job *generics.Job[mailArgs]) error {
 	return func(ctx context.Context, job *generics.Job[mailArgs]) error {
-		r, err := worker.Effect(ctx, job, "send", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		r, err := worker.Effect(ctx, job.JobRow, "send", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			return testkit.CallRemote(ctx, remoteURL, call.Key, call.Generation)
 		})
 		if err != nil {
@@ -535,7 +535,7 @@ func TestSameHandlerOnBothEngines(t *testing.T) {
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		row, err := jc.InsertTx(ctx, tx, mailArgs{To: "pg@x"}, nil)
 		if row != nil {
-			pgID = row.ID
+			pgID = row.Job.ID
 		}
 		return err
 	}); err != nil {
@@ -642,15 +642,16 @@ func TestStreamLedgerFirstRecordWins(t *testing.T) {
 	ctx := context.Background()
 	ledger := tenurenats.NewStreamLedger(pool, "S", 7)
 	attempt := func(n int) (*generics.Job[mailArgs], context.Context) {
-		job := &generics.Job[mailArgs]{JobMeta: generics.JobMeta{ID: 7, Attempt: n, Generation: int64(n), ClaimToken: uuid.New()}}
-		return job, worker.WithExternalAttempt(ctx, worker.ExternalAttempt{Job: job.Meta(), KeyPrefix: "nats:S:", Ledger: ledger})
+		token := uuid.New()
+		job := &generics.Job[mailArgs]{JobRow: &generics.JobRow{ID: 7, Attempt: n, Generation: int64(n), ClaimToken: &token}}
+		return job, worker.WithExternalAttempt(ctx, worker.ExternalAttempt{Job: job.JobRow, KeyPrefix: "nats:S:", Ledger: ledger})
 	}
 	j1, ctx1 := attempt(1)
 	j2, ctx2 := attempt(2)
 	second := make(chan worker.EffectResult[string], 1)
-	r1, err := worker.Effect(ctx1, j1, "send", func(context.Context, worker.EffectCall) (string, error) {
+	r1, err := worker.Effect(ctx1, j1.JobRow, "send", func(context.Context, worker.EffectCall) (string, error) {
 		// Attempt 1 ran its effect; before it records, attempt 2 runs and records first.
-		r2, err := worker.Effect(ctx2, j2, "send", func(_ context.Context, call worker.EffectCall) (string, error) {
+		r2, err := worker.Effect(ctx2, j2.JobRow, "send", func(_ context.Context, call worker.EffectCall) (string, error) {
 			if call.Key != "nats:S:job:7:effect:send" || call.Generation != 2 {
 				t.Errorf("attempt 2 call %+v", call)
 			}
@@ -673,11 +674,12 @@ func TestStreamLedgerFirstRecordWins(t *testing.T) {
 		t.Errorf("attempt 1: %+v, want attempt 2's recorded result, replayed", r1)
 	}
 	_, ctx3 := attempt(3)
-	j3 := &generics.Job[mailArgs]{JobMeta: generics.JobMeta{ID: 7, Attempt: 3, Generation: 3, ClaimToken: uuid.New()}}
-	if _, err := worker.Effect(ctx3, j3, "send", func(context.Context, worker.EffectCall) (string, error) { return "", nil }); !errors.Is(err, worker.ErrNotInHandler) {
+	token := uuid.New()
+	j3 := &generics.Job[mailArgs]{JobRow: &generics.JobRow{ID: 7, Attempt: 3, Generation: 3, ClaimToken: &token}}
+	if _, err := worker.Effect(ctx3, j3.JobRow, "send", func(context.Context, worker.EffectCall) (string, error) { return "", nil }); !errors.Is(err, worker.ErrNotInHandler) {
 		t.Errorf("Effect with a job that is not the context's attempt: %v, want ErrNotInHandler", err)
 	}
-	if _, err := worker.Effect(ctx, j3, "send", func(context.Context, worker.EffectCall) (string, error) { return "", nil }); !errors.Is(err, worker.ErrNotInHandler) {
+	if _, err := worker.Effect(ctx, j3.JobRow, "send", func(context.Context, worker.EffectCall) (string, error) { return "", nil }); !errors.Is(err, worker.ErrNotInHandler) {
 		t.Errorf("Effect outside any handler: %v, want ErrNotInHandler", err)
 	}
 }

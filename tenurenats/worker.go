@@ -96,7 +96,7 @@ type handler struct {
 type jobAttempt struct {
 	payload  []byte
 	version  int
-	meta     generics.JobMeta
+	meta     generics.JobRow
 	maxAtt   int
 	created  time.Time
 	claimed  time.Time
@@ -254,9 +254,11 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 		}
 		meta := a.meta
 		meta.Kind, meta.Queue, meta.MaxAttempts = kind, w.cfg.Stream, a.maxAtt
-		meta.RunAt, meta.CreatedAt, meta.ClaimedAt = a.created, a.created, a.claimed
-		meta.LeaseUntil, meta.Lease, meta.Metadata = a.claimed.Add(a.lease), a.lease, a.metadata
-		return fn(ctx, &generics.Job[A]{Args: args, JobMeta: meta})
+		leaseUntil := a.claimed.Add(a.lease)
+		meta.RunAt, meta.CreatedAt, meta.UpdatedAt, meta.AttemptedAt = a.created, a.created, a.claimed, &a.claimed
+		meta.LockedUntil, meta.Lease, meta.Metadata = &leaseUntil, a.lease, a.metadata
+		meta.State, meta.Payload, meta.PayloadVersion = generics.JobStateRunning, a.payload, a.version
+		return fn(ctx, &generics.Job[A]{Args: args, JobRow: &meta})
 	}}
 	return nil
 }
@@ -385,9 +387,10 @@ func (w *Worker) execute(ctx context.Context, h *handler, msg jetstream.Msg) {
 		return
 	}
 	hdr := msg.Headers()
+	token := uuid.New()
 	a := jobAttempt{payload: msg.Data(), created: md.Timestamp, claimed: time.Now(), lease: h.opts.Lease, maxAtt: h.opts.MaxAttempts,
-		meta: generics.JobMeta{ID: int64(md.Sequence.Stream), Kind: h.kind, Queue: w.cfg.Stream, Attempt: int(md.NumDelivered),
-			Generation: int64(md.NumDelivered), ClaimToken: uuid.New()}}
+		meta: generics.JobRow{ID: int64(md.Sequence.Stream), Kind: h.kind, Queue: w.cfg.Stream, Attempt: int(md.NumDelivered),
+			Generation: int64(md.NumDelivered), ClaimToken: &token}}
 	if v, err := strconv.Atoi(hdr.Get(HeaderMaxAttempts)); err == nil && v >= 1 && v <= 1000 {
 		a.maxAtt = v
 	}
@@ -473,7 +476,7 @@ func (w *Worker) run(ctx context.Context, h *handler, msg jetstream.Msg, a jobAt
 		defer stop()
 	}
 	if w.cfg.Pool != nil {
-		hctx = worker.WithExternalAttempt(hctx, worker.ExternalAttempt{Job: a.meta,
+		hctx = worker.WithExternalAttempt(hctx, worker.ExternalAttempt{Job: &a.meta,
 			KeyPrefix: w.cfg.EffectKeyPrefix + "nats:" + w.cfg.Stream + ":", Ledger: &streamLedger{pool: w.cfg.Pool, stream: w.cfg.Stream, seq: a.meta.ID}})
 	}
 	done := make(chan struct{})

@@ -116,7 +116,7 @@ func Middleware(cfg *Config) worker.Middleware {
 	prop := cfg.propagator()
 	link := cfg != nil && cfg.Link
 	return func(next worker.HandlerFunc) worker.HandlerFunc {
-		return func(ctx context.Context, job *generics.JobMeta) (err error) {
+		return func(ctx context.Context, job *generics.JobRow) (err error) {
 			attrs := []attribute.KeyValue{
 				attribute.String("messaging.system", "tenure"),
 				attribute.String("messaging.destination.name", job.Queue),

@@ -84,15 +84,15 @@ func TestHandlerSpanIsChildOfEnqueuer(t *testing.T) {
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "checkout")
 	okRow, err := client.Insert(ctx, okArgs{N: 1}, nil)
 	require.NoError(t, err)
-	require.Contains(t, okRow.Metadata, "traceparent")
-	require.Contains(t, okRow.Metadata["traceparent"], parent.SpanContext().TraceID().String())
+	require.Contains(t, okRow.Job.Metadata, "traceparent")
+	require.Contains(t, okRow.Job.Metadata["traceparent"], parent.SpanContext().TraceID().String())
 	ids, err := client.InsertMany(ctx, []jobs.InsertManyParams{{Args: failArgs{}, Opts: &jobs.InsertOpts{MaxAttempts: 1}}})
 	require.NoError(t, err)
 	failID := ids[0]
 	parent.End()
 	orphan, err := client.Insert(context.Background(), okArgs{N: 2}, nil)
 	require.NoError(t, err)
-	require.Nil(t, orphan.Metadata)
+	require.Nil(t, orphan.Job.Metadata)
 
 	handlerTrace := make(chan trace.SpanContext, 2)
 	w := newWorker(t, pool, tp, handlerTrace)
@@ -120,7 +120,7 @@ func TestHandlerSpanIsChildOfEnqueuer(t *testing.T) {
 	}
 
 	pc := parent.SpanContext()
-	s := spans[okRow.ID]
+	s := spans[okRow.Job.ID]
 	require.Equal(t, "process ok", s.Name())
 	require.Equal(t, trace.SpanKindConsumer, s.SpanKind())
 	require.Equal(t, pc.TraceID(), s.SpanContext().TraceID())
@@ -143,7 +143,7 @@ func TestHandlerSpanIsChildOfEnqueuer(t *testing.T) {
 	}
 	require.True(t, got[s.SpanContext().SpanID()], "handler context does not hold the attempt span")
 
-	f := spans[failID]
+	f := spans[failID.Job.ID]
 	require.Equal(t, "process fail", f.Name())
 	require.Equal(t, pc.TraceID(), f.SpanContext().TraceID())
 	require.Equal(t, pc.SpanID(), f.Parent().SpanID())
@@ -159,7 +159,7 @@ func TestHandlerSpanIsChildOfEnqueuer(t *testing.T) {
 	}
 	require.Equal(t, "card declined", msg)
 
-	o := spans[orphan.ID]
+	o := spans[orphan.Job.ID]
 	require.False(t, o.Parent().IsValid(), "a job enqueued outside any span gets a root span")
 	require.NotEqual(t, pc.TraceID(), o.SpanContext().TraceID())
 }
@@ -176,13 +176,13 @@ func TestMiddlewareOptions(t *testing.T) {
 	parent.End()
 	require.Equal(t, "mine=1", opts.Metadata["tracestate"])
 	require.Contains(t, opts.Metadata["traceparent"], parent.SpanContext().SpanID().String())
-	job := &generics.JobMeta{ID: 7, Kind: "k", Queue: "q", Attempt: 3, Generation: 4, Metadata: opts.Metadata}
+	job := &generics.JobRow{ID: 7, Kind: "k", Queue: "q", Attempt: 3, Generation: 4, Metadata: opts.Metadata}
 
-	linked := tenureotel.Middleware(&tenureotel.Config{TracerProvider: tp, Link: true})(func(context.Context, *generics.JobMeta) error {
+	linked := tenureotel.Middleware(&tenureotel.Config{TracerProvider: tp, Link: true})(func(context.Context, *generics.JobRow) error {
 		return worker.Permanent(errors.New("no"))
 	})
 	require.Error(t, linked(context.Background(), job))
-	panicky := tenureotel.Middleware(&tenureotel.Config{TracerProvider: tp})(func(context.Context, *generics.JobMeta) error {
+	panicky := tenureotel.Middleware(&tenureotel.Config{TracerProvider: tp})(func(context.Context, *generics.JobRow) error {
 		panic("boom")
 	})
 	require.PanicsWithValue(t, "boom", func() { _ = panicky(context.Background(), job) })

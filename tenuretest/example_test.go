@@ -76,7 +76,7 @@ func ExampleWork() {
 	pool := tenuretest.Pool(t)
 
 	sendWelcome := func(ctx context.Context, job *generics.Job[Welcome]) error {
-		res, err := worker.Effect(ctx, job, "mail", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		res, err := worker.Effect(ctx, job.JobRow, "mail", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			return "msg-1", nil // a mail API call that deduplicates by call.Key
 		})
 		if err != nil {
@@ -86,7 +86,7 @@ func ExampleWork() {
 		return nil
 	}
 	res := tenuretest.Work(ctx, t, pool, sendWelcome, Welcome{UserID: 42, Lang: "en"}, nil)
-	fmt.Println(res.Outcome.Transition, res.Job.State, res.Job.Attempts)
+	fmt.Println(res.Outcome.Transition, res.Job.State, res.Job.Attempt)
 	// Output:
 	// sent msg-1 replayed: false
 	// succeeded succeeded 1

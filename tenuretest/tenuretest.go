@@ -30,7 +30,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/jobrow"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
@@ -100,54 +102,35 @@ type Match[A generics.Args] struct {
 	// Priority, when > 0, is the job's priority.
 	Priority int
 	// State, when set, is the job's state (ready, running, ...). Default: any state.
-	State jobs.State
+	State generics.JobState
 	// Args, when set, must return true for the job's decoded args.
 	Args func(args A) bool
 }
 
-// Job is an enqueued job that matched, with its decoded args.
-type Job[A generics.Args] struct {
-	ID       int64
-	Queue    string
-	Priority int
-	State    jobs.State
-	RunAt    time.Time
-	Attempts int
-	Args     A
-}
-
 // Find returns the jobs of kind A (A's Kind()) that match m (nil matches every job of the
-// kind), in id order. It fails the test when the jobs cannot be read or a payload does not
-// decode as A.
-func Find[A generics.Args](ctx context.Context, t T, db DB, m *Match[A]) []Job[A] {
+// kind), in id order, each as its stored row with its decoded args. It fails the test when the
+// jobs cannot be read or a payload does not decode as A.
+func Find[A generics.Args](ctx context.Context, t T, db DB, m *Match[A]) []*generics.Job[A] {
 	t.Helper()
 	var zero A
 	if m == nil {
 		m = &Match[A]{}
 	}
-	q := `SELECT id, queue, priority, state::text, run_at, attempts, payload, payload_version
-FROM tenure.jobs WHERE kind = $1
-  AND ($2 = '' OR queue = $2) AND ($3 = 0 OR priority = $3) AND ($4 = '' OR state::text = $4)
-ORDER BY id`
-	rows, err := db.Query(ctx, q, zero.Kind(), m.Queue, m.Priority, string(m.State))
+	rows, err := gen.New(db).FindJobs(ctx, gen.FindJobsParams{Kind: zero.Kind(), Queue: m.Queue,
+		Priority: int32(m.Priority), State: string(m.State)})
 	if err != nil {
 		t.Fatalf("tenuretest: reading jobs of kind %q: %v", zero.Kind(), err)
 		return nil
 	}
-	defer rows.Close()
-	var out []Job[A]
-	for rows.Next() {
-		var j Job[A]
-		var state string
-		var prio int16
-		var attempts, version int32
-		var payload []byte
-		if err := rows.Scan(&j.ID, &j.Queue, &prio, &state, &j.RunAt, &attempts, &payload, &version); err != nil {
+	var out []*generics.Job[A]
+	for _, r := range rows {
+		row, err := jobrow.FromGen(r, jobs.ErrCorruptRow)
+		if err != nil {
 			t.Fatalf("tenuretest: reading jobs of kind %q: %v", zero.Kind(), err)
 			return nil
 		}
-		j.Priority, j.State, j.Attempts = int(prio), jobs.State(state), int(attempts)
-		if j.Args, err = generics.Decode[A](nil, payload, int(version)); err != nil {
+		j := &generics.Job[A]{JobRow: row}
+		if j.Args, err = generics.Decode[A](nil, row.Payload, row.PayloadVersion); err != nil {
 			t.Fatalf("tenuretest: job %d of kind %q: %v", j.ID, zero.Kind(), err)
 			return nil
 		}
@@ -155,15 +138,12 @@ ORDER BY id`
 			out = append(out, j)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("tenuretest: reading jobs of kind %q: %v", zero.Kind(), err)
-	}
 	return out
 }
 
 // RequireEnqueued fails the test unless at least one job of kind A matches m, and returns
 // the matching jobs. The failure lists the jobs of the kind that were found.
-func RequireEnqueued[A generics.Args](ctx context.Context, t T, db DB, m *Match[A]) []Job[A] {
+func RequireEnqueued[A generics.Args](ctx context.Context, t T, db DB, m *Match[A]) []*generics.Job[A] {
 	t.Helper()
 	got := Find(ctx, t, db, m)
 	if len(got) == 0 {
@@ -205,7 +185,7 @@ func describe[A generics.Args](m *Match[A]) string {
 	return "(" + strings.Join(parts, ", ") + ")"
 }
 
-func list[A generics.Args](js []Job[A]) string {
+func list[A generics.Args](js []*generics.Job[A]) string {
 	if len(js) == 0 {
 		return "none"
 	}
@@ -242,7 +222,7 @@ type Result struct {
 	// (worker.SetOutput) after a success.
 	Outcome worker.Outcome
 	// Job is the job as stored after the attempt.
-	Job *jobs.Row
+	Job *generics.JobRow
 }
 
 // Work enqueues args, starts a worker on pool whose only handler is fn, waits for the
@@ -303,7 +283,7 @@ func Work[A generics.Args](ctx context.Context, t T, pool *pgxpool.Pool, fn func
 		t.Fatalf("tenuretest: Work: %v", err)
 		return Result{}
 	}
-	row, err := client.Insert(ctx, args, o.Insert)
+	res, err := client.Insert(ctx, args, o.Insert)
 	if err != nil {
 		t.Fatalf("tenuretest: Work: enqueue: %v", err)
 		return Result{}
@@ -319,11 +299,12 @@ func Work[A generics.Args](ctx context.Context, t T, pool *pgxpool.Pool, fn func
 			t.Errorf("tenuretest: Work: stopping the worker: %v", err)
 		}
 	}
+	row := res.Job
 	timeout := time.After(o.Timeout)
 	for {
 		select {
 		case out := <-outcomes:
-			if out.JobID != row.ID {
+			if out.Job.ID != row.ID {
 				continue
 			}
 			stop()

@@ -56,9 +56,9 @@ func TestRequireEnqueuedFilters(t *testing.T) {
 	require.Equal(t, int64(2), got[0].Args.UserID)
 	require.Len(t, tenuretest.RequireEnqueued[Welcome](ctx, t, pool, nil), 2)
 	tenuretest.RequireEnqueued(ctx, t, pool, &tenuretest.Match[Welcome]{
-		Priority: jobs.PriorityHigh, State: jobs.StateReady, Args: func(a Welcome) bool { return a.Lang == "ko" }})
+		Priority: jobs.PriorityHigh, State: generics.JobStateReady, Args: func(a Welcome) bool { return a.Lang == "ko" }})
 	tenuretest.RequireNotEnqueued(ctx, t, pool, &tenuretest.Match[Welcome]{Args: func(a Welcome) bool { return a.UserID == 3 }})
-	tenuretest.RequireNotEnqueued(ctx, t, pool, &tenuretest.Match[Welcome]{State: jobs.StateDead})
+	tenuretest.RequireNotEnqueued(ctx, t, pool, &tenuretest.Match[Welcome]{State: generics.JobStateDead})
 
 	// Failures name what was looked for and what is there.
 	r := &recorder{T: t}
@@ -88,7 +88,7 @@ func TestWorkRunsAJobThroughARealClaim(t *testing.T) {
 	_, err := pool.Exec(ctx, "CREATE TABLE greeted (user_id bigint PRIMARY KEY)")
 	require.NoError(t, err)
 	res := tenuretest.Work(ctx, t, pool, func(ctx context.Context, job *generics.Job[Welcome]) error {
-		if _, err := worker.Effect(ctx, job, "mail", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		if _, err := worker.Effect(ctx, job.JobRow, "mail", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			return "sent " + call.Key, nil
 		}); err != nil {
 			return err
@@ -97,13 +97,13 @@ func TestWorkRunsAJobThroughARealClaim(t *testing.T) {
 			if _, err := tx.Exec(ctx, "INSERT INTO greeted VALUES ($1)", job.Args.UserID); err != nil {
 				return err
 			}
-			return worker.CompleteTx(ctx, tx, job)
+			return worker.CompleteTx(ctx, tx, job.JobRow)
 		})
 	}, Welcome{UserID: 7}, nil)
 	require.NoError(t, res.Outcome.Err)
 	require.NoError(t, res.Outcome.HandlerErr)
 	require.Equal(t, "succeeded", res.Outcome.Transition)
-	require.Equal(t, jobs.StateSucceeded, res.Job.State)
+	require.Equal(t, generics.JobStateSucceeded, res.Job.State)
 	var effects int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tenure.effects WHERE job_id = $1", res.Job.ID).Scan(&effects))
 	require.Equal(t, 1, effects)
@@ -114,7 +114,7 @@ func TestWorkRunsAJobThroughARealClaim(t *testing.T) {
 	}, Welcome{UserID: 8}, &tenuretest.WorkOpts{Insert: &jobs.InsertOpts{Queue: "mail"}})
 	require.Equal(t, "retried", res.Outcome.Transition)
 	require.True(t, strings.Contains(res.Outcome.HandlerErr.Error(), "smtp down"))
-	require.Equal(t, jobs.StateReady, res.Job.State)
+	require.Equal(t, generics.JobStateReady, res.Job.State)
 	require.Equal(t, "mail", res.Job.Queue)
 }
 
@@ -136,9 +136,9 @@ func TestWorkUsesTheDeclaredDefaults(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := tenuretest.Pool(t)
-	var seen generics.JobMeta
+	var seen generics.JobRow
 	res := tenuretest.Work(ctx, t, pool, func(ctx context.Context, job *generics.Job[Tick]) error {
-		seen = job.JobMeta
+		seen = *job.JobRow
 		<-ctx.Done() // outlives the declared 200ms timeout
 		return ctx.Err()
 	}, Tick{N: 1}, nil)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -81,13 +82,13 @@ func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
 		out, err = h.client.Cancel(ctx, id, act)
 		msg = fmt.Sprintf("Job %d: %s (by %s).", id, strings.ReplaceAll(string(out), "_", " "), act.Actor)
 	case ActionRetry:
-		var row *jobs.Row
+		var row *generics.JobRow
 		row, err = h.client.Retry(ctx, id, act)
 		if err == nil {
 			msg = fmt.Sprintf("Job %d will run now: state %s, run at %s (by %s).", id, row.State, row.RunAt.UTC().Format("15:04:05Z"), act.Actor)
 		}
 	case ActionReinject:
-		var row *jobs.Row
+		var row *generics.JobRow
 		row, err = h.client.Reinject(ctx, id, act, nil)
 		if err == nil {
 			msg = fmt.Sprintf("Job %d re-injected: state %s, %d attempts allowed (by %s).", id, row.State, row.MaxAttempts, act.Actor)
@@ -153,10 +154,10 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) {
 	q.Before = 0
 	a := Action(r.PostFormValue("action"))
 	switch {
-	case a == ActionBulkReinject && q.State != string(jobs.StateDead):
+	case a == ActionBulkReinject && q.State != string(generics.JobStateDead):
 		h.fail(w, r, http.StatusBadRequest, errors.New("bulk re-inject applies to a list filtered on state dead"))
 		return
-	case a == ActionBulkCancel && q.State != string(jobs.StateReady) && q.State != string(jobs.StateRunning):
+	case a == ActionBulkCancel && q.State != string(generics.JobStateReady) && q.State != string(generics.JobStateRunning):
 		h.fail(w, r, http.StatusBadRequest, errors.New("bulk cancel applies to a list filtered on state ready or running"))
 		return
 	case a != ActionBulkReinject && a != ActionBulkCancel:

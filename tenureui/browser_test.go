@@ -122,9 +122,9 @@ func newFixture(t *testing.T, refresh time.Duration) *fixture {
 	return f
 }
 
-func (f *fixture) waitState(t *testing.T, id int64, want jobs.State) *jobs.Row {
+func (f *fixture) waitState(t *testing.T, id int64, want generics.JobState) *generics.JobRow {
 	t.Helper()
-	var row *jobs.Row
+	var row *generics.JobRow
 	require.Eventually(t, func() bool {
 		var err error
 		row, err = f.client.Get(context.Background(), id)
@@ -253,9 +253,9 @@ func testReinjectDeadJob(t *testing.T, b *browser) {
 	require.NoError(t, err)
 	row, err := f.client.Insert(ctx, Flaky{Order: 1042, Note: "gift card"}, &jobs.InsertOpts{Metadata: map[string]string{"request_id": "req-7f3a"}})
 	require.NoError(t, err)
-	f.waitState(t, row.ID, jobs.StateDead)
+	f.waitState(t, row.Job.ID, generics.JobStateDead)
 	require.Eventually(t, func() bool {
-		n, err := f.client.List(ctx, jobs.ListParams{State: jobs.StateSucceeded, Limit: 1000})
+		n, err := f.client.List(ctx, jobs.ListParams{State: generics.JobStateSucceeded, Limit: 1000})
 		require.NoError(t, err)
 		return len(n.Jobs) == 440
 	}, 20*time.Second, 50*time.Millisecond)
@@ -287,10 +287,10 @@ func testReinjectDeadJob(t *testing.T, b *browser) {
 		n, err = chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('#jobs tr[data-id]').length`))
 		return err == nil && n > 0
 	}, 10*time.Second, 50*time.Millisecond, "the filtered page did not load")
-	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#jobs tr[data-id="%d"]`, row.ID)))))
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#jobs tr[data-id="%d"]`, row.Job.ID)))))
 	require.Equal(t, 1, n, "the filter state=dead kind=flaky matches the one dead job")
 
-	require.NoError(t, chromedp.Do(tab, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tr[data-id="%d"] a`, row.ID))),
+	require.NoError(t, chromedp.Do(tab, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tr[data-id="%d"] a`, row.Job.ID))),
 		chromedp.WaitVisible(chromedp.CSS(`#act-reinject`))))
 	require.Equal(t, "dead", text(t, tab, "#state"))
 	require.Contains(t, text(t, tab, "#attempts"), "payment gateway answered 502 for order 1042")
@@ -303,16 +303,16 @@ func testReinjectDeadJob(t *testing.T, b *browser) {
 		chromedp.SendKeys(chromedp.CSS(`#act-reinject input[name="reason"]`), "gateway fixed (INC-4711)"),
 		chromedp.Click(chromedp.CSS(`#act-reinject button`)),
 		chromedp.WaitVisible(chromedp.CSS(`#message, #error`))))
-	require.Contains(t, outcome(t, tab), fmt.Sprintf("Job %d re-injected", row.ID))
-	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", f.base, row.ID)),
+	require.Contains(t, outcome(t, tab), fmt.Sprintf("Job %d re-injected", row.Job.ID))
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", f.base, row.Job.ID)),
 		chromedp.Poll[chromedp.Void](`document.getElementById('state').textContent === 'succeeded'`, chromedp.WithPollingTimeout(20*time.Second))))
 	audit := text(t, tab, "#audit")
 	require.Contains(t, audit, "browser-test")
 	require.Contains(t, audit, "reinject")
 	require.Contains(t, audit, "gateway fixed (INC-4711)")
-	got := f.waitState(t, row.ID, jobs.StateSucceeded)
+	got := f.waitState(t, row.Job.ID, generics.JobStateSucceeded)
 	require.Equal(t, int64(2), got.Generation, "the re-injected attempt is the job's second generation")
-	entries, err := f.client.Audit(ctx, row.ID, 0, 10)
+	entries, err := f.client.Audit(ctx, row.Job.ID, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
 	require.Equal(t, "browser-test", entries[0].Actor)
@@ -349,17 +349,17 @@ func testPauseQueue(t *testing.T, b *browser) {
 	require.NoError(t, err)
 	noop, err := f.client.Insert(ctx, Noop{N: 1}, nil)
 	require.NoError(t, err)
-	f.waitState(t, noop.ID, jobs.StateSucceeded) // the other queue keeps running
+	f.waitState(t, noop.Job.ID, generics.JobStateSucceeded) // the other queue keeps running
 	time.Sleep(1500 * time.Millisecond)
-	got, err := f.client.Get(ctx, job.ID)
+	got, err := f.client.Get(ctx, job.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State, "a paused queue's job is not claimed")
-	require.Equal(t, 0, got.Attempts)
+	require.Equal(t, generics.JobStateReady, got.State, "a paused queue's job is not claimed")
+	require.Equal(t, 0, got.Attempt)
 	require.Zero(t, f.mails.Load())
 
 	// A second tab watches the job; the first resumes the queue.
 	watch := b.tab(t)
-	require.NoError(t, chromedp.Do(watch, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", f.base, job.ID)), chromedp.WaitVisible(chromedp.CSS("#state"))))
+	require.NoError(t, chromedp.Do(watch, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", f.base, job.Job.ID)), chromedp.WaitVisible(chromedp.CSS("#state"))))
 	require.Equal(t, "ready", text(t, watch, "#state"))
 	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(f.base+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#bands tr[data-band="mail/2"] .badge.paused`)),
@@ -397,7 +397,7 @@ func testHostilePayloads(t *testing.T, b *browser) {
 	row, err := f.client.Insert(ctx, Hostile{Text: hostile}, &jobs.InsertOpts{
 		Metadata: map[string]string{xssScript: xssImg, "trace": xssAttr}})
 	require.NoError(t, err)
-	f.waitState(t, row.ID, jobs.StateDead) // its handler fails with the markup as the message
+	f.waitState(t, row.Job.ID, generics.JobStateDead) // its handler fails with the markup as the message
 	var raw int64
 	require.NoError(t, f.pool.QueryRow(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, state, finished_at, attempts, last_error_code, errors)
 		VALUES ($1, $2, jsonb_build_object('html', $3::text), 'dead', now(), 1, 'TIMEOUT',
@@ -439,7 +439,7 @@ func testHostilePayloads(t *testing.T, b *browser) {
 	check(f.base+"/", xssImg)        // queue name, dead codes
 	check(f.base+"/jobs", xssScript) // args, kinds
 	check(f.base+"/jobs?q="+strings.ReplaceAll(xssScript, "<", "%3C"), "window.__pwned=1")
-	check(fmt.Sprintf("%s/jobs/%d", f.base, row.ID), xssImg) // args, metadata, error message
-	check(fmt.Sprintf("%s/jobs/%d", f.base, raw), xssAttr)   // effects, audit reason and actor
+	check(fmt.Sprintf("%s/jobs/%d", f.base, row.Job.ID), xssImg) // args, metadata, error message
+	check(fmt.Sprintf("%s/jobs/%d", f.base, raw), xssAttr)       // effects, audit reason and actor
 	check(fmt.Sprintf("%s/jobs?queue=%s", f.base, "%22%3E%3Cimg"), "Filter")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/tenureui/internal/uidb"
 )
@@ -291,7 +292,7 @@ func parseListQuery(get func(string) string) (listQuery, error) {
 		q.Tag = ""
 		return q, fmt.Errorf("tag %q is not a valid tag", clip(tag, 128))
 	}
-	if q.State != "" && !jobs.State(q.State).Valid() {
+	if q.State != "" && !generics.JobState(q.State).Valid() {
 		st := q.State
 		q.State = ""
 		return q, fmt.Errorf("unknown state %q", clip(st, 64))
@@ -438,18 +439,18 @@ func (h *Handler) listIn(ctx context.Context, gq *uidb.Queries, q listQuery, lim
 	}
 	res := &listResult{}
 	var err error
-	switch jobs.State(q.State) {
-	case jobs.StateReady:
+	switch generics.JobState(q.State) {
+	case generics.JobStateReady:
 		res.Statement = "UIListReady"
 		res.Jobs, err = conv(gq.UIListReady(ctx, uidb.UIListReadyParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
 			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit),
 			PreviewMaxStored: ListPreviewMaxStored, PreviewChars: ListPreviewChars, SearchMaxStored: SearchMaxStored, SearchChars: SearchChars}))
-	case jobs.StateRunning:
+	case generics.JobStateRunning:
 		res.Statement = "UIListRunning"
 		res.Jobs, err = conv(gq.UIListRunning(ctx, uidb.UIListRunningParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
 			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit),
 			PreviewMaxStored: ListPreviewMaxStored, PreviewChars: ListPreviewChars, SearchMaxStored: SearchMaxStored, SearchChars: SearchChars}))
-	case jobs.StateDead:
+	case generics.JobStateDead:
 		res.Statement = "UIListDead"
 		res.Jobs, err = conv(gq.UIListDead(ctx, uidb.UIListDeadParams{BeforeID: before, Queue: a.queue, Kind: a.kind,
 			Priority: a.priority, CreatedFrom: a.from, CreatedTo: a.to, Search: a.search, Tag: a.tag, MaxRows: int32(limit),

@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
-	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/tenureui"
 )
 
@@ -59,7 +59,7 @@ func TestDashboardUnderGrantedRoles(t *testing.T) {
 	c := mustClient(t, operator)
 	j, err := c.Get(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, j.State)
+	require.Equal(t, generics.JobStateReady, j.State)
 	entries, err := c.Audit(ctx, id, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, entries, 1)

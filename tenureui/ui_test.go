@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/tenureui"
@@ -146,7 +147,7 @@ func TestReadOnlyByDefault(t *testing.T) {
 	require.Contains(t, body, "read-only")
 	j, err := mustClient(t, pool).Get(context.Background(), id)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateDead, j.State)
+	require.Equal(t, generics.JobStateDead, j.State)
 	code, _, _ = b.get("/ui/jobs/999999")
 	require.Equal(t, http.StatusNotFound, code)
 	code, body, _ = b.get("/ui/jobs?state=bogus&priority=12")
@@ -202,7 +203,7 @@ func TestActionsAreAuthorizedAndAudited(t *testing.T) {
 	require.Empty(t, audit, "a refused action is not audited and changes nothing")
 	j, err := client.Get(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateDead, j.State)
+	require.Equal(t, generics.JobStateDead, j.State)
 
 	// Accepted.
 	do := func(path string, form url.Values) (int, string) {
@@ -224,7 +225,7 @@ func TestActionsAreAuthorizedAndAudited(t *testing.T) {
 	require.Contains(t, body, fmt.Sprintf("Job %d re-injected", id))
 	j, err = client.Get(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, j.State)
+	require.Equal(t, generics.JobStateReady, j.State)
 	audit, err = client.Audit(ctx, id, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
@@ -249,7 +250,7 @@ func TestActionsAreAuthorizedAndAudited(t *testing.T) {
 	for _, id := range bulk {
 		j, err := client.Get(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, jobs.StateReady, j.State)
+		require.Equal(t, generics.JobStateReady, j.State)
 		a, err := client.Audit(ctx, id, 0, 10)
 		require.NoError(t, err)
 		require.Len(t, a, 1)
@@ -257,7 +258,7 @@ func TestActionsAreAuthorizedAndAudited(t *testing.T) {
 	}
 	j, err = client.Get(ctx, other)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateDead, j.State, "a job outside the filter is untouched")
+	require.Equal(t, generics.JobStateDead, j.State, "a job outside the filter is untouched")
 
 	// Pause and resume a queue.
 	code, body = do("/ui/queues/mail/pause", url.Values{"reason": {"maintenance"}})

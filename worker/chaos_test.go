@@ -35,7 +35,7 @@ func chaosPool(t *testing.T) (*pgxpool.Pool, string) {
 	return pool, pool.Config().ConnString()
 }
 
-func getJob(t testing.TB, c *jobs.Client, id int64) *jobs.Row {
+func getJob(t testing.TB, c *jobs.Client, id int64) *generics.JobRow {
 	t.Helper()
 	r, err := c.Get(context.Background(), id)
 	require.NoError(t, err)
@@ -81,10 +81,10 @@ type recorder struct {
 	outcomes []worker.Outcome
 }
 
-func (r *recorder) attempt(m generics.JobMeta, claimedAt time.Time) {
+func (r *recorder) attempt(m *generics.JobRow) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.attempts = append(r.attempts, attemptRec{m.Attempt, m.Generation, m.ClaimToken, claimedAt})
+	r.attempts = append(r.attempts, attemptRec{m.Attempt, m.Generation, *m.ClaimToken, *m.AttemptedAt})
 }
 
 func (r *recorder) outcome(o worker.Outcome) {
@@ -108,7 +108,7 @@ func completingWorker(t *testing.T, pool *pgxpool.Pool, rec *recorder) *worker.W
 	w, err := worker.New(pool, cfg)
 	require.NoError(t, err)
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[chaosArgs]) error {
-		rec.attempt(job.Meta(), job.ClaimedAt)
+		rec.attempt(job.JobRow)
 		return nil
 	}, &worker.HandlerOptions{Retry: fastRetry})
 	startWorker(t, w)
@@ -133,13 +133,13 @@ func TestChaosCrashAfterClaimCommit(t *testing.T) {
 	require.NoError(t, err)
 
 	child := startChild(t, childOpts{DB: url, Handler: "block", ID: "doomed-worker"})
-	f := child.waitLine(t, 20*time.Second, "claimed", forJob(row.ID))
+	f := child.waitLine(t, 20*time.Second, "claimed", forJob(row.Job.ID))
 	require.Equal(t, "1", f[2], "first claim is generation 1")
 	child.killAndWait(t)
 
-	got := getJob(t, c, row.ID)
-	require.Equal(t, jobs.StateRunning, got.State, "a committed claim survives its worker")
-	require.Equal(t, 1, got.Attempts)
+	got := getJob(t, c, row.Job.ID)
+	require.Equal(t, generics.JobStateRunning, got.State, "a committed claim survives its worker")
+	require.Equal(t, 1, got.Attempt)
 	require.EqualValues(t, 1, got.Generation)
 	require.Equal(t, "doomed-worker", got.LockedBy)
 	require.Equal(t, f[4], got.ClaimToken.String())
@@ -169,10 +169,10 @@ func TestChaosCrashAfterClaimCommit(t *testing.T) {
 			break
 		}
 		early++
-		cur := getJob(t, c, row.ID)
-		require.Equal(t, jobs.StateRunning, cur.State)
+		cur := getJob(t, c, row.Job.ID)
+		require.Equal(t, generics.JobStateRunning, cur.State)
 		require.EqualValues(t, 1, cur.Generation)
-		require.Equal(t, 1, cur.Attempts)
+		require.Equal(t, 1, cur.Attempt)
 		require.False(t, time.Now().After(deadline), "the expired lease was never reclaimed")
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -180,9 +180,9 @@ func TestChaosCrashAfterClaimCommit(t *testing.T) {
 		require.Positive(t, early, "reclaim must not happen while the lease is live")
 	}
 
-	got = getJob(t, c, row.ID)
-	require.Equal(t, jobs.StateReady, got.State)
-	require.Equal(t, 1, got.Attempts, "the crashed attempt is consumed")
+	got = getJob(t, c, row.Job.ID)
+	require.Equal(t, generics.JobStateReady, got.State)
+	require.Equal(t, 1, got.Attempt, "the crashed attempt is consumed")
 	require.EqualValues(t, 1, got.Generation)
 	require.Nil(t, got.ClaimToken)
 	require.Empty(t, got.LockedBy)
@@ -196,9 +196,9 @@ func TestChaosCrashAfterClaimCommit(t *testing.T) {
 	rec := &recorder{}
 	runner := completingWorker(t, pool, rec)
 	waitFor(t, 15*time.Second, "the re-run to succeed", func() bool { return countState(t, pool, "succeeded") == 1 })
-	got = getJob(t, c, row.ID)
+	got = getJob(t, c, row.Job.ID)
 	require.EqualValues(t, 2, got.Generation)
-	require.Equal(t, 2, got.Attempts)
+	require.Equal(t, 2, got.Attempt)
 	require.True(t, got.AttemptedAt.After(leaseEnd))
 	attempts, _ := rec.snapshot()
 	require.Len(t, attempts, 1)
@@ -234,7 +234,7 @@ func TestChaosCrashBeforeClaimCommit(t *testing.T) {
 			switch how {
 			case "child-killed":
 				child := startChild(t, childOpts{Mode: "claim-uncommitted", DB: url, ID: "doomed-claimer"})
-				f := child.waitLine(t, 20*time.Second, "claimed-uncommitted", forJob(row.ID))
+				f := child.waitLine(t, 20*time.Second, "claimed-uncommitted", forJob(row.Job.ID))
 				require.Equal(t, "1", f[2], "inside the open claim transaction the job is generation 1")
 				pid = int(atoi64(f[3]))
 				crash = func() { child.killAndWait(t) }
@@ -257,9 +257,9 @@ func TestChaosCrashBeforeClaimCommit(t *testing.T) {
 			}
 
 			// The claim is not committed: others see the job ready and cannot take it.
-			got := getJob(t, c, row.ID)
-			require.Equal(t, jobs.StateReady, got.State)
-			require.Zero(t, got.Attempts)
+			got := getJob(t, c, row.Job.ID)
+			require.Equal(t, generics.JobStateReady, got.State)
+			require.Zero(t, got.Attempt)
 			require.Zero(t, got.Generation)
 			require.Zero(t, txClaimCount(t, pool), "SKIP LOCKED skips the row locked by the open claim")
 
@@ -270,9 +270,9 @@ func TestChaosCrashBeforeClaimCommit(t *testing.T) {
 				require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n))
 				return n == 0
 			})
-			got = getJob(t, c, row.ID)
-			require.Equal(t, jobs.StateReady, got.State)
-			require.Zero(t, got.Attempts, "an uncommitted claim consumes no attempt")
+			got = getJob(t, c, row.Job.ID)
+			require.Equal(t, generics.JobStateReady, got.State)
+			require.Zero(t, got.Attempt, "an uncommitted claim consumes no attempt")
 			require.Zero(t, got.Generation)
 
 			rec := &recorder{}
@@ -280,9 +280,9 @@ func TestChaosCrashBeforeClaimCommit(t *testing.T) {
 			waitFor(t, 10*time.Second, "the job to run", func() bool { return countState(t, pool, "succeeded") == 1 })
 			took := time.Since(crashed)
 			require.Less(t, took, 20*time.Second, "claimable at once, not after a lease")
-			got = getJob(t, c, row.ID)
+			got = getJob(t, c, row.Job.ID)
 			require.EqualValues(t, 1, got.Generation)
-			require.Equal(t, 1, got.Attempts)
+			require.Equal(t, 1, got.Attempt)
 			require.Empty(t, got.Errors)
 			require.Empty(t, got.LastErrorCode)
 			attempts, _ := rec.snapshot()
@@ -323,7 +323,7 @@ func TestChaosStaleWorkerAfterSIGSTOP(t *testing.T) {
 			require.NoError(t, err)
 
 			a := startChild(t, childOpts{DB: url, Handler: tc.handler, ID: "worker-a"})
-			fa := a.waitLine(t, 20*time.Second, "claimed", forJob(row.ID))
+			fa := a.waitLine(t, 20*time.Second, "claimed", forJob(row.Job.ID))
 			require.Equal(t, "1", fa[2])
 			tokenA := fa[4]
 			a.pause()
@@ -337,9 +337,9 @@ func TestChaosStaleWorkerAfterSIGSTOP(t *testing.T) {
 			// OnOutcome runs once B's loop settles the committed finish, a moment after the
 			// row shows it.
 			waitFor(t, 10*time.Second, "B's outcome", func() bool { _, o := rec.snapshot(); return len(o) == 1 })
-			won := getJob(t, c, row.ID)
+			won := getJob(t, c, row.Job.ID)
 			require.EqualValues(t, 2, won.Generation)
-			require.Equal(t, 2, won.Attempts)
+			require.Equal(t, 2, won.Attempt)
 			require.NotEqual(t, tokenA, won.ClaimToken.String())
 			require.Len(t, won.Errors, 1)
 			require.Equal(t, "LEASE_EXPIRED", won.Errors[0].Code)
@@ -356,10 +356,10 @@ func TestChaosStaleWorkerAfterSIGSTOP(t *testing.T) {
 			a.send(t, "go")
 			a.resume()
 			if tc.leaseLost {
-				f := a.waitLine(t, 15*time.Second, "ctx-done", forJob(row.ID, 1))
+				f := a.waitLine(t, 15*time.Second, "ctx-done", forJob(row.Job.ID, 1))
 				require.Equal(t, "true", kv(f, "lease_lost"), "A's handler context is cancelled with cause ErrLeaseLost: %v", f)
 			}
-			o := a.waitLine(t, 15*time.Second, "outcome", forJob(row.ID, 1))
+			o := a.waitLine(t, 15*time.Second, "outcome", forJob(row.Job.ID, 1))
 			require.Equal(t, tc.transition, o[3], "A's %s: %v", tc.transition, o)
 			require.Equal(t, "true", kv(o, "stale"), "A's late %s must be rejected as stale: %v", tc.transition, o)
 			a.send(t, "stats")
@@ -370,13 +370,13 @@ func TestChaosStaleWorkerAfterSIGSTOP(t *testing.T) {
 				require.EqualValues(t, 1, kvInt(s, "leases_lost"))
 			}
 
-			after := getJob(t, c, row.ID)
-			require.Equal(t, jobs.StateSucceeded, after.State)
+			after := getJob(t, c, row.Job.ID)
+			require.Equal(t, generics.JobStateSucceeded, after.State)
 			require.EqualValues(t, 2, after.Generation)
 			require.Equal(t, *won.ClaimToken, *after.ClaimToken, "the job keeps the new generation's token")
 			require.Equal(t, won.UpdatedAt, after.UpdatedAt, "A wrote nothing")
 			require.Equal(t, won.FinishedAt, after.FinishedAt)
-			require.Equal(t, won.Attempts, after.Attempts)
+			require.Equal(t, won.Attempt, after.Attempt)
 			require.Len(t, after.Errors, 1)
 		})
 	}
@@ -416,8 +416,8 @@ func TestChaosHeartbeatKeepsLongJobAlive(t *testing.T) {
 		n, err := w.ReclaimExpired(ctx)
 		require.NoError(t, err)
 		require.Zero(t, n, "a heartbeated lease must never expire")
-		got := getJob(t, c, row.ID)
-		if got.State != jobs.StateRunning {
+		got := getJob(t, c, row.Job.ID)
+		if got.State != generics.JobStateRunning {
 			break
 		}
 		require.EqualValues(t, 1, got.Generation)
@@ -428,10 +428,10 @@ func TestChaosHeartbeatKeepsLongJobAlive(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	require.Greater(t, last.Sub(first), 2*time.Second, "heartbeats moved the lease end forward")
-	got := getJob(t, c, row.ID)
-	require.Equal(t, jobs.StateSucceeded, got.State)
+	got := getJob(t, c, row.Job.ID)
+	require.Equal(t, generics.JobStateSucceeded, got.State)
 	require.EqualValues(t, 1, got.Generation)
-	require.Equal(t, 1, got.Attempts)
+	require.Equal(t, 1, got.Attempt)
 	require.Empty(t, got.Errors)
 	require.NoError(t, stopWorker(t, w, 5*time.Second))
 	st := w.Stats()
@@ -464,7 +464,7 @@ func TestChaosHeartbeatAfterLeaseLoss(t *testing.T) {
 			cfg.OnOutcome = rec.outcome
 			w, err := worker.New(pool, cfg)
 			require.NoError(t, err)
-			started := make(chan generics.JobMeta, 1)
+			started := make(chan *generics.JobRow, 1)
 			type seen struct {
 				cause     error
 				effectErr error
@@ -472,11 +472,11 @@ func TestChaosHeartbeatAfterLeaseLoss(t *testing.T) {
 			}
 			done := make(chan seen, 1)
 			worker.MustRegister(w, func(ctx context.Context, job *generics.Job[chaosArgs]) error {
-				started <- job.Meta()
+				started <- job.JobRow
 				<-ctx.Done()
 				var s seen
 				s.cause = context.Cause(ctx)
-				_, s.effectErr = worker.Effect(ctx, job, "after-loss", func(context.Context, worker.EffectCall) (int, error) {
+				_, s.effectErr = worker.Effect(ctx, job.JobRow, "after-loss", func(context.Context, worker.EffectCall) (int, error) {
 					s.effectRan = true
 					return 1, nil
 				})
@@ -490,10 +490,10 @@ func TestChaosHeartbeatAfterLeaseLoss(t *testing.T) {
 			meta := <-started
 			require.EqualValues(t, 1, meta.Generation)
 
-			tag, err := pool.Exec(ctx, tc.takeover, row.ID)
+			tag, err := pool.Exec(ctx, tc.takeover, row.Job.ID)
 			require.NoError(t, err)
 			require.EqualValues(t, 1, tag.RowsAffected())
-			taken := getJob(t, c, row.ID)
+			taken := getJob(t, c, row.Job.ID)
 
 			var s seen
 			select {
@@ -511,7 +511,7 @@ func TestChaosHeartbeatAfterLeaseLoss(t *testing.T) {
 			var stale *worker.StaleWriteError
 			require.ErrorAs(t, o.Err, &stale)
 			require.ErrorIs(t, o.Err, worker.ErrLostOwnership)
-			require.EqualValues(t, 1, o.Generation)
+			require.EqualValues(t, 1, o.Job.Generation)
 			require.Equal(t, "retried", o.Transition)
 			require.Equal(t, worker.CodeLeaseExpired, o.Code)
 			st := w.Stats()
@@ -519,7 +519,7 @@ func TestChaosHeartbeatAfterLeaseLoss(t *testing.T) {
 			require.EqualValues(t, 1, st.StaleRejected)
 			require.Zero(t, st.Retried)
 
-			after := getJob(t, c, row.ID)
+			after := getJob(t, c, row.Job.ID)
 			require.Equal(t, taken.State, after.State)
 			require.Equal(t, taken.Generation, after.Generation)
 			require.Equal(t, taken.ClaimToken, after.ClaimToken)
@@ -554,7 +554,7 @@ func TestChaosStuckHandlerIsReclaimedAndFencedOut(t *testing.T) {
 	require.NoError(t, err)
 	var firstReturned, secondStarted atomic.Int64 // unix nanos
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[chaosArgs]) error {
-		rec.attempt(job.Meta(), job.ClaimedAt)
+		rec.attempt(job.JobRow)
 		if job.Attempt == 1 {
 			time.Sleep(3 * time.Second) // ignores ctx
 			firstReturned.Store(time.Now().UnixNano())
@@ -569,9 +569,9 @@ func TestChaosStuckHandlerIsReclaimedAndFencedOut(t *testing.T) {
 	startWorker(t, w)
 
 	waitFor(t, 15*time.Second, "the second attempt to succeed", func() bool { return countState(t, pool, "succeeded") == 1 })
-	won := getJob(t, c, row.ID)
+	won := getJob(t, c, row.Job.ID)
 	require.EqualValues(t, 2, won.Generation)
-	require.Equal(t, 2, won.Attempts)
+	require.Equal(t, 2, won.Attempt)
 	require.Len(t, won.Errors, 1)
 	require.Equal(t, "LEASE_EXPIRED", won.Errors[0].Code)
 	require.EqualValues(t, 1, won.Errors[0].Generation)
@@ -587,8 +587,8 @@ func TestChaosStuckHandlerIsReclaimedAndFencedOut(t *testing.T) {
 	require.EqualValues(t, 1, st.Succeeded)
 	require.Zero(t, st.Retried)
 
-	after := getJob(t, c, row.ID)
-	require.Equal(t, jobs.StateSucceeded, after.State)
+	after := getJob(t, c, row.Job.ID)
+	require.Equal(t, generics.JobStateSucceeded, after.State)
 	require.EqualValues(t, 2, after.Generation)
 	require.Equal(t, *won.ClaimToken, *after.ClaimToken)
 	require.Equal(t, won.UpdatedAt, after.UpdatedAt, "the late return wrote nothing")
@@ -598,7 +598,7 @@ func TestChaosStuckHandlerIsReclaimedAndFencedOut(t *testing.T) {
 	require.Len(t, outcomes, 2)
 	byGen := map[int64]worker.Outcome{}
 	for _, o := range outcomes {
-		byGen[o.Generation] = o
+		byGen[o.Job.Generation] = o
 	}
 	require.NoError(t, byGen[2].Err)
 	require.Equal(t, "succeeded", byGen[2].Transition)
@@ -798,14 +798,14 @@ func proxiedEngineWorker(t *testing.T, pool *pgxpool.Pool, rec *recorder) (*work
 
 // proxiedWorker starts a worker whose engine pool reaches PostgreSQL through a tcpProxy.
 // The handler of chaosArgs sends its job on started and returns nil once release is closed.
-func proxiedWorker(t *testing.T, pool *pgxpool.Pool, rec *recorder) (*worker.Worker, *tcpProxy, chan generics.JobMeta, chan struct{}) {
+func proxiedWorker(t *testing.T, pool *pgxpool.Pool, rec *recorder) (*worker.Worker, *tcpProxy, chan *generics.JobRow, chan struct{}) {
 	t.Helper()
 	w, proxy := proxiedEngineWorker(t, pool, rec)
-	started := make(chan generics.JobMeta, 1)
+	started := make(chan *generics.JobRow, 1)
 	release := make(chan struct{})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[chaosArgs]) error {
-		rec.attempt(job.Meta(), job.ClaimedAt)
-		started <- job.Meta()
+		rec.attempt(job.JobRow)
+		started <- job.JobRow
 		<-release
 		return nil
 	}, &worker.HandlerOptions{Retry: fastRetry})
@@ -841,18 +841,18 @@ func TestChaosFinishWhileDatabaseUnreachable(t *testing.T) {
 	waitFor(t, 10*time.Second, "finish retries while the database is unreachable", func() bool {
 		return w.Stats().FinishRetries >= 2 && time.Since(cutAt) >= time.Second
 	})
-	require.Equal(t, jobs.StateRunning, getJob(t, c, row.ID).State, "nothing landed while cut")
+	require.Equal(t, generics.JobStateRunning, getJob(t, c, row.Job.ID).State, "nothing landed while cut")
 	proxy.restore()
 
 	waitFor(t, 15*time.Second, "the retried finish to land", func() bool { _, o := rec.snapshot(); return len(o) == 1 })
 	_, outcomes := rec.snapshot()
 	require.NoError(t, outcomes[0].Err)
 	require.Equal(t, "succeeded", outcomes[0].Transition)
-	got := getJob(t, c, row.ID)
-	require.Equal(t, jobs.StateSucceeded, got.State)
+	got := getJob(t, c, row.Job.ID)
+	require.Equal(t, generics.JobStateSucceeded, got.State)
 	require.EqualValues(t, 1, got.Generation)
-	require.Equal(t, 1, got.Attempts)
-	require.Equal(t, meta.ClaimToken, *got.ClaimToken, "the same token's write landed")
+	require.Equal(t, 1, got.Attempt)
+	require.Equal(t, meta.ClaimToken, got.ClaimToken, "the same token's write landed")
 	st := w.Stats()
 	require.Positive(t, st.FinishRetries)
 	require.EqualValues(t, 1, st.Succeeded)
@@ -885,9 +885,9 @@ func TestChaosFinishReplyLost(t *testing.T) {
 	proxy.restore()
 
 	waitFor(t, 15*time.Second, "the finish to settle", func() bool { _, o := rec.snapshot(); return len(o) == 1 })
-	got := getJob(t, c, row.ID)
-	require.Equal(t, jobs.StateSucceeded, got.State)
-	require.Equal(t, meta.ClaimToken, *got.ClaimToken, "the job was completed under this attempt's own token")
+	got := getJob(t, c, row.Job.ID)
+	require.Equal(t, generics.JobStateSucceeded, got.State)
+	require.Equal(t, meta.ClaimToken, got.ClaimToken, "the job was completed under this attempt's own token")
 	_, outcomes := rec.snapshot()
 	st := w.Stats()
 	t.Logf("outcome err: %v; stats: succeeded=%d stale_rejected=%d finish_retries=%d", outcomes[0].Err, st.Succeeded, st.StaleRejected, st.FinishRetries)

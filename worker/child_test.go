@@ -200,7 +200,7 @@ func childWorker(out *childOut) error {
 		ReclaimEvery: 100 * time.Millisecond,
 		EngineConns:  4,
 		OnOutcome: func(o worker.Outcome) {
-			out.printf("outcome %d %d %s code=%s stale=%t err=%q", o.JobID, o.Generation, o.Transition, o.Code,
+			out.printf("outcome %d %d %s code=%s stale=%t err=%q", o.Job.ID, o.Job.Generation, o.Transition, o.Code,
 				errors.Is(o.Err, worker.ErrLostOwnership), errText(o.Err))
 		},
 	}
@@ -273,7 +273,7 @@ func childWorker(out *childOut) error {
 				time.Sleep(time.Duration(rand.IntN(sleepMax+1)) * time.Millisecond)
 			}
 		}
-		res, err := worker.Effect(ctx, job, "charge", fn)
+		res, err := worker.Effect(ctx, job.JobRow, "charge", fn)
 		if err != nil {
 			if mode != "soak" {
 				out.printf("effect-err %d %d stale=%t err=%q", job.ID, job.Generation, errors.Is(err, worker.ErrLostOwnership), err.Error())

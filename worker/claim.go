@@ -23,11 +23,12 @@ import (
 // backs off with jitter (FetchPollMin doubling to FetchPollMax); a NOTIFY from an insert wakes
 // it at once. Polling stays the authority, so a lost notification only costs latency.
 
-// claimed is one claimed attempt, as the claim statement returned it.
+// claimed is one claimed attempt: the row the claim statement returned, converted once
+// (fromClaimRow), which the handler (generics.Job embeds it), middleware and the Outcome see,
+// and its claim token, which fences every write the engine makes about the attempt.
 type claimed struct {
-	generics.JobMeta
-	payload []byte
-	version int
+	*generics.JobRow
+	token uuid.UUID
 }
 
 // logAttrs are the attributes of every log record about this attempt (job_id, kind, queue,
@@ -154,7 +155,7 @@ func (q *queue) recordClaim(r claimResult) {
 	w.m.claimed.Add(int64(len(r.got)))
 	w.m.claimLatency.Record(r.took)
 	for i := range r.got {
-		w.m.recordWait(r.got[i].Queue, r.got[i].Priority, r.got[i].ClaimedAt.Sub(r.got[i].RunAt))
+		w.m.recordWait(r.got[i].Queue, r.got[i].Priority, deref(r.got[i].AttemptedAt).Sub(r.got[i].RunAt))
 	}
 }
 
@@ -167,7 +168,7 @@ func (q *queue) claim(ctx context.Context, p *claimPlan) ([]claimed, limitResult
 	}
 	out := make([]claimed, len(rows))
 	for i, r := range rows {
-		out[i] = fromClaimRow(r)
+		out[i] = fromClaimRow(r, q.w.cfg.ID)
 	}
 	return out, lr, nil
 }
@@ -342,12 +343,17 @@ func maxAgeUs(d time.Duration) int64 {
 	return d.Microseconds()
 }
 
-func fromClaimRow(r gen.ClaimStrictRow) claimed {
-	return claimed{payload: r.Payload, version: int(r.PayloadVersion), JobMeta: generics.JobMeta{
-		ID: r.ID, Queue: r.Queue, Kind: r.Kind, Priority: int(r.Priority), RunAt: r.RunAt, CreatedAt: r.CreatedAt,
-		ClaimedAt: deref(r.AttemptedAt), LeaseUntil: deref(r.LockedUntil), Attempt: int(r.Attempts),
-		MaxAttempts: int(r.MaxAttempts), Lease: time.Duration(r.LeaseMs) * time.Millisecond,
-		ClaimToken: derefUUID(r.ClaimToken), Generation: r.Generation, Metadata: decodeMetadata(r.Metadata),
+// fromClaimRow is the one conversion from what a claim statement returned to the row the
+// attempt is run with. The claim set state running, locked_by (workerID) and updated_at (the
+// claim time, attempted_at); the columns it does not return (the error history, output,
+// unique key) stay unset.
+func fromClaimRow(r gen.ClaimStrictRow, workerID string) claimed {
+	return claimed{token: derefUUID(r.ClaimToken), JobRow: &generics.JobRow{
+		ID: r.ID, Queue: r.Queue, Kind: r.Kind, Priority: int(r.Priority), State: generics.JobStateRunning,
+		Payload: r.Payload, PayloadVersion: int(r.PayloadVersion), RunAt: r.RunAt, CreatedAt: r.CreatedAt,
+		UpdatedAt: deref(r.AttemptedAt), AttemptedAt: r.AttemptedAt, LockedBy: workerID, LockedUntil: r.LockedUntil,
+		Attempt: int(r.Attempts), MaxAttempts: int(r.MaxAttempts), Lease: time.Duration(r.LeaseMs) * time.Millisecond,
+		ClaimToken: r.ClaimToken, Generation: r.Generation, Metadata: decodeMetadata(r.Metadata),
 		Tags: nilIfEmpty(r.Tags), Snoozes: int(r.Snoozes)}}
 }
 

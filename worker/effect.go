@@ -106,11 +106,11 @@ type EffectResult[T any] struct {
 // Call Effect from the job's handler, with the handler's context.
 // Handlers run by another engine (package tenurenats) use that engine's ledger instead, when
 // it put the attempt in the context with WithExternalAttempt.
-func Effect[T any](ctx context.Context, job generics.AnyJob, name string,
+func Effect[T any](ctx context.Context, job *generics.JobRow, name string,
 	fn func(ctx context.Context, call EffectCall) (T, error)) (EffectResult[T], error) {
 	e, _ := ctx.Value(execKey{}).(*execution)
-	meta := job.Meta()
-	if e == nil || e.c.ID != meta.ID || e.c.ClaimToken != meta.ClaimToken {
+	meta := job
+	if !e.owns(job) {
 		a := externalAttempt(ctx, meta)
 		if a == nil {
 			return EffectResult[T]{}, ErrNotInHandler
@@ -145,15 +145,15 @@ type ledgerRecord struct {
 // another engine's for its attempts (externalLedger, external.go).
 type effectLedger interface {
 	// get returns the record of key, ok false when there is none.
-	get(ctx context.Context, key string, meta generics.JobMeta) (rec ledgerRecord, ok bool, err error)
+	get(ctx context.Context, key string, meta *generics.JobRow) (rec ledgerRecord, ok bool, err error)
 	// record writes rec for key and returns the record that holds (rec, or one an earlier
 	// or newer attempt wrote).
-	record(ctx context.Context, key string, meta generics.JobMeta, rec ledgerRecord) (ledgerRecord, error)
+	record(ctx context.Context, key string, meta *generics.JobRow, rec ledgerRecord) (ledgerRecord, error)
 }
 
 // runEffect is Effect on a ledger: replay a record, or run fn and record what it returned,
 // or, when that cannot be kept, that it ran.
-func runEffect[T any](ctx context.Context, key string, meta generics.JobMeta,
+func runEffect[T any](ctx context.Context, key string, meta *generics.JobRow,
 	fn func(ctx context.Context, call EffectCall) (T, error), l effectLedger) (EffectResult[T], error) {
 	var out EffectResult[T]
 	if rec, ok, err := l.get(ctx, key, meta); err != nil {
@@ -161,7 +161,7 @@ func runEffect[T any](ctx context.Context, key string, meta generics.JobMeta,
 	} else if ok {
 		return replay[T](key, rec)
 	}
-	v, err := fn(ctx, EffectCall{Key: key, Generation: meta.Generation, ClaimToken: meta.ClaimToken, JobID: meta.ID, Attempt: meta.Attempt})
+	v, err := fn(ctx, EffectCall{Key: key, Generation: meta.Generation, ClaimToken: derefUUID(meta.ClaimToken), JobID: meta.ID, Attempt: meta.Attempt})
 	if err != nil {
 		return out, err
 	}
@@ -221,7 +221,7 @@ type jobLedger struct {
 	name string
 }
 
-func (l jobLedger) get(ctx context.Context, key string, meta generics.JobMeta) (ledgerRecord, bool, error) {
+func (l jobLedger) get(ctx context.Context, key string, meta *generics.JobRow) (ledgerRecord, bool, error) {
 	// The ledger read fails at once on a context the engine cancelled for a lost lease, and
 	// whenever the cancellation lands before it returns: one check after it covers both, and fn
 	// never runs for a job this attempt no longer owns.
@@ -237,9 +237,9 @@ func (l jobLedger) get(ctx context.Context, key string, meta generics.JobMeta) (
 	return ledgerRecord{result: rec.Result, generation: rec.Generation, refused: optString(rec.Refused)}, true, nil
 }
 
-func (l jobLedger) record(ctx context.Context, key string, meta generics.JobMeta, rec ledgerRecord) (ledgerRecord, error) {
+func (l jobLedger) record(ctx context.Context, key string, meta *generics.JobRow, rec ledgerRecord) (ledgerRecord, error) {
 	row, err := gen.New(l.e.q.w.pool).RecordEffect(ctx, gen.RecordEffectParams{Key: key, JobID: meta.ID, Name: l.name,
-		Generation: meta.Generation, Result: rec.result, ClaimToken: meta.ClaimToken, Refused: rec.refused})
+		Generation: meta.Generation, Result: rec.result, ClaimToken: l.e.c.token, Refused: rec.refused})
 	if errors.Is(err, pgx.ErrNoRows) {
 		l.e.q.w.m.staleRejected.Add(1)
 		return ledgerRecord{}, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + l.name}

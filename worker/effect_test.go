@@ -63,8 +63,8 @@ func effectWorker(t *testing.T, pool *pgxpool.Pool, remote string, rec *effRec, 
 	w, err := worker.New(pool, cfg)
 	require.NoError(t, err)
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[effArgs]) error {
-		rec.attempt(job.Meta(), job.ClaimedAt)
-		res, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		rec.attempt(job.JobRow)
+		res, err := worker.Effect(ctx, job.JobRow, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			rec.fnRuns.Add(1)
 			rec.mu.Lock()
 			rec.keys = append(rec.keys, call.Key)
@@ -129,7 +129,7 @@ func TestEffectStableKeyAcrossGenerations(t *testing.T) {
 			var gens []int64
 			var effs []effAttempt
 			worker.MustRegister(w, func(ctx context.Context, job *generics.Job[effArgs]) error {
-				res, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
+				res, err := worker.Effect(ctx, job.JobRow, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
 					fnRuns.Add(1)
 					mu.Lock()
 					keys, gens = append(keys, call.Key), append(gens, call.Generation)
@@ -158,9 +158,9 @@ func TestEffectStableKeyAcrossGenerations(t *testing.T) {
 			waitFor(t, 15*time.Second, "the job to succeed", func() bool { return countState(t, pool, "succeeded") == 1 })
 			require.NoError(t, stopWorker(t, w, 5*time.Second))
 
-			key := fmt.Sprintf("job:%d:effect:charge", row.ID)
-			require.Equal(t, key, generics.EffectKey(row.ID, "charge"))
-			got := getJob(t, c, row.ID)
+			key := fmt.Sprintf("job:%d:effect:charge", row.Job.ID)
+			require.Equal(t, key, generics.EffectKey(row.Job.ID, "charge"))
+			got := getJob(t, c, row.Job.ID)
 			require.EqualValues(t, 2, got.Generation)
 			require.Len(t, effs, 2)
 			require.Equal(t, 1, effs[0].Attempt)
@@ -218,7 +218,7 @@ func TestEffectAfterLeaseLossReturnsLostOwnership(t *testing.T) {
 		started <- struct{}{}
 		<-ctx.Done()
 		s := seen{cause: context.Cause(ctx)}
-		_, s.err = worker.Effect(ctx, job, "charge", func(context.Context, worker.EffectCall) (string, error) {
+		_, s.err = worker.Effect(ctx, job.JobRow, "charge", func(context.Context, worker.EffectCall) (string, error) {
 			s.ran = true
 			return "x", nil
 		})
@@ -230,7 +230,7 @@ func TestEffectAfterLeaseLossReturnsLostOwnership(t *testing.T) {
 	require.NoError(t, err)
 	startWorker(t, w)
 	<-started
-	_, err = pool.Exec(ctx, "UPDATE tenure.jobs SET claim_token = gen_random_uuid() WHERE id = $1", row.ID)
+	_, err = pool.Exec(ctx, "UPDATE tenure.jobs SET claim_token = gen_random_uuid() WHERE id = $1", row.Job.ID)
 	require.NoError(t, err)
 	var s seen
 	select {
@@ -265,18 +265,18 @@ func TestEffectCrashBetweenEffectAndCompletion(t *testing.T) {
 			c := newClient(t, pool, nil)
 			row, err := c.Insert(ctx, effArgs{Tag: tc.name}, &jobs.InsertOpts{Lease: 2 * time.Second, MaxAttempts: 5})
 			require.NoError(t, err)
-			key := generics.EffectKey(row.ID, "charge")
+			key := generics.EffectKey(row.Job.ID, "charge")
 
 			a := startChild(t, childOpts{DB: url, Handler: tc.handler, Remote: remote.URL, ID: "worker-a"})
-			rd := a.waitLine(t, 20*time.Second, "remote-done", forJob(row.ID, 1))
+			rd := a.waitLine(t, 20*time.Second, "remote-done", forJob(row.Job.ID, 1))
 			receiptA := rd[3]
 			require.Equal(t, key, rd[4], "the child used the stable key")
-			a.waitLine(t, 10*time.Second, tc.line, forJob(row.ID, 1))
+			a.waitLine(t, 10*time.Second, tc.line, forJob(row.Job.ID, 1))
 			a.killAndWait(t)
 
 			_, recorded := ledger(t, pool, key)
 			require.Equal(t, tc.name == "recorded", recorded)
-			require.Equal(t, jobs.StateRunning, getJob(t, c, row.ID).State, "the completion never happened")
+			require.Equal(t, generics.JobStateRunning, getJob(t, c, row.Job.ID).State, "the completion never happened")
 
 			rec := &effRec{}
 			b := effectWorker(t, pool, remote.URL, rec, nil)
@@ -304,8 +304,8 @@ func TestEffectCrashBetweenEffectAndCompletion(t *testing.T) {
 				require.Equal(t, 2, calls, "the retry called the remote again with the same key")
 				require.EqualValues(t, 2, l.Generation)
 			}
-			got := getJob(t, c, row.ID)
-			require.Equal(t, jobs.StateSucceeded, got.State)
+			got := getJob(t, c, row.Job.ID)
+			require.Equal(t, generics.JobStateSucceeded, got.State)
 			require.EqualValues(t, 2, got.Generation)
 			require.Len(t, got.Errors, 1)
 			require.Equal(t, "LEASE_EXPIRED", got.Errors[0].Code)
@@ -336,10 +336,10 @@ func TestEffectStaleGenerationRefused(t *testing.T) {
 			c := newClient(t, pool, nil)
 			row, err := c.Insert(ctx, effArgs{Tag: tc.name}, &jobs.InsertOpts{Lease: 2 * time.Second, MaxAttempts: 5})
 			require.NoError(t, err)
-			key := generics.EffectKey(row.ID, "charge")
+			key := generics.EffectKey(row.Job.ID, "charge")
 
 			a := startChild(t, childOpts{DB: url, Handler: "effect-stale", Flags: tc.flags, Remote: remote.URL, ID: "worker-a"})
-			rd := a.waitLine(t, 20*time.Second, "remote-done", forJob(row.ID, 1))
+			rd := a.waitLine(t, 20*time.Second, "remote-done", forJob(row.Job.ID, 1))
 			receiptA := rd[3]
 			a.pause()
 
@@ -357,14 +357,14 @@ func TestEffectStaleGenerationRefused(t *testing.T) {
 			l, ok := ledger(t, pool, key)
 			require.True(t, ok)
 			require.Equal(t, ledgerRow{2, receiptA}, l, "the ledger holds B's record")
-			won := getJob(t, c, row.ID)
+			won := getJob(t, c, row.Job.ID)
 			require.EqualValues(t, 2, won.Generation)
 
 			a.send(t, "go")
 			a.resume()
-			ee := a.waitLine(t, 15*time.Second, "effect-err", forJob(row.ID, 1))
+			ee := a.waitLine(t, 15*time.Second, "effect-err", forJob(row.Job.ID, 1))
 			require.Equal(t, "true", kv(ee, "stale"), "A's ledger write is refused as stale: %v", ee)
-			o := a.waitLine(t, 15*time.Second, "outcome", forJob(row.ID, 1))
+			o := a.waitLine(t, 15*time.Second, "outcome", forJob(row.Job.ID, 1))
 			require.Equal(t, tc.transition, o[3])
 			require.Equal(t, "true", kv(o, "stale"), "A's %s is rejected: %v", tc.transition, o)
 			a.send(t, "stats")
@@ -373,8 +373,8 @@ func TestEffectStaleGenerationRefused(t *testing.T) {
 
 			l2, _ := ledger(t, pool, key)
 			require.Equal(t, l, l2, "a stale generation never overwrites the ledger")
-			after := getJob(t, c, row.ID)
-			require.Equal(t, jobs.StateSucceeded, after.State)
+			after := getJob(t, c, row.Job.ID)
+			require.Equal(t, generics.JobStateSucceeded, after.State)
 			require.Equal(t, *won.ClaimToken, *after.ClaimToken)
 			require.Equal(t, won.UpdatedAt, after.UpdatedAt)
 			_, _, total := remote.Totals()
@@ -426,7 +426,7 @@ func TestEffectCompleteTx(t *testing.T) {
 					inTx <- struct{}{}
 					<-proceed
 				}
-				err = worker.CompleteTx(ctx, tx, job)
+				err = worker.CompleteTx(ctx, tx, job.JobRow)
 				completeErrs <- err
 				if err != nil {
 					return err // deferred rollback
@@ -447,7 +447,7 @@ func TestEffectCompleteTx(t *testing.T) {
 			startWorker(t, w)
 			businessRows := func() int {
 				var n int
-				require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM app_orders WHERE job_id = $1", row.ID).Scan(&n))
+				require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM app_orders WHERE job_id = $1", row.Job.ID).Scan(&n))
 				return n
 			}
 
@@ -455,8 +455,8 @@ func TestEffectCompleteTx(t *testing.T) {
 			case "commit":
 				waitFor(t, 10*time.Second, "the outcome", func() bool { _, o := rec.snapshot(); return len(o) == 1 })
 				require.NoError(t, <-completeErrs)
-				got := getJob(t, c, row.ID)
-				require.Equal(t, jobs.StateSucceeded, got.State)
+				got := getJob(t, c, row.Job.ID)
+				require.Equal(t, generics.JobStateSucceeded, got.State)
 				require.EqualValues(t, 1, got.Generation)
 				require.Equal(t, 1, businessRows())
 				require.NoError(t, stopWorker(t, w, 5*time.Second))
@@ -470,9 +470,9 @@ func TestEffectCompleteTx(t *testing.T) {
 
 			case "lease-lost":
 				<-inTx
-				_, err := pool.Exec(ctx, "UPDATE tenure.jobs SET claim_token = gen_random_uuid(), locked_by = 'usurper' WHERE id = $1", row.ID)
+				_, err := pool.Exec(ctx, "UPDATE tenure.jobs SET claim_token = gen_random_uuid(), locked_by = 'usurper' WHERE id = $1", row.Job.ID)
 				require.NoError(t, err)
-				taken := getJob(t, c, row.ID)
+				taken := getJob(t, c, row.Job.ID)
 				close(proceed)
 				cerr := <-completeErrs
 				var stale *worker.StaleWriteError
@@ -480,8 +480,8 @@ func TestEffectCompleteTx(t *testing.T) {
 				require.ErrorIs(t, cerr, worker.ErrLostOwnership)
 				waitFor(t, 10*time.Second, "the outcome", func() bool { _, o := rec.snapshot(); return len(o) == 1 })
 				require.Zero(t, businessRows(), "the business write rolled back with the refused completion")
-				after := getJob(t, c, row.ID)
-				require.Equal(t, jobs.StateRunning, after.State)
+				after := getJob(t, c, row.Job.ID)
+				require.Equal(t, generics.JobStateRunning, after.State)
 				require.Equal(t, taken.ClaimToken, after.ClaimToken)
 				require.Equal(t, taken.UpdatedAt, after.UpdatedAt)
 				_, outcomes := rec.snapshot()
@@ -495,7 +495,7 @@ func TestEffectCompleteTx(t *testing.T) {
 				locker, err := pool.Begin(ctx)
 				require.NoError(t, err)
 				defer func() { _ = locker.Rollback(ctx) }()
-				_, err = locker.Exec(ctx, "SELECT 1 FROM tenure.jobs WHERE id = $1 FOR UPDATE", row.ID)
+				_, err = locker.Exec(ctx, "SELECT 1 FROM tenure.jobs WHERE id = $1 FOR UPDATE", row.Job.ID)
 				require.NoError(t, err)
 				close(proceed)
 				var cerr error
@@ -510,7 +510,7 @@ func TestEffectCompleteTx(t *testing.T) {
 				require.NoError(t, locker.Rollback(ctx))
 				waitFor(t, 20*time.Second, "the reclaimed job to succeed", func() bool { return countState(t, pool, "succeeded") == 1 })
 				require.NoError(t, <-completeErrs)
-				got := getJob(t, c, row.ID)
+				got := getJob(t, c, row.Job.ID)
 				require.EqualValues(t, 2, got.Generation)
 				require.Equal(t, 1, businessRows(), "only the second attempt's business row")
 				require.NoError(t, stopWorker(t, w, 5*time.Second))
@@ -521,13 +521,13 @@ func TestEffectCompleteTx(t *testing.T) {
 			case "rollback-after-complete":
 				waitFor(t, 15*time.Second, "the retry to succeed", func() bool { return countState(t, pool, "succeeded") == 1 })
 				waitFor(t, 10*time.Second, "both outcomes", func() bool { _, o := rec.snapshot(); return len(o) == 2 })
-				got := getJob(t, c, row.ID)
+				got := getJob(t, c, row.Job.ID)
 				require.EqualValues(t, 2, got.Generation)
 				require.Len(t, got.Errors, 1)
 				require.Equal(t, "HANDLER_ERROR", got.Errors[0].Code)
 				require.Equal(t, 1, businessRows())
 				var attempt int
-				require.NoError(t, pool.QueryRow(ctx, "SELECT attempt FROM app_orders WHERE job_id = $1", row.ID).Scan(&attempt))
+				require.NoError(t, pool.QueryRow(ctx, "SELECT attempt FROM app_orders WHERE job_id = $1", row.Job.ID).Scan(&attempt))
 				require.Equal(t, 2, attempt)
 				require.NoError(t, stopWorker(t, w, 5*time.Second))
 				st := w.Stats()
@@ -641,7 +641,7 @@ func TestEffectSoak(t *testing.T) {
 	require.Equal(t, n, countState(t, pool, "succeeded"))
 	missing, dup := 0, 0
 	for _, id := range ids {
-		_, applied, _ := remote.Key(generics.EffectKey(id, "charge"))
+		_, applied, _ := remote.Key(generics.EffectKey(id.Job.ID, "charge"))
 		switch {
 		case applied == 0:
 			missing++

@@ -100,9 +100,9 @@ func TestPoisonJobEndsDeadWithBoundedBackoff(t *testing.T) {
 		return len(outcomes) == 5
 	})
 
-	got, err := c.Get(context.Background(), row.ID)
+	got, err := c.Get(context.Background(), row.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, 5, got.Attempts)
+	require.Equal(t, 5, got.Attempt)
 	require.Len(t, got.Errors, 5)
 	mu.Lock()
 	defer mu.Unlock()
@@ -111,7 +111,7 @@ func TestPoisonJobEndsDeadWithBoundedBackoff(t *testing.T) {
 	for i, o := range outcomes[:4] {
 		require.Equal(t, "retried", o.Transition)
 		require.Equal(t, worker.CodeHandlerError, o.Code)
-		require.LessOrEqual(t, o.Delay, policy.Bound(o.Attempt), "attempt %d", o.Attempt)
+		require.LessOrEqual(t, o.Delay, policy.Bound(o.Job.Attempt), "attempt %d", o.Job.Attempt)
 		require.GreaterOrEqual(t, o.Delay, time.Duration(0))
 		// the next attempt did not start before the delay (run_at is on the database clock,
 		// so allow a little clock and scheduling slack)
@@ -151,7 +151,7 @@ func TestErrorClassification(t *testing.T) {
 	for name := range cases {
 		row, err := c.Insert(ctx, failArgs{Msg: name}, nil)
 		require.NoError(t, err)
-		ids[name] = row.ID
+		ids[name] = row.Job.ID
 	}
 	// A payload that no longer decodes (an unknown field) is INVALID_PAYLOAD, dead at once.
 	var bad int64
@@ -165,14 +165,14 @@ func TestErrorClassification(t *testing.T) {
 	for name, id := range ids {
 		got, err := c.Get(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, cases[name].want, result{string(got.State), got.LastErrorCode, got.Attempts}, name)
+		require.Equal(t, cases[name].want, result{string(got.State), got.LastErrorCode, got.Attempt}, name)
 	}
 	got, err := c.Get(ctx, bad)
 	require.NoError(t, err)
-	require.Equal(t, result{"dead", "INVALID_PAYLOAD", 1}, result{string(got.State), got.LastErrorCode, got.Attempts})
+	require.Equal(t, result{"dead", "INVALID_PAYLOAD", 1}, result{string(got.State), got.LastErrorCode, got.Attempt})
 	got, err = c.Get(ctx, unknown)
 	require.NoError(t, err)
-	require.Equal(t, result{"ready", "", 0}, result{string(got.State), got.LastErrorCode, got.Attempts})
+	require.Equal(t, result{"ready", "", 0}, result{string(got.State), got.LastErrorCode, got.Attempt})
 	require.EqualValues(t, 2, w.Stats().Panics)
 }
 
@@ -249,23 +249,23 @@ func TestCancelReadyAndRunning(t *testing.T) {
 	// ready -> cancelled at once
 	later, err := c.Insert(ctx, slowArgs{}, &jobs.InsertOpts{Delay: time.Hour})
 	require.NoError(t, err)
-	out, err := c.Cancel(ctx, later.ID, act)
+	out, err := c.Cancel(ctx, later.Job.ID, act)
 	require.NoError(t, err)
 	require.Equal(t, jobs.Cancelled, out)
-	_, err = c.Cancel(ctx, later.ID, act)
+	_, err = c.Cancel(ctx, later.Job.ID, act)
 	require.ErrorIs(t, err, jobs.ErrAlreadyFinal)
 	_, err = c.Cancel(ctx, 987654321, act)
 	require.ErrorIs(t, err, jobs.ErrNotFound)
-	_, err = c.Cancel(ctx, later.ID, jobs.Action{})
+	_, err = c.Cancel(ctx, later.Job.ID, jobs.Action{})
 	require.ErrorIs(t, err, jobs.ErrMissingActor)
 
 	// running -> cancel requested -> the handler's context ends -> cancelled
 	now, err := c.Insert(ctx, slowArgs{}, nil)
 	require.NoError(t, err)
 	startWorker(t, w)
-	require.Equal(t, now.ID, <-running)
+	require.Equal(t, now.Job.ID, <-running)
 	asked := time.Now()
-	out, err = c.Cancel(ctx, now.ID, act)
+	out, err = c.Cancel(ctx, now.Job.ID, act)
 	require.NoError(t, err)
 	require.Equal(t, jobs.CancelRequested, out)
 	select {
@@ -276,10 +276,10 @@ func TestCancelReadyAndRunning(t *testing.T) {
 		t.Fatal("handler never saw the cancel")
 	}
 	waitFor(t, 5*time.Second, "cancelled", func() bool { return countState(t, pool, "cancelled") == 2 })
-	got, err := c.Get(ctx, now.ID)
+	got, err := c.Get(ctx, now.Job.ID)
 	require.NoError(t, err)
 	require.Equal(t, "CANCELLED", got.LastErrorCode)
-	audit, err := c.Audit(ctx, now.ID, 0, 10)
+	audit, err := c.Audit(ctx, now.Job.ID, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
 	require.Equal(t, "ops@example.com", audit[0].Actor)
@@ -305,20 +305,20 @@ func TestReinjectDeadJobIsAudited(t *testing.T) {
 	require.NoError(t, err)
 	startWorker(t, w)
 	waitFor(t, 10*time.Second, "dead", func() bool { return countState(t, pool, "dead") == 1 })
-	page, err := c.List(ctx, jobs.ListParams{State: jobs.StateDead, ErrorCode: "PERMANENT"})
+	page, err := c.List(ctx, jobs.ListParams{State: generics.JobStateDead, ErrorCode: "PERMANENT"})
 	require.NoError(t, err)
 	require.Len(t, page.Jobs, 1)
 
 	fail.Store(false)
-	_, err = c.Reinject(ctx, row.ID, jobs.Action{Actor: "alice", Reason: "upstream fixed"}, nil)
+	_, err = c.Reinject(ctx, row.Job.ID, jobs.Action{Actor: "alice", Reason: "upstream fixed"}, nil)
 	require.NoError(t, err)
-	_, err = c.Reinject(ctx, row.ID, jobs.Action{Actor: "alice", Reason: "again"}, nil)
+	_, err = c.Reinject(ctx, row.Job.ID, jobs.Action{Actor: "alice", Reason: "again"}, nil)
 	require.ErrorIs(t, err, jobs.ErrNotDead)
 	waitFor(t, 10*time.Second, "succeeded", func() bool { return countState(t, pool, "succeeded") == 1 })
-	got, err := c.Get(ctx, row.ID)
+	got, err := c.Get(ctx, row.Job.ID)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), got.Generation, "generation keeps growing across re-injection")
-	audit, err := c.Audit(ctx, row.ID, 0, 10)
+	audit, err := c.Audit(ctx, row.Job.ID, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
 	require.Equal(t, "reinject", audit[0].Action)
@@ -390,14 +390,14 @@ func TestStopWithHandlerIgnoringContext(t *testing.T) {
 	<-started
 	err = stopWorker(t, w, time.Second)
 	require.ErrorIs(t, err, worker.ErrHandlersStillRunning)
-	got, err := c.Get(ctx, row.ID)
+	got, err := c.Get(ctx, row.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State)
+	require.Equal(t, generics.JobStateReady, got.State)
 	close(unblock) // its late finish must not land: the token is gone
 	time.Sleep(100 * time.Millisecond)
-	got, err = c.Get(ctx, row.ID)
+	got, err = c.Get(ctx, row.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State)
+	require.Equal(t, generics.JobStateReady, got.State)
 }
 
 func TestConfigValidation(t *testing.T) {
@@ -453,13 +453,13 @@ func TestRetentionPruning(t *testing.T) {
 	require.NoError(t, err)
 	startWorker(t, w)
 	waitFor(t, 10*time.Second, "succeeded job pruned", func() bool {
-		_, err := c.Get(ctx, done.ID)
+		_, err := c.Get(ctx, done.Job.ID)
 		return errors.Is(err, jobs.ErrNotFound)
 	})
 	waitFor(t, 5*time.Second, "the prune counted", func() bool { return w.Stats().Pruned == 1 })
-	got, err := c.Get(ctx, later.ID)
+	got, err := c.Get(ctx, later.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State)
+	require.Equal(t, generics.JobStateReady, got.State)
 }
 
 // The owner's retry write for a job an operator asked to cancel meanwhile (the handler
@@ -478,16 +478,16 @@ func TestRetryAfterCancelRequestEndsCancelled(t *testing.T) {
 		Kinds: []string{"noop"}, KindVersions: []int32{1}, KindLeaseMs: []int32{0}})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
-	out, err := c.Cancel(ctx, row.ID, jobs.Action{Actor: "ops", Reason: "test"})
+	out, err := c.Cancel(ctx, row.Job.ID, jobs.Action{Actor: "ops", Reason: "test"})
 	require.NoError(t, err)
 	require.Equal(t, jobs.CancelRequested, out)
-	got, err := q.FailMany(ctx, gen.FailManyParams{Ids: []int64{row.ID}, Tokens: []uuid.UUID{*claimed[0].ClaimToken},
+	got, err := q.FailMany(ctx, gen.FailManyParams{Ids: []int64{row.Job.ID}, Tokens: []uuid.UUID{*claimed[0].ClaimToken},
 		States: []string{"ready"}, DelayUs: []int64{0}, Codes: []string{"HANDLER_ERROR"}, Messages: []string{"boom"}})
 	require.NoError(t, err)
 	require.Len(t, got, 1, "the owner's fenced write must land")
 	require.Equal(t, gen.TenureJobStateCancelled, got[0].State)
-	final, err := c.Get(ctx, row.ID)
+	final, err := c.Get(ctx, row.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateCancelled, final.State)
+	require.Equal(t, generics.JobStateCancelled, final.State)
 	require.Equal(t, "HANDLER_ERROR", final.LastErrorCode)
 }

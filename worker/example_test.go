@@ -124,7 +124,7 @@ func ExampleEffect() {
 	charges := 0 // the remote payment service's count
 	done := make(chan struct{})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[ChargeCard]) error {
-		res, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		res, err := worker.Effect(ctx, job.JobRow, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			charges++ // a real call sends call.Key as its Idempotency-Key
 			return fmt.Sprintf("ch_%d", job.Args.OrderID), nil
 		})
@@ -143,7 +143,7 @@ func ExampleEffect() {
 	_ = w.Start(ctx)
 	<-done
 	_ = w.Stop(ctx)
-	fmt.Println("key:", generics.EffectKey(row.ID, "charge") == fmt.Sprintf("job:%d:effect:charge", row.ID))
+	fmt.Println("key:", generics.EffectKey(row.Job.ID, "charge") == fmt.Sprintf("job:%d:effect:charge", row.Job.ID))
 	fmt.Println("remote charges:", charges)
 	// Output:
 	// attempt 1: charge ch_7 (replayed=false)
@@ -171,11 +171,11 @@ func ExampleWorker_cancel() {
 	row, _ := client.Insert(ctx, SendReceipt{OrderID: 1, Email: "x@example.com"}, nil)
 	_ = w.Start(ctx)
 	<-started
-	outcome, err := client.Cancel(ctx, row.ID, jobs.Action{Actor: "ops@example.com", Reason: "order refunded"})
+	outcome, err := client.Cancel(ctx, row.Job.ID, jobs.Action{Actor: "ops@example.com", Reason: "order refunded"})
 	fmt.Println(outcome, err)
 	fmt.Println("handler stopped:", <-stopped)
 	for {
-		got, _ := client.Get(ctx, row.ID)
+		got, _ := client.Get(ctx, row.Job.ID)
 		if got.State.Final() {
 			fmt.Println("state:", got.State, got.LastErrorCode)
 			break
@@ -291,16 +291,17 @@ func ExampleSnooze() {
 		return worker.SetOutput(ctx, map[string]string{"message_id": "m-1"})
 	}, &worker.HandlerOptions{MaxAttempts: 1, MaxSnoozes: 10})
 	client, _ := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry()})
-	row, _ := client.Insert(ctx, SendReceipt{OrderID: 1, Email: "ada@example.com"}, nil)
+	res, _ := client.Insert(ctx, SendReceipt{OrderID: 1, Email: "ada@example.com"}, nil)
 	_ = w.Start(ctx)
-	for row.State != jobs.StateSucceeded {
+	row := res.Job
+	for row.State != generics.JobStateSucceeded {
 		time.Sleep(20 * time.Millisecond)
 		row, _ = client.Get(ctx, row.ID)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_ = w.Stop(sctx)
-	fmt.Println(row.State, "attempts", row.Attempts, "snoozes", row.Snoozes, string(row.Output))
+	fmt.Println(row.State, "attempts", row.Attempt, "snoozes", row.Snoozes, string(row.Output))
 	// Output:
 	// succeeded attempts 1 snoozes 2 {"message_id": "m-1"}
 }

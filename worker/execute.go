@@ -76,6 +76,12 @@ type execKey struct{}
 // waits before it is due again (a rolling deploy: a newer worker will take it meanwhile).
 const versionDeferDelay = 30 * time.Second
 
+// owns reports whether job is e's attempt (same job, same claim token): the check of the
+// helpers a handler calls with its job (CompleteTx, Effect). e may be nil (not in a handler).
+func (e *execution) owns(job *generics.JobRow) bool {
+	return e != nil && job != nil && e.c.ID == job.ID && job.ClaimToken != nil && *job.ClaimToken == e.c.token
+}
+
 // newExecution prepares the attempt the claim returned; the queue loop starts it with go run.
 func (q *queue) newExecution(c *claimed) *execution {
 	w := q.w
@@ -155,7 +161,7 @@ func (w *Worker) deferJob(e *execution, err error) finish {
 	w.m.deferred.Add(1)
 	if _, seen := w.deferLogged.LoadOrStore(e.c.Kind, true); !seen {
 		w.log.Warn("tenure: job deferred: this worker cannot run its payload yet (logged once per kind)",
-			e.c.logAttrs(logkey.PayloadVersion, e.c.version, logkey.Err, err)...)
+			e.c.logAttrs(logkey.PayloadVersion, e.c.PayloadVersion, logkey.Err, err)...)
 	}
 	d := versionDeferDelay/2 + time.Duration(rand.Int64N(int64(versionDeferDelay)))
 	return finish{to: toRelease, delay: d, err: err}

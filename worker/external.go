@@ -40,7 +40,7 @@ type ExternalLedger interface {
 
 // ExternalAttempt identifies a handler attempt run by another engine, for Effect.
 type ExternalAttempt struct {
-	Job generics.JobMeta // must equal the job.Meta() the handler passes to Effect (ID, ClaimToken)
+	Job *generics.JobRow // the attempt; the handler passes a row with its ID and ClaimToken to Effect
 	// KeyPrefix is put in front of generics.EffectKey(Job.ID, name); it must keep the keys
 	// apart from this package's (whose ids are tenure.jobs ids).
 	KeyPrefix string
@@ -49,7 +49,7 @@ type ExternalAttempt struct {
 
 type externalKey struct{}
 
-// WithExternalAttempt returns ctx under which Effect, called with a job whose Meta has a.Job's
+// WithExternalAttempt returns ctx under which Effect, called with a job row that has a.Job's
 // ID and ClaimToken, records and replays through a.Ledger instead of tenure.effects. Engines
 // call it before they run a handler; handlers need not know which engine runs them.
 // CompleteTx still returns ErrNotInHandler under such a context: there is no job row to
@@ -58,9 +58,10 @@ func WithExternalAttempt(ctx context.Context, a ExternalAttempt) context.Context
 	return context.WithValue(ctx, externalKey{}, &a)
 }
 
-func externalAttempt(ctx context.Context, meta generics.JobMeta) *ExternalAttempt {
+func externalAttempt(ctx context.Context, meta *generics.JobRow) *ExternalAttempt {
 	a, _ := ctx.Value(externalKey{}).(*ExternalAttempt)
-	if a == nil || a.Ledger == nil || a.Job.ID != meta.ID || a.Job.ClaimToken != meta.ClaimToken || meta.ClaimToken == uuid.Nil {
+	if a == nil || a.Ledger == nil || a.Job == nil || meta == nil || a.Job.ID != meta.ID ||
+		derefUUID(meta.ClaimToken) == uuid.Nil || derefUUID(a.Job.ClaimToken) != derefUUID(meta.ClaimToken) {
 		return nil
 	}
 	return a
@@ -73,7 +74,7 @@ type externalLedger struct {
 	name string
 }
 
-func (l externalLedger) get(ctx context.Context, key string, _ generics.JobMeta) (ledgerRecord, bool, error) {
+func (l externalLedger) get(ctx context.Context, key string, _ *generics.JobRow) (ledgerRecord, bool, error) {
 	rec, ok, err := l.a.Ledger.GetEffect(ctx, key)
 	if err != nil || !ok {
 		return ledgerRecord{}, false, err
@@ -81,7 +82,7 @@ func (l externalLedger) get(ctx context.Context, key string, _ generics.JobMeta)
 	return ledgerRecord{result: rec.Result, generation: rec.Generation, refused: rec.Refused}, true, nil
 }
 
-func (l externalLedger) record(ctx context.Context, key string, meta generics.JobMeta, rec ledgerRecord) (ledgerRecord, error) {
+func (l externalLedger) record(ctx context.Context, key string, meta *generics.JobRow, rec ledgerRecord) (ledgerRecord, error) {
 	held, err := l.a.Ledger.RecordEffect(ctx, EffectRecord{Key: key, JobID: meta.ID, Name: l.name,
 		Generation: rec.generation, Result: rec.result, Refused: rec.refused})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/tenureq/tenure/generics"
 )
 
 func TestStrictServesBandsHighestFirst(t *testing.T) {
@@ -131,7 +132,7 @@ func TestFairWatermarks(t *testing.T) {
 	q.w = &Worker{}
 	at := func(us int64) time.Time { return time.UnixMicro(us) }
 	job := func(prio int, key string, us int64) claimed {
-		c := claimed{}
+		c := claimed{JobRow: &generics.JobRow{}}
 		c.Priority, c.RunAt = prio, at(us)
 		if key != "" {
 			c.Metadata = map[string]string{"tenure.fair_key": key}

@@ -59,9 +59,9 @@ func TestSnoozeDoesNotConsumeAttempts(t *testing.T) {
 	require.NoError(t, err)
 	startWorker(t, w)
 	waitFor(t, 10*time.Second, "job succeeded", func() bool { return countState(t, pool, "succeeded") == 1 })
-	got, err := c.Get(ctx, row.ID)
+	got, err := c.Get(ctx, row.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, 1, got.Attempts)
+	require.Equal(t, 1, got.Attempt)
 	require.Equal(t, 3, got.Snoozes)
 	require.EqualValues(t, 4, got.Generation)
 	require.Empty(t, got.Errors)
@@ -99,11 +99,11 @@ func TestSnoozeLimitFailsAsAnError(t *testing.T) {
 	require.NoError(t, err)
 	startWorker(t, w)
 	waitFor(t, 10*time.Second, "job dead", func() bool { return countState(t, pool, "dead") == 1 })
-	got, err := c.Get(ctx, row.ID)
+	got, err := c.Get(ctx, row.Job.ID)
 	require.NoError(t, err)
 	require.Equal(t, "SNOOZE_LIMIT", got.LastErrorCode)
 	require.Equal(t, 2, got.Snoozes)
-	require.Equal(t, 3, got.Attempts)
+	require.Equal(t, 3, got.Attempt)
 	require.Len(t, got.Errors, 3)
 	require.EqualValues(t, 2+3, runs.Load()) // two snoozes, then three failed attempts
 	require.Contains(t, got.Errors[0].Message, "snoozed 2 times")
@@ -132,7 +132,7 @@ func TestSnoozeIsFenced(t *testing.T) {
 	startWorker(t, w)
 	<-started
 	// another owner takes the job over (as after a lease expiry and re-claim)
-	_, err = pool.Exec(ctx, "UPDATE tenure.jobs SET claim_token = gen_random_uuid(), generation = generation + 1, locked_by = 'usurper' WHERE id = $1", row.ID)
+	_, err = pool.Exec(ctx, "UPDATE tenure.jobs SET claim_token = gen_random_uuid(), generation = generation + 1, locked_by = 'usurper' WHERE id = $1", row.Job.ID)
 	require.NoError(t, err)
 	close(release)
 	waitFor(t, 10*time.Second, "the snooze's outcome", func() bool { return len(rec.list()) == 1 })
@@ -140,13 +140,13 @@ func TestSnoozeIsFenced(t *testing.T) {
 	require.Equal(t, "snoozed", o.Transition)
 	var stale *worker.StaleWriteError
 	require.True(t, errors.As(o.Err, &stale), "%v", o.Err)
-	got, err := c.Get(ctx, row.ID)
+	got, err := c.Get(ctx, row.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateRunning, got.State)
+	require.Equal(t, generics.JobStateRunning, got.State)
 	require.Equal(t, "usurper", got.LockedBy)
 	require.Equal(t, 0, got.Snoozes)
 	require.EqualValues(t, 1, w.Stats().StaleRejected)
-	_, err = pool.Exec(ctx, "UPDATE tenure.jobs SET state = 'cancelled', finished_at = now(), locked_by = NULL, locked_until = NULL WHERE id = $1", row.ID)
+	_, err = pool.Exec(ctx, "UPDATE tenure.jobs SET state = 'cancelled', finished_at = now(), locked_by = NULL, locked_until = NULL WHERE id = $1", row.Job.ID)
 	require.NoError(t, err)
 }
 
@@ -181,7 +181,7 @@ func TestHandlerOutputKeptWithSuccess(t *testing.T) {
 		if err := worker.SetOutput(ctx, []int{job.Args.N}); err != nil {
 			return err
 		}
-		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return worker.CompleteTx(ctx, tx, job) })
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return worker.CompleteTx(ctx, tx, job.JobRow) })
 	}, nil)
 	require.ErrorIs(t, worker.SetOutput(context.Background(), 1), worker.ErrNotInHandler)
 	c := newClient(t, pool, w)
@@ -194,14 +194,14 @@ func TestHandlerOutputKeptWithSuccess(t *testing.T) {
 	require.NoError(t, err)
 	startWorker(t, w)
 	waitFor(t, 10*time.Second, "jobs succeeded", func() bool { return countState(t, pool, "succeeded") == 3 })
-	got, err := c.Get(ctx, ok.ID)
+	got, err := c.Get(ctx, ok.Job.ID)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"attempt":1,"rows":42}`, string(got.Output))
-	got, err = c.Get(ctx, retried.ID)
+	got, err = c.Get(ctx, retried.Job.ID)
 	require.NoError(t, err)
 	require.Nil(t, got.Output)
-	require.Equal(t, 2, got.Attempts)
-	got, err = c.Get(ctx, tx.ID)
+	require.Equal(t, 2, got.Attempt)
+	got, err = c.Get(ctx, tx.Job.ID)
 	require.NoError(t, err)
 	require.JSONEq(t, `[5]`, string(got.Output))
 }
@@ -239,7 +239,7 @@ func TestTagsReachHandlerAndFilterList(t *testing.T) {
 	page, err := c.List(ctx, jobs.ListParams{Tags: []string{"import"}})
 	require.NoError(t, err)
 	require.Len(t, page.Jobs, 2)
-	page, err = c.List(ctx, jobs.ListParams{Tags: []string{"import", "tenant:8"}, State: jobs.StateSucceeded})
+	page, err = c.List(ctx, jobs.ListParams{Tags: []string{"import", "tenant:8"}, State: generics.JobStateSucceeded})
 	require.NoError(t, err)
 	require.Len(t, page.Jobs, 1)
 	require.Equal(t, []string{"tenant:8", "import"}, page.Jobs[0].Tags)
@@ -275,12 +275,12 @@ func TestUniqueKeyThroughTheEngine(t *testing.T) {
 	dup, err := c.Insert(ctx, reportArgs{Fail: true}, u) // running holds the key
 	require.NoError(t, err)
 	require.True(t, dup.Duplicate)
-	require.Equal(t, jobs.StateRunning, dup.State)
+	require.Equal(t, generics.JobStateRunning, dup.Job.State)
 	release <- struct{}{}
 	waitFor(t, 5*time.Second, "retry scheduled", func() bool {
-		r, err := c.Get(ctx, first.ID)
+		r, err := c.Get(ctx, first.Job.ID)
 		require.NoError(t, err)
-		return r.State == jobs.StateReady && r.Attempts == 1
+		return r.State == generics.JobStateReady && r.Attempt == 1
 	})
 	dup, err = c.Insert(ctx, reportArgs{Fail: true}, u) // ready (in backoff) holds the key
 	require.NoError(t, err)
@@ -293,15 +293,15 @@ func TestUniqueKeyThroughTheEngine(t *testing.T) {
 	require.False(t, again.Duplicate)
 
 	// with succeeded among the states, a success keeps the key
-	keep := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true, States: []jobs.State{jobs.StateSucceeded}}}
+	keep := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true, States: []generics.JobState{generics.JobStateSucceeded}}}
 	k, err := c.Insert(ctx, reportArgs{}, keep)
 	require.NoError(t, err)
 	waitFor(t, 5*time.Second, "succeeded", func() bool { return countState(t, pool, "succeeded") == 3 })
 	kd, err := c.Insert(ctx, reportArgs{}, keep)
 	require.NoError(t, err)
 	require.True(t, kd.Duplicate)
-	require.Equal(t, k.ID, kd.ID)
-	require.Equal(t, jobs.StateSucceeded, kd.State)
+	require.Equal(t, k.Job.ID, kd.Job.ID)
+	require.Equal(t, generics.JobStateSucceeded, kd.Job.State)
 }
 
 // tenure.enqueue from a trigger: a row inserted into an application table enqueues a job in
@@ -373,7 +373,7 @@ CREATE TRIGGER orders_enqueue AFTER INSERT OR UPDATE ON orders FOR EACH ROW EXEC
 	require.NoError(t, err)
 	require.True(t, r.Duplicate)
 	var payloadVersion int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT payload_version FROM tenure.jobs WHERE id = $1", r.ID).Scan(&payloadVersion))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT payload_version FROM tenure.jobs WHERE id = $1", r.Job.ID).Scan(&payloadVersion))
 	require.Equal(t, 1, payloadVersion)
 
 	// Refused input: clear errors, nothing written (the statement fails as a whole).

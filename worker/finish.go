@@ -27,11 +27,9 @@ import (
 
 // Outcome reports the end of one attempt, after its fenced finish was written or rejected.
 type Outcome struct {
-	JobID      int64
-	Kind       string
-	Queue      string
-	Attempt    int
-	Generation int64
+	// Job is the attempt as claimed: the row its handler saw (Job.ID, Job.Kind, Job.Queue,
+	// Job.Attempt, Job.Generation identify the attempt). It must not be modified.
+	Job *generics.JobRow
 	// Transition is one of the Outcome* names: "succeeded", "retried", "dead", "cancelled", "released" or "snoozed".
 	Transition string
 	Code       ErrorCode // empty on success
@@ -46,7 +44,7 @@ type Outcome struct {
 // landedEarlier reports whether the row shows that e's own finish already happened: a write
 // that committed although its reply was lost, or a CompleteTx that committed.
 func landedEarlier(e *execution, r gen.FinishStatesRow) bool {
-	ours := r.ClaimToken != nil && *r.ClaimToken == e.c.ClaimToken
+	ours := r.ClaimToken != nil && *r.ClaimToken == e.c.token
 	if e.txCompleted.Load() && r.State == gen.TenureJobStateSucceeded && ours {
 		// CompleteTx committed inside the handler's transaction, whatever the handler
 		// returned after it: that is this attempt's success.
@@ -274,7 +272,7 @@ func failMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResul
 			state = "cancelled"
 		}
 		arg.Ids = append(arg.Ids, e.c.ID)
-		arg.Tokens = append(arg.Tokens, e.c.ClaimToken)
+		arg.Tokens = append(arg.Tokens, e.c.token)
 		arg.States = append(arg.States, state)
 		arg.DelayUs = append(arg.DelayUs, e.fin.delay.Microseconds())
 		arg.Codes = append(arg.Codes, string(e.fin.code))
@@ -559,8 +557,7 @@ func (w *Worker) report(e *execution, err error) {
 	if w.cfg.OnOutcome == nil {
 		return
 	}
-	w.cfg.OnOutcome(Outcome{JobID: e.c.ID, Kind: e.c.Kind, Queue: e.c.Queue, Attempt: e.c.Attempt,
-		Generation: e.c.Generation, Transition: e.fin.to.String(), Code: e.fin.code, Delay: e.fin.delay,
+	w.cfg.OnOutcome(Outcome{Job: e.c.JobRow, Transition: e.fin.to.String(), Code: e.fin.code, Delay: e.fin.delay,
 		HandlerErr: e.fin.err, Err: err})
 }
 
@@ -570,7 +567,7 @@ func (w *Worker) report(e *execution, err error) {
 func idsTokens(es []*execution) ([]int64, []uuid.UUID) {
 	ids, tokens := make([]int64, len(es)), make([]uuid.UUID, len(es))
 	for i, e := range es {
-		ids[i], tokens[i] = e.c.ID, e.c.ClaimToken
+		ids[i], tokens[i] = e.c.ID, e.c.token
 	}
 	return ids, tokens
 }
@@ -584,10 +581,9 @@ func sortByID(es []*execution) {
 // together. It returns ErrLostOwnership (wrapped in a *StaleWriteError) when the job is no
 // longer owned by this attempt: roll tx back then. Call it from the job's handler with the
 // handler's context; the engine sees the commit and does not finish the job again.
-func CompleteTx(ctx context.Context, tx pgx.Tx, job generics.AnyJob) error {
+func CompleteTx(ctx context.Context, tx pgx.Tx, job *generics.JobRow) error {
 	e, _ := ctx.Value(execKey{}).(*execution)
-	meta := job.Meta()
-	if e == nil || e.c.ID != meta.ID || e.c.ClaimToken != meta.ClaimToken {
+	if !e.owns(job) {
 		return ErrNotInHandler
 	}
 	var output []byte
@@ -597,14 +593,14 @@ func CompleteTx(ctx context.Context, tx pgx.Tx, job generics.AnyJob) error {
 	// No check of the lease before the statement: the engine may cancel the handler's context
 	// for a lost lease at any moment, also while the statement is on its way or running, and
 	// one check after it covers every such moment (leaseLostErr).
-	n, err := gen.New(tx).CompleteOne(ctx, gen.CompleteOneParams{ID: meta.ID, ClaimToken: meta.ClaimToken, Output: output})
+	n, err := gen.New(tx).CompleteOne(ctx, gen.CompleteOneParams{ID: e.c.ID, ClaimToken: e.c.token, Output: output})
 	if err == nil && n == 1 {
 		e.txCompleted.Store(true)
 		return nil
 	}
 	if err == nil || leaseLostErr(e.ctx, err) {
 		e.q.w.m.staleRejected.Add(1)
-		return &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "succeeded"}
+		return &StaleWriteError{JobID: e.c.ID, Generation: e.c.Generation, Transition: "succeeded"}
 	}
 	return err
 }

@@ -70,7 +70,7 @@ func testLockedRowInFinishBatch(t *testing.T, result func() error, state string,
 	outcomes := map[int64][]error{}
 	cfg.OnOutcome = func(o worker.Outcome) {
 		mu.Lock()
-		outcomes[o.JobID] = append(outcomes[o.JobID], o.Err)
+		outcomes[o.Job.ID] = append(outcomes[o.Job.ID], o.Err)
 		mu.Unlock()
 	}
 	w, err := worker.New(pool, cfg)
@@ -90,7 +90,7 @@ func testLockedRowInFinishBatch(t *testing.T, result func() error, state string,
 	for i := range ids {
 		row, err := c.Insert(ctx, noopArgs{N: i}, &jobs.InsertOpts{Lease: lease})
 		require.NoError(t, err)
-		ids[i] = row.ID
+		ids[i] = row.Job.ID
 	}
 	locked := ids[n/2] // batch-mates on both sides of it
 	startWorker(t, w)
@@ -205,7 +205,7 @@ func TestLockedRowFinishWinsTheSweep(t *testing.T) {
 			locker, err := pool.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = locker.Rollback(ctx) }()
-			_, err = locker.Exec(ctx, "SELECT 1 FROM tenure.jobs WHERE id = $1 FOR UPDATE", row.ID)
+			_, err = locker.Exec(ctx, "SELECT 1 FROM tenure.jobs WHERE id = $1 FOR UPDATE", row.Job.ID)
 			require.NoError(t, err)
 			close(release)
 			waitFor(t, 30*time.Second, "the finish to find the row busy", func() bool { return w.Stats().FinishBusy >= 1 })
@@ -232,7 +232,7 @@ func TestLockedRowFinishWinsTheSweep(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			close(stop)
 			wg.Wait()
-			got := getJob(t, c, row.ID)
+			got := getJob(t, c, row.Job.ID)
 			require.Equal(t, "succeeded", string(got.State), "%+v", got.Errors)
 			require.EqualValues(t, 1, got.Generation)
 			require.Empty(t, got.Errors, "the sweep took the row from the waiting finish")

@@ -264,7 +264,7 @@ func TestCompleteTxReadBackFailure(t *testing.T) {
 			return err
 		}
 		defer tx.Rollback(ctx)
-		if err := worker.CompleteTx(hctx, tx, job); err != nil {
+		if err := worker.CompleteTx(hctx, tx, job.JobRow); err != nil {
 			return err
 		}
 		if err := tx.Commit(hctx); err != nil {
@@ -307,7 +307,7 @@ func TestWorkerDecidesLeaseAtClaim(t *testing.T) {
 	c := newClient(t, pool, nil) // no registry: the job is stored with the default 30 s lease
 	row, err := c.Insert(ctx, slowArgs{}, nil)
 	require.NoError(t, err)
-	require.Equal(t, 30*time.Second, row.Lease)
+	require.Equal(t, 30*time.Second, row.Job.Lease)
 	startWorker(t, w)
 	require.Equal(t, 7*time.Minute, <-leases)
 }
@@ -324,7 +324,7 @@ func TestEffectKeyPrefix(t *testing.T) {
 	require.NoError(t, err)
 	keys := make(chan string, 1)
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error {
-		_, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		_, err := worker.Effect(ctx, job.JobRow, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			keys <- call.Key
 			return "ok", nil
 		})
@@ -334,7 +334,7 @@ func TestEffectKeyPrefix(t *testing.T) {
 	row, err := c.Insert(ctx, noopArgs{}, nil)
 	require.NoError(t, err)
 	startWorker(t, w)
-	want := fmt.Sprintf("staging/job:%d:effect:charge", row.ID)
+	want := fmt.Sprintf("staging/job:%d:effect:charge", row.Job.ID)
 	require.Equal(t, want, <-keys)
 	waitFor(t, 5*time.Second, "the ledger row", func() bool {
 		var n int
@@ -383,7 +383,7 @@ func TestHeartbeatIsNotHeldBackByALockedRow(t *testing.T) {
 	for i := range ids {
 		row, err := c.Insert(ctx, noopArgs{N: i}, &jobs.InsertOpts{Lease: 2 * time.Second})
 		require.NoError(t, err)
-		ids[i] = row.ID
+		ids[i] = row.Job.ID
 	}
 	lockedID.Store(ids[0])
 	startWorker(t, w)

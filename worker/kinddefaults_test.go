@@ -85,7 +85,7 @@ func TestDeclaredTimeoutAndRetryApply(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("no outcome")
 	}
-	require.Equal(t, row.ID, first.JobID)
+	require.Equal(t, row.Job.ID, first.Job.ID)
 	require.Equal(t, worker.CodeTimeout, first.Code)
 	require.Equal(t, "retried", first.Transition)
 	// The retry delay drawn by the declared FullJitter{50ms, 100ms}: at most 100ms (the default

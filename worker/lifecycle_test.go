@@ -92,13 +92,13 @@ func TestCancelStartContextStopsGracefully(t *testing.T) {
 	close(release)
 
 	require.NoError(t, stopWorker(t, w, 10*time.Second))
-	got, err := c.Get(ctx, first.ID)
+	got, err := c.Get(ctx, first.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateSucceeded, got.State)
-	got, err = c.Get(ctx, second.ID)
+	require.Equal(t, generics.JobStateSucceeded, got.State)
+	got, err = c.Get(ctx, second.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State)
-	require.Zero(t, got.Attempts)
+	require.Equal(t, generics.JobStateReady, got.State)
+	require.Zero(t, got.Attempt)
 	require.Contains(t, logs.String(), "context cancelled: graceful stop")
 }
 
@@ -140,10 +140,10 @@ func TestStopTightensTheStopStartsContextBegan(t *testing.T) {
 	require.NoError(t, stopWorker(t, w, time.Second))
 	require.Less(t, time.Since(begin), time.Minute, "Stop waited for the graceful stop's hour")
 	require.ErrorIs(t, <-cause, worker.ErrWorkerStopping)
-	got, err := c.Get(ctx, row.ID)
+	got, err := c.Get(ctx, row.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, got.State)
-	require.Zero(t, got.Attempts, "a stop is not the job's failure")
+	require.Equal(t, generics.JobStateReady, got.State)
+	require.Zero(t, got.Attempt, "a stop is not the job's failure")
 	require.Contains(t, logs.String(), "cancelling handlers")
 	require.Contains(t, logs.String(), "stop deadline in")
 }

@@ -523,7 +523,7 @@ func TestLimitFreedBySIGKILL(t *testing.T) {
 	for i := range 4 {
 		row, err := c.Insert(ctx, chaosArgs{Tag: fmt.Sprint("limited-", i)}, &jobs.InsertOpts{Lease: 2 * time.Second, MaxAttempts: 5})
 		require.NoError(t, err)
-		ids = append(ids, row.ID)
+		ids = append(ids, row.Job.ID)
 	}
 	stop := make(chan struct{})
 	sTotal, _, samples, sDone := sampleKind(pool, "chaos", stop)

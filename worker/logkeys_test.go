@@ -73,7 +73,7 @@ func TestJobLogRecordsCarryTheJobKeys(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the slow job was not claimed")
 	}
-	tag, err := pool.Exec(ctx, `UPDATE tenure.jobs SET claim_token = gen_random_uuid() WHERE id = $1 AND state = 'running'`, slow.ID)
+	tag, err := pool.Exec(ctx, `UPDATE tenure.jobs SET claim_token = gen_random_uuid() WHERE id = $1 AND state = 'running'`, slow.Job.ID)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
 	waitFor(t, 20*time.Second, "the jobs to finish", func() bool {
@@ -82,7 +82,7 @@ func TestJobLogRecordsCarryTheJobKeys(t *testing.T) {
 	})
 	require.NoError(t, stopWorker(t, w, 10*time.Second))
 
-	ids := map[int64]string{ok.ID: "noop", fail.ID: "fail", panics.ID: "fail", slow.ID: "slow"}
+	ids := map[int64]string{ok.Job.ID: "noop", fail.Job.ID: "fail", panics.Job.ID: "fail", slow.Job.ID: "slow"}
 	type seen struct{ level, msg string }
 	byJob := map[int64][]seen{}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
@@ -123,13 +123,13 @@ func TestJobLogRecordsCarryTheJobKeys(t *testing.T) {
 		}
 		t.Errorf("job %d (%s): no %s record containing %q among %v", id, ids[id], level, msgPart, byJob[id])
 	}
-	has(fail.ID, "WARN", "retrying")
-	has(fail.ID, "ERROR", "job is dead")
-	has(panics.ID, "ERROR", "handler panicked")
-	has(panics.ID, "ERROR", "job is dead")
-	has(slow.ID, "WARN", "lease lost")
-	has(slow.ID, "WARN", "stale finish rejected")
-	for _, s := range byJob[slow.ID] { // its dead finish was rejected: it is not reported as dead
+	has(fail.Job.ID, "WARN", "retrying")
+	has(fail.Job.ID, "ERROR", "job is dead")
+	has(panics.Job.ID, "ERROR", "handler panicked")
+	has(panics.Job.ID, "ERROR", "job is dead")
+	has(slow.Job.ID, "WARN", "lease lost")
+	has(slow.Job.ID, "WARN", "stale finish rejected")
+	for _, s := range byJob[slow.Job.ID] { // its dead finish was rejected: it is not reported as dead
 		require.NotContains(t, s.msg, "job is dead")
 	}
 }

@@ -2,15 +2,15 @@ package worker
 
 import (
 	"context"
-	"slices"
 
 	"github.com/tenureq/tenure/generics"
 )
 
 // HandlerFunc runs one attempt of a job: the registered handler (payload decoding and
-// validation included) behind the middleware that follow the one it is passed to. job
-// identifies the attempt and carries the job's metadata; it must not be modified.
-type HandlerFunc func(ctx context.Context, job *generics.JobMeta) error
+// validation included) behind the middleware that follow the one it is passed to. job is the
+// attempt's row, the one the handler's generics.Job embeds: it identifies the attempt and
+// carries the job's metadata and encoded args; it must not be modified.
+type HandlerFunc func(ctx context.Context, job *generics.JobRow) error
 
 // Middleware wraps the handling of every attempt (Config.Middleware). It returns a
 // HandlerFunc that calls next with ctx or a context derived from it (the attempt's context
@@ -29,7 +29,7 @@ func (w *Worker) runWrapped(e *execution) error {
 	if len(w.cfg.Middleware) == 0 && len(h.opts.Middleware) == 0 {
 		return h.run(e.ctx, e)
 	}
-	next := HandlerFunc(func(ctx context.Context, _ *generics.JobMeta) error { return h.run(ctx, e) })
+	next := HandlerFunc(func(ctx context.Context, _ *generics.JobRow) error { return h.run(ctx, e) })
 	for _, chain := range [][]Middleware{h.opts.Middleware, w.cfg.Middleware} {
 		for i := len(chain) - 1; i >= 0; i-- {
 			if mw := chain[i]; mw != nil {
@@ -37,8 +37,5 @@ func (w *Worker) runWrapped(e *execution) error {
 			}
 		}
 	}
-	c := &e.c
-	meta := c.JobMeta
-	meta.Tags = slices.Clone(meta.Tags)
-	return next(e.ctx, &meta)
+	return next(e.ctx, e.c.JobRow)
 }

@@ -24,7 +24,7 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 	type ctxKey struct{}
 	var mu sync.Mutex
 	var trace []string
-	seen := map[int64]generics.JobMeta{}
+	seen := map[int64]generics.JobRow{}
 	handlerMeta := map[int64]map[string]string{}
 	var handlerErrs []error
 	record := func(s string) { mu.Lock(); trace = append(trace, s); mu.Unlock() }
@@ -32,7 +32,7 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 	cfg := fastConfig(nil)
 	cfg.Middleware = []worker.Middleware{
 		func(next worker.HandlerFunc) worker.HandlerFunc {
-			return func(ctx context.Context, job *generics.JobMeta) error {
+			return func(ctx context.Context, job *generics.JobRow) error {
 				record("outer")
 				mu.Lock()
 				seen[job.ID] = *job
@@ -49,7 +49,7 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 		},
 		nil, // skipped
 		func(next worker.HandlerFunc) worker.HandlerFunc {
-			return func(ctx context.Context, job *generics.JobMeta) error {
+			return func(ctx context.Context, job *generics.JobRow) error {
 				record("inner")
 				return next(ctx, job)
 			}
@@ -75,16 +75,19 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 	waitFor(t, 10*time.Second, "ok job", func() bool { return w.Stats().Succeeded == 1 })
 	mu.Lock()
 	require.Equal(t, []string{"outer", "inner", "handler:from-outer"}, trace)
-	require.Equal(t, map[string]string{"traceparent": "tp-1"}, handlerMeta[ok.ID])
-	m := seen[ok.ID]
+	require.Equal(t, map[string]string{"traceparent": "tp-1"}, handlerMeta[ok.Job.ID])
+	m := seen[ok.Job.ID]
 	// Middleware sees the whole attempt, as the handler's Job carries it.
-	require.Equal(t, generics.JobMeta{ID: ok.ID, Kind: "fail", Queue: "default", Priority: jobs.PriorityNormal,
-		Attempt: 1, MaxAttempts: m.MaxAttempts, Generation: 1, ClaimToken: m.ClaimToken, RunAt: ok.RunAt,
-		CreatedAt: ok.CreatedAt, ClaimedAt: m.ClaimedAt, LeaseUntil: m.LeaseUntil, Lease: m.Lease,
-		Metadata: map[string]string{"traceparent": "tp-1"}}, m)
-	require.NotZero(t, m.ClaimToken)
+	require.Equal(t, generics.JobRow{ID: ok.Job.ID, Kind: "fail", Queue: "default", Priority: jobs.PriorityNormal,
+		State: generics.JobStateRunning, Payload: ok.Job.Payload, PayloadVersion: ok.Job.PayloadVersion,
+		Attempt: 1, MaxAttempts: m.MaxAttempts, Generation: 1, ClaimToken: m.ClaimToken, RunAt: ok.Job.RunAt,
+		CreatedAt: ok.Job.CreatedAt, UpdatedAt: m.UpdatedAt, AttemptedAt: m.AttemptedAt, LockedBy: w.ID(),
+		LockedUntil: m.LockedUntil, Lease: m.Lease, Metadata: map[string]string{"traceparent": "tp-1"}}, m)
+	require.NotNil(t, m.ClaimToken)
 	require.Positive(t, m.MaxAttempts)
-	require.Equal(t, m.ClaimedAt.Add(m.Lease), m.LeaseUntil)
+	require.NotNil(t, m.AttemptedAt)
+	require.Equal(t, *m.AttemptedAt, m.UpdatedAt)
+	require.Equal(t, m.AttemptedAt.Add(m.Lease), *m.LockedUntil)
 	trace = nil
 	mu.Unlock()
 
@@ -101,11 +104,11 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 	require.Len(t, handlerErrs, 2)
 	require.NoError(t, handlerErrs[0])
 	require.EqualError(t, handlerErrs[1], "boom")
-	require.Nil(t, handlerMeta[failing.ID])
-	for id, code := range map[int64]string{failing.ID: "HANDLER_ERROR", refused.ID: "PERMANENT"} {
+	require.Nil(t, handlerMeta[failing.Job.ID])
+	for id, code := range map[int64]string{failing.Job.ID: "HANDLER_ERROR", refused.Job.ID: "PERMANENT"} {
 		r, err := c.Get(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, jobs.StateDead, r.State)
+		require.Equal(t, generics.JobStateDead, r.State)
 		require.Equal(t, code, r.LastErrorCode)
 	}
 }
@@ -119,7 +122,7 @@ func TestPerKindMiddleware(t *testing.T) {
 	trace := map[string][]string{}
 	mw := func(name string) worker.Middleware {
 		return func(next worker.HandlerFunc) worker.HandlerFunc {
-			return func(ctx context.Context, job *generics.JobMeta) error {
+			return func(ctx context.Context, job *generics.JobRow) error {
 				mu.Lock()
 				trace[job.Kind] = append(trace[job.Kind], name)
 				mu.Unlock()

@@ -336,7 +336,7 @@ func (w *Worker) enqueueTick(ctx context.Context, tx pgx.Tx, p *PeriodicJob, t T
 	if err != nil {
 		return err
 	}
-	return w.q.WithTx(tx).PeriodicSetJob(ctx, gen.PeriodicSetJobParams{JobID: &row.ID, Name: p.name})
+	return w.q.WithTx(tx).PeriodicSetJob(ctx, gen.PeriodicSetJobParams{JobID: &row.Job.ID, Name: p.name})
 }
 
 // periodicService enqueues the ticks of this worker's schedules. It sleeps until the earliest

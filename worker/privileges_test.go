@@ -230,7 +230,7 @@ func TestFeatureSetUnderRoles(t *testing.T) {
 		return nil
 	}, &worker.HandlerOptions{Queue: "permits", Retry: fastRetry})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[effArgs]) error {
-		_, err := worker.Effect(ctx, job, "charge", func(context.Context, worker.EffectCall) (string, error) { return "ok", nil })
+		_, err := worker.Effect(ctx, job.JobRow, "charge", func(context.Context, worker.EffectCall) (string, error) { return "ok", nil })
 		return err
 	}, &worker.HandlerOptions{Retry: fastRetry})
 	worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
@@ -242,28 +242,28 @@ func TestFeatureSetUnderRoles(t *testing.T) {
 		for i := range 4 {
 			r, err := ec.Insert(ctx, limArgs{N: i, Key: fmt.Sprintf("k%d", i%2)}, &jobs.InsertOpts{Queue: q})
 			require.NoError(t, err)
-			ids = append(ids, r.ID)
+			ids = append(ids, r.Job.ID)
 		}
 	}
 	for i := range 3 {
 		r, err := ec.Insert(ctx, effArgs{Tag: fmt.Sprint(i)}, nil)
 		require.NoError(t, err)
-		ids = append(ids, r.ID)
+		ids = append(ids, r.Job.ID)
 	}
 	u1, err := ec.Insert(ctx, noopArgs{N: 7}, &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true}})
 	require.NoError(t, err)
 	u2, err := ec.Insert(ctx, noopArgs{N: 7}, &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true}})
 	require.NoError(t, err)
 	require.True(t, u2.Duplicate)
-	require.Equal(t, u1.ID, u2.ID)
-	ids = append(ids, u1.ID)
-	many, err := ec.InsertManyResults(ctx, []jobs.InsertManyParams{
+	require.Equal(t, u1.Job.ID, u2.Job.ID)
+	ids = append(ids, u1.Job.ID)
+	many, err := ec.InsertMany(ctx, []jobs.InsertManyParams{
 		{Args: noopArgs{N: 8}, Opts: &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true}}},
 		{Args: noopArgs{N: 8}, Opts: &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true}}},
 	})
 	require.NoError(t, err)
 	require.True(t, many[1].Duplicate)
-	ids = append(ids, many[0].ID)
+	ids = append(ids, many[0].Job.ID)
 	var sqlID int64
 	var dup bool
 	require.NoError(t, ep.QueryRow(ctx, `SELECT id, duplicate FROM tenure.enqueue('noop', '{"n": 9}', unique_args => '{}')`).Scan(&sqlID, &dup))
@@ -290,21 +290,21 @@ func TestFeatureSetUnderRoles(t *testing.T) {
 	})
 	waitFor(t, 30*time.Second, "a periodic job", func() bool { return w.Stats().PeriodicEnqueued >= 1 })
 	require.Equal(t, []string{"paused"}, w.Stats().PausedQueues)
-	j, err := oc.Get(ctx, pj.ID)
+	j, err := oc.Get(ctx, pj.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateReady, j.State, "a paused queue's job waits")
+	require.Equal(t, generics.JobStateReady, j.State, "a paused queue's job waits")
 	_, err = oc.ResumeQueue(ctx, "paused", act)
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, "the paused queue's job after resume", func() bool {
-		j, err := oc.Get(ctx, pj.ID)
-		return err == nil && j.State == jobs.StateSucceeded
+		j, err := oc.Get(ctx, pj.Job.ID)
+		return err == nil && j.State == generics.JobStateSucceeded
 	})
-	out, err := oc.Cancel(ctx, later.ID, act)
+	out, err := oc.Cancel(ctx, later.Job.ID, act)
 	require.NoError(t, err)
 	require.Equal(t, jobs.Cancelled, out)
-	_, err = oc.Reinject(ctx, later.ID, act, nil)
+	_, err = oc.Reinject(ctx, later.Job.ID, act, nil)
 	require.Error(t, err, "a cancelled job is not dead")
-	require.NoError(t, oc.Delete(ctx, later.ID, act))
+	require.NoError(t, oc.Delete(ctx, later.Job.ID, act))
 	var effects int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.effects`).Scan(&effects))
 	require.Equal(t, 3, effects)

@@ -71,7 +71,7 @@ func TestEffectWhoseResultCannotBeKeptRunsOnce(t *testing.T) {
 	seenBy := map[string][]seen{}
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[effResultArgs]) error {
 		c := effectResultCases[job.Args.Case]
-		res, err := worker.Effect(ctx, job, "send", func(ctx context.Context, call worker.EffectCall) (any, error) {
+		res, err := worker.Effect(ctx, job.JobRow, "send", func(ctx context.Context, call worker.EffectCall) (any, error) {
 			mu.Lock()
 			calls[job.Args.Case]++
 			mu.Unlock()
@@ -89,7 +89,7 @@ func TestEffectWhoseResultCannotBeKeptRunsOnce(t *testing.T) {
 	for name := range effectResultCases {
 		row, err := client.Insert(ctx, effResultArgs{Case: name}, nil)
 		require.NoError(t, err)
-		ids[name] = row.ID
+		ids[name] = row.Job.ID
 	}
 	waitFor(t, 60*time.Second, "every job dead after 3 attempts", func() bool { return countState(t, pool, "dead") == len(ids) })
 

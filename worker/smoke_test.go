@@ -40,7 +40,7 @@ func TestSmokeRunsJobsAndRetries(t *testing.T) {
 	require.NoError(t, err)
 	row, err := c.Insert(ctx, failArgs{Msg: "boom"}, nil)
 	require.NoError(t, err)
-	require.Equal(t, 3, row.MaxAttempts)
+	require.Equal(t, 3, row.Job.MaxAttempts)
 
 	startWorker(t, w)
 	waitFor(t, 10*time.Second, "all jobs final", func() bool {
@@ -48,9 +48,9 @@ func TestSmokeRunsJobsAndRetries(t *testing.T) {
 	})
 	require.EqualValues(t, 100, ran.Load())
 	require.EqualValues(t, 3, fails.Load())
-	got, err := c.Get(ctx, row.ID)
+	got, err := c.Get(ctx, row.Job.ID)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateDead, got.State)
+	require.Equal(t, generics.JobStateDead, got.State)
 	require.Equal(t, "HANDLER_ERROR", got.LastErrorCode)
 	require.Len(t, got.Errors, 3)
 	require.Equal(t, int64(3), got.Generation)

@@ -76,7 +76,7 @@ func TestMigrationUnderLoadRecoversAtOnce(t *testing.T) {
 			row, err := c.Insert(ctx, noopArgs{N: i}, &jobs.InsertOpts{Lease: 2 * time.Second})
 			if err == nil {
 				idsMu.Lock()
-				ids = append(ids, row.ID)
+				ids = append(ids, row.Job.ID)
 				idsMu.Unlock()
 				produced.Add(1)
 			}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -191,16 +190,12 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 		return err
 	}
 	w.handlers[kind] = &handler{kind: kind, version: zero.PayloadVersion(), opts: o, run: func(ctx context.Context, e *execution) error {
-		args, err := generics.Decode[A](w.reg, e.c.payload, e.c.version)
+		args, err := generics.Decode[A](w.reg, e.c.Payload, e.c.PayloadVersion)
 		if err != nil {
 			return WithCode(CodeInvalidPayload, err)
 		}
-		// The handler gets its own copy of the attempt (its tags slice too: the engine keeps
-		// reading the execution's).
-		meta := e.c.JobMeta
-		meta.Tags = slices.Clone(meta.Tags)
-		job := &generics.Job[A]{Args: args, JobMeta: meta}
-		return fn(ctx, job)
+		// The handler sees the row the engine keeps (and middleware and the Outcome see).
+		return fn(ctx, &generics.Job[A]{Args: args, JobRow: e.c.JobRow})
 	}}
 	return nil
 }

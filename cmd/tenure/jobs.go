@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -102,7 +103,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 	if needsID && id == 0 {
 		return exitCode(e, prefix, usageErrorf("missing job id"))
 	}
-	if *state != "" && !jobs.State(*state).Valid() {
+	if *state != "" && !generics.JobState(*state).Valid() {
 		return exitCode(e, prefix, usageErrorf("-state: unknown state %q (ready, running, succeeded, dead or cancelled)", *state))
 	}
 	if auditedActions[action] {
@@ -132,7 +133,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 	defer tw.Flush()
 	switch action {
 	case "list":
-		page, err := c.List(ctx, jobs.ListParams{State: jobs.State(*state), Kind: *kind, Queue: *queue, ErrorCode: *code, Tags: tags, AfterID: *after, Limit: *limit})
+		page, err := c.List(ctx, jobs.ListParams{State: generics.JobState(*state), Kind: *kind, Queue: *queue, ErrorCode: *code, Tags: tags, AfterID: *after, Limit: *limit})
 		if err != nil {
 			return exitCode(e, prefix, err)
 		}
@@ -142,7 +143,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tPRIO\tATTEMPTS\tRUN_AT\tLAST_ERROR")
 		for _, j := range page.Jobs {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d/%d\t%s\t%s\n", j.ID, esc(j.Queue), esc(j.Kind), esc(string(j.State)), j.Priority,
-				j.Attempts, j.MaxAttempts, j.RunAt.Format(time.RFC3339), esc(j.LastErrorCode))
+				j.Attempt, j.MaxAttempts, j.RunAt.Format(time.RFC3339), esc(j.LastErrorCode))
 		}
 		if page.NextAfterID != 0 {
 			fmt.Fprintf(tw, "(more: -after %d)\n", page.NextAfterID)
@@ -156,7 +157,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 			return printJSON(e, prefix, jsonJobOf(j))
 		}
 		fmt.Fprintf(tw, "id\t%d\nqueue\t%s\nkind\t%s (payload v%d)\nstate\t%s\npriority\t%d\nattempts\t%d/%d\ngeneration\t%d\nrun_at\t%s\nlease\t%v\npayload\t%s\n",
-			j.ID, esc(j.Queue), esc(j.Kind), j.PayloadVersion, esc(string(j.State)), j.Priority, j.Attempts, j.MaxAttempts, j.Generation,
+			j.ID, esc(j.Queue), esc(j.Kind), j.PayloadVersion, esc(string(j.State)), j.Priority, j.Attempt, j.MaxAttempts, j.Generation,
 			j.RunAt.Format(time.RFC3339Nano), j.Lease, escBytes(j.Payload))
 		if len(j.Metadata) > 0 {
 			kv := make([]string, 0, len(j.Metadata))
@@ -246,7 +247,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		if err != nil {
 			return exitCode(e, prefix, err)
 		}
-		fmt.Fprintf(tw, "job %d: %s, due now, attempts %d/%d\n", j.ID, esc(string(j.State)), j.Attempts, j.MaxAttempts)
+		fmt.Fprintf(tw, "job %d: %s, due now, attempts %d/%d\n", j.ID, esc(string(j.State)), j.Attempt, j.MaxAttempts)
 	case "reinject":
 		j, err := c.Reinject(ctx, id, act, &jobs.ReinjectOpts{MaxAttempts: *maxAttempts})
 		if err != nil {

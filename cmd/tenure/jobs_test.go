@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
-	"github.com/tenureq/tenure/jobs"
 )
 
 func TestJobsCommands(t *testing.T) {
@@ -114,7 +114,7 @@ func TestJobsCommandsFirstHour(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	var row jsonJob
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &row))
-	require.Equal(t, string(jobs.StateDead), row.State)
+	require.Equal(t, string(generics.JobStateDead), row.State)
 	r = tenure(t, url, "jobs", "stats", "-json")
 	require.Equal(t, 0, r.code, r.stderr)
 	var st jsonStats

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -133,10 +134,10 @@ func strPtr(s string) *string {
 	return &s
 }
 
-func jsonJobOf(r *jobs.Row) jsonJob {
+func jsonJobOf(r *generics.JobRow) jsonJob {
 	j := jsonJob{
 		ID: r.ID, Queue: r.Queue, Kind: r.Kind, Payload: r.Payload, PayloadVersion: r.PayloadVersion,
-		State: string(r.State), Priority: r.Priority, RunAt: utc(r.RunAt), Attempts: r.Attempts,
+		State: string(r.State), Priority: r.Priority, RunAt: utc(r.RunAt), Attempts: r.Attempt,
 		MaxAttempts: r.MaxAttempts, LeaseSeconds: seconds(r.Lease), LockedBy: strPtr(r.LockedBy),
 		LockedUntil: utcPtr(r.LockedUntil), Generation: r.Generation, AttemptedAt: utcPtr(r.AttemptedAt),
 		LastErrorCode: strPtr(r.LastErrorCode), Errors: make([]jsonAttempt, 0, len(r.Errors)),

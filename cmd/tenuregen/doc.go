@@ -65,7 +65,7 @@
 //	                   declared default (generics.UniqueDefaults, jobs.UniqueOpts): the job is
 //	                   unique by its kind, by kind and all args, or by kind and the named JSON
 //	                   fields (which must exist and not be omitempty). An insert whose key is
-//	                   held returns the holder (Row.Duplicate). Applied by every Go insert when
+//	                   held returns the holder (InsertResult.Duplicate). Applied by every Go insert when
 //	                   opts.Unique is nil.
 //	unique_by_queue=true, unique_period=DURATION, unique_states=succeeded|dead|cancelled
 //	                   with unique: add the queue, the period window (at least 1s) to the key;
@@ -127,10 +127,10 @@
 //	func (T) PayloadVersion() int
 //	func (a T) Validate() error
 //	func (T) Defaults() generics.KindDefaults
-//	func EnqueueX(ctx, c *jobs.Client, args T, opts *jobs.InsertOpts) (*jobs.Row, error)
-//	func EnqueueXTx(ctx, c *jobs.Client, tx pgx.Tx, args T, opts *jobs.InsertOpts) (*jobs.Row, error)
-//	func EnqueueManyX(ctx, c *jobs.Client, args []T, opts *jobs.InsertOpts) ([]int64, error)
-//	func EnqueueManyXTx(ctx, c *jobs.Client, tx pgx.Tx, args []T, opts *jobs.InsertOpts) ([]int64, error)
+//	func EnqueueX(ctx, c *jobs.Client, args T, opts *jobs.InsertOpts) (*jobs.InsertResult, error)
+//	func EnqueueXTx(ctx, c *jobs.Client, tx jobs.Tx, args T, opts *jobs.InsertOpts) (*jobs.InsertResult, error)
+//	func EnqueueManyX(ctx, c *jobs.Client, args []T, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error)
+//	func EnqueueManyXTx(ctx, c *jobs.Client, tx jobs.Tx, args []T, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error)
 //	func RegisterX(w *worker.Worker, fn func(context.Context, *generics.Job[T]) error, adjust ...func(kind string, o *worker.HandlerOptions)) error
 //
 // Defaults returns the directive's declared defaults (queue, priority, max_attempts, lease,

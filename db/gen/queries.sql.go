@@ -1826,6 +1826,79 @@ func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]FailManyR
 	return items, nil
 }
 
+const findJobs = `-- name: FindJobs :many
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
+WHERE kind = $1::text
+  AND ($2::text = '' OR queue = $2::text)
+  AND ($3::integer = 0 OR priority = $3::integer)
+  AND ($4::text = '' OR state::text = $4::text)
+ORDER BY id
+`
+
+type FindJobsParams struct {
+	Kind     string
+	Queue    string
+	Priority int32
+	State    string
+}
+
+// The jobs of a kind, filtered by queue, priority and state when given, in id order
+// (package tenuretest).
+func (q *Queries) FindJobs(ctx context.Context, arg FindJobsParams) ([]TenureJob, error) {
+	rows, err := q.db.Query(ctx, findJobs,
+		arg.Kind,
+		arg.Queue,
+		arg.Priority,
+		arg.State,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureJob{}
+	for rows.Next() {
+		var i TenureJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+			&i.Limited,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const finishStates = `-- name: FinishStates :many
 
 SELECT id, state, claim_token, generation, errors FROM tenure.jobs WHERE id = ANY($1::bigint[])
@@ -2051,6 +2124,62 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.Limited,
 	)
 	return i, err
+}
+
+const getJobs = `-- name: GetJobs :many
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs WHERE id = ANY($1::bigint[]) ORDER BY id
+`
+
+// The rows of the given jobs, in id order: InsertUniqueJobs's inserted jobs and holders, read
+// in the inserting transaction.
+func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]TenureJob, error) {
+	rows, err := q.db.Query(ctx, getJobs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureJob{}
+	for rows.Next() {
+		var i TenureJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+			&i.Limited,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const heartbeat = `-- name: Heartbeat :many
@@ -2324,9 +2453,9 @@ FROM (SELECT unnest($2::text[]) AS queue,
             unnest($10::integer[]) AS lease_ms,
             unnest($11::jsonb[]) AS metadata,
             unnest($12::jsonb[]) AS tags) AS i
-RETURNING id, queue, priority, run_at
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
 )
-SELECT id FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) || d.priority || chr(31)
                                               || (extract(epoch FROM d.run_at) * 1000000)::bigint)
                              FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins
@@ -2350,13 +2479,46 @@ type InsertJobsParams struct {
 	Tags            [][]byte
 }
 
+type InsertJobsRow struct {
+	ID                int64
+	Queue             string
+	Kind              string
+	Payload           []byte
+	PayloadVersion    int32
+	State             TenureJobState
+	Priority          int16
+	RunAt             time.Time
+	Attempts          int32
+	MaxAttempts       int32
+	LeaseMs           int32
+	LockedBy          *string
+	LockedUntil       *time.Time
+	ClaimToken        *uuid.UUID
+	Generation        int64
+	AttemptedAt       *time.Time
+	LastErrorCode     *string
+	Errors            []byte
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	FinishedAt        *time.Time
+	CancelRequestedAt *time.Time
+	Metadata          []byte
+	UniqueKey         []byte
+	UniqueStates      *int16
+	Tags              []string
+	Output            []byte
+	Snoozes           int32
+	Limited           bool
+}
+
 // Many jobs in one round trip, plus the new-job signal (as InsertJob's) for each queue in
 // notify_queues (the queues given jobs that are due now) and priority band with due jobs,
 // carrying the band's oldest due time; sent inside the inserting transaction.
 // run_at_us is an absolute time in microseconds since the Unix
 // epoch; 0 means "now + delay_us" on the database clock.
-// tags holds each job's tags as a JSON array of strings.
-func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64, error) {
+// tags holds each job's tags as a JSON array of strings. Returns the inserted rows in id order
+// (the input order).
+func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]InsertJobsRow, error) {
 	rows, err := q.db.Query(ctx, insertJobs,
 		arg.NotifyQueues,
 		arg.Queues,
@@ -2375,13 +2537,43 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64
 		return nil, err
 	}
 	defer rows.Close()
-	items := []int64{}
+	items := []InsertJobsRow{}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var i InsertJobsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+			&i.Limited,
+		); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

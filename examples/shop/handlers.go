@@ -51,7 +51,7 @@ var _ shopjobs.Handlers = (*shop)(nil)
 // order is then marked paid in the same transaction that completes the job.
 func (s *shop) ChargeCard(ctx context.Context, job *generics.Job[shopjobs.ChargeCard]) error {
 	a := job.Args
-	res, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
+	res, err := worker.Effect(ctx, job.JobRow, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
 		s.chargeCalls.Add(1)
 		return s.pay.charge(ctx, call.Key, chargeRequest{OrderID: a.OrderID, AmountCents: a.AmountCents, Currency: a.Currency})
 	})
@@ -74,7 +74,7 @@ func (s *shop) ChargeCard(ctx context.Context, job *generics.Job[shopjobs.Charge
 		if tag.RowsAffected() != 1 {
 			return worker.Permanent(fmt.Errorf("order %d not found", a.OrderID))
 		}
-		return worker.CompleteTx(ctx, tx, job)
+		return worker.CompleteTx(ctx, tx, job.JobRow)
 	})
 }
 
@@ -152,6 +152,6 @@ func (s *shop) CleanupCart(ctx context.Context, job *generics.Job[shopjobs.Clean
 		if _, err := tx.Exec(ctx, `UPDATE orders SET cleaned_at = now() WHERE id = $1`, job.Args.OrderID); err != nil {
 			return err
 		}
-		return worker.CompleteTx(ctx, tx, job)
+		return worker.CompleteTx(ctx, tx, job.JobRow)
 	})
 }

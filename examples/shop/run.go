@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/db/migrations"
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgserver"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
@@ -40,7 +41,7 @@ const checkoutRetryEvery = 10
 
 // receiptUnique is the legacy checkout's copy of the receipt's uniqueness (the generated
 // EnqueueSendReceipt helpers apply the directive's; the legacy client inserts by hand).
-var receiptUnique = &jobs.UniqueOpts{Fields: []string{"order_id"}, States: []jobs.State{jobs.StateSucceeded}}
+var receiptUnique = &jobs.UniqueOpts{Fields: []string{"order_id"}, States: []generics.JobState{generics.JobStateSucceeded}}
 
 // checkoutStats counts the checkout retries and how many of them came back as duplicates.
 type checkoutStats struct {

@@ -107,7 +107,7 @@ func childWorker(out *childOut) error {
 	cfg.ID = os.Getenv(envChildID)
 	cfg.AsynchronousCommit = os.Getenv(envChildAsync) == "1"
 	cfg.OnOutcome = func(o worker.Outcome) {
-		out.printf("outcome %d %d %s code=%s stale=%t err=%q", o.JobID, o.Generation, o.Transition, o.Code,
+		out.printf("outcome %d %d %s code=%s stale=%t err=%q", o.Job.ID, o.Job.Generation, o.Transition, o.Code,
 			errors.Is(o.Err, worker.ErrLostOwnership), errText(o.Err))
 	}
 	if mode == "periodic" {
@@ -134,7 +134,7 @@ func childWorker(out *childOut) error {
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[effArgs]) error {
 		out.printf("claimed %d %d %d %s", job.ID, job.Generation, job.Attempt, job.ClaimToken)
 		nap()
-		_, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		_, err := worker.Effect(ctx, job.JobRow, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			return testkit.CallRemote(ctx, remote, call.Key, call.Generation)
 		})
 		if err != nil {

@@ -50,7 +50,7 @@ func readOnlySwitch(t *testing.T, lease time.Duration) {
 	for i := 0; i < n; i++ {
 		row, err := c.Insert(ctx, faultArgs{N: i}, &jobs.InsertOpts{Lease: lease, Delay: time.Duration(i) * 25 * time.Millisecond})
 		require.NoError(t, err)
-		ids = append(ids, row.ID)
+		ids = append(ids, row.Job.ID)
 	}
 
 	var mu sync.Mutex
@@ -106,7 +106,7 @@ func readOnlySwitch(t *testing.T, lease time.Duration) {
 	_, duringRO := startsSince(roAt.Add(time.Second))
 	_, afterBack := startsSince(back)
 	waitFor(t, 30*time.Second+2*lease, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
-	tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
+	tl := audit(t, pool, ids, generics.JobStateSucceeded, time.Second)
 	st := w.Stats()
 	result(t, "read-only-switch-lease-"+lease.String(), tl, ms(recovery), "read_only=15000ms", "drain_after_back="+ms(time.Since(back)),
 		"claim_errors="+strconv.FormatInt(st.ClaimErrors, 10), "finish_abandoned="+strconv.FormatInt(st.FinishAbandoned, 10),
@@ -213,7 +213,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		return nil
 	}, &worker.HandlerOptions{Retry: fastRetry})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[effArgs]) error {
-		_, err := worker.Effect(ctx, job, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
+		_, err := worker.Effect(ctx, job.JobRow, "charge", func(ctx context.Context, call worker.EffectCall) (string, error) {
 			return testkit.CallRemote(ctx, remote.URL, call.Key, call.Generation)
 		})
 		return err
@@ -228,31 +228,31 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	long, err := c.Insert(ctx, faultArgs{N: -2}, &jobs.InsertOpts{Lease: 2 * time.Second, MaxAttempts: 1})
 	require.NoError(t, err)
 	act := jobs.Action{Actor: "ops@example", Reason: "least-privilege test"}
-	out, err := ops.Cancel(ctx, later.ID, act)
+	out, err := ops.Cancel(ctx, later.Job.ID, act)
 	require.NoError(t, err)
 	require.Equal(t, jobs.Cancelled, out)
 
 	startWorker(t, w)
 	waitFor(t, 20*time.Second, "the poison job to die", func() bool {
-		r, err := c.Get(ctx, poison.ID)
-		return err == nil && r.State == jobs.StateDead
+		r, err := c.Get(ctx, poison.Job.ID)
+		return err == nil && r.State == generics.JobStateDead
 	})
-	_, err = ops.Reinject(ctx, poison.ID, act, nil)
+	_, err = ops.Reinject(ctx, poison.Job.ID, act, nil)
 	require.NoError(t, err)
 	waitFor(t, 20*time.Second, "the long job to run", func() bool {
-		r, err := c.Get(ctx, long.ID)
-		return err == nil && r.State == jobs.StateRunning
+		r, err := c.Get(ctx, long.Job.ID)
+		return err == nil && r.State == generics.JobStateRunning
 	})
-	out, err = ops.Cancel(ctx, long.ID, act)
+	out, err = ops.Cancel(ctx, long.Job.ID, act)
 	require.NoError(t, err)
 	require.Equal(t, jobs.CancelRequested, out)
-	all := append(append([]int64{poison.ID}, okIDs...), effIDs...)
+	all := append(append([]int64{poison.Job.ID}, okIDs...), effIDs...)
 	waitFor(t, 30*time.Second, "the jobs to finish", func() bool {
 		s := countStates(ctx, pool)
 		return s["succeeded"] == len(all) && s["cancelled"] == 2
 	})
-	tl := audit(t, pool, all, jobs.StateSucceeded, time.Second)
-	cancelled := audit(t, pool, []int64{later.ID, long.ID}, jobs.StateCancelled, time.Second)
+	tl := audit(t, pool, all, generics.JobStateSucceeded, time.Second)
+	cancelled := audit(t, pool, []int64{later.Job.ID, long.Job.ID}, generics.JobStateCancelled, time.Second)
 	notOnce, _ := remote.Check(effIDs, "charge")
 	entries, err := ops.Audit(ctx, 0, 0, 100)
 	require.NoError(t, err)

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -284,7 +285,9 @@ func TestFleetSilentCut(t *testing.T) {
 			if err != nil && prodErr == nil {
 				prodErr = err
 			}
-			ids = append(ids, got...)
+			for _, r := range got {
+				ids = append(ids, r.Job.ID)
+			}
 			idMu.Unlock()
 		}
 	}()
@@ -440,7 +443,7 @@ func TestFleetSilentCut(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tenure.jobs WHERE id = ANY($1) AND attempts > 1", all).Scan(&reattempted))
 	_, conflicts := generationConflicts(kids...)
 
-	tl := audit(t, pool, all, jobs.StateSucceeded, time.Second)
+	tl := audit(t, pool, all, generics.JobStateSucceeded, time.Second)
 	result(t, "fleet-silent-cut", tl, "rejoin "+ms(rejoin.At.Sub(tHeal))+" after the heal",
 		fmt.Sprintf("hosts=%d owned_at_cut=%d taken_back=%s finished_elsewhere=%d reattempted=%d reclaimed_by_others=%d victim_stale=%d victim_abandoned=%d landed_twice=%d never_landed=%d setup=%s total=%s",
 			hosts, len(ownedAtCut), map[bool]string{true: ms(takeBack), false: "no"}[takenBack], takenByOthers, reattempted,

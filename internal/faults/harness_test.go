@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/db/migrations"
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgserver"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
@@ -152,7 +153,9 @@ func insertN(t testing.TB, c *jobs.Client, n int, args func(i int) any, opts *jo
 		}
 		got, err := c.InsertMany(context.Background(), ps)
 		require.NoError(t, err)
-		ids = append(ids, got...)
+		for _, r := range got {
+			ids = append(ids, r.Job.ID)
+		}
 	}
 	return ids
 }
@@ -165,7 +168,7 @@ type tally struct {
 
 // audit checks every job in ids: lost (row gone), wrong (not in state want), stuck (running
 // with its lease expired more than grace ago on the database clock).
-func audit(t testing.TB, pool *pgxpool.Pool, ids []int64, want jobs.State, grace time.Duration) tally {
+func audit(t testing.TB, pool *pgxpool.Pool, ids []int64, want generics.JobState, grace time.Duration) tally {
 	t.Helper()
 	ctx := context.Background()
 	rows, err := pool.Query(ctx, `SELECT id, state::text, coalesce(locked_until < clock_timestamp() - $2::interval, false)
@@ -321,9 +324,9 @@ func (p *pickupProbe) one(timeout time.Duration) (time.Duration, int64, bool) {
 		return !at.IsZero()
 	})
 	if !ok {
-		return timeout, row.ID, false
+		return timeout, row.Job.ID, false
 	}
-	return max(at.Sub(t0), 0), row.ID, true
+	return max(at.Sub(t0), 0), row.Job.ID, true
 }
 
 func median(ds []time.Duration) time.Duration {

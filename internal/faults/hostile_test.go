@@ -109,16 +109,16 @@ func TestHostileInput(t *testing.T) {
 
 	// Run side, with 300 canaries on the same worker.
 	type want struct {
-		state jobs.State
+		state generics.JobState
 		code  string
 	}
 	cases := map[string]want{
-		"nul-error":     {jobs.StateDead, "HANDLER_ERROR"},
-		"mb-error":      {jobs.StateDead, "HANDLER_ERROR"},
-		"panic-nul":     {jobs.StateDead, "PANIC"},
-		"ignore-ctx":    {jobs.StateDead, ""}, // TIMEOUT or LEASE_EXPIRED, whichever lands last
-		"permanent-nul": {jobs.StateDead, "PERMANENT"},
-		"nested":        {jobs.StateSucceeded, ""},
+		"nul-error":     {generics.JobStateDead, "HANDLER_ERROR"},
+		"mb-error":      {generics.JobStateDead, "HANDLER_ERROR"},
+		"panic-nul":     {generics.JobStateDead, "PANIC"},
+		"ignore-ctx":    {generics.JobStateDead, ""}, // TIMEOUT or LEASE_EXPIRED, whichever lands last
+		"permanent-nul": {generics.JobStateDead, "PERMANENT"},
+		"nested":        {generics.JobStateSucceeded, ""},
 	}
 	ids := map[int64]string{}
 	for mode := range cases {
@@ -129,7 +129,7 @@ func TestHostileInput(t *testing.T) {
 		for range 3 {
 			row, err := c.Insert(ctx, args, nil)
 			require.NoError(t, err, mode)
-			ids[row.ID] = mode
+			ids[row.Job.ID] = mode
 		}
 	}
 	// A stored payload that no longer decodes (an unknown field, written by hand).
@@ -165,7 +165,7 @@ func TestHostileInput(t *testing.T) {
 	}
 	got, err := c.Get(ctx, undecodable)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateDead, got.State)
+	require.Equal(t, generics.JobStateDead, got.State)
 	require.Equal(t, "INVALID_PAYLOAD", got.LastErrorCode)
 
 	all := append([]int64{undecodable}, canaries...)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/internal/testkit"
 	"github.com/tenureq/tenure/jobs"
@@ -101,7 +102,7 @@ func TestKillAndStopWorkers(t *testing.T) {
 
 	waitFor(t, 60*time.Second, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
 	wg.Wait()
-	tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
+	tl := audit(t, pool, ids, generics.JobStateSucceeded, time.Second)
 	notOnce, calls := remote.Check(ids, "charge")
 	seen, conflicts := generationConflicts(all...)
 	worst := time.Duration(0)

@@ -54,7 +54,7 @@ func TestPoolExhaustion(t *testing.T) {
 	startWorker(t, w)
 	waitFor(t, 45*time.Second, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
 	drain := time.Since(t0)
-	tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
+	tl := audit(t, pool, ids, generics.JobStateSucceeded, time.Second)
 	var retried int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tenure.jobs WHERE attempts > 1").Scan(&retried))
 	st := w.Stats()
@@ -108,7 +108,7 @@ CREATE TRIGGER log_retry AFTER UPDATE ON tenure.jobs FOR EACH ROW EXECUTE FUNCTI
 	startWorker(t, w)
 	waitFor(t, 60*time.Second, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
 	drain := time.Since(t0)
-	tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
+	tl := audit(t, pool, ids, generics.JobStateSucceeded, time.Second)
 	var notFour int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tenure.jobs WHERE attempts <> 4").Scan(&notFour))
 
@@ -202,7 +202,7 @@ func TestRowLockHeld(t *testing.T) {
 	released := time.Now()
 	waitFor(t, 15*time.Second, "the released jobs to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
 	recovery := time.Since(released)
-	tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
+	tl := audit(t, pool, ids, generics.JobStateSucceeded, time.Second)
 	result(t, "row-lock-held", tl, ms(recovery), "locked="+strconv.Itoa(locked), "hold="+ms(hold), "others_done_after="+ms(othersDone))
 	require.Less(t, recovery, 3*time.Second, "released jobs run within 3 s (watermark reset is 1 s)")
 }

@@ -54,6 +54,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
 )
@@ -269,29 +270,32 @@ func (w *mWorker) enqueue(ctx context.Context) {
 	exact := map[int]time.Time{}
 	if n == 1 && w.r.IntN(2) == 0 {
 		m.count("insert")
-		var row *jobs.Row
+		var res *jobs.InsertResult
 		var err error
 		if specs[0].kind == "model.a" {
-			row, err = m.client.Insert(ctx, modelA{N: 1}, &specs[0].opts)
+			res, err = m.client.Insert(ctx, modelA{N: 1}, &specs[0].opts)
 		} else {
-			row, err = m.client.Insert(ctx, modelB{N: 1}, &specs[0].opts)
+			res, err = m.client.Insert(ctx, modelB{N: 1}, &specs[0].opts)
 		}
 		if err != nil {
 			m.violation("unexpected-error", nil, "Insert: %v", err)
 			return
 		}
-		if row.State != jobs.StateReady || row.Attempts != 0 || row.Generation != 0 || row.ClaimToken != nil {
+		row := res.Job
+		if row.State != generics.JobStateReady || row.Attempt != 0 || row.Generation != 0 || row.ClaimToken != nil {
 			m.violation("insert", nil, "Insert returned %+v", row)
 		}
 		ids = []int64{row.ID}
 		exact[0] = row.RunAt
 	} else {
 		m.count("insert-many")
-		var err error
-		ids, err = m.client.InsertMany(ctx, ps)
+		res, err := m.client.InsertMany(ctx, ps)
 		if err != nil {
 			m.violation("unexpected-error", nil, "InsertMany: %v", err)
 			return
+		}
+		for _, r := range res {
+			ids = append(ids, r.Job.ID)
 		}
 	}
 	after := time.Now()
@@ -908,7 +912,7 @@ func (w *mWorker) reinject(ctx context.Context) {
 		// A ready job may have been claimed a moment ago by a claim not yet in the model
 		// (claims are gated against cancels and enqueues only): it may be found running.
 		if !errors.As(err, &se) || !errors.Is(err, jobs.ErrNotDead) ||
-			(string(se.State) != j.state && (j.state != "ready" || se.State != jobs.StateRunning)) {
+			(string(se.State) != j.state && (j.state != "ready" || se.State != generics.JobStateRunning)) {
 			m.violation("reinject", j, "Reinject of a %s job: %v", j.state, err)
 		}
 		return
@@ -921,10 +925,10 @@ func (w *mWorker) reinject(ctx context.Context) {
 	if opts != nil {
 		wantMax = int32(opts.MaxAttempts)
 	}
-	if row.State != jobs.StateReady || row.Attempts != 0 || row.Generation != j.gen || row.ClaimToken != nil ||
+	if row.State != generics.JobStateReady || row.Attempt != 0 || row.Generation != j.gen || row.ClaimToken != nil ||
 		row.CancelRequestedAt != nil || int32(row.MaxAttempts) != wantMax || row.FinishedAt != nil {
 		m.violation("reinject", j, "Reinject wrote state=%s attempts=%d gen=%d (model %d) tok=%v max=%d (want %d)",
-			row.State, row.Attempts, row.Generation, j.gen, row.ClaimToken, row.MaxAttempts, wantMax)
+			row.State, row.Attempt, row.Generation, j.gen, row.ClaimToken, row.MaxAttempts, wantMax)
 	}
 	j.state, j.attempts, j.token, j.cancelReq, j.maxAttempts = "ready", 0, nil, false, int32(row.MaxAttempts)
 	j.runLo, j.runHi = row.RunAt, row.RunAt

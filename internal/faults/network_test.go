@@ -89,7 +89,7 @@ func TestNetworkCut(t *testing.T) {
 
 			drained := tryFor(25*time.Second, func() bool { return countStates(ctx, pool)["succeeded"] == len(ids) })
 			drain := time.Since(healed)
-			tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
+			tl := audit(t, pool, ids, generics.JobStateSucceeded, time.Second)
 			st := w.Stats()
 			recovery := ms(rec)
 			if !ok {

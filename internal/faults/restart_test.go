@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgserver"
 	"github.com/tenureq/tenure/jobs"
 )
@@ -83,7 +84,7 @@ func TestPostgresRestart(t *testing.T) {
 
 			waitFor(t, 60*time.Second, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
 			drained := time.Since(back)
-			tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
+			tl := audit(t, pool, ids, generics.JobStateSucceeded, time.Second)
 			seen, conflicts := generationConflicts(kids...)
 			stale := 0
 			for _, k := range kids {

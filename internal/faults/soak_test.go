@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/internal/testkit"
 	"github.com/tenureq/tenure/jobs"
@@ -81,7 +82,9 @@ func TestSoak(t *testing.T) {
 				insErr = err
 				return
 			}
-			ids = append(ids, got...)
+			for _, r := range got {
+				ids = append(ids, r.Job.ID)
+			}
 			time.Sleep(gap)
 		}
 	}()
@@ -132,7 +135,7 @@ func TestSoak(t *testing.T) {
 	if !drained {
 		t.Errorf("not drained 5 min after the chaos: %v", countStates(ctx, pool))
 	}
-	tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
+	tl := audit(t, pool, ids, generics.JobStateSucceeded, time.Second)
 	notOnce, calls := remote.Check(ids, "charge")
 	seen, conflicts := generationConflicts(all...)
 	stale := 0

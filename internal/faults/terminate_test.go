@@ -72,7 +72,7 @@ func TestTerminateBackends(t *testing.T) {
 	t.Logf("pickups after the fault (bound %v): %s", bound, fmtDurs(lats))
 
 	waitFor(t, 30*time.Second, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == len(ids) })
-	tl := audit(t, pool, ids, jobs.StateSucceeded, time.Second)
+	tl := audit(t, pool, ids, generics.JobStateSucceeded, time.Second)
 	st := w.Stats()
 	recovery := ms(rec)
 	if !ok {

@@ -46,7 +46,7 @@ import (
 //     intervals per key likewise (a killed child's handlers end at the kill), and every job
 //     must end succeeded.
 //  3. rate: Limit{Rate: R, Per: 1 s}, 2 worker processes × 50 slots, producers offering 5·R
-//     jobs/s; each start's claim time (database clock, generics.Job.ClaimedAt) is counted in
+//     jobs/s; each start's claim time (database clock, generics.JobRow.AttemptedAt) is counted in
 //     its window [k s, (k+1) s): every full window of the offering period ≤ R, and the mean
 //     within 5 % of R.
 //
@@ -129,22 +129,22 @@ func limitsChild(raw string) int {
 		_, _ = os.Stdout.WriteString(line)
 		mu.Unlock()
 	}
-	handle := func(meta generics.JobMeta) {
+	handle := func(meta *generics.JobRow) {
 		key := meta.Metadata[jobs.ConcurrencyKeyMetadata]
 		if key == "" {
 			key = "-"
 		}
-		emit(fmt.Sprintf("S %d %d %s %d %d\n", meta.ID, meta.Attempt, key, time.Now().UnixNano(), meta.ClaimedAt.UnixNano()))
+		emit(fmt.Sprintf("S %d %d %s %d %d\n", meta.ID, meta.Attempt, key, time.Now().UnixNano(), meta.AttemptedAt.UnixNano()))
 		time.Sleep(spec.Handler)
 		emit(fmt.Sprintf("E %d %d %s %d\n", meta.ID, meta.Attempt, key, time.Now().UnixNano()))
 	}
 	switch spec.Kind {
 	case globalJob{}.Kind():
-		worker.MustRegister(w, func(ctx context.Context, j *generics.Job[globalJob]) error { handle(j.JobMeta); return nil }, nil)
+		worker.MustRegister(w, func(ctx context.Context, j *generics.Job[globalJob]) error { handle(j.JobRow); return nil }, nil)
 	case keyedJob{}.Kind():
-		worker.MustRegister(w, func(ctx context.Context, j *generics.Job[keyedJob]) error { handle(j.JobMeta); return nil }, nil)
+		worker.MustRegister(w, func(ctx context.Context, j *generics.Job[keyedJob]) error { handle(j.JobRow); return nil }, nil)
 	case rateJob{}.Kind():
-		worker.MustRegister(w, func(ctx context.Context, j *generics.Job[rateJob]) error { handle(j.JobMeta); return nil }, nil)
+		worker.MustRegister(w, func(ctx context.Context, j *generics.Job[rateJob]) error { handle(j.JobRow); return nil }, nil)
 	default:
 		fmt.Fprintln(os.Stderr, "child: unknown kind", spec.Kind)
 		return 2
@@ -935,7 +935,7 @@ func printLimits(w io.Writer, r *limitsResult) {
 			p.Succeeded, p.Jobs, p.AllDoneS, verdict(p.TableMaxPerKey <= 1 && p.HandlerMaxKey <= 1), verdict(p.AllDone && p.NotSucceeded == 0))
 	}
 	if q := r.Rate; q != nil {
-		fmt.Fprintf(w, "\nRate limit: %d per %v, %g jobs/s offered (5×) for %v (%d jobs), %d worker processes × %d slots, %v handlers; starts counted per window on the database clock (ClaimedAt)\n\n",
+		fmt.Fprintf(w, "\nRate limit: %d per %v, %g jobs/s offered (5×) for %v (%d jobs), %d worker processes × %d slots, %v handlers; starts counted per window on the database clock (AttemptedAt)\n\n",
 			q.Rate, time.Duration(q.PerS*float64(time.Second)), q.OfferedPerS, time.Duration(q.OfferS*float64(time.Second)), q.Offered, rateProcs, rateSlots, rateHandler)
 		fmt.Fprintln(w, "| full windows | max | min | mean | mean / R | windows over R | target |")
 		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---|")

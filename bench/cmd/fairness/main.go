@@ -224,7 +224,7 @@ func runPolicy(ctx context.Context, adminURL string, p policy, scale float64, du
 	}
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[work]) error {
 		b := bands[job.Priority]
-		b.waits.Record(job.ClaimedAt.Sub(job.RunAt))
+		b.waits.Record(job.AttemptedAt.Sub(job.RunAt))
 		time.Sleep(workTime)
 		mu.Lock()
 		b.done++

@@ -67,7 +67,7 @@ func runTenants(ctx context.Context, adminURL string, fair bool, heavyJobs int, 
 	drained := make(chan struct{})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[work]) error {
 		if job.Metadata[jobs.FairKeyMetadata] != "A" {
-			d := job.ClaimedAt.Sub(job.RunAt)
+			d := job.AttemptedAt.Sub(job.RunAt)
 			lightWaits.Record(d)
 			lightStarted.Add(1)
 			for {

@@ -9,7 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/jobs"
@@ -67,28 +66,29 @@ func (BuildReport) Defaults() generics.KindDefaults {
 	}
 }
 
-// EnqueueBuildReport validates args and enqueues one "shop.build_report" job in its own transaction.
+// EnqueueBuildReport validates args and enqueues one "shop.build_report" job in its own transaction and returns
+// the stored row (Duplicate: the row of the job that held its unique key).
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "reports", priority 2, max attempts 3, lease 2s.
-func EnqueueBuildReport(ctx context.Context, c *jobs.Client, args BuildReport, opts *jobs.InsertOpts) (*jobs.Row, error) {
+func EnqueueBuildReport(ctx context.Context, c *jobs.Client, args BuildReport, opts *jobs.InsertOpts) (*jobs.InsertResult, error) {
 	return c.Insert(ctx, args, opts)
 }
 
 // EnqueueBuildReportTx validates args and enqueues one "shop.build_report" job inside tx: the job exists, and
-// workers are woken, only if tx commits.
+// workers are woken, only if tx commits. tx is a pgx.Tx or a jobs.SQLTx.
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "reports", priority 2, max attempts 3, lease 2s.
-func EnqueueBuildReportTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args BuildReport, opts *jobs.InsertOpts) (*jobs.Row, error) {
+func EnqueueBuildReportTx(ctx context.Context, c *jobs.Client, tx jobs.Tx, args BuildReport, opts *jobs.InsertOpts) (*jobs.InsertResult, error) {
 	return c.InsertTx(ctx, tx, args, opts)
 }
 
 // EnqueueManyBuildReport validates every args value (one invalid value writes nothing) and enqueues
-// one "shop.build_report" job per value in one transaction, returning their ids in order.
+// one "shop.build_report" job per value in one transaction, returning one result per value in order.
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "reports", priority 2, max attempts 3, lease 2s.
-func EnqueueManyBuildReport(ctx context.Context, c *jobs.Client, args []BuildReport, opts *jobs.InsertOpts) ([]int64, error) {
+func EnqueueManyBuildReport(ctx context.Context, c *jobs.Client, args []BuildReport, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error) {
 	return c.InsertMany(ctx, tenureManyParams(args, opts))
 }
 
 // EnqueueManyBuildReportTx is EnqueueManyBuildReport inside tx.
-func EnqueueManyBuildReportTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []BuildReport, opts *jobs.InsertOpts) ([]int64, error) {
+func EnqueueManyBuildReportTx(ctx context.Context, c *jobs.Client, tx jobs.Tx, args []BuildReport, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error) {
 	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts))
 }
 
@@ -154,28 +154,29 @@ func (ChargeCard) Defaults() generics.KindDefaults {
 	}
 }
 
-// EnqueueChargeCard validates args and enqueues one "shop.charge_card" job in its own transaction.
+// EnqueueChargeCard validates args and enqueues one "shop.charge_card" job in its own transaction and returns
+// the stored row (Duplicate: the row of the job that held its unique key).
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 3, max attempts 10, lease 30s.
-func EnqueueChargeCard(ctx context.Context, c *jobs.Client, args ChargeCard, opts *jobs.InsertOpts) (*jobs.Row, error) {
+func EnqueueChargeCard(ctx context.Context, c *jobs.Client, args ChargeCard, opts *jobs.InsertOpts) (*jobs.InsertResult, error) {
 	return c.Insert(ctx, args, opts)
 }
 
 // EnqueueChargeCardTx validates args and enqueues one "shop.charge_card" job inside tx: the job exists, and
-// workers are woken, only if tx commits.
+// workers are woken, only if tx commits. tx is a pgx.Tx or a jobs.SQLTx.
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 3, max attempts 10, lease 30s.
-func EnqueueChargeCardTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args ChargeCard, opts *jobs.InsertOpts) (*jobs.Row, error) {
+func EnqueueChargeCardTx(ctx context.Context, c *jobs.Client, tx jobs.Tx, args ChargeCard, opts *jobs.InsertOpts) (*jobs.InsertResult, error) {
 	return c.InsertTx(ctx, tx, args, opts)
 }
 
 // EnqueueManyChargeCard validates every args value (one invalid value writes nothing) and enqueues
-// one "shop.charge_card" job per value in one transaction, returning their ids in order.
+// one "shop.charge_card" job per value in one transaction, returning one result per value in order.
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 3, max attempts 10, lease 30s.
-func EnqueueManyChargeCard(ctx context.Context, c *jobs.Client, args []ChargeCard, opts *jobs.InsertOpts) ([]int64, error) {
+func EnqueueManyChargeCard(ctx context.Context, c *jobs.Client, args []ChargeCard, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error) {
 	return c.InsertMany(ctx, tenureManyParams(args, opts))
 }
 
 // EnqueueManyChargeCardTx is EnqueueManyChargeCard inside tx.
-func EnqueueManyChargeCardTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []ChargeCard, opts *jobs.InsertOpts) ([]int64, error) {
+func EnqueueManyChargeCardTx(ctx context.Context, c *jobs.Client, tx jobs.Tx, args []ChargeCard, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error) {
 	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts))
 }
 
@@ -226,28 +227,29 @@ func (CleanupCart) Defaults() generics.KindDefaults {
 	}
 }
 
-// EnqueueCleanupCart validates args and enqueues one "shop.cleanup_cart" job in its own transaction.
+// EnqueueCleanupCart validates args and enqueues one "shop.cleanup_cart" job in its own transaction and returns
+// the stored row (Duplicate: the row of the job that held its unique key).
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 1, max attempts 5, lease 30s.
-func EnqueueCleanupCart(ctx context.Context, c *jobs.Client, args CleanupCart, opts *jobs.InsertOpts) (*jobs.Row, error) {
+func EnqueueCleanupCart(ctx context.Context, c *jobs.Client, args CleanupCart, opts *jobs.InsertOpts) (*jobs.InsertResult, error) {
 	return c.Insert(ctx, args, opts)
 }
 
 // EnqueueCleanupCartTx validates args and enqueues one "shop.cleanup_cart" job inside tx: the job exists, and
-// workers are woken, only if tx commits.
+// workers are woken, only if tx commits. tx is a pgx.Tx or a jobs.SQLTx.
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 1, max attempts 5, lease 30s.
-func EnqueueCleanupCartTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args CleanupCart, opts *jobs.InsertOpts) (*jobs.Row, error) {
+func EnqueueCleanupCartTx(ctx context.Context, c *jobs.Client, tx jobs.Tx, args CleanupCart, opts *jobs.InsertOpts) (*jobs.InsertResult, error) {
 	return c.InsertTx(ctx, tx, args, opts)
 }
 
 // EnqueueManyCleanupCart validates every args value (one invalid value writes nothing) and enqueues
-// one "shop.cleanup_cart" job per value in one transaction, returning their ids in order.
+// one "shop.cleanup_cart" job per value in one transaction, returning one result per value in order.
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 1, max attempts 5, lease 30s.
-func EnqueueManyCleanupCart(ctx context.Context, c *jobs.Client, args []CleanupCart, opts *jobs.InsertOpts) ([]int64, error) {
+func EnqueueManyCleanupCart(ctx context.Context, c *jobs.Client, args []CleanupCart, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error) {
 	return c.InsertMany(ctx, tenureManyParams(args, opts))
 }
 
 // EnqueueManyCleanupCartTx is EnqueueManyCleanupCart inside tx.
-func EnqueueManyCleanupCartTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []CleanupCart, opts *jobs.InsertOpts) ([]int64, error) {
+func EnqueueManyCleanupCartTx(ctx context.Context, c *jobs.Client, tx jobs.Tx, args []CleanupCart, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error) {
 	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts))
 }
 
@@ -296,28 +298,29 @@ func (SalesSummary) Defaults() generics.KindDefaults {
 	}
 }
 
-// EnqueueSalesSummary validates args and enqueues one "shop.sales_summary" job in its own transaction.
+// EnqueueSalesSummary validates args and enqueues one "shop.sales_summary" job in its own transaction and returns
+// the stored row (Duplicate: the row of the job that held its unique key).
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "reports", priority 1, max attempts 5, lease 30s.
-func EnqueueSalesSummary(ctx context.Context, c *jobs.Client, args SalesSummary, opts *jobs.InsertOpts) (*jobs.Row, error) {
+func EnqueueSalesSummary(ctx context.Context, c *jobs.Client, args SalesSummary, opts *jobs.InsertOpts) (*jobs.InsertResult, error) {
 	return c.Insert(ctx, args, opts)
 }
 
 // EnqueueSalesSummaryTx validates args and enqueues one "shop.sales_summary" job inside tx: the job exists, and
-// workers are woken, only if tx commits.
+// workers are woken, only if tx commits. tx is a pgx.Tx or a jobs.SQLTx.
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "reports", priority 1, max attempts 5, lease 30s.
-func EnqueueSalesSummaryTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args SalesSummary, opts *jobs.InsertOpts) (*jobs.Row, error) {
+func EnqueueSalesSummaryTx(ctx context.Context, c *jobs.Client, tx jobs.Tx, args SalesSummary, opts *jobs.InsertOpts) (*jobs.InsertResult, error) {
 	return c.InsertTx(ctx, tx, args, opts)
 }
 
 // EnqueueManySalesSummary validates every args value (one invalid value writes nothing) and enqueues
-// one "shop.sales_summary" job per value in one transaction, returning their ids in order.
+// one "shop.sales_summary" job per value in one transaction, returning one result per value in order.
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "reports", priority 1, max attempts 5, lease 30s.
-func EnqueueManySalesSummary(ctx context.Context, c *jobs.Client, args []SalesSummary, opts *jobs.InsertOpts) ([]int64, error) {
+func EnqueueManySalesSummary(ctx context.Context, c *jobs.Client, args []SalesSummary, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error) {
 	return c.InsertMany(ctx, tenureManyParams(args, opts))
 }
 
 // EnqueueManySalesSummaryTx is EnqueueManySalesSummary inside tx.
-func EnqueueManySalesSummaryTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []SalesSummary, opts *jobs.InsertOpts) ([]int64, error) {
+func EnqueueManySalesSummaryTx(ctx context.Context, c *jobs.Client, tx jobs.Tx, args []SalesSummary, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error) {
 	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts))
 }
 
@@ -384,28 +387,29 @@ func (SendReceipt) Defaults() generics.KindDefaults {
 	}
 }
 
-// EnqueueSendReceipt validates args and enqueues one "shop.send_receipt" job in its own transaction.
+// EnqueueSendReceipt validates args and enqueues one "shop.send_receipt" job in its own transaction and returns
+// the stored row (Duplicate: the row of the job that held its unique key).
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 2, max attempts 10, lease 30s, unique by kind and args order_id.
-func EnqueueSendReceipt(ctx context.Context, c *jobs.Client, args SendReceipt, opts *jobs.InsertOpts) (*jobs.Row, error) {
+func EnqueueSendReceipt(ctx context.Context, c *jobs.Client, args SendReceipt, opts *jobs.InsertOpts) (*jobs.InsertResult, error) {
 	return c.Insert(ctx, args, opts)
 }
 
 // EnqueueSendReceiptTx validates args and enqueues one "shop.send_receipt" job inside tx: the job exists, and
-// workers are woken, only if tx commits.
+// workers are woken, only if tx commits. tx is a pgx.Tx or a jobs.SQLTx.
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 2, max attempts 10, lease 30s, unique by kind and args order_id.
-func EnqueueSendReceiptTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args SendReceipt, opts *jobs.InsertOpts) (*jobs.Row, error) {
+func EnqueueSendReceiptTx(ctx context.Context, c *jobs.Client, tx jobs.Tx, args SendReceipt, opts *jobs.InsertOpts) (*jobs.InsertResult, error) {
 	return c.InsertTx(ctx, tx, args, opts)
 }
 
 // EnqueueManySendReceipt validates every args value (one invalid value writes nothing) and enqueues
-// one "shop.send_receipt" job per value in one transaction, returning their ids in order.
+// one "shop.send_receipt" job per value in one transaction, returning one result per value in order.
 // Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): queue "shop", priority 2, max attempts 10, lease 30s, unique by kind and args order_id.
-func EnqueueManySendReceipt(ctx context.Context, c *jobs.Client, args []SendReceipt, opts *jobs.InsertOpts) ([]int64, error) {
+func EnqueueManySendReceipt(ctx context.Context, c *jobs.Client, args []SendReceipt, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error) {
 	return c.InsertMany(ctx, tenureManyParams(args, opts))
 }
 
 // EnqueueManySendReceiptTx is EnqueueManySendReceipt inside tx.
-func EnqueueManySendReceiptTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []SendReceipt, opts *jobs.InsertOpts) ([]int64, error) {
+func EnqueueManySendReceiptTx(ctx context.Context, c *jobs.Client, tx jobs.Tx, args []SendReceipt, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error) {
 	return c.InsertManyTx(ctx, tx, tenureManyParams(args, opts))
 }
 

@@ -110,7 +110,7 @@ var kindRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
 var jobKeys = []string{"kind", "version", "queue", "priority", "max_attempts", "lease", "timeout", "retry_base", "retry_cap",
 	"max_snoozes", "unique", "unique_by_queue", "unique_period", "unique_states"}
 
-// uniqueStateNames maps unique_states values to jobs.State constant names.
+// uniqueStateNames maps unique_states values to state constant names (generics.JobState...).
 var uniqueStateNames = map[string]string{"succeeded": "StateSucceeded", "dead": "StateDead", "cancelled": "StateCancelled"}
 var upgradeKeys = []string{"kind", "from"}
 

@@ -21,7 +21,6 @@ func (m *model) imports() []importSpec {
 		out = append(out, importSpec{"utf8", "unicode/utf8"})
 	}
 	return append(out,
-		importSpec{"pgx", "github.com/jackc/pgx/v5"},
 		importSpec{"pgxpool", "github.com/jackc/pgx/v5/pgxpool"},
 		importSpec{"generics", "github.com/tenureq/tenure/generics"},
 		importSpec{"jobs", "github.com/tenureq/tenure/jobs"},
@@ -206,7 +205,7 @@ func uniqueLiteral(k *kindSpec) string {
 	}
 	if len(k.uniqueStates) > 0 {
 		s := make([]string, len(k.uniqueStates))
-		for i, n := range k.uniqueStates { // jobs.State constant names: StateSucceeded -> "succeeded"
+		for i, n := range k.uniqueStates { // state constant names: StateSucceeded -> "succeeded"
 			s[i] = strconv.Quote(strings.ToLower(strings.TrimPrefix(n, "State")))
 		}
 		u = append(u, "States: []string{"+strings.Join(s, ", ")+"}")
@@ -243,25 +242,26 @@ func (m *model) renderKind(w *writer, k *kindSpec) {
 		optsDoc = fmt.Sprintf("\n// Zero fields of opts (which may be nil) take the kind's declared defaults (Defaults): %s.", defaultsDoc(k))
 	}
 	w.p("")
-	w.p("// Enqueue%s validates args and enqueues one %q job in its own transaction.%s", x, k.kind, optsDoc)
-	w.p("func Enqueue%s(ctx context.Context, c *jobs.Client, args %s, opts *jobs.InsertOpts) (*jobs.Row, error) {", x, t)
+	w.p("// Enqueue%s validates args and enqueues one %q job in its own transaction and returns", x, k.kind)
+	w.p("// the stored row (Duplicate: the row of the job that held its unique key).%s", optsDoc)
+	w.p("func Enqueue%s(ctx context.Context, c *jobs.Client, args %s, opts *jobs.InsertOpts) (*jobs.InsertResult, error) {", x, t)
 	w.p("\treturn c.Insert(ctx, args, %s)", opts)
 	w.p("}")
 	w.p("")
 	w.p("// Enqueue%sTx validates args and enqueues one %q job inside tx: the job exists, and", x, k.kind)
-	w.p("// workers are woken, only if tx commits.%s", optsDoc)
-	w.p("func Enqueue%sTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args %s, opts *jobs.InsertOpts) (*jobs.Row, error) {", x, t)
+	w.p("// workers are woken, only if tx commits. tx is a pgx.Tx or a jobs.SQLTx.%s", optsDoc)
+	w.p("func Enqueue%sTx(ctx context.Context, c *jobs.Client, tx jobs.Tx, args %s, opts *jobs.InsertOpts) (*jobs.InsertResult, error) {", x, t)
 	w.p("\treturn c.InsertTx(ctx, tx, args, %s)", opts)
 	w.p("}")
 	w.p("")
 	w.p("// EnqueueMany%s validates every args value (one invalid value writes nothing) and enqueues", x)
-	w.p("// one %q job per value in one transaction, returning their ids in order.%s", k.kind, optsDoc)
-	w.p("func EnqueueMany%s(ctx context.Context, c *jobs.Client, args []%s, opts *jobs.InsertOpts) ([]int64, error) {", x, t)
+	w.p("// one %q job per value in one transaction, returning one result per value in order.%s", k.kind, optsDoc)
+	w.p("func EnqueueMany%s(ctx context.Context, c *jobs.Client, args []%s, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error) {", x, t)
 	w.p("\treturn c.InsertMany(ctx, tenureManyParams(args, %s))", opts)
 	w.p("}")
 	w.p("")
 	w.p("// EnqueueMany%sTx is EnqueueMany%s inside tx.", x, x)
-	w.p("func EnqueueMany%sTx(ctx context.Context, c *jobs.Client, tx pgx.Tx, args []%s, opts *jobs.InsertOpts) ([]int64, error) {", x, t)
+	w.p("func EnqueueMany%sTx(ctx context.Context, c *jobs.Client, tx jobs.Tx, args []%s, opts *jobs.InsertOpts) ([]*jobs.InsertResult, error) {", x, t)
 	w.p("\treturn c.InsertManyTx(ctx, tx, tenureManyParams(args, %s))", opts)
 	w.p("}")
 

@@ -114,7 +114,7 @@ type kindSpec struct {
 	uniqueFields  []string
 	uniqueByQueue bool
 	uniquePeriod  time.Duration
-	uniqueStates  []string // jobs.State constant names: StateSucceeded, ...
+	uniqueStates  []string // state constant names: StateSucceeded, ...
 
 	fields    []*fieldPlan
 	upgraders []*upgraderSpec
