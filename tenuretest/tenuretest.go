@@ -30,7 +30,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
@@ -62,6 +64,31 @@ func Main(m *testing.M) { pgtest.Main(m) }
 func Pool(t T) *pgxpool.Pool {
 	t.Helper()
 	return pgtest.NewPool(asTB(t))
+}
+
+// PoolIn returns a pool on a fresh database in which Tenure is migrated into schema (see
+// migrations.Options.Schema) and nowhere else: no schema "tenure" exists in it. Pass the same
+// schema to Work (WorkOpts.Schema), Find (Match.Schema), jobs.Config and worker.Config. An
+// invalid name fails the test. The pool is closed and the database dropped when the test ends.
+func PoolIn(t T, schema string) *pgxpool.Pool {
+	t.Helper()
+	tb := asTB(t)
+	runner, err := migrations.NewRunner(migrations.Options{Schema: schema})
+	if err != nil {
+		t.Fatalf("tenuretest: PoolIn: %v", err)
+		return nil
+	}
+	pool, err := pgxpool.New(context.Background(), pgtest.NewEmptyDB(tb))
+	if err != nil {
+		t.Fatalf("tenuretest: PoolIn: %v", err)
+		return nil
+	}
+	t.Cleanup(pool.Close)
+	if _, err := runner.Up(context.Background(), pool); err != nil {
+		t.Fatalf("tenuretest: PoolIn: migrating schema %s: %v", schema, err)
+		return nil
+	}
+	return pool
 }
 
 // DatabaseURL creates a fresh migrated database like Pool and returns its URL (for code that
@@ -103,6 +130,8 @@ type Match[A generics.Args] struct {
 	State jobs.State
 	// Args, when set, must return true for the job's decoded args.
 	Args func(args A) bool
+	// Schema is the schema Tenure lives in (as in jobs.Config.Schema). Default "tenure".
+	Schema string
 }
 
 // Job is an enqueued job that matched, with its decoded args.
@@ -125,10 +154,15 @@ func Find[A generics.Args](ctx context.Context, t T, db DB, m *Match[A]) []Job[A
 	if m == nil {
 		m = &Match[A]{}
 	}
-	q := `SELECT id, queue, priority, state::text, run_at, attempts, payload, payload_version
+	sch, err := dbschema.New(m.Schema)
+	if err != nil {
+		t.Fatalf("tenuretest: %v", err)
+		return nil
+	}
+	q := sch.Rewrite(`SELECT id, queue, priority, state::text, run_at, attempts, payload, payload_version
 FROM tenure.jobs WHERE kind = $1
   AND ($2 = '' OR queue = $2) AND ($3 = 0 OR priority = $3) AND ($4 = '' OR state::text = $4)
-ORDER BY id`
+ORDER BY id`)
 	rows, err := db.Query(ctx, q, zero.Kind(), m.Queue, m.Priority, string(m.State))
 	if err != nil {
 		t.Fatalf("tenuretest: reading jobs of kind %q: %v", zero.Kind(), err)
@@ -232,6 +266,9 @@ type WorkOpts struct {
 	Handler *worker.HandlerOptions
 	// Timeout bounds the wait for the attempt's outcome. Default 30s.
 	Timeout time.Duration
+	// Schema is the schema Tenure lives in (jobs.Config.Schema, worker.Config.Schema).
+	// Default "tenure".
+	Schema string
 }
 
 // Result is the outcome of one attempt run by Work.
@@ -282,6 +319,7 @@ func Work[A generics.Args](ctx context.Context, t T, pool *pgxpool.Pool, fn func
 	outcomes := make(chan worker.Outcome, 16)
 	w, err := worker.New(pool, &worker.Config{
 		Queues:       map[string]worker.QueueConfig{queue: {Concurrency: 1}},
+		Schema:       o.Schema,
 		FetchPollMin: 10 * time.Millisecond, FetchPollMax: 100 * time.Millisecond,
 		OnOutcome: func(out worker.Outcome) {
 			select {
@@ -298,7 +336,7 @@ func Work[A generics.Args](ctx context.Context, t T, pool *pgxpool.Pool, fn func
 		t.Fatalf("tenuretest: Work: %v", err)
 		return Result{}
 	}
-	client, err := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry()})
+	client, err := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry(), Schema: o.Schema})
 	if err != nil {
 		t.Fatalf("tenuretest: Work: %v", err)
 		return Result{}

@@ -249,7 +249,9 @@ func Hash() string {
 }
 
 // Up is Runner.Up on the default schema.
-func Up(ctx context.Context, pool *pgxpool.Pool) ([]Migration, error) { return defaultRunner.Up(ctx, pool) }
+func Up(ctx context.Context, pool *pgxpool.Pool) ([]Migration, error) {
+	return defaultRunner.Up(ctx, pool)
+}
 
 // Down is Runner.Down on the default schema.
 func Down(ctx context.Context, pool *pgxpool.Pool, steps int) ([]Migration, error) {
