@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -204,16 +205,13 @@ func TestOnlyAnotherSchema(t *testing.T) {
 	role := pgtest.NewRole(t, pool)
 	rows, err := pool.Query(ctx, `SELECT s FROM alt.grant_operator($1) AS s`, role)
 	require.NoError(t, err)
-	grants := 0
-	for rows.Next() {
-		var stmt string
-		require.NoError(t, rows.Scan(&stmt))
-		require.NotContains(t, stmt, "tenure")
+	grants, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	for _, stmt := range grants {
+		require.NotRegexp(t, `SCHEMA tenure|tenure\.`, stmt)
 		require.Regexp(t, `(SCHEMA alt|ON alt\.[a-z_]+) TO`, stmt)
-		grants++
 	}
-	require.NoError(t, rows.Err())
-	require.Greater(t, grants, 10)
+	require.Greater(t, len(grants), 10)
 
 	// A Tenure object missing in alt is recognized as not migrated (the one hint).
 	_, err = pool.Exec(ctx, s.Rewrite(`SELECT count(*) FROM tenure.no_such_table`))
