@@ -1,7 +1,8 @@
 // Package tenuretest helps test code that uses Tenure, against a real PostgreSQL:
 //
 //   - Pool gives each test a throwaway database with Tenure's schema migrated, dropped when
-//     the test ends;
+//     the test ends (PoolIn: migrated into a schema of your choosing, WorkOpts.Schema and
+//     Match.Schema then point the helpers at it);
 //   - RequireEnqueued and RequireNotEnqueued check what a piece of code enqueued (by kind,
 //     queue, priority, state and a predicate on the args), in a pool or inside a transaction;
 //   - Work runs one job through a real claim by a real worker, so the handler gets a real
