@@ -91,8 +91,8 @@ func IsMissingSchemaObject(err error) bool {
 	default:
 		return false
 	}
-	if pe.SchemaName != "" {
-		return dbschema.IsKnown(pe.SchemaName)
+	if pe.SchemaName != "" && dbschema.IsKnown(pe.SchemaName) {
+		return true
 	}
 	for _, m := range schemaInMessageRE.FindAllStringSubmatch(pe.Message, -1) {
 		if dbschema.IsKnown(m[1]) || dbschema.IsKnown(m[2]) {

@@ -68,7 +68,7 @@ var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 // reserved are PostgreSQL's reserved and type/function-name keywords (pg_get_keywords() catcode
 // R and T, PostgreSQL 15..17): none of them can name a schema unquoted in `S.jobs`.
-// TestReservedMatchesServer compares the list with the server's.
+// migrations.TestInvalidSchemaRefused checks that Validate refuses every one the server lists.
 var reserved = map[string]bool{}
 
 func init() {
