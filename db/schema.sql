@@ -707,20 +707,24 @@ DECLARE
     g    text;
     tbl  text;
     stmt text;
+    -- The schema these functions live in, named through an identifier (not a literal), so the
+    -- text migrated into another schema (Tenure's rewriting runner) grants on that one.
+    sch  name := (SELECT n.nspname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+                  WHERE t.oid = pg_typeof(NULL::tenure.jobs));
 BEGIN
     IF role IS NULL THEN
         RAISE EXCEPTION 'tenure: grant: role must not be NULL' USING ERRCODE = '22004';
     END IF;
-    stmt := format('GRANT USAGE ON SCHEMA tenure TO %I', role);
+    stmt := format('GRANT USAGE ON SCHEMA %I TO %I', sch, role);
     EXECUTE stmt;
     RETURN NEXT stmt;
     -- each entry is 'table:PRIVILEGES'
     FOREACH g IN ARRAY grants LOOP
         tbl := split_part(g, ':', 1);
-        IF to_regclass('tenure.' || quote_ident(tbl)) IS NULL THEN
+        IF to_regclass(format('%I.%I', sch, tbl)) IS NULL THEN
             CONTINUE; -- schema_migrations before the runner created it (a schema.sql-only database)
         END IF;
-        stmt := format('GRANT %s ON tenure.%I TO %I', split_part(g, ':', 2), tbl, role);
+        stmt := format('GRANT %s ON %I.%I TO %I', split_part(g, ':', 2), sch, tbl, role);
         EXECUTE stmt;
         RETURN NEXT stmt;
     END LOOP;

@@ -19,6 +19,7 @@ import (
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/dbschema"
 )
 
 // Priorities. Higher runs first under strict priority; fairness policies may let an older
@@ -77,6 +78,13 @@ type Config struct {
 	// options (Metadata is a copy too) that it may change: the seam for adding metadata such
 	// as a trace context (package tenureotel). It must be safe for concurrent use.
 	BeforeInsert func(ctx context.Context, kind string, opts *InsertOpts)
+	// Schema is the PostgreSQL schema holding Tenure's tables, migrated into it with
+	// migrations.NewRunner(migrations.Options{Schema: ...}). Default "tenure". Clients and
+	// workers of one schema share nothing with another's: jobs, NOTIFY channels, pauses and
+	// advisory locks are all per schema (docs/guide.md, "A schema of your own"). An invalid
+	// name is refused by NewClient with a *migrations.InvalidSchemaError
+	// (migrations.ErrInvalidSchema).
+	Schema string
 }
 
 // Client enqueues jobs and serves the read and operator side. It is safe for concurrent use.
@@ -89,7 +97,16 @@ type Client struct {
 	// queues is Config.Queues as a set; nil accepts every queue.
 	queues map[string]bool
 	hook   func(ctx context.Context, kind string, opts *InsertOpts)
+	// sch is Config.Schema: every statement runs through sch.Wrap (qtx).
+	sch *dbschema.Schema
 }
+
+// qtx returns the generated queries on db (a transaction or a connection), in the client's
+// schema.
+func (c *Client) qtx(db gen.DBTX) *gen.Queries { return gen.New(c.sch.Wrap(db)) }
+
+// Schema is the schema the client works in (Config.Schema; "tenure" by default).
+func (c *Client) Schema() string { return c.sch.Name() }
 
 // NewClient returns a client on pool. The schema must be migrated (migrations.Up).
 func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
@@ -109,7 +126,11 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	cl := &Client{pool: pool, q: gen.New(pool), reg: c.Registry, max: c.MaxPayloadBytes, log: c.Logger, hook: c.BeforeInsert}
+	sch, err := dbschema.New(c.Schema)
+	if err != nil {
+		return nil, err
+	}
+	cl := &Client{pool: pool, q: gen.New(sch.Wrap(pool)), reg: c.Registry, max: c.MaxPayloadBytes, log: c.Logger, hook: c.BeforeInsert, sch: sch}
 	if len(c.Queues) > 0 {
 		cl.queues = make(map[string]bool, len(c.Queues))
 		for _, q := range c.Queues {
@@ -458,7 +479,7 @@ func (c *Client) InsertTx(ctx context.Context, tx Tx, args generics.Args, opts *
 	if tx == nil {
 		return nil, &OptionError{Field: "tx", Msg: "must not be nil"}
 	}
-	return c.insert(ctx, gen.New(tx), args, opts)
+	return c.insert(ctx, c.qtx(tx), args, opts)
 }
 
 func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args, opts *InsertOpts) (*InsertResult, error) {
@@ -546,7 +567,7 @@ func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]*
 	var res []*InsertResult
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
-		res, err = c.insertMany(ctx, c.q.WithTx(tx), all)
+		res, err = c.insertMany(ctx, c.qtx(tx), all)
 		return err
 	})
 	return res, err
@@ -563,7 +584,7 @@ func (c *Client) InsertManyTx(ctx context.Context, tx Tx, params []InsertManyPar
 	if err != nil || len(all) == 0 {
 		return nil, err
 	}
-	return c.insertMany(ctx, gen.New(tx), all)
+	return c.insertMany(ctx, c.qtx(tx), all)
 }
 
 func (c *Client) prepareMany(ctx context.Context, params []InsertManyParams) ([]prepared, error) {

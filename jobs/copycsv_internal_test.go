@@ -133,7 +133,7 @@ func TestFastSignalSQLSaysWhatItIsGiven(t *testing.T) {
 	}
 	var dbNow time.Time
 	require.NoError(t, conn.QueryRow(ctx, "SELECT now()").Scan(&dbNow))
-	_, err = conn.Exec(ctx, fastSignalSQL(due))
+	_, err = conn.Exec(ctx, fastSignalSQL("tenure_jobs", due))
 	require.NoError(t, err)
 	got := map[string]string{}
 	for range due {

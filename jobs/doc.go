@@ -13,6 +13,9 @@
 // Every statement comes from db/queries.sql through sqlc; the generated package is an
 // implementation detail and never appears in this package's API.
 //
+// A client works in one schema, Config.Schema ("tenure" by default; docs/guide.md §22): its
+// statements, NOTIFY channel and pruner lock are that schema's.
+//
 // An insert wakes idle workers of its queue through a NOTIFY sent inside the inserting
 // transaction (so it fires only on commit); workers also poll, so a lost notification only
 // costs latency, never a job.

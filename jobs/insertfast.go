@@ -120,7 +120,7 @@ func (c *Client) copyJobs(ctx context.Context, pg *pgconn.PgConn, tx pgx.Tx, all
 	var now time.Time
 	if needNow {
 		var err error
-		if now, err = c.q.WithTx(tx).DatabaseNow(ctx); err != nil {
+		if now, err = c.qtx(tx).DatabaseNow(ctx); err != nil {
 			return 0, err
 		}
 	}
@@ -171,9 +171,9 @@ func (c *Client) copyJobs(ctx context.Context, pg *pgconn.PgConn, tx pgx.Tx, all
 	if streamArgs {
 		rows.encode = c.encodePayload
 	}
-	sql := "COPY tenure.jobs (" + cols + ") FROM STDIN (FORMAT csv)"
+	sql := "COPY " + c.sch.Qualify("jobs") + " (" + cols + ") FROM STDIN (FORMAT csv)"
 	if len(due) > 0 {
-		sql += "; " + fastSignalSQL(due)
+		sql += "; " + fastSignalSQL(c.sch.JobsChannel(), due)
 	}
 	_, err := pg.CopyFrom(ctx, rows, sql)
 	if rows.panicked != nil {
@@ -195,13 +195,14 @@ type signalBand struct {
 	priority int16
 }
 
-// fastSignalSQL is the new-job signal InsertJob and InsertJobs send (db/queries.sql: queue,
+// fastSignalSQL is the new-job signal InsertJob and InsertJobs send on channel (the schema's
+// jobs channel; db/queries.sql: queue,
 // priority and the band's oldest due time in microseconds since the epoch, separated by chr(31)),
 // for the bands in due (due time 0: now(), the transaction's start, the due time of rows COPY
 // left to run_at's default), as a statement without parameters: it travels in the COPY's own
 // simple-protocol query. Queue names go as hex (decode), so no quoting rule or server setting
 // (standard_conforming_strings) can change what the statement says.
-func fastSignalSQL(due map[signalBand]int64) string {
+func fastSignalSQL(channel string, due map[signalBand]int64) string {
 	bands := make([]signalBand, 0, len(due))
 	for b := range due {
 		bands = append(bands, b)
@@ -213,7 +214,7 @@ func fastSignalSQL(due map[signalBand]int64) string {
 		return int(a.priority) - int(b.priority)
 	})
 	var sb strings.Builder
-	sb.WriteString("SELECT pg_notify('tenure_jobs', convert_from(decode(b.q, 'hex'), 'UTF8') || chr(31) || b.p || chr(31) || " +
+	sb.WriteString("SELECT pg_notify('" + channel + "', convert_from(decode(b.q, 'hex'), 'UTF8') || chr(31) || b.p || chr(31) || " +
 		"CASE WHEN b.us = 0 THEN (extract(epoch FROM now()) * 1000000)::bigint ELSE b.us END) FROM (VALUES ")
 	for i, b := range bands {
 		if i > 0 {

@@ -57,7 +57,7 @@ func (c *Client) Cancel(ctx context.Context, id int64, act Action) (CancelOutcom
 	var out CancelOutcome
 	var j gen.TenureJob
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		q := c.q.WithTx(tx)
+		q := c.qtx(tx)
 		var err error
 		j, err = lockJob(ctx, q, id)
 		if err != nil {
@@ -114,7 +114,7 @@ func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *Reinj
 	var row *generics.JobRow
 	var j gen.TenureJob
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		q := c.q.WithTx(tx)
+		q := c.qtx(tx)
 		var err error
 		j, err = lockJob(ctx, q, id)
 		if err != nil {
@@ -160,7 +160,7 @@ func (c *Client) Retry(ctx context.Context, id int64, act Action) (*generics.Job
 	var row *generics.JobRow
 	var j gen.TenureJob
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		q := c.q.WithTx(tx)
+		q := c.qtx(tx)
 		var err error
 		j, err = lockJob(ctx, q, id)
 		if err != nil {
@@ -212,7 +212,7 @@ func (c *Client) Delete(ctx context.Context, id int64, act Action) error {
 	}
 	var j gen.TenureJob
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		q := c.q.WithTx(tx)
+		q := c.qtx(tx)
 		var err error
 		j, err = lockJob(ctx, q, id)
 		if err != nil {
@@ -267,7 +267,7 @@ func (c *Client) Purge(ctx context.Context, act Action, p PurgeParams) (int64, e
 	}
 	var n int64
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		q := c.q.WithTx(tx)
+		q := c.qtx(tx)
 		var err error
 		n, err = prune(ctx, q, p.State, p.Before, p.Limit)
 		if err != nil {

@@ -70,7 +70,7 @@ func (c *Client) setPaused(ctx context.Context, queue string, paused bool, act A
 		action, out = "pause", QueuePaused
 	}
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		q := c.q.WithTx(tx)
+		q := c.qtx(tx)
 		prev, err := q.LockQueueState(ctx, queue)
 		if err != nil {
 			return err

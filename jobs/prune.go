@@ -111,8 +111,8 @@ func (c *Client) PruneExpired(ctx context.Context, p PruneParams) (res PruneResu
 		return res, fmt.Errorf("tenure: prune: %w", err)
 	}
 	defer conn.Release() // a closed connection (failed unlock) is destroyed, not pooled
-	q := gen.New(conn)
-	got, err := q.TryLockSession(ctx, int64(locks.Prune))
+	q := c.qtx(conn)
+	got, err := q.TryLockSession(ctx, c.sch.Key(locks.Prune))
 	if err != nil {
 		return res, fmt.Errorf("tenure: prune: taking the prune lock: %w", err)
 	}
@@ -121,7 +121,7 @@ func (c *Client) PruneExpired(ctx context.Context, p PruneParams) (res PruneResu
 		return res, nil
 	}
 	defer func() {
-		if uerr := unlockSession(ctx, conn, q); uerr != nil && err == nil {
+		if uerr := unlockSession(ctx, conn, q, c.sch.Key(locks.Prune)); uerr != nil && err == nil {
 			err = uerr
 		}
 	}()
@@ -150,15 +150,15 @@ func (c *Client) PruneExpired(ctx context.Context, p PruneParams) (res PruneResu
 	return res, nil
 }
 
-// unlockSession releases locks.Prune on conn, or closes conn when it cannot: closing the
+// unlockSession releases the schema's locks.Prune key on conn, or closes conn when it cannot: closing the
 // session is the only sure way to drop a session-level lock.
-func unlockSession(ctx context.Context, conn *pgxpool.Conn, q *gen.Queries) error {
+func unlockSession(ctx context.Context, conn *pgxpool.Conn, q *gen.Queries, key int64) error {
 	if conn.Conn().IsClosed() {
 		return nil // the session ended, and the lock with it
 	}
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	released, err := q.UnlockSession(uctx, int64(locks.Prune))
+	released, err := q.UnlockSession(uctx, key)
 	if err == nil && !released {
 		err = errors.New("lock was not held")
 	}

@@ -1,7 +1,8 @@
 // Package tenuretest helps test code that uses Tenure, against a real PostgreSQL:
 //
 //   - Pool gives each test a throwaway database with Tenure's schema migrated, dropped when
-//     the test ends;
+//     the test ends (PoolIn: migrated into a schema of your choosing, WorkOpts.Schema and
+//     Match.Schema then point the helpers at it);
 //   - RequireEnqueued and RequireNotEnqueued check what a piece of code enqueued (by kind,
 //     queue, priority, state and a predicate on the args), in a pool or inside a transaction;
 //   - Work runs one job through a real claim by a real worker, so the handler gets a real
@@ -31,7 +32,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/jobrow"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
@@ -64,6 +67,31 @@ func Main(m *testing.M) { pgtest.Main(m) }
 func Pool(t T) *pgxpool.Pool {
 	t.Helper()
 	return pgtest.NewPool(asTB(t))
+}
+
+// PoolIn returns a pool on a fresh database in which Tenure is migrated into schema (see
+// migrations.Options.Schema) and nowhere else: no schema "tenure" exists in it. Pass the same
+// schema to Work (WorkOpts.Schema), Find (Match.Schema), jobs.Config and worker.Config. An
+// invalid name fails the test. The pool is closed and the database dropped when the test ends.
+func PoolIn(t T, schema string) *pgxpool.Pool {
+	t.Helper()
+	tb := asTB(t)
+	runner, err := migrations.NewRunner(migrations.Options{Schema: schema})
+	if err != nil {
+		t.Fatalf("tenuretest: PoolIn: %v", err)
+		return nil
+	}
+	pool, err := pgxpool.New(context.Background(), pgtest.NewEmptyDB(tb))
+	if err != nil {
+		t.Fatalf("tenuretest: PoolIn: %v", err)
+		return nil
+	}
+	t.Cleanup(pool.Close)
+	if _, err := runner.Up(context.Background(), pool); err != nil {
+		t.Fatalf("tenuretest: PoolIn: migrating schema %s: %v", schema, err)
+		return nil
+	}
+	return pool
 }
 
 // DatabaseURL creates a fresh migrated database like Pool and returns its URL (for code that
@@ -105,6 +133,8 @@ type Match[A generics.Args] struct {
 	State generics.JobState
 	// Args, when set, must return true for the job's decoded args.
 	Args func(args A) bool
+	// Schema is the schema Tenure lives in (as in jobs.Config.Schema). Default "tenure".
+	Schema string
 }
 
 // Find returns the jobs of kind A (A's Kind()) that match m (nil matches every job of the
@@ -116,7 +146,12 @@ func Find[A generics.Args](ctx context.Context, t T, db DB, m *Match[A]) []*gene
 	if m == nil {
 		m = &Match[A]{}
 	}
-	rows, err := gen.New(db).FindJobs(ctx, gen.FindJobsParams{Kind: zero.Kind(), Queue: m.Queue,
+	sch, err := dbschema.New(m.Schema)
+	if err != nil {
+		t.Fatalf("tenuretest: %v", err)
+		return nil
+	}
+	rows, err := gen.New(sch.Wrap(db)).FindJobs(ctx, gen.FindJobsParams{Kind: zero.Kind(), Queue: m.Queue,
 		Priority: int32(m.Priority), State: string(m.State)})
 	if err != nil {
 		t.Fatalf("tenuretest: reading jobs of kind %q: %v", zero.Kind(), err)
@@ -212,6 +247,9 @@ type WorkOpts struct {
 	Handler *worker.HandlerOptions
 	// Timeout bounds the wait for the attempt's outcome. Default 30s.
 	Timeout time.Duration
+	// Schema is the schema Tenure lives in (jobs.Config.Schema, worker.Config.Schema).
+	// Default "tenure".
+	Schema string
 }
 
 // Result is the outcome of one attempt run by Work.
@@ -262,6 +300,7 @@ func Work[A generics.Args](ctx context.Context, t T, pool *pgxpool.Pool, fn func
 	outcomes := make(chan worker.Outcome, 16)
 	w, err := worker.New(pool, &worker.Config{
 		Queues:       map[string]worker.QueueConfig{queue: {Concurrency: 1}},
+		Schema:       o.Schema,
 		FetchPollMin: 10 * time.Millisecond, FetchPollMax: 100 * time.Millisecond,
 		OnOutcome: func(out worker.Outcome) {
 			select {
@@ -278,7 +317,7 @@ func Work[A generics.Args](ctx context.Context, t T, pool *pgxpool.Pool, fn func
 		t.Fatalf("tenuretest: Work: %v", err)
 		return Result{}
 	}
-	client, err := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry()})
+	client, err := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry(), Schema: o.Schema})
 	if err != nil {
 		t.Fatalf("tenuretest: Work: %v", err)
 		return Result{}

@@ -24,6 +24,13 @@ type Config struct {
 	Registry *generics.Registry
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Schema is the PostgreSQL schema holding Tenure's tables, migrated into it with
+	// migrations.NewRunner(migrations.Options{Schema: ...}). Default "tenure". A worker works
+	// the jobs of its schema only, listens on that schema's NOTIFY channels and takes that
+	// schema's advisory locks: workers of two schemas share nothing (docs/guide.md, "A schema
+	// of your own"). An invalid name is refused by New with an error wrapping
+	// ErrInvalidConfig and a *migrations.InvalidSchemaError (migrations.ErrInvalidSchema).
+	Schema string
 
 	// EnginePool is the pool the engine's own statements (claim, heartbeat, finish, reclaim,
 	// LISTEN) use. Default: a private pool of EngineConns connections made from the handlers'

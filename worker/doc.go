@@ -14,7 +14,9 @@
 //     stale-write accounting, retry of writes the database did not answer, CompleteTx.
 //   - heartbeat.go: batched fenced lease extensions, lease loss, stuck handlers, cancel.
 //   - reclaim.go: the lease-expiry sweep (LEASE_EXPIRED) and retention pruning.
-//   - listener.go: LISTEN/NOTIFY wake-ups (new jobs, cancel requests, queue pause changes).
+//   - listener.go: LISTEN/NOTIFY wake-ups (new jobs, cancel requests, queue pause changes) on
+//     the channels of the worker's schema (Config.Schema, "tenure" by default; every statement,
+//     channel and advisory lock of a worker is its schema's: docs/guide.md §22).
 //   - effect.go: the effect ledger (stable idempotency keys, fenced records).
 //   - pause.go: cluster-wide queue pause (jobs.Client.PauseQueue): the paused set is read at
 //     Start, on NOTIFY and every QueueStateEvery; a paused queue's loop starts no claim.

@@ -225,7 +225,7 @@ func (l jobLedger) get(ctx context.Context, key string, meta *generics.JobRow) (
 	// The ledger read fails at once on a context the engine cancelled for a lost lease, and
 	// whenever the cancellation lands before it returns: one check after it covers both, and fn
 	// never runs for a job this attempt no longer owns.
-	rec, err := gen.New(l.e.q.w.pool).GetEffect(ctx, key)
+	rec, err := l.e.q.w.qon(l.e.q.w.pool).GetEffect(ctx, key)
 	switch {
 	case leaseLostErr(l.e.ctx, err):
 		return ledgerRecord{}, false, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + l.name}
@@ -238,7 +238,7 @@ func (l jobLedger) get(ctx context.Context, key string, meta *generics.JobRow) (
 }
 
 func (l jobLedger) record(ctx context.Context, key string, meta *generics.JobRow, rec ledgerRecord) (ledgerRecord, error) {
-	row, err := gen.New(l.e.q.w.pool).RecordEffect(ctx, gen.RecordEffectParams{Key: key, JobID: meta.ID, Name: l.name,
+	row, err := l.e.q.w.qon(l.e.q.w.pool).RecordEffect(ctx, gen.RecordEffectParams{Key: key, JobID: meta.ID, Name: l.name,
 		Generation: meta.Generation, Result: rec.result, ClaimToken: l.e.c.token, Refused: rec.refused})
 	if errors.Is(err, pgx.ErrNoRows) {
 		l.e.q.w.m.staleRejected.Add(1)

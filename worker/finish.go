@@ -466,7 +466,7 @@ func (w *Worker) finishLocked(ctx context.Context, e *execution, run fencedWrite
 					if _, err := tx.Exec(wctx, lockWaitSQL); err != nil {
 						return err
 					}
-					q := w.q.WithTx(tx)
+					q := w.qon(tx)
 					got, err := q.LockFinish(wctx, gen.LockFinishParams{Ids: ids, Tokens: tokens})
 					if err != nil {
 						return err
@@ -593,7 +593,7 @@ func CompleteTx(ctx context.Context, tx pgx.Tx, job *generics.JobRow) error {
 	// No check of the lease before the statement: the engine may cancel the handler's context
 	// for a lost lease at any moment, also while the statement is on its way or running, and
 	// one check after it covers every such moment (leaseLostErr).
-	n, err := gen.New(tx).CompleteOne(ctx, gen.CompleteOneParams{ID: e.c.ID, ClaimToken: e.c.token, Output: output})
+	n, err := e.q.w.qon(tx).CompleteOne(ctx, gen.CompleteOneParams{ID: e.c.ID, ClaimToken: e.c.token, Output: output})
 	if err == nil && n == 1 {
 		e.txCompleted.Store(true)
 		return nil

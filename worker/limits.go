@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/locks"
 	"github.com/tenureq/tenure/jobs"
 )
@@ -286,12 +287,12 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 			segLimit, segRank, segQuota = append(segLimit, int32(s.limit)), append(segRank, int32(s.rank)), append(segQuota, int32(s.quota))
 		}
 	}
-	first, last := locks.LimitsClass, locks.LimitsClass+limitStripes-1
+	first, last := q.w.sch.LimitsClass(), q.w.sch.LimitsClass()+limitStripes-1
 	reserve, groupCap := int32(0), int32(noCap)
 	scan := min(p.n*limitScanFactor, 10000)
 	if !p.exclusive {
 		scan = p.n // far from every limit: nothing is expected to be held back
-		first = locks.LimitsClass + int32(p.stripe%limitStripes)
+		first = q.w.sch.LimitsClass() + int32(p.stripe%limitStripes)
 		last, reserve, groupCap = first, stripeReserve, stripeGroupCap
 	}
 	if p.ranked {
@@ -300,7 +301,7 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 			scan += int(l)
 		}
 	}
-	db := &afterLock{pool: q.w.eng, locks: []lockedStatement{lockStatement(ctx, q.name, first, last)}}
+	db := &afterLock{pool: q.w.eng, sch: q.w.sch, locks: []lockedStatement{lockStatement(ctx, q.name, first, last)}}
 	if p.exclusive {
 		// Hold the grant rows too, so no grant claim spends while this one recounts and
 		// regrants (and its snapshot sees every grant claim that spent before).
@@ -462,7 +463,10 @@ type batcher interface {
 // taken after the lock was granted. The returned rows end the batch (commit) when they are
 // exhausted, and report a failed commit as their error.
 type afterLock struct {
-	pool  batcher
+	pool batcher
+	// sch is the worker's schema: every statement of the batch (the captured ones and the
+	// query) is rewritten for it, as sch.Wrap would.
+	sch   *dbschema.Schema
 	locks []lockedStatement // sent in order before the query
 	// pre, if set, is a statement sent after the locks and before the query (same transaction)
 	// whose rows preRows reads.
@@ -478,12 +482,12 @@ func (a *afterLock) QueryRow(context.Context, string, ...any) pgx.Row { return n
 func (a *afterLock) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	b := &pgx.Batch{}
 	for _, l := range a.locks {
-		b.Queue(l.sql, l.args...)
+		b.Queue(a.sch.Rewrite(l.sql), l.args...)
 	}
 	if a.pre != nil {
-		b.Queue(a.pre.sql, a.pre.args...)
+		b.Queue(a.sch.Rewrite(a.pre.sql), a.pre.args...)
 	}
-	b.Queue(sql, args...)
+	b.Queue(a.sch.Rewrite(sql), args...)
 	br := a.pool.SendBatch(ctx, b)
 	for range a.locks {
 		if _, err := br.Exec(); err != nil {
@@ -646,7 +650,7 @@ func (w *Worker) pruneFlow(ctx context.Context, fp *flowPruner) (int, error) {
 	slices.Sort(names)
 	deleted, steps := 0, 0
 	for _, name := range names {
-		p := gen.FlowPruneParams{LockKey: int64(locks.FlowPrune), Queue: name, Batch: flowPruneBatch,
+		p := gen.FlowPruneParams{LockKey: w.sch.Key(locks.FlowPrune), Queue: name, Batch: flowPruneBatch,
 			LimKind: []string{}, LimPerKey: []bool{}, LimPeriodUs: []int64{}}
 		for _, l := range w.cfg.Queues[name].Limits {
 			if l.Rate > 0 {

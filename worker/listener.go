@@ -83,7 +83,10 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(cctx, "LISTEN tenure_jobs; LISTEN tenure_cancel; LISTEN tenure_queues"); err != nil {
+	// The schema's channels (tenure_jobs, tenure_cancel, tenure_queues for the default schema;
+	// internal/dbschema): a worker never hears another schema's inserts, pauses or cancels.
+	jobsCh, cancelCh, queuesCh := w.sch.JobsChannel(), w.sch.CancelChannel(), w.sch.QueuesChannel()
+	if _, err := conn.Exec(cctx, "LISTEN "+jobsCh+"; LISTEN "+cancelCh+"; LISTEN "+queuesCh); err != nil {
 		return err
 	}
 	connected()
@@ -104,7 +107,7 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 			continue
 		}
 		switch n.Channel {
-		case "tenure_jobs":
+		case jobsCh:
 			name, prio, runAt, hinted := parseJobsPayload(n.Payload)
 			if q := w.queues[name]; q != nil {
 				if hinted {
@@ -114,11 +117,11 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 				}
 				q.wake()
 			}
-		case "tenure_queues":
+		case queuesCh:
 			if _, ok := w.queues[n.Payload]; ok {
 				signal(w.queueStateCh)
 			}
-		case "tenure_cancel":
+		case cancelCh:
 			if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
 				for _, q := range w.queues {
 					select {

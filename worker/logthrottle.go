@@ -60,7 +60,7 @@ func (w *Worker) engineError(t *logThrottle, what string, err error, attrs ...an
 		attrs = append(attrs, logkey.NotLogged, n)
 	}
 	if perm {
-		w.log.Error("tenure: "+what+" failed: the database role lacks a privilege; as the owner of schema tenure run SELECT tenure.grant_worker('role') (repeats are logged at most every "+errorLogEvery.String()+")", attrs...)
+		w.log.Error("tenure: "+what+" failed: the database role lacks a privilege; as the owner of schema "+w.sch.Name()+" run SELECT "+w.sch.Name()+".grant_worker('role') (repeats are logged at most every "+errorLogEvery.String()+")", attrs...)
 		return
 	}
 	w.log.Warn("tenure: "+what+" failed (repeats are logged at most every "+errorLogEvery.String()+")", attrs...)

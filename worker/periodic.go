@@ -260,7 +260,7 @@ func (w *Worker) registerPeriodic(ctx context.Context) error {
 	if len(w.periodic) == 0 {
 		return nil
 	}
-	q := gen.New(w.eng)
+	q := w.qon(w.eng)
 	now, err := q.DatabaseNow(ctx)
 	if err != nil {
 		return err
@@ -300,7 +300,7 @@ func (w *Worker) upsertPeriodic(ctx context.Context, q *gen.Queries, p *Periodic
 func (w *Worker) runOnStart(ctx context.Context, p *PeriodicJob) error {
 	enqueued := false
 	err := pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
-		q := w.q.WithTx(tx)
+		q := w.qon(tx)
 		at, err := q.PeriodicRunOnStart(ctx, gen.PeriodicRunOnStartParams{Name: p.name, GapUs: p.period(time.Now()).Microseconds()})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // a job was enqueued within the period
@@ -336,7 +336,7 @@ func (w *Worker) enqueueTick(ctx context.Context, tx pgx.Tx, p *PeriodicJob, t T
 	if err != nil {
 		return err
 	}
-	return w.q.WithTx(tx).PeriodicSetJob(ctx, gen.PeriodicSetJobParams{JobID: &row.Job.ID, Name: p.name})
+	return w.qon(tx).PeriodicSetJob(ctx, gen.PeriodicSetJobParams{JobID: &row.Job.ID, Name: p.name})
 }
 
 // periodicService enqueues the ticks of this worker's schedules. It sleeps until the earliest
@@ -426,7 +426,7 @@ func (w *Worker) fireTick(ctx context.Context, p *PeriodicJob, t, now time.Time)
 	err := w.retryStale(func() error {
 		return pgx.BeginFunc(tctx, w.eng, func(tx pgx.Tx) error {
 			took = false
-			_, err := w.q.WithTx(tx).PeriodicAdvance(tctx, gen.PeriodicAdvanceParams{Name: p.name, Tick: &t, NextRunAt: next,
+			_, err := w.qon(tx).PeriodicAdvance(tctx, gen.PeriodicAdvanceParams{Name: p.name, Tick: &t, NextRunAt: next,
 				Enqueue: enqueue, Missed: dropped})
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil

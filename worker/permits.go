@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenureq/tenure/db/gen"
-	"github.com/tenureq/tenure/internal/locks"
+	"github.com/tenureq/tenure/internal/dbschema"
 )
 
 // This file is flow control near small concurrency limits: permits (docs/design.md, "Flow
@@ -186,7 +186,7 @@ func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrde
 	la := q.limits
 	var c capture
 	_ = gen.New(&c).PermitLock(ctx, gen.PermitLockParams{Queue: q.name, WorkerID: base.WorkerID})
-	db := &afterLock{pool: q.w.eng, locks: []lockedStatement{{c.sql, c.args}}}
+	db := &afterLock{pool: q.w.eng, sch: q.w.sch, locks: []lockedStatement{{c.sql, c.args}}}
 	var landed map[int64]bool
 	if len(done) > 0 {
 		sortByID(done)
@@ -246,7 +246,7 @@ func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrde
 // one pipeline and records the share it got.
 func (q *queue) allocatePermit(ctx context.Context) error {
 	la := q.limits
-	got, err := runPermitAllocate(ctx, q.w.eng, gen.PermitAllocateParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
+	got, err := runPermitAllocate(ctx, q.w.eng, q.w.sch, gen.PermitAllocateParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
 		Queue: q.name, WorkerID: q.w.cfg.ID, Want: int32(q.cfg.Concurrency), TtlMs: int32(permitTTL.Milliseconds())})
 	if err != nil {
 		return err
@@ -266,11 +266,11 @@ func (q *queue) allocatePermit(ctx context.Context) error {
 
 // runPermitAllocate sends ClaimLimitsLock (every stripe), PermitAllocateLock and PermitAllocate
 // in one pipeline, one transaction.
-func runPermitAllocate(ctx context.Context, pool batcher, p gen.PermitAllocateParams) ([]gen.PermitAllocateRow, error) {
+func runPermitAllocate(ctx context.Context, pool batcher, sch *dbschema.Schema, p gen.PermitAllocateParams) ([]gen.PermitAllocateRow, error) {
 	var c capture
 	_ = gen.New(&c).PermitAllocateLock(ctx, p.Queue)
-	db := &afterLock{pool: pool, locks: []lockedStatement{
-		lockStatement(ctx, p.Queue, locks.LimitsClass, locks.LimitsClass+limitStripes-1), {c.sql, c.args}}}
+	db := &afterLock{pool: pool, sch: sch, locks: []lockedStatement{
+		lockStatement(ctx, p.Queue, sch.LimitsClass(), sch.LimitsClass()+limitStripes-1), {c.sql, c.args}}}
 	return gen.New(db).PermitAllocate(ctx, p)
 }
 
@@ -286,7 +286,7 @@ func (w *Worker) releasePermits(ctx context.Context) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := gen.New(w.eng).PermitRelease(rctx, w.cfg.ID); err != nil {
+	if err := w.qon(w.eng).PermitRelease(rctx, w.cfg.ID); err != nil {
 		w.log.Warn("tenure: releasing the worker's limit permits failed; they will expire", "err", err)
 	}
 }

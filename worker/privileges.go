@@ -25,12 +25,18 @@ type PermissionError struct {
 	// Missing lists each missing privilege as "PRIVILEGE on object (what needs it)", in the
 	// order Start checked them.
 	Missing []string
+	// Schema is the worker's schema (Config.Schema); "" means "tenure".
+	Schema string
 }
 
 // Error names every missing privilege and the function that grants them.
 func (e *PermissionError) Error() string {
-	return fmt.Sprintf("%v: role %q lacks %s; as the owner of schema tenure run: SELECT tenure.grant_worker(%s)",
-		ErrPermission, e.Role, strings.Join(e.Missing, "; "), quoteLiteral(e.Role))
+	schema := e.Schema
+	if schema == "" {
+		schema = "tenure"
+	}
+	return fmt.Sprintf("%v: role %q lacks %s; as the owner of schema %s run: SELECT %s.grant_worker(%s)",
+		ErrPermission, e.Role, strings.Join(e.Missing, "; "), schema, schema, quoteLiteral(e.Role))
 }
 
 // Unwrap returns ErrPermission.
@@ -103,7 +109,7 @@ func (w *Worker) checkPrivileges(ctx context.Context) error {
 	var role string
 	var usage bool
 	if err := w.eng.QueryRow(ctx, `SELECT current_user::text, has_schema_privilege(n.oid, 'USAGE')
-		FROM pg_namespace n WHERE n.nspname = 'tenure'`).Scan(&role, &usage); err != nil {
+		FROM pg_namespace n WHERE n.nspname = $1`, w.sch.Name()).Scan(&role, &usage); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // no schema tenure: the schema version check reports it
 		}
@@ -111,15 +117,15 @@ func (w *Worker) checkPrivileges(ctx context.Context) error {
 	}
 	var missing []string
 	if !usage {
-		missing = append(missing, "USAGE on schema tenure")
+		missing = append(missing, "USAGE on schema "+w.sch.Name())
 	}
 	// By oid from the catalogs (readable by every role), so a missing USAGE does not turn
 	// the look-up itself into a permission error.
 	rows, err := w.eng.Query(ctx, `SELECT has_table_privilege(c.oid, x.priv)
 		FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(tbl, priv, ord)
-		LEFT JOIN pg_namespace n ON n.nspname = 'tenure'
+		LEFT JOIN pg_namespace n ON n.nspname = $3
 		LEFT JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = x.tbl AND c.relkind IN ('r', 'p')
-		ORDER BY x.ord`, tables, privs)
+		ORDER BY x.ord`, tables, privs, w.sch.Name())
 	if err != nil {
 		return fmt.Errorf("tenure: start: reading the role's privileges: %w", err)
 	}
@@ -132,7 +138,7 @@ func (w *Worker) checkPrivileges(ctx context.Context) error {
 	var privList []string
 	flush := func() {
 		if last != nil {
-			missing = append(missing, strings.Join(privList, ", ")+" on tenure."+last.table+" ("+last.why+")")
+			missing = append(missing, strings.Join(privList, ", ")+" on "+w.sch.Qualify(last.table)+" ("+last.why+")")
 		}
 		last, privList = nil, nil
 	}
@@ -148,7 +154,7 @@ func (w *Worker) checkPrivileges(ctx context.Context) error {
 	}
 	flush()
 	if len(missing) > 0 {
-		return &PermissionError{Role: role, Missing: missing}
+		return &PermissionError{Role: role, Missing: missing, Schema: w.sch.Name()}
 	}
 	return nil
 }

@@ -61,7 +61,7 @@ func (w *Worker) ReclaimExpired(ctx context.Context) (int, error) {
 func (w *Worker) reclaimOnce(ctx context.Context, n *int) error {
 	*n = 0
 	return pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
-		q := w.q.WithTx(tx)
+		q := w.qon(tx)
 		rows, err := q.LockExpired(ctx, int32(w.cfg.ReclaimBatch))
 		if err != nil || len(rows) == 0 {
 			return err

@@ -132,7 +132,7 @@ func (w *Worker) deregister(ctx context.Context) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if _, err := gen.New(w.eng).DeregisterWorker(dctx, w.cfg.ID); err != nil {
+	if _, err := w.qon(w.eng).DeregisterWorker(dctx, w.cfg.ID); err != nil {
 		w.log.Warn("tenure: worker deregistration failed; the row will age out", logkey.Err, err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/engineconf"
 	"github.com/tenureq/tenure/internal/logkey"
 	"github.com/tenureq/tenure/jobs"
@@ -42,7 +43,10 @@ type Worker struct {
 	cfg  Config
 	pool *pgxpool.Pool // the application's pool, used by handler-side helpers (Effect)
 	eng  *pgxpool.Pool // the engine's own pool
-	q    *gen.Queries  // on eng
+	q    *gen.Queries  // on eng, in sch
+	// sch is Config.Schema: every statement runs through sch.Wrap (qon), the listener listens
+	// on its channels, and the advisory locks are its keys.
+	sch *dbschema.Schema
 	// client is the jobs client on eng, for the housekeeping the jobs package already owns
 	// (retention pruning).
 	client *jobs.Client
@@ -121,8 +125,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	sch, err := dbschema.New(c.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	}
 	w := &Worker{
-		cfg: c, pool: pool, log: c.Logger.With(logkey.Worker, c.ID), reg: c.Registry, m: newMetrics(),
+		sch: sch, cfg: c, pool: pool, log: c.Logger.With(logkey.Worker, c.ID), reg: c.Registry, m: newMetrics(),
 		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
 		queueStateCh: make(chan struct{}, 1), lockWait: make(chan struct{}, lockWaiters),
 	}
@@ -137,6 +145,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	}
 	return w, nil
 }
+
+// qon returns the generated queries on db (the engine pool, a connection or a transaction), in
+// the worker's schema.
+func (w *Worker) qon(db gen.DBTX) *gen.Queries { return gen.New(w.sch.Wrap(db)) }
+
+// Schema returns the schema the worker works in (Config.Schema; "tenure" by default).
+func (w *Worker) Schema() string { return w.sch.Name() }
 
 // ID returns the worker's id (locked_by of the jobs it owns).
 func (w *Worker) ID() string { return w.cfg.ID }
@@ -304,8 +319,8 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.closeEngine()
 		return err
 	}
-	w.q = gen.New(w.eng)
-	client, err := jobs.NewClient(w.eng, &jobs.Config{Registry: w.reg, Logger: w.log})
+	w.q = w.qon(w.eng)
+	client, err := jobs.NewClient(w.eng, &jobs.Config{Registry: w.reg, Logger: w.log, Schema: w.sch.Name()})
 	if err != nil {
 		return fmt.Errorf("tenure: engine client: %w", err)
 	}
@@ -420,7 +435,11 @@ func (w *Worker) checkDatabase(ctx context.Context) error {
 	if err := w.checkPrivileges(cctx); err != nil {
 		return err
 	}
-	st, err := migrations.Status(cctx, w.eng)
+	runner, err := migrations.NewRunner(migrations.Options{Schema: w.sch.Name()})
+	if err != nil {
+		return err
+	}
+	st, err := runner.Status(cctx, w.eng)
 	if err != nil {
 		return fmt.Errorf("tenure: start: reading the schema version: %w", err)
 	}

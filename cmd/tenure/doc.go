@@ -21,6 +21,9 @@
 // host "ss@host") is refused: percent-encode @ : / ? # % and spaces in a URL password, or quote
 // a keyword/value one (password='...').
 //
+// Every database command works in schema -schema, else $TENURE_SCHEMA, else tenure
+// (docs/guide.md §22); serve refuses a schema other than tenure for now.
+//
 // Every command but migrate checks the schema when it connects: on a database never migrated,
 // or behind this binary, it fails with "run `tenure migrate up` or call migrations.Up(ctx,
 // pool)" (migrations.ErrNotMigrated); one migrated by a newer release gets a warning.

@@ -124,7 +124,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		return exitCode(e, prefix, err)
 	}
 	defer pool.Close()
-	c, err := jobs.NewClient(pool, nil)
+	c, err := jobs.NewClient(pool, e.clientConfig())
 	if err != nil {
 		return exitCode(e, prefix, err)
 	}

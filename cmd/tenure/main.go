@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/db/migrations"
+	"github.com/tenureq/tenure/jobs"
 )
 
 // Exit codes.
@@ -35,7 +36,13 @@ type env struct {
 	stdinTerminal func() bool
 	// secrets are the spellings of the database password, scrubbed from every printed error.
 	secrets []string
+	// schema is the schema Tenure lives in (-schema, else $TENURE_SCHEMA, else tenure), set
+	// by connect and migrate once validated.
+	schema string
 }
+
+// clientConfig is the jobs.Config of the command's client: its schema.
+func (e *env) clientConfig() *jobs.Config { return &jobs.Config{Schema: e.schema} }
 
 // interactive reports whether a confirmation can be asked on stdin.
 func (e *env) interactive() bool {
@@ -113,7 +120,8 @@ func usage(w io.Writer) {
 	tw.Flush()
 	fmt.Fprint(w, `
 Run "tenure help <command>" or "tenure <command> -h" for details.
-Database commands connect to -database-url, else $DATABASE_URL.
+Database commands connect to -database-url, else $DATABASE_URL, and work in schema
+-schema, else $TENURE_SCHEMA, else tenure.
 Exit codes: 0 success, 1 failure, 2 usage error.
 `)
 }
@@ -179,14 +187,53 @@ func parseFlags(e *env, fs *flag.FlagSet, args []string) (code int, done bool) {
 	}
 }
 
-// databaseFlag adds -database-url to fs; resolve it with databaseURL.
-func databaseFlag(fs *flag.FlagSet) *string {
-	return fs.String("database-url", "", "PostgreSQL connection URL (default $DATABASE_URL)")
+// dbFlags are the database flags every database command takes.
+type dbFlags struct {
+	url    string // -database-url
+	schema string // -schema
+}
+
+// databaseFlag adds -database-url and -schema to fs; resolve them with databaseURL and
+// resolveSchema (connect does both).
+func databaseFlag(fs *flag.FlagSet) *dbFlags {
+	f := &dbFlags{}
+	fs.StringVar(&f.url, "database-url", "", "PostgreSQL connection URL (default $DATABASE_URL)")
+	fs.StringVar(&f.schema, "schema", "", "PostgreSQL schema Tenure lives in (default $TENURE_SCHEMA, else tenure)")
+	return f
+}
+
+// resolveSchema sets e.schema to the flag's value, else $TENURE_SCHEMA, else "tenure", and
+// refuses an invalid name (a usage error wrapping migrations.ErrInvalidSchema).
+func resolveSchema(e *env, f dbFlags) error {
+	name := f.schema
+	if name == "" {
+		name = e.getenv("TENURE_SCHEMA")
+	}
+	if name == "" {
+		name = migrations.DefaultSchema
+	}
+	if _, err := migrations.NewRunner(migrations.Options{Schema: name}); err != nil {
+		return usageErrorf("%v", err)
+	}
+	e.schema = name
+	return nil
+}
+
+// runner is the migrations runner of e's schema (resolveSchema validated it).
+func (e *env) runner() *migrations.Runner {
+	r, err := migrations.NewRunner(migrations.Options{Schema: e.schema})
+	if err != nil {
+		panic(err) // resolveSchema validated the name
+	}
+	return r
 }
 
 // databaseURL returns the flag's value, else $DATABASE_URL, else a usage error.
-func databaseURL(e *env, flagValue string) (string, error) {
-	if flagValue != "" {
+func databaseURL(e *env, f dbFlags) (string, error) {
+	if err := resolveSchema(e, f); err != nil {
+		return "", err
+	}
+	if flagValue := f.url; flagValue != "" {
 		return flagValue, nil
 	}
 	if v := e.getenv("DATABASE_URL"); v != "" {
@@ -199,7 +246,7 @@ func databaseURL(e *env, flagValue string) (string, error) {
 // checks that the server answers and that Tenure's schema is migrated (migrations.Check): a
 // database behind this release is refused with migrations.ErrNotMigrated and its hint; one
 // ahead of it (migrated by a newer release) gets a warning on stderr.
-func connect(ctx context.Context, e *env, flagValue string) (*pgxpool.Pool, error) {
+func connect(ctx context.Context, e *env, flagValue dbFlags) (*pgxpool.Pool, error) {
 	url, err := databaseURL(e, flagValue)
 	if err != nil {
 		return nil, err
@@ -208,7 +255,7 @@ func connect(ctx context.Context, e *env, flagValue string) (*pgxpool.Pool, erro
 	if err != nil {
 		return nil, err
 	}
-	switch err := migrations.Check(ctx, pool); {
+	switch err := e.runner().Check(ctx, pool); {
 	case errors.Is(err, migrations.ErrSchemaTooNew):
 		fmt.Fprintf(e.stderr, "warning: %s\n", esc(err.Error()))
 	case err != nil:

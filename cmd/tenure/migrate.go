@@ -90,7 +90,7 @@ func runMigrate(ctx context.Context, e *env, args []string) int {
 	prefix := "tenure migrate " + action
 	switch action {
 	case "up":
-		applied, err := migrations.Up(ctx, pool)
+		applied, err := e.runner().Up(ctx, pool)
 		for _, m := range applied {
 			fmt.Fprintf(e.stdout, "applied  %04d_%s\n", m.Version, m.Name)
 		}
@@ -103,7 +103,7 @@ func runMigrate(ctx context.Context, e *env, args []string) int {
 	case "down":
 		return migrateDown(ctx, e, pool, *steps, *yes)
 	case "status":
-		st, err := migrations.Status(ctx, pool)
+		st, err := e.runner().Status(ctx, pool)
 		if err != nil {
 			return exitCode(e, prefix, err)
 		}
@@ -116,7 +116,7 @@ func runMigrate(ctx context.Context, e *env, args []string) int {
 // that drops, and getting a confirmation: yes, else "yes" typed on a terminal.
 func migrateDown(ctx context.Context, e *env, pool *pgxpool.Pool, steps int, yes bool) int {
 	const prefix = "tenure migrate down"
-	st, err := migrations.Status(ctx, pool)
+	st, err := e.runner().Status(ctx, pool)
 	if err != nil {
 		return exitCode(e, prefix, err)
 	}
@@ -128,7 +128,7 @@ func migrateDown(ctx context.Context, e *env, pool *pgxpool.Pool, steps int, yes
 	for i := len(st) - 1; i >= 0; i-- {
 		if st[i].Unknown {
 			// Down refuses such a database (ErrSchemaTooNew): let it say so.
-			_, err := migrations.Down(ctx, pool, 1)
+			_, err := e.runner().Down(ctx, pool, 1)
 			return exitCode(e, prefix, err)
 		}
 		if st[i].Applied {
@@ -163,7 +163,7 @@ func migrateDown(ctx context.Context, e *env, pool *pgxpool.Pool, steps int, yes
 			return exitFail
 		}
 	}
-	reverted, err := migrations.Down(ctx, pool, len(plan))
+	reverted, err := e.runner().Down(ctx, pool, len(plan))
 	for _, m := range reverted {
 		fmt.Fprintf(e.stdout, "reverted %04d_%s\n", m.Version, m.Name)
 	}

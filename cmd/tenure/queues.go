@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -98,7 +99,7 @@ func runQueue(ctx context.Context, e *env, args []string) int {
 		return exitCode(e, prefix, err)
 	}
 	defer pool.Close()
-	c, err := jobs.NewClient(pool, nil)
+	c, err := jobs.NewClient(pool, e.clientConfig())
 	if err != nil {
 		return exitCode(e, prefix, err)
 	}
@@ -106,7 +107,7 @@ func runQueue(ctx context.Context, e *env, args []string) int {
 	switch action {
 	case "pause", "resume":
 		if !*force {
-			known, err := queueKnown(ctx, pool, queue)
+			known, err := queueKnown(ctx, pool, e.schema, queue)
 			if err != nil {
 				return exitCode(e, prefix, err)
 			}
@@ -163,15 +164,15 @@ var errUnknownQueue = errors.New("unknown queue")
 // serves it (tenure.workers.queues), it has ready, running or dead jobs (each looked up
 // through an index: jobs_ready_idx, jobs_running_idx, jobs_dead_idx), a periodic schedule
 // enqueues into it, or it is paused (so a forced pause can be resumed without -force).
-func queueKnown(ctx context.Context, pool *pgxpool.Pool, queue string) (bool, error) {
+func queueKnown(ctx context.Context, pool *pgxpool.Pool, schema, queue string) (bool, error) {
 	var known bool
-	err := pool.QueryRow(ctx, `SELECT
+	err := pool.QueryRow(ctx, dbschema.Must(schema).Rewrite(`SELECT
 		EXISTS (SELECT 1 FROM tenure.workers WHERE expires_at > now() AND queues ? $1)
 		OR EXISTS (SELECT 1 FROM tenure.jobs WHERE state = 'ready' AND queue = $1)
 		OR EXISTS (SELECT 1 FROM tenure.jobs WHERE state = 'dead' AND queue = $1)
 		OR EXISTS (SELECT 1 FROM tenure.jobs WHERE locked_until IS NOT NULL AND state = 'running' AND queue = $1)
 		OR EXISTS (SELECT 1 FROM tenure.periodic WHERE queue = $1)
-		OR EXISTS (SELECT 1 FROM tenure.queues WHERE name = $1 AND paused)`, queue).Scan(&known)
+		OR EXISTS (SELECT 1 FROM tenure.queues WHERE name = $1 AND paused)`), queue).Scan(&known)
 	if err != nil {
 		return false, fmt.Errorf("looking up queue %q: %w", queue, err)
 	}
@@ -217,7 +218,7 @@ func runPeriodic(ctx context.Context, e *env, args []string) int {
 		return exitCode(e, prefix, err)
 	}
 	defer pool.Close()
-	c, err := jobs.NewClient(pool, nil)
+	c, err := jobs.NewClient(pool, e.clientConfig())
 	if err != nil {
 		return exitCode(e, prefix, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/tenureprom"
 	"github.com/tenureq/tenure/tenureui"
 )
@@ -69,6 +70,11 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	pool, err := connect(ctx, e, *dbURL)
 	if err != nil {
 		return exitCode(e, "tenure serve", err)
+	}
+	if e.schema != migrations.DefaultSchema {
+		// tenureprom's and tenureui's statements are still written for schema tenure only.
+		pool.Close()
+		return exitCode(e, "tenure serve", usageErrorf("-schema %s: serve (metrics, dashboard) works in schema tenure only for now", e.schema))
 	}
 	defer pool.Close()
 	col, err := tenureprom.NewClusterCollector(pool, &tenureprom.ClusterConfig{Timeout: *timeout, MaxAge: *maxAge, Wait: *wait})

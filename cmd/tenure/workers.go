@@ -39,7 +39,7 @@ func runWorkers(ctx context.Context, e *env, args []string) int {
 		return exitCode(e, "tenure workers", err)
 	}
 	defer pool.Close()
-	c, err := jobs.NewClient(pool, nil)
+	c, err := jobs.NewClient(pool, e.clientConfig())
 	if err != nil {
 		return exitCode(e, "tenure workers", err)
 	}

@@ -15,6 +15,13 @@
 // The runner creates schema "tenure" and the version table when they are missing. Migrating
 // down to zero leaves them in place (empty), and nothing else of Tenure's.
 //
+// Another schema: NewRunner(Options{Schema: "billing_jobs"}) returns a Runner whose Up, Down,
+// Status and Check (and the Conn variants) apply the same migrations, their text rewritten for
+// that schema (every identifier naming schema tenure, and nothing else), with that schema's
+// version table and advisory lock key; the package functions are the Runner of "tenure". Two
+// schemas in one database are migrated, and reverted, independently. An invalid name is
+// refused with an *InvalidSchemaError (ErrInvalidSchema).
+//
 // A database on which a version is applied that this binary does not know (typically because
 // a newer release already migrated it) is refused with ErrSchemaTooNew by Up and Down;
 // Status reports such versions with Unknown set.

@@ -2,8 +2,8 @@ package migrations
 
 // Test hooks: run the runner on a given set of migrations, and parse a file system.
 var (
-	UpWith     = upConn
-	DownWith   = downConn
-	StatusWith = statusConn
+	UpWith     = defaultRunner.upConn
+	DownWith   = defaultRunner.downConn
+	StatusWith = defaultRunner.statusConn
 	Parse      = parse
 )

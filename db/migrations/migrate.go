@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/locks"
 )
 
@@ -31,6 +32,75 @@ var files embed.FS
 // the ASCII bytes "tenure" followed by 0x0001 (locks.Migrate; internal/locks lists every
 // advisory lock key Tenure uses). Other tools must not use this key.
 const LockKey int64 = int64(locks.Migrate)
+
+// ErrInvalidSchema is wrapped by the error refusing a schema name (Options.Schema,
+// jobs.Config.Schema, worker.Config.Schema, ...): a *InvalidSchemaError. Test for it with
+// errors.Is.
+var ErrInvalidSchema = dbschema.ErrInvalid
+
+// InvalidSchemaError is the error refusing a schema name: its Name and the Reason. It unwraps
+// to ErrInvalidSchema. A usable name is a plain lower-case identifier (a-z, 0-9, '_', not
+// starting with a digit) of at most 56 bytes that is not a reserved SQL keyword, not "public"
+// and not a system schema (pg_*, information_schema).
+type InvalidSchemaError = dbschema.InvalidError
+
+// DefaultSchema is the schema Tenure lives in unless configured otherwise ("tenure").
+const DefaultSchema = dbschema.Default
+
+// Options configure a Runner. The zero Options are the defaults.
+type Options struct {
+	// Schema is the PostgreSQL schema every object of Tenure is created in and read from.
+	// Default DefaultSchema ("tenure"). Each schema is a Tenure of its own: its own tables,
+	// functions, version table, NOTIFY channels and advisory lock keys (docs/guide.md, "A
+	// schema of your own"). An invalid name is refused with an *InvalidSchemaError.
+	Schema string
+}
+
+// Runner applies, reverts and reports the migrations in one schema. The package functions
+// (Up, Down, Status, Check and the Conn variants) are a Runner of the default schema. A Runner
+// is safe for concurrent use (runs on one schema exclude each other through its lock).
+type Runner struct {
+	s *dbschema.Schema
+}
+
+// NewRunner returns a Runner for opts.Schema, or an *InvalidSchemaError.
+func NewRunner(opts Options) (*Runner, error) {
+	s, err := dbschema.New(opts.Schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{s: s}, nil
+}
+
+var defaultRunner = &Runner{s: dbschema.Must(dbschema.Default)}
+
+// Schema is the runner's schema.
+func (r *Runner) Schema() string { return r.s.Name() }
+
+// LockKey is the advisory lock key this runner holds for an Up or Down run: the package's
+// LockKey for the default schema, a key derived from the schema otherwise.
+func (r *Runner) LockKey() int64 { return r.s.Key(locks.Migrate) }
+
+// VersionTable is the qualified name of this runner's version table
+// (schema.schema_migrations).
+func (r *Runner) VersionTable() string { return r.s.Qualify("schema_migrations") }
+
+// Migrations returns every embedded migration as this runner applies it: the text of the
+// files, rewritten for the schema (unchanged for the default schema).
+func (r *Runner) Migrations() []Migration {
+	ms := All()
+	for i := range ms {
+		ms[i].Up, ms[i].Down = r.s.Rewrite(ms[i].Up), r.s.Rewrite(ms[i].Down)
+	}
+	return ms
+}
+
+func (r *Runner) known() ([]Migration, error) {
+	if _, err := load(); err != nil {
+		return nil, err
+	}
+	return r.Migrations(), nil
+}
 
 // VersionTable is the fully qualified name of the table in which the runner records the
 // applied migrations: tenure.schema_migrations (version integer primary key, name text not
@@ -178,17 +248,47 @@ func Hash() string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// Up is Runner.Up on the default schema.
+func Up(ctx context.Context, pool *pgxpool.Pool) ([]Migration, error) {
+	return defaultRunner.Up(ctx, pool)
+}
+
+// Down is Runner.Down on the default schema.
+func Down(ctx context.Context, pool *pgxpool.Pool, steps int) ([]Migration, error) {
+	return defaultRunner.Down(ctx, pool, steps)
+}
+
+// Status is Runner.Status on the default schema.
+func Status(ctx context.Context, pool *pgxpool.Pool) ([]MigrationStatus, error) {
+	return defaultRunner.Status(ctx, pool)
+}
+
+// UpConn is Runner.UpConn on the default schema.
+func UpConn(ctx context.Context, conn *pgx.Conn) ([]Migration, error) {
+	return defaultRunner.UpConn(ctx, conn)
+}
+
+// DownConn is Runner.DownConn on the default schema.
+func DownConn(ctx context.Context, conn *pgx.Conn, steps int) ([]Migration, error) {
+	return defaultRunner.DownConn(ctx, conn, steps)
+}
+
+// StatusConn is Runner.StatusConn on the default schema.
+func StatusConn(ctx context.Context, conn *pgx.Conn) ([]MigrationStatus, error) {
+	return defaultRunner.StatusConn(ctx, conn)
+}
+
 // Up applies every pending migration in ascending order, each in its own transaction, and
 // returns the ones it applied (none when the database is up to date). It holds the advisory
 // lock LockKey on one connection acquired from pool for the whole run. It returns an error
 // wrapping ErrSchemaTooNew, without changing anything, when the database has a version
 // applied that this binary does not know. A version missing below the highest applied one
 // (a gap) is applied too.
-func Up(ctx context.Context, pool *pgxpool.Pool) ([]Migration, error) {
+func (r *Runner) Up(ctx context.Context, pool *pgxpool.Pool) ([]Migration, error) {
 	var applied []Migration
 	err := withPoolConn(ctx, pool, func(c *pgx.Conn) error {
 		var err error
-		applied, err = UpConn(ctx, c)
+		applied, err = r.UpConn(ctx, c)
 		return err
 	})
 	return applied, err
@@ -198,11 +298,11 @@ func Up(ctx context.Context, pool *pgxpool.Pool) ([]Migration, error) {
 // in its own transaction, and returns the ones it rolled back. steps larger than the number
 // of applied migrations rolls back all of them; steps must be at least 1. Like Up, it holds
 // LockKey for the whole run and refuses a database with unknown versions (ErrSchemaTooNew).
-func Down(ctx context.Context, pool *pgxpool.Pool, steps int) ([]Migration, error) {
+func (r *Runner) Down(ctx context.Context, pool *pgxpool.Pool, steps int) ([]Migration, error) {
 	var reverted []Migration
 	err := withPoolConn(ctx, pool, func(c *pgx.Conn) error {
 		var err error
-		reverted, err = DownConn(ctx, c, steps)
+		reverted, err = r.DownConn(ctx, c, steps)
 		return err
 	})
 	return reverted, err
@@ -212,11 +312,11 @@ func Down(ctx context.Context, pool *pgxpool.Pool, steps int) ([]Migration, erro
 // applied, followed by any applied versions the binary does not know (Unknown set). It only
 // reads: it takes no lock and creates nothing, and a database never migrated reports every
 // migration as not applied.
-func Status(ctx context.Context, pool *pgxpool.Pool) ([]MigrationStatus, error) {
+func (r *Runner) Status(ctx context.Context, pool *pgxpool.Pool) ([]MigrationStatus, error) {
 	var st []MigrationStatus
 	err := withPoolConn(ctx, pool, func(c *pgx.Conn) error {
 		var err error
-		st, err = StatusConn(ctx, c)
+		st, err = r.StatusConn(ctx, c)
 		return err
 	})
 	return st, err
@@ -225,21 +325,21 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]MigrationStatus, error) 
 // UpConn is Up on a connection the caller owns. conn must not be in a transaction. The
 // advisory lock is released before UpConn returns; if releasing it fails the connection is
 // closed, so a lock is never left held.
-func UpConn(ctx context.Context, conn *pgx.Conn) ([]Migration, error) {
-	known, err := load()
+func (r *Runner) UpConn(ctx context.Context, conn *pgx.Conn) ([]Migration, error) {
+	known, err := r.known()
 	if err != nil {
 		return nil, err
 	}
-	return upConn(ctx, conn, known)
+	return r.upConn(ctx, conn, known)
 }
 
-func upConn(ctx context.Context, conn *pgx.Conn, known []Migration) ([]Migration, error) {
+func (r *Runner) upConn(ctx context.Context, conn *pgx.Conn, known []Migration) ([]Migration, error) {
 	var applied []Migration
-	err := withLock(ctx, conn, func() error {
-		if err := bootstrap(ctx, conn); err != nil {
+	err := r.withLock(ctx, conn, func() error {
+		if err := r.bootstrap(ctx, conn); err != nil {
 			return err
 		}
-		done, err := appliedVersions(ctx, conn)
+		done, err := r.appliedVersions(ctx, conn)
 		if err != nil {
 			return err
 		}
@@ -251,7 +351,7 @@ func upConn(ctx context.Context, conn *pgx.Conn, known []Migration) ([]Migration
 				continue
 			}
 			if err := runInTx(ctx, conn, m.Up,
-				"INSERT INTO "+VersionTable+" (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+				"INSERT INTO "+r.VersionTable()+" (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
 				return fmt.Errorf("migrations: applying %04d_%s: %w", m.Version, m.Name, err)
 			}
 			applied = append(applied, m)
@@ -262,25 +362,25 @@ func upConn(ctx context.Context, conn *pgx.Conn, known []Migration) ([]Migration
 }
 
 // DownConn is Down on a connection the caller owns, with the same lock handling as UpConn.
-func DownConn(ctx context.Context, conn *pgx.Conn, steps int) ([]Migration, error) {
+func (r *Runner) DownConn(ctx context.Context, conn *pgx.Conn, steps int) ([]Migration, error) {
 	if steps < 1 {
 		return nil, fmt.Errorf("migrations: down: steps must be at least 1, got %d", steps)
 	}
-	known, err := load()
+	known, err := r.known()
 	if err != nil {
 		return nil, err
 	}
-	return downConn(ctx, conn, known, steps)
+	return r.downConn(ctx, conn, known, steps)
 }
 
-func downConn(ctx context.Context, conn *pgx.Conn, known []Migration, steps int) ([]Migration, error) {
+func (r *Runner) downConn(ctx context.Context, conn *pgx.Conn, known []Migration, steps int) ([]Migration, error) {
 	var reverted []Migration
-	err := withLock(ctx, conn, func() error {
-		exists, err := versionTableExists(ctx, conn)
+	err := r.withLock(ctx, conn, func() error {
+		exists, err := r.versionTableExists(ctx, conn)
 		if err != nil || !exists {
 			return err
 		}
-		done, err := appliedVersions(ctx, conn)
+		done, err := r.appliedVersions(ctx, conn)
 		if err != nil {
 			return err
 		}
@@ -293,7 +393,7 @@ func downConn(ctx context.Context, conn *pgx.Conn, known []Migration, steps int)
 				continue
 			}
 			if err := runInTx(ctx, conn, m.Down,
-				"DELETE FROM "+VersionTable+" WHERE version = $1", m.Version); err != nil {
+				"DELETE FROM "+r.VersionTable()+" WHERE version = $1", m.Version); err != nil {
 				return fmt.Errorf("migrations: reverting %04d_%s: %w", m.Version, m.Name, err)
 			}
 			reverted = append(reverted, m)
@@ -304,22 +404,22 @@ func downConn(ctx context.Context, conn *pgx.Conn, known []Migration, steps int)
 }
 
 // StatusConn is Status on a connection the caller owns.
-func StatusConn(ctx context.Context, conn *pgx.Conn) ([]MigrationStatus, error) {
-	known, err := load()
+func (r *Runner) StatusConn(ctx context.Context, conn *pgx.Conn) ([]MigrationStatus, error) {
+	known, err := r.known()
 	if err != nil {
 		return nil, err
 	}
-	return statusConn(ctx, conn, known)
+	return r.statusConn(ctx, conn, known)
 }
 
-func statusConn(ctx context.Context, conn *pgx.Conn, known []Migration) ([]MigrationStatus, error) {
+func (r *Runner) statusConn(ctx context.Context, conn *pgx.Conn, known []Migration) ([]MigrationStatus, error) {
 	done := map[int]appliedRow{}
-	exists, err := versionTableExists(ctx, conn)
+	exists, err := r.versionTableExists(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
 	if exists {
-		if done, err = appliedVersions(ctx, conn); err != nil {
+		if done, err = r.appliedVersions(ctx, conn); err != nil {
 			return nil, err
 		}
 	}
@@ -358,16 +458,17 @@ func withPoolConn(ctx context.Context, pool *pgxpool.Pool, fn func(*pgx.Conn) er
 	return fn(c.Conn())
 }
 
-// withLock runs fn while holding the session-level advisory lock LockKey on conn.
-func withLock(ctx context.Context, conn *pgx.Conn, fn func() error) (err error) {
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", LockKey); err != nil {
-		return fmt.Errorf("migrations: taking advisory lock %d: %w", LockKey, err)
+// withLock runs fn while holding the session-level advisory lock r.LockKey() on conn.
+func (r *Runner) withLock(ctx context.Context, conn *pgx.Conn, fn func() error) (err error) {
+	key := r.LockKey()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		return fmt.Errorf("migrations: taking advisory lock %d: %w", key, err)
 	}
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		var released bool
-		uerr := conn.QueryRow(uctx, "SELECT pg_advisory_unlock($1)", LockKey).Scan(&released)
+		uerr := conn.QueryRow(uctx, "SELECT pg_advisory_unlock($1)", key).Scan(&released)
 		if uerr == nil && !released {
 			uerr = errors.New("lock was not held")
 		}
@@ -375,7 +476,7 @@ func withLock(ctx context.Context, conn *pgx.Conn, fn func() error) (err error) 
 			// Closing the session is the only sure way to drop a session-level lock.
 			_ = conn.Close(uctx)
 			if err == nil {
-				err = fmt.Errorf("migrations: releasing advisory lock %d: %w", LockKey, uerr)
+				err = fmt.Errorf("migrations: releasing advisory lock %d: %w", key, uerr)
 			}
 		}
 	}()
@@ -384,45 +485,45 @@ func withLock(ctx context.Context, conn *pgx.Conn, fn func() error) (err error) 
 
 // bootstrap creates the schema and the version table if missing. Only called under the lock:
 // concurrent CREATE ... IF NOT EXISTS statements can otherwise fail on catalog unique keys.
-func bootstrap(ctx context.Context, conn *pgx.Conn) error {
-	_, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS tenure;
-CREATE TABLE IF NOT EXISTS `+VersionTable+` (
+func (r *Runner) bootstrap(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+r.s.Name()+`;
+CREATE TABLE IF NOT EXISTS `+r.VersionTable()+` (
     version    integer     PRIMARY KEY,
     name       text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 )`)
 	if err != nil {
-		return fmt.Errorf("migrations: creating %s: %w", VersionTable, err)
+		return fmt.Errorf("migrations: creating %s: %w", r.VersionTable(), err)
 	}
 	return nil
 }
 
-func versionTableExists(ctx context.Context, conn *pgx.Conn) (bool, error) {
+func (r *Runner) versionTableExists(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	var exists bool
-	err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", VersionTable).Scan(&exists)
+	err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", r.VersionTable()).Scan(&exists)
 	if err != nil {
-		return false, fmt.Errorf("migrations: looking up %s: %w", VersionTable, err)
+		return false, fmt.Errorf("migrations: looking up %s: %w", r.VersionTable(), err)
 	}
 	return exists, nil
 }
 
-func appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]appliedRow, error) {
-	rows, err := conn.Query(ctx, "SELECT version, name, applied_at FROM "+VersionTable)
+func (r *Runner) appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]appliedRow, error) {
+	rows, err := conn.Query(ctx, "SELECT version, name, applied_at FROM "+r.VersionTable())
 	if err != nil {
-		return nil, fmt.Errorf("migrations: reading %s: %w", VersionTable, err)
+		return nil, fmt.Errorf("migrations: reading %s: %w", r.VersionTable(), err)
 	}
 	defer rows.Close()
 	out := map[int]appliedRow{}
 	for rows.Next() {
 		var v int32
-		var r appliedRow
-		if err := rows.Scan(&v, &r.name, &r.at); err != nil {
-			return nil, fmt.Errorf("migrations: reading %s: %w", VersionTable, err)
+		var row appliedRow
+		if err := rows.Scan(&v, &row.name, &row.at); err != nil {
+			return nil, fmt.Errorf("migrations: reading %s: %w", r.VersionTable(), err)
 		}
-		out[int(v)] = r
+		out[int(v)] = row
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("migrations: reading %s: %w", VersionTable, err)
+		return nil, fmt.Errorf("migrations: reading %s: %w", r.VersionTable(), err)
 	}
 	return out, nil
 }

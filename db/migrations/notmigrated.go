@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenureq/tenure/internal/dbschema"
 )
 
 // Hint is what to do about a database whose Tenure schema is missing or behind: the advice
@@ -73,8 +76,9 @@ const (
 )
 
 // IsMissingSchemaObject reports whether err (or an error it wraps) is PostgreSQL's answer to a
-// statement naming a Tenure table, function, type or the tenure schema itself that does not
-// exist (SQLSTATE 42P01 undefined_table, 42883 undefined_function, 42704 undefined_object or
+// statement naming a Tenure table, function, type or Tenure's schema itself (the default
+// schema, or one a Runner, jobs.Client or worker.Worker of this process was configured with)
+// that does not exist (SQLSTATE 42P01 undefined_table, 42883 undefined_function, 42704 undefined_object or
 // 3F000 invalid_schema_name, with the tenure schema in the message): the signature of a
 // database that was never migrated, or is behind this release.
 func IsMissingSchemaObject(err error) bool {
@@ -87,8 +91,23 @@ func IsMissingSchemaObject(err error) bool {
 	default:
 		return false
 	}
-	return pe.SchemaName == "tenure" || strings.Contains(pe.Message, "tenure.") || strings.Contains(pe.Message, `"tenure"`)
+	if pe.SchemaName != "" && dbschema.IsKnown(pe.SchemaName) {
+		return true
+	}
+	for _, m := range schemaInMessageRE.FindAllStringSubmatch(pe.Message, -1) {
+		if dbschema.IsKnown(m[1]) || dbschema.IsKnown(m[2]) {
+			return true
+		}
+	}
+	return false
 }
+
+// schemaInMessageRE finds the schema a PostgreSQL message names: "schema.object" (relation
+// "tenure.jobs", function tenure.enqueue(...)) or a quoted name (schema "tenure").
+var schemaInMessageRE = regexp.MustCompile(`([a-z_][a-z0-9_]*)\.|"([a-z_][a-z0-9_]*)"`)
+
+// Check is Runner.Check on the default schema.
+func Check(ctx context.Context, pool *pgxpool.Pool) error { return defaultRunner.Check(ctx, pool) }
 
 // WrapNotMigrated returns err as a *NotMigratedError (errors.Is ErrNotMigrated, message with
 // Hint) when IsMissingSchemaObject(err), and err unchanged otherwise (nil stays nil). Callers
@@ -107,8 +126,8 @@ func WrapNotMigrated(err error) error {
 // database has versions applied that this release does not know. Tools call it at start
 // (tenure serve does) to refuse an unusable database with the one hint, instead of failing
 // at the first statement.
-func Check(ctx context.Context, pool *pgxpool.Pool) error {
-	st, err := Status(ctx, pool)
+func (r *Runner) Check(ctx context.Context, pool *pgxpool.Pool) error {
+	st, err := r.Status(ctx, pool)
 	if err != nil {
 		return err
 	}
