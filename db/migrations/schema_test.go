@@ -147,13 +147,30 @@ func filterTables(objs []string) []string {
 	return out
 }
 
-// generatedStatements returns every query constant of db/gen (sqlc's output), by name.
+// generatedFiles are sqlc's outputs: the core's db/gen and the integrations' own packages.
+var generatedFiles = []string{
+	filepath.Join("..", "gen", "queries.sql.go"),
+	filepath.Join("..", "..", "tenureui", "internal", "uidb", "queries.sql.go"),
+	filepath.Join("..", "..", "tenureprom", "internal", "promdb", "queries.sql.go"),
+	filepath.Join("..", "..", "tenurenats", "internal", "natsdb", "queries.sql.go"),
+}
+
+// generatedStatements returns every query constant of the generated packages
+// (generatedFiles), by package and name.
 func generatedStatements(t *testing.T) map[string]string {
 	t.Helper()
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, filepath.Join("..", "gen", "queries.sql.go"), nil, 0)
-	require.NoError(t, err)
 	out := map[string]string{}
+	for _, file := range generatedFiles {
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		require.NoError(t, err)
+		addConsts(t, f, out)
+	}
+	return out
+}
+
+func addConsts(t *testing.T, f *ast.File, out map[string]string) {
+	t.Helper()
 	for _, d := range f.Decls {
 		g, ok := d.(*ast.GenDecl)
 		if !ok || g.Tok != token.CONST {
@@ -168,15 +185,14 @@ func generatedStatements(t *testing.T) map[string]string {
 				}
 				v, err := strconv.Unquote(lit.Value)
 				require.NoError(t, err)
-				out[n.Name] = v
+				out[f.Name.Name+"."+n.Name] = v
 			}
 		}
 	}
-	return out
 }
 
 // TestOnlyAnotherSchema migrates schema alt into a database that has no schema tenure, and
-// prepares every statement of db/gen rewritten for alt there: a statement still naming tenure
+// prepares every generated statement (db/gen and the integrations' packages) rewritten for alt there: a statement still naming tenure
 // (a table, a function, a type) fails to prepare.
 func TestOnlyAnotherSchema(t *testing.T) {
 	ctx := ctxT(t)
