@@ -1,5 +1,7 @@
 package worker
 
+import "time"
+
 // SkipDeregister makes Stop leave w's registry row behind, as a killed process would.
 func SkipDeregister(w *Worker) { w.skipDeregister = true }
 
@@ -8,3 +10,14 @@ var SeededRand = seededRand
 
 // RunPermitAllocate is the engine's allocation (its statements, in one pipeline).
 var RunPermitAllocate = runPermitAllocate
+
+// FakeClock is the fake clock of clock_test.go, for the external tests.
+type FakeClock = fakeClock
+
+// UseFakeClock makes w's engine take its timing decisions (clock.go) on a fake clock that
+// starts at start and moves only by Advance. Call it before Start.
+func UseFakeClock(w *Worker, start time.Time) *FakeClock {
+	f := newFakeClock(start)
+	w.clk = f
+	return f
+}
