@@ -60,8 +60,14 @@ func TestBadErrorMessageDoesNotWedgeTheWorker(t *testing.T) {
 	require.LessOrEqual(t, len(msg), 2100, "messages are bounded")
 	start := time.Now()
 	require.NoError(t, stopWorker(t, w, 2*time.Second))
-	require.Less(t, time.Since(start), 2100*time.Millisecond)
+	require.Less(t, time.Since(start), 2*time.Second+stopSlack, "Stop outlived its context")
 }
+
+// stopSlack is how far past its context's deadline a Stop may return in these tests: the
+// engine's own wait after the deadline is 50 ms; the rest is a loaded machine's scheduling.
+// What a Stop that outlived its context would wait for instead (HardStopGrace, 5 s by default;
+// a statement on a connection that stopped answering, until the TCP stack gives up) is longer.
+const stopSlack = time.Second
 
 // A batch write that fails with a data error is split, so one row cannot block the others;
 // this drives the split through the only row-level data error the engine can still meet: none
@@ -120,7 +126,7 @@ func TestStopNeverOutlivesItsContext(t *testing.T) {
 		err = stopWorker(t, w, time.Second)
 		took := time.Since(start)
 		require.ErrorIs(t, err, worker.ErrHandlersStillRunning)
-		require.Less(t, took, 1100*time.Millisecond, "Stop outlived its context")
+		require.Less(t, took, time.Second+stopSlack, "Stop outlived its context")
 		require.Zero(t, countState(t, pool, "running"), "held jobs are released within the budget")
 	})
 	t.Run("database stopped answering", func(t *testing.T) {
@@ -137,7 +143,7 @@ func TestStopNeverOutlivesItsContext(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		start := time.Now()
 		_ = stopWorker(t, w, time.Second)
-		require.Less(t, time.Since(start), 1100*time.Millisecond, "Stop outlived its context")
+		require.Less(t, time.Since(start), time.Second+stopSlack, "Stop outlived its context")
 	})
 }
 
