@@ -564,7 +564,8 @@ func TestLimitFreedBySIGKILL(t *testing.T) {
 		return nil
 	}, &worker.HandlerOptions{Retry: fastRetry})
 	startWorker(t, w)
-	time.Sleep(500 * time.Millisecond)
+	// Its claims run and the limit holds them back (observed, not assumed after a pause).
+	waitFor(t, 30*time.Second, "limited claims of the second worker", func() bool { return w.Stats().LimitedClaims >= 2 })
 	mu.Lock()
 	require.True(t, firstStart.IsZero(), "a job started while the limit was full")
 	mu.Unlock()
