@@ -98,12 +98,12 @@ func TestBatcherDoesNotLingerPastItsTarget(t *testing.T) {
 // waitArmed waits (a liveness bound) until the batcher armed its linger timer.
 func waitArmed(t *testing.T, fc *fakeClock) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	for fc.Timers() == 0 {
-		if time.Now().After(deadline) {
+		select {
+		case <-fc.Armed():
+		case <-time.After(30 * time.Second):
 			t.Fatal("the batcher never armed its linger timer")
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -12,9 +12,22 @@ type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers []*fakeTimer
+	armed  chan struct{} // signalled (1-buffered) whenever a timer is started or reset
 }
 
-func newFakeClock(start time.Time) *fakeClock { return &fakeClock{now: start} }
+func newFakeClock(start time.Time) *fakeClock {
+	return &fakeClock{now: start, armed: make(chan struct{}, 1)}
+}
+
+// Armed is signalled each time a timer is started or reset.
+func (f *fakeClock) Armed() <-chan struct{} { return f.armed }
+
+func (f *fakeClock) signalArmed() {
+	select {
+	case f.armed <- struct{}{}:
+	default:
+	}
+}
 
 func (f *fakeClock) Now() time.Time {
 	f.mu.Lock()
@@ -28,6 +41,7 @@ func (f *fakeClock) NewTimer(d time.Duration) timer {
 	t := &fakeTimer{f: f, c: make(chan time.Time, 1), at: f.now.Add(d), on: true}
 	f.timers = append(f.timers, t)
 	f.fireLocked()
+	f.signalArmed()
 	return t
 }
 
@@ -96,6 +110,7 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	t.drain()
 	t.at, t.on = t.f.now.Add(d), true
 	t.f.fireLocked()
+	t.f.signalArmed()
 	return was
 }
 
