@@ -236,8 +236,11 @@ func TestRollingDeployOldAndNewWorkers(t *testing.T) {
 		_, err = newC.Insert(ctx, deployNew{N: i}, nil)
 		require.NoError(t, err)
 	}
-	waitFor(t, 5*time.Second, "old jobs done", func() bool { return oldRan.Load() == 10 })
-	time.Sleep(500 * time.Millisecond) // time for the old worker to (wrongly) claim the rest
+	waitFor(t, 30*time.Second, "old jobs done", func() bool { return oldRan.Load() == 10 })
+	// The old worker goes on claiming (every job is inserted by now): five claims that found
+	// nothing it can run, observed rather than assumed after a pause.
+	empty := oldW.Stats().EmptyClaims
+	waitFor(t, 30*time.Second, "five more claims of the old worker", func() bool { return oldW.Stats().EmptyClaims >= empty+5 })
 	require.Zero(t, countState(t, pool, "dead"), "an old worker killed jobs it could not run")
 	var charged int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE state <> 'succeeded' AND attempts > 0`).Scan(&charged))
