@@ -77,11 +77,14 @@ func TestCancelStartContextStopsGracefully(t *testing.T) {
 	require.NoError(t, w.Start(runCtx))
 	<-started
 	interrupt() // Ctrl-C
+	// The graceful stop begins on its own goroutine: wait until it has (a job inserted before
+	// that may rightly be claimed first).
+	waitFor(t, 30*time.Second, "the graceful stop", func() bool { return strings.Contains(logs.String(), "stopping: no new claims") })
 
 	// The stop has begun: a job enqueued now is not claimed, the running handler keeps going.
 	second, err := c.Insert(ctx, slowArgs{}, nil)
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // a window in which a wrong claim or cancellation would show
 	select {
 	case cause := <-causes:
 		t.Fatalf("cancelling Start's context cancelled the running handler (cause %v): a hard stop", cause)
