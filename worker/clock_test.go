@@ -9,10 +9,11 @@ import (
 // (a non-blocking send on their 1-buffered channel, as a real timer's) when Advance reaches
 // their time; Stop and Reset drain an unread fire, as Go's timers do since Go 1.23.
 type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-	armed  chan struct{} // signalled (1-buffered) whenever a timer is started or reset
+	mu      sync.Mutex
+	now     time.Time
+	timers  []*fakeTimer
+	tickers []*fakeTicker
+	armed   chan struct{} // signalled (1-buffered) whenever a timer is started or reset
 }
 
 func newFakeClock(start time.Time) *fakeClock {
@@ -66,7 +67,29 @@ func (f *fakeClock) Timers() int {
 	return n
 }
 
+// NewTicker returns a ticker that ticks each period the clock passes (a non-blocking send, as
+// a real ticker's: ticks a slow reader misses are dropped).
+func (f *fakeClock) NewTicker(d time.Duration) ticker {
+	if d <= 0 {
+		panic("non-positive interval for NewTicker")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := &fakeTicker{f: f, c: make(chan time.Time, 1), every: d, next: f.now.Add(d), on: true}
+	f.tickers = append(f.tickers, t)
+	return t
+}
+
 func (f *fakeClock) fireLocked() {
+	for _, t := range f.tickers {
+		for t.on && !t.next.After(f.now) {
+			select {
+			case t.c <- t.next:
+			default:
+			}
+			t.next = t.next.Add(t.every)
+		}
+	}
 	for {
 		var first *fakeTimer
 		for _, t := range f.timers {
@@ -119,4 +142,20 @@ func (t *fakeTimer) drain() {
 	case <-t.c:
 	default:
 	}
+}
+
+type fakeTicker struct {
+	f     *fakeClock
+	c     chan time.Time
+	every time.Duration
+	next  time.Time
+	on    bool
+}
+
+func (t *fakeTicker) C() <-chan time.Time { return t.c }
+
+func (t *fakeTicker) Stop() {
+	t.f.mu.Lock()
+	defer t.f.mu.Unlock()
+	t.on = false
 }
