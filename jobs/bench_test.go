@@ -208,3 +208,38 @@ func benchBulkVsCeiling(b *testing.B, pad string) {
 		}
 	}
 }
+
+// BenchmarkPruneExpired measures PruneExpired's rate (jobs/s) on 100,000 expired final jobs
+// (a tenth dead, a tenth with an effect each) beside 5,000 recent ones it must keep: the pace
+// TestPruneExpiredKeepsUpWithAMillionRows no longer asserts.
+func BenchmarkPruneExpired(b *testing.B) {
+	pool := pgtest.NewPool(b)
+	ctx := context.Background()
+	c, err := jobs.NewClient(pool, nil)
+	require.NoError(b, err)
+	const n = 100_000
+	var pruned int64
+	var took time.Duration
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		insertFinished(b, pool, "old", n, 48*time.Hour)
+		insertFinished(b, pool, "recent", 5000, 10*time.Minute)
+		addEffects(b, pool, "old")
+		_, err = pool.Exec(ctx, "ANALYZE tenure.jobs; ANALYZE tenure.effects")
+		require.NoError(b, err)
+		hour := time.Now().Add(-time.Hour)
+		b.StartTimer()
+		start := time.Now()
+		res, err := c.PruneExpired(ctx, jobs.PruneParams{FinishedBefore: hour, DeadBefore: hour, Budget: 10 * time.Minute})
+		took += time.Since(start)
+		require.NoError(b, err)
+		require.True(b, res.Drained, "%+v", res)
+		pruned += res.Finished + res.Dead
+		b.StopTimer()
+		_, err = pool.Exec(ctx, "DELETE FROM tenure.effects; DELETE FROM tenure.jobs")
+		require.NoError(b, err)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(pruned)/took.Seconds(), "jobs/s")
+}

@@ -216,7 +216,7 @@ func TestUniquePeriodWindowMoves(t *testing.T) {
 	o := &jobs.InsertOpts{Unique: &jobs.UniqueOpts{ByArgs: true, ByPeriod: time.Second, States: []generics.JobState{generics.JobStateSucceeded}}}
 	first, err := c.Insert(ctx, receiptArgs{OrderID: 1}, o)
 	require.NoError(t, err)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a liveness bound: the window is 1 s of the database clock
 	for {
 		r, err := c.Insert(ctx, receiptArgs{OrderID: 1}, o)
 		require.NoError(t, err)
@@ -318,10 +318,19 @@ func TestUniqueInsertWaitsForConcurrentTransaction(t *testing.T) {
 			}
 			done <- r
 		}()
+		// The second insert waits on the first transaction's lock (observed in pg_locks, not
+		// guessed from a pause), and has not returned.
+		var holder int32
+		require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&holder))
+		require.Eventually(t, func() bool {
+			var waiting bool
+			err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", holder).Scan(&waiting)
+			return err == nil && waiting
+		}, 30*time.Second, 5*time.Millisecond, "the second insert never waited for the first transaction")
 		select {
 		case <-done:
 			t.Fatal("the second insert did not wait for the first transaction")
-		case <-time.After(200 * time.Millisecond):
+		default:
 		}
 		if commit {
 			require.NoError(t, tx.Commit(ctx))

@@ -22,6 +22,8 @@
 //     Start, on NOTIFY and every QueueStateEvery; a paused queue's loop starts no claim.
 //   - periodic.go: periodic jobs (Config.Periodic, NewPeriodicJob, Every, Cron): each tick is
 //     enqueued once across workers, in the transaction that advances the schedule's row.
+//   - clock.go: the clock the engine's own timing decisions read (finish linger, stop plan,
+//     log throttle, permit regrow, flow prune schedule, queue-state poll); tests set a fake one.
 //
 // Usage:
 //

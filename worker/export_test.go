@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"time"
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/internal/dbschema"
@@ -17,4 +18,15 @@ var SeededRand = seededRand
 // (default schema).
 func RunPermitAllocate(ctx context.Context, pool batcher, p gen.PermitAllocateParams) ([]gen.PermitAllocateRow, error) {
 	return runPermitAllocate(ctx, pool, dbschema.Must(dbschema.Default), p)
+}
+
+// FakeClock is the fake clock of clock_test.go, for the external tests.
+type FakeClock = fakeClock
+
+// UseFakeClock makes w's engine take its timing decisions (clock.go) on a fake clock that
+// starts at start and moves only by Advance. Call it before Start.
+func UseFakeClock(w *Worker, start time.Time) *FakeClock {
+	f := newFakeClock(start)
+	w.clk = f
+	return f
 }

@@ -96,7 +96,7 @@ func (w *Worker) batcher(ctx context.Context) {
 	max := w.cfg.MaxFinishBatch
 	batch := make([]*execution, 0, max)
 	urgent, due := false, false
-	linger := time.NewTimer(time.Hour)
+	linger := w.clk.NewTimer(time.Hour)
 	linger.Stop()
 	var lingerC <-chan time.Time
 	for {
@@ -115,7 +115,7 @@ func (w *Worker) batcher(ctx context.Context) {
 		case e := <-in:
 			if len(batch) == 0 && w.cfg.FinishLinger > 0 {
 				linger.Reset(w.cfg.FinishLinger)
-				lingerC = linger.C
+				lingerC = linger.C()
 			}
 			batch = append(batch, e)
 			urgent = urgent || e.limited

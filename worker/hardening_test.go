@@ -60,8 +60,14 @@ func TestBadErrorMessageDoesNotWedgeTheWorker(t *testing.T) {
 	require.LessOrEqual(t, len(msg), 2100, "messages are bounded")
 	start := time.Now()
 	require.NoError(t, stopWorker(t, w, 2*time.Second))
-	require.Less(t, time.Since(start), 2100*time.Millisecond)
+	require.Less(t, time.Since(start), 2*time.Second+stopSlack, "Stop outlived its context")
 }
+
+// stopSlack is how far past its context's deadline a Stop may return in these tests: the
+// engine's own wait after the deadline is 50 ms; the rest is a loaded machine's scheduling.
+// What a Stop that outlived its context would wait for instead (HardStopGrace, 5 s by default;
+// a statement on a connection that stopped answering, until the TCP stack gives up) is longer.
+const stopSlack = time.Second
 
 // A batch write that fails with a data error is split, so one row cannot block the others;
 // this drives the split through the only row-level data error the engine can still meet: none
@@ -120,7 +126,7 @@ func TestStopNeverOutlivesItsContext(t *testing.T) {
 		err = stopWorker(t, w, time.Second)
 		took := time.Since(start)
 		require.ErrorIs(t, err, worker.ErrHandlersStillRunning)
-		require.Less(t, took, 1100*time.Millisecond, "Stop outlived its context")
+		require.Less(t, took, time.Second+stopSlack, "Stop outlived its context")
 		require.Zero(t, countState(t, pool, "running"), "held jobs are released within the budget")
 	})
 	t.Run("database stopped answering", func(t *testing.T) {
@@ -137,7 +143,7 @@ func TestStopNeverOutlivesItsContext(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		start := time.Now()
 		_ = stopWorker(t, w, time.Second)
-		require.Less(t, time.Since(start), 1100*time.Millisecond, "Stop outlived its context")
+		require.Less(t, time.Since(start), time.Second+stopSlack, "Stop outlived its context")
 	})
 }
 
@@ -230,8 +236,11 @@ func TestRollingDeployOldAndNewWorkers(t *testing.T) {
 		_, err = newC.Insert(ctx, deployNew{N: i}, nil)
 		require.NoError(t, err)
 	}
-	waitFor(t, 5*time.Second, "old jobs done", func() bool { return oldRan.Load() == 10 })
-	time.Sleep(500 * time.Millisecond) // time for the old worker to (wrongly) claim the rest
+	waitFor(t, 30*time.Second, "old jobs done", func() bool { return oldRan.Load() == 10 })
+	// The old worker goes on claiming (every job is inserted by now): five claims that found
+	// nothing it can run, observed rather than assumed after a pause.
+	empty := oldW.Stats().EmptyClaims
+	waitFor(t, 30*time.Second, "five more claims of the old worker", func() bool { return oldW.Stats().EmptyClaims >= empty+5 })
 	require.Zero(t, countState(t, pool, "dead"), "an old worker killed jobs it could not run")
 	var charged int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE state <> 'succeeded' AND attempts > 0`).Scan(&charged))

@@ -616,7 +616,7 @@ type flowPruner struct {
 
 // maybePruneFlow runs a pass of the flow prune if one is due.
 func (w *Worker) maybePruneFlow(ctx context.Context, fp *flowPruner) {
-	now := time.Now()
+	now := w.clk.Now()
 	if now.Before(fp.next) {
 		return
 	}

@@ -43,7 +43,7 @@ func (t *logThrottle) allow(now time.Time) (bool, int64) {
 // role lacks a grant, which no retry fixes) is counted in Stats.PermissionErrors and logged at
 // ERROR, naming tenure.grant_worker; others at WARN.
 func (w *Worker) engineError(t *logThrottle, what string, err error, attrs ...any) {
-	now := time.Now()
+	now := w.clk.Now()
 	perm := isPermissionError(err)
 	if perm {
 		w.m.permissionErrors.Add(1)

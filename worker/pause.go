@@ -34,14 +34,14 @@ func (w *Worker) pausedQueues(ctx context.Context) (map[string]bool, error) {
 
 // queueStateService keeps the loops' paused flags in line with tenure.queues.
 func (w *Worker) queueStateService(ctx context.Context) {
-	t := time.NewTicker(w.cfg.QueueStateEvery)
+	t := w.clk.NewTicker(w.cfg.QueueStateEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.queueStateCh:
-		case <-t.C:
+		case <-t.C():
 		}
 		qctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
 		var paused map[string]bool

@@ -245,6 +245,21 @@ func (p *PeriodicJob) dueTicks(t, now time.Time) (latest time.Time, missed int, 
 	return latest, missed, p.sched.next(now)
 }
 
+// catchUp is the decision for the due stored tick t at database time now: the latest tick
+// <= now, the earlier due ticks (missed), the first tick after now, whether one job is
+// enqueued (always under CatchUpOnce; under CatchUpSkip only if now is at most MisfireGrace
+// past the latest tick) and how many ticks the schedule's row records as missed (the earlier
+// ones, and the latest too when it is not enqueued; under CatchUpSkip they are dropped).
+func (p *PeriodicJob) catchUp(t, now time.Time) (latest time.Time, missed int, next time.Time, enqueue bool, dropped int64) {
+	latest, missed, next = p.dueTicks(t, now)
+	enqueue = p.opts.CatchUp == CatchUpOnce || now.Sub(latest) <= p.opts.MisfireGrace
+	dropped = int64(missed)
+	if !enqueue {
+		dropped++ // the latest one too
+	}
+	return latest, missed, next, enqueue, dropped
+}
+
 // periodicPollMax is the longest the periodic service sleeps between looks at its schedules
 // (it wakes at the earliest next tick otherwise); periodicRetry the wait after an error or a
 // tick another worker was holding.
@@ -414,12 +429,7 @@ func (w *Worker) periodicService(ctx context.Context) {
 // worker holds the row) and, unless the catch-up policy drops the ticks, enqueues one job.
 // It reports whether this worker took the tick.
 func (w *Worker) fireTick(ctx context.Context, p *PeriodicJob, t, now time.Time) (bool, error) {
-	latest, missed, next := p.dueTicks(t, now)
-	enqueue := p.opts.CatchUp == CatchUpOnce || now.Sub(latest) <= p.opts.MisfireGrace
-	dropped := int64(missed)
-	if !enqueue {
-		dropped++ // the latest one too
-	}
+	latest, missed, next, enqueue, dropped := p.catchUp(t, now)
 	took := false
 	tctx, cancel := context.WithTimeout(ctx, sweepTimeout)
 	defer cancel()

@@ -130,7 +130,7 @@ func (q *queue) claimPermitted(ctx context.Context, p *claimPlan, base gen.Claim
 	if err != nil {
 		return nil, limitResult{}, err
 	}
-	if len(rows) < p.n && !allocated && (!f.HasPermit || (f.Binding && ps.mayGrow(int32(q.cfg.Concurrency)))) {
+	if len(rows) < p.n && !allocated && (!f.HasPermit || (f.Binding && ps.mayGrow(int32(q.cfg.Concurrency), q.w.clk.Now()))) {
 		if err := q.allocatePermit(ctx); err != nil {
 			if len(rows) > 0 || len(p.done) > 0 {
 				return rows, limitResult{binding: true, skipped: true, doneLanded: landed}, nil // the claim committed: its jobs are ours
@@ -158,8 +158,8 @@ func (q *queue) claimPermitted(ctx context.Context, p *claimPlan, base gen.Claim
 }
 
 // mayGrow reports whether a worker with want slots, held back by its share, should ask for a
-// larger one now.
-func (ps *permitState) mayGrow(want int32) bool {
+// larger one at now.
+func (ps *permitState) mayGrow(want int32, now time.Time) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	wait := permitRegrow
@@ -168,7 +168,7 @@ func (ps *permitState) mayGrow(want int32) bool {
 		// jobs end; ask again soon rather than leave it idle.
 		wait = permitOwedRegrow
 	}
-	return ps.amount < want && time.Since(ps.last) >= wait
+	return ps.amount < want && now.Sub(ps.last) >= wait
 }
 
 // permitFlags are a permit claim's flags.
@@ -258,7 +258,7 @@ func (q *queue) allocatePermit(ctx context.Context) error {
 	}
 	ps := &la.permit
 	ps.mu.Lock()
-	ps.have, ps.amount, ps.owed, ps.last = len(got) == len(la.kind), amount, owed, time.Now()
+	ps.have, ps.amount, ps.owed, ps.last = len(got) == len(la.kind), amount, owed, q.w.clk.Now()
 	ps.mu.Unlock()
 	q.w.m.permitAllocations.Add(1)
 	return nil

@@ -53,6 +53,7 @@ type Worker struct {
 	log    *slog.Logger
 	reg    *generics.Registry
 	m      *metrics
+	clk    clock // time for the engine's own timing decisions (clock.go); a fake in tests
 
 	handlers map[string]*handler // fixed at Start
 	kinds    claimKinds          // what the claim may take, fixed at Start
@@ -132,7 +133,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	w := &Worker{
 		sch: sch, cfg: c, pool: pool, log: c.Logger.With(logkey.Worker, c.ID), reg: c.Registry, m: newMetrics(),
 		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
-		queueStateCh: make(chan struct{}, 1), lockWait: make(chan struct{}, lockWaiters),
+		queueStateCh: make(chan struct{}, 1), lockWait: make(chan struct{}, lockWaiters), clk: realClock{},
 	}
 	for i := range w.cfg.Periodic {
 		w.periodic = append(w.periodic, &w.cfg.Periodic[i])
@@ -505,7 +506,7 @@ func (w *Worker) planFor(ctx context.Context) stopPlan {
 	}
 	// Handlers get the first quarter of the reserve to react to cancellation; the fenced
 	// release of what they still hold gets the rest, so it lands even on a loaded server.
-	reserve := max(min(w.cfg.HardStopGrace, time.Until(dl)/2), 0)
+	reserve := max(min(w.cfg.HardStopGrace, dl.Sub(w.clk.Now())/2), 0)
 	return stopPlan{hardAt: dl.Add(-reserve), releaseAt: dl.Add(-reserve * 3 / 4), deadline: dl}
 }
 

@@ -1,0 +1,114 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/db/gen"
+)
+
+// The heartbeat's lease decisions take their time from the loop's ticker (heartbeat's now) and
+// from the statement's start (hbResult.at): given those times, they are exact and independent
+// of the machine's load. These tests pass the times a ticker would.
+
+func hbQueue() *queue {
+	w := &Worker{cfg: Config{HeartbeatDivisor: 3, StuckGrace: 10 * time.Second}, m: newMetrics(),
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), clk: newFakeClock(clockStart), engCtx: context.Background()}
+	return &queue{w: w, name: "default", active: map[*execution]struct{}{}}
+}
+
+func hbExec(q *queue, id int64, lease time.Duration) *execution {
+	e := &execution{start: clockStart}
+	e.c.ID, e.c.Lease = id, lease
+	e.ctx, e.cancel = context.WithCancelCause(context.Background())
+	e.leaseUntil.Store(clockStart.Add(lease).UnixNano())
+	e.nextHB = clockStart.Add(lease / 3)
+	q.active[e] = struct{}{}
+	q.running++
+	return e
+}
+
+// TestHeartbeatLeaseSchedule: an extended lease is heartbeated again lease/HeartbeatDivisor
+// after the statement; a row another session holds locked is tried again at half that and the
+// lease is lost only once the statement starts at or past the lease's end; two failed
+// statements in a row, or a row the statement did not return, lose it; a cancel request
+// reaches the handler.
+func TestHeartbeatLeaseSchedule(t *testing.T) {
+	const lease = 30 * time.Second
+	q := hbQueue()
+	e := hbExec(q, 1, lease)
+
+	at := clockStart.Add(10 * time.Second)
+	q.heartbeatDone(hbResult{due: []*execution{e}, at: at, rows: []gen.HeartbeatRow{{ID: 1, Extended: true}}})
+	require.Equal(t, at.Add(lease).UnixNano(), e.leaseUntil.Load(), "the lease is extended from the statement's start")
+	require.Equal(t, at.Add(lease/3), e.nextHB)
+
+	// Busy (locked by another session): not extended, still ours; tried again at lease/6.
+	leaseEnd := at.Add(lease)
+	busy := []gen.HeartbeatRow{{ID: 1}}
+	at2 := leaseEnd.Add(-time.Nanosecond)
+	q.heartbeatDone(hbResult{due: []*execution{e}, at: at2, rows: busy})
+	require.False(t, e.leaseLost, "busy a nanosecond before the lease's end: still ours")
+	require.Equal(t, at2.Add(lease/6), e.nextHB)
+	require.NoError(t, context.Cause(e.ctx))
+	q.heartbeatDone(hbResult{due: []*execution{e}, at: leaseEnd, rows: busy})
+	require.True(t, e.leaseLost, "busy at the lease's end: lost")
+	require.ErrorIs(t, context.Cause(e.ctx), ErrLeaseLost)
+
+	// Failed statements: the first is retried at lease/6, the second in a row loses the lease.
+	f := hbExec(q, 2, lease)
+	boom := errors.New("connection reset")
+	q.heartbeatDone(hbResult{due: []*execution{f}, at: at, err: boom})
+	require.False(t, f.leaseLost)
+	require.Equal(t, at.Add(lease/6), f.nextHB)
+	q.heartbeatDone(hbResult{due: []*execution{f}, at: at.Add(lease / 6), err: boom})
+	require.True(t, f.leaseLost, "two failed heartbeats in a row")
+
+	// A success in between resets the count.
+	g := hbExec(q, 3, lease)
+	q.heartbeatDone(hbResult{due: []*execution{g}, at: at, err: boom})
+	q.heartbeatDone(hbResult{due: []*execution{g}, at: at, rows: []gen.HeartbeatRow{{ID: 3, Extended: true}}})
+	q.heartbeatDone(hbResult{due: []*execution{g}, at: at, err: boom})
+	require.False(t, g.leaseLost, "the failures were not consecutive")
+
+	// A row the statement did not return is no longer this attempt's; a cancel request
+	// cancels the handler while the lease is extended.
+	h := hbExec(q, 4, lease)
+	c := hbExec(q, 5, lease)
+	q.heartbeatDone(hbResult{due: []*execution{h, c}, at: at, rows: []gen.HeartbeatRow{{ID: 5, Extended: true, CancelRequested: true}}})
+	require.True(t, h.leaseLost)
+	require.False(t, c.leaseLost)
+	require.ErrorIs(t, context.Cause(c.ctx), ErrJobCancelled)
+	require.EqualValues(t, 3, q.w.m.leasesLost.Load())
+}
+
+// TestHeartbeatDeclaresStuckAfterTimeoutAndGrace: a handler running past its Timeout plus
+// StuckGrace is declared stuck at the first tick after that (its slot given back, its context
+// cancelled, no more heartbeats), not a nanosecond before.
+func TestHeartbeatDeclaresStuckAfterTimeoutAndGrace(t *testing.T) {
+	q := hbQueue()
+	e := hbExec(q, 1, time.Hour)
+	e.h = &handler{opts: HandlerOptions{Timeout: time.Minute}}
+	e.nextHB = clockStart.Add(24 * time.Hour) // no heartbeat due: the tick only judges the handler
+	limit := clockStart.Add(time.Minute + 10*time.Second)
+
+	q.heartbeat(context.Background(), limit)
+	require.False(t, e.stuck, "at timeout + grace: not yet")
+	require.Equal(t, 1, q.running)
+	q.heartbeat(context.Background(), limit.Add(time.Nanosecond))
+	require.True(t, e.stuck)
+	require.Zero(t, q.running, "the slot is given back")
+	require.ErrorIs(t, context.Cause(e.ctx), ErrHandlerTimeout)
+
+	// A returned handler is never stuck, whatever the time.
+	r := hbExec(q, 2, time.Hour)
+	r.h, r.returned, r.nextHB = e.h, true, e.nextHB
+	q.heartbeat(context.Background(), limit.Add(time.Hour))
+	require.False(t, r.stuck)
+}
