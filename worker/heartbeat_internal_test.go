@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/generics"
 )
 
 // The heartbeat's lease decisions take their time from the loop's ticker (heartbeat's now) and
@@ -24,8 +25,7 @@ func hbQueue() *queue {
 }
 
 func hbExec(q *queue, id int64, lease time.Duration) *execution {
-	e := &execution{start: clockStart}
-	e.c.ID, e.c.Lease = id, lease
+	e := &execution{start: clockStart, c: claimed{JobRow: &generics.JobRow{ID: id, Lease: lease}}}
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	e.leaseUntil.Store(clockStart.Add(lease).UnixNano())
 	e.nextHB = clockStart.Add(lease / 3)
