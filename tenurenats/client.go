@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -49,6 +50,12 @@ type ClientConfig struct {
 	// BeforeInsert is jobs.Config.BeforeInsert: called per job before validation with a copy
 	// of its options (the seam tenureotel uses to add a trace context).
 	BeforeInsert func(ctx context.Context, kind string, opts *jobs.InsertOpts)
+	// Schema is the PostgreSQL schema whose outbox InsertTx writes to (PublishOpts.Schema):
+	// the one Tenure was migrated into and the Relay reads (RelayConfig.Schema). Default
+	// "tenure". An invalid name is refused by NewClient with ErrInvalidConfig and a
+	// *migrations.InvalidSchemaError (migrations.ErrInvalidSchema). Insert, which publishes
+	// directly, does not use it.
+	Schema string
 }
 
 // Client enqueues typed jobs on JetStream, directly (Insert) or through the transactional
@@ -74,6 +81,11 @@ func NewClient(js jetstream.JetStream, cfg *ClientConfig) (*Client, error) {
 	if c.MaxPayloadBytes <= 0 {
 		c.MaxPayloadBytes = generics.DefaultMaxPayloadBytes
 	}
+	sch, err := dbschema.New(c.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	}
+	c.Schema = sch.Name()
 	return &Client{js: js, cfg: c}, nil
 }
 
@@ -130,15 +142,15 @@ func InsertWithID[A generics.Args](ctx context.Context, c *Client, args A, opts 
 	return &InsertResult{Stream: ack.Stream, Sequence: ack.Sequence, MsgID: msgID, Duplicate: ack.Duplicate}, nil
 }
 
-// InsertTx validates args and opts like Insert and writes the job into the outbox in tx
-// (Publish): the job exists if and only if tx commits, and a Relay publishes it. It returns
-// the outbox row's id.
+// InsertTx validates args and opts like Insert and writes the job into the outbox of the
+// client's schema (ClientConfig.Schema) in tx (Publish): the job exists if and only if tx
+// commits, and a Relay publishes it. It returns the outbox row's id.
 func InsertTx[A generics.Args](ctx context.Context, tx pgx.Tx, c *Client, args A, opts *jobs.InsertOpts) (int64, error) {
 	subject, payload, hdr, err := c.prepare(ctx, args, opts)
 	if err != nil {
 		return 0, err
 	}
-	return Publish(ctx, tx, subject, payload, &PublishOpts{Headers: hdr})
+	return Publish(ctx, tx, subject, payload, &PublishOpts{Headers: hdr, Schema: c.cfg.Schema})
 }
 
 func (c *Client) prepare(ctx context.Context, args generics.Args, opts *jobs.InsertOpts) (string, []byte, nats.Header, error) {

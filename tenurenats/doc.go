@@ -48,6 +48,14 @@
 //     tenure.stream_effects, keyed "nats:<stream>:job:<sequence>:effect:<name>" (with
 //     Config.EffectKeyPrefix in front), and the first attempt to record a key wins.
 //
+// # Schema
+//
+// The outbox and the ledger live in Tenure's schema, "tenure" unless configured otherwise
+// (docs/guide.md, "A schema of your own"): give the same name to PublishOpts.Schema (or
+// ClientConfig.Schema for InsertTx), RelayConfig.Schema and Config.Schema (the ledger in
+// Config.Pool); PendingIn and PruneSentIn take it too. Each schema has its own outbox, so a
+// relay only relays the messages published into its schema.
+//
 // What JetStream does not give (no fencing of a stale attempt's acknowledgement, no
 // priorities, no scheduled jobs, no operator re-inject of the same job id) is listed in the
 // guide.

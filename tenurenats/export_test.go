@@ -3,6 +3,7 @@ package tenurenats
 import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenureq/tenure/tenurenats/internal/natsdb"
 	"github.com/tenureq/tenure/worker"
 )
 
@@ -11,7 +12,7 @@ func SetRelayHooks(c *RelayConfig, afterPublish, afterAck, beforeCommit func(ids
 	c.hooks = relayHooks{afterPublish: afterPublish, afterAck: afterAck, beforeCommit: beforeCommit}
 }
 
-// NewStreamLedger exposes the JetStream jobs' effect ledger to the tests.
+// NewStreamLedger exposes the JetStream jobs' effect ledger (in schema tenure) to the tests.
 func NewStreamLedger(pool *pgxpool.Pool, stream string, seq int64) worker.ExternalLedger {
-	return &streamLedger{pool: pool, stream: stream, seq: seq}
+	return &streamLedger{q: natsdb.New(pool), stream: stream, seq: seq}
 }

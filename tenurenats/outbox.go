@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/tenurenats/internal/natsdb"
 )
 
@@ -33,16 +34,25 @@ type PublishOpts struct {
 	// Headers are sent with the message. Names starting with "Nats-" are reserved for the
 	// relay (Nats-Msg-Id) and refused.
 	Headers map[string][]string
+	// Schema is the PostgreSQL schema whose outbox (S.outbox) the message is written to: the
+	// schema Tenure was migrated into (migrations.Options.Schema; docs/guide.md, "A schema of
+	// your own"), the one the relay reads (RelayConfig.Schema). Default "tenure". An invalid
+	// name is refused with a *migrations.InvalidSchemaError (migrations.ErrInvalidSchema).
+	Schema string
 }
 
 // Publish writes one message for subject into the outbox, in tx: the message exists if and
 // only if tx commits, and a Relay publishes it to JetStream afterwards. It returns the row's
-// id. Invalid input is refused before anything is written, with ErrInvalidSubject or
-// ErrInvalidMessage.
+// id. Invalid input is refused before anything is written, with ErrInvalidSubject,
+// ErrInvalidMessage or, for opts.Schema, migrations.ErrInvalidSchema.
 func Publish(ctx context.Context, tx pgx.Tx, subject string, payload []byte, opts *PublishOpts) (int64, error) {
 	var o PublishOpts
 	if opts != nil {
 		o = *opts
+	}
+	sch, err := dbschema.New(o.Schema)
+	if err != nil {
+		return 0, err
 	}
 	if err := checkSubject(subject); err != nil {
 		return 0, err
@@ -63,7 +73,7 @@ func Publish(ctx context.Context, tx pgx.Tx, subject string, payload []byte, opt
 	if payload == nil {
 		payload = []byte{}
 	}
-	return natsdb.New(tx).OutboxInsert(ctx, natsdb.OutboxInsertParams{MsgID: o.MsgID, Subject: subject, Payload: payload, Headers: hdr})
+	return natsdb.New(sch.Wrap(tx)).OutboxInsert(ctx, natsdb.OutboxInsertParams{MsgID: o.MsgID, Subject: subject, Payload: payload, Headers: hdr})
 }
 
 func encodeHeaders(h map[string][]string) ([]byte, error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/tenurenats/internal/natsdb"
 	"github.com/tenureq/tenure/worker"
 )
@@ -56,6 +57,12 @@ type RelayConfig struct {
 	PruneEvery time.Duration
 	// Logger receives errors and warnings. Default slog.Default().
 	Logger *slog.Logger
+	// Schema is the PostgreSQL schema whose outbox (S.outbox) the relay reads: the one Tenure
+	// was migrated into (migrations.Options.Schema; docs/guide.md, "A schema of your own") and
+	// Publish writes to (PublishOpts.Schema, ClientConfig.Schema). Default "tenure". An
+	// invalid name is refused by NewRelay with ErrInvalidConfig and a
+	// *migrations.InvalidSchemaError (migrations.ErrInvalidSchema).
+	Schema string
 
 	hooks relayHooks // tests only (export_test.go)
 }
@@ -89,6 +96,11 @@ func (c RelayConfig) withDefaults() (RelayConfig, error) {
 	if len(out.ID) > 200 {
 		return out, fmt.Errorf("%w: ID longer than 200 bytes", ErrInvalidConfig)
 	}
+	sch, err := dbschema.New(out.Schema)
+	if err != nil {
+		return out, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	}
+	out.Schema = sch.Name()
 	if out.Batch == 0 {
 		out.Batch = 100
 	}
@@ -156,6 +168,7 @@ type RelayStats struct {
 // (see DuplicateWindowNeeded and docs/guide.md, "Past one database: JetStream").
 type Relay struct {
 	pool    *pgxpool.Pool
+	sch     *dbschema.Schema // RelayConfig.Schema: every statement runs through sch.Wrap
 	js      jetstream.JetStream
 	cfg     RelayConfig
 	running atomic.Bool
@@ -176,7 +189,7 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg *RelayConfig) (*Re
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{pool: pool, js: js, cfg: c}, nil
+	return &Relay{pool: pool, sch: dbschema.Must(c.Schema), js: js, cfg: c}, nil
 }
 
 // Stats returns the relay's counters.
@@ -248,7 +261,7 @@ func (r *Relay) pipeline(ctx context.Context) {
 // (while Run is not running or beside it: claims never overlap).
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	token := uuid.New()
-	q := natsdb.New(r.pool)
+	q := natsdb.New(r.sch.Wrap(r.pool))
 	claimedAt := time.Now()
 	rows, err := q.OutboxClaim(ctx, natsdb.OutboxClaimParams{ClaimToken: token, ClaimedBy: r.cfg.ID,
 		LeaseS: r.cfg.Lease.Seconds(), Batch: int32(r.cfg.Batch)})
@@ -372,7 +385,7 @@ func (r *Relay) mark(ctx context.Context, token uuid.UUID, ids []int64, streams 
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit a no-op
-	done, err := natsdb.New(tx).OutboxMarkSent(ctx, natsdb.OutboxMarkSentParams{ClaimToken: token, Ids: ids, Streams: streams, Seqs: seqs})
+	done, err := natsdb.New(r.sch.Wrap(tx)).OutboxMarkSent(ctx, natsdb.OutboxMarkSentParams{ClaimToken: token, Ids: ids, Streams: streams, Seqs: seqs})
 	if err != nil {
 		return err
 	}
@@ -400,7 +413,7 @@ func (r *Relay) pruneLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		n, err := PruneSent(ctx, r.pool, r.cfg.Retention)
+		n, err := pruneSent(ctx, r.pool, r.sch, r.cfg.Retention)
 		r.pruned.Add(n)
 		if err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Warn("tenurenats: outbox pruning failed", "relay", r.cfg.ID, "err", err)
@@ -408,11 +421,26 @@ func (r *Relay) pruneLoop(ctx context.Context) {
 	}
 }
 
-// PruneSent deletes outbox rows sent more than retention ago, in batches of 10,000, and
-// returns how many it deleted. Relays call it every PruneEvery; call it yourself when no
-// relay prunes (RelayConfig.Retention < 0).
+// PruneSent deletes outbox rows of schema "tenure" sent more than retention ago, in batches of
+// 10,000, and returns how many it deleted. Relays call it every PruneEvery; call it yourself
+// when no relay prunes (RelayConfig.Retention < 0). PruneSentIn is PruneSent in another
+// schema.
 func PruneSent(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) (int64, error) {
-	q := natsdb.New(pool)
+	return PruneSentIn(ctx, pool, dbschema.Default, retention)
+}
+
+// PruneSentIn is PruneSent on the outbox of schema (RelayConfig.Schema). An invalid name is
+// refused with a *migrations.InvalidSchemaError (migrations.ErrInvalidSchema).
+func PruneSentIn(ctx context.Context, pool *pgxpool.Pool, schema string, retention time.Duration) (int64, error) {
+	sch, err := dbschema.New(schema)
+	if err != nil {
+		return 0, err
+	}
+	return pruneSent(ctx, pool, sch, retention)
+}
+
+func pruneSent(ctx context.Context, pool *pgxpool.Pool, sch *dbschema.Schema, retention time.Duration) (int64, error) {
+	q := natsdb.New(sch.Wrap(pool))
 	before := time.Now().Add(-retention)
 	var total int64
 	for {
@@ -424,10 +452,20 @@ func PruneSent(ctx context.Context, pool *pgxpool.Pool, retention time.Duration)
 	}
 }
 
-// Pending returns the number of outbox rows not sent yet and the age of the oldest one (the
-// relay's lag), on the database clock.
+// Pending returns the number of outbox rows of schema "tenure" not sent yet and the age of the
+// oldest one (the relay's lag), on the database clock. PendingIn is Pending in another schema.
 func Pending(ctx context.Context, pool *pgxpool.Pool) (int64, time.Duration, error) {
-	row, err := natsdb.New(pool).OutboxPending(ctx)
+	return PendingIn(ctx, pool, dbschema.Default)
+}
+
+// PendingIn is Pending on the outbox of schema (RelayConfig.Schema). An invalid name is
+// refused with a *migrations.InvalidSchemaError (migrations.ErrInvalidSchema).
+func PendingIn(ctx context.Context, pool *pgxpool.Pool, schema string) (int64, time.Duration, error) {
+	sch, err := dbschema.New(schema)
+	if err != nil {
+		return 0, 0, err
+	}
+	row, err := natsdb.New(sch.Wrap(pool)).OutboxPending(ctx)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/tenurenats/internal/natsdb"
 	"github.com/tenureq/tenure/worker"
@@ -57,6 +58,11 @@ type Config struct {
 	// called from a handler run here records and replays there. Without it worker.Effect
 	// returns worker.ErrNotInHandler.
 	Pool *pgxpool.Pool
+	// Schema is the PostgreSQL schema of the effect ledger in Pool (S.stream_effects): the
+	// one Tenure was migrated into (migrations.Options.Schema; docs/guide.md, "A schema of
+	// your own"). Default "tenure". An invalid name is refused by NewWorker with
+	// ErrInvalidConfig and a *migrations.InvalidSchemaError (migrations.ErrInvalidSchema).
+	Schema string
 	// EffectKeyPrefix is put in front of every effect key (worker.Config.EffectKeyPrefix's
 	// counterpart). Keys are "<EffectKeyPrefix>nats:<Stream>:job:<sequence>:effect:<name>".
 	EffectKeyPrefix string
@@ -111,6 +117,7 @@ type jobAttempt struct {
 type Worker struct {
 	js      jetstream.JetStream
 	cfg     Config
+	sch     *dbschema.Schema // Config.Schema: every ledger statement runs through sch.Wrap
 	reg     *generics.Registry
 	mu      sync.Mutex
 	h       map[string]*handler
@@ -168,10 +175,15 @@ func NewWorker(js jetstream.JetStream, cfg *Config) (*Worker, error) {
 	case c.StopTimeout < 0:
 		return nil, fmt.Errorf("%w: negative StopTimeout", ErrInvalidConfig)
 	}
+	sch, err := dbschema.New(c.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	}
+	c.Schema = sch.Name()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return &Worker{js: js, cfg: c, reg: generics.NewRegistry(), h: map[string]*handler{}}, nil
+	return &Worker{js: js, cfg: c, sch: sch, reg: generics.NewRegistry(), h: map[string]*handler{}}, nil
 }
 
 // Registry returns the worker's kind registry, for a Client (ClientConfig.Registry).
@@ -477,7 +489,7 @@ func (w *Worker) run(ctx context.Context, h *handler, msg jetstream.Msg, a jobAt
 	}
 	if w.cfg.Pool != nil {
 		hctx = worker.WithExternalAttempt(hctx, worker.ExternalAttempt{Job: &a.meta,
-			KeyPrefix: w.cfg.EffectKeyPrefix + "nats:" + w.cfg.Stream + ":", Ledger: &streamLedger{pool: w.cfg.Pool, stream: w.cfg.Stream, seq: a.meta.ID}})
+			KeyPrefix: w.cfg.EffectKeyPrefix + "nats:" + w.cfg.Stream + ":", Ledger: &streamLedger{q: natsdb.New(w.sch.Wrap(w.cfg.Pool)), stream: w.cfg.Stream, seq: a.meta.ID}})
 	}
 	done := make(chan struct{})
 	go func() {
@@ -560,7 +572,7 @@ func (w *Worker) pruneEffects(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		q := natsdb.New(w.cfg.Pool)
+		q := natsdb.New(w.sch.Wrap(w.cfg.Pool))
 		for ctx.Err() == nil {
 			n, err := q.StreamEffectPrune(ctx, natsdb.StreamEffectPruneParams{Before: time.Now().Add(-w.cfg.EffectRetention), Batch: 10000})
 			if err != nil {
@@ -573,15 +585,15 @@ func (w *Worker) pruneEffects(ctx context.Context) {
 	}
 }
 
-// streamLedger is the effect ledger of JetStream jobs: tenure.stream_effects.
+// streamLedger is the effect ledger of JetStream jobs: S.stream_effects of Config.Schema.
 type streamLedger struct {
-	pool   *pgxpool.Pool
+	q      *natsdb.Queries // on Config.Pool, in Config.Schema
 	stream string
 	seq    int64
 }
 
 func (l *streamLedger) GetEffect(ctx context.Context, key string) (worker.EffectRecord, bool, error) {
-	rec, err := natsdb.New(l.pool).StreamEffectGet(ctx, key)
+	rec, err := l.q.StreamEffectGet(ctx, key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return worker.EffectRecord{}, false, nil
 	}
@@ -596,7 +608,7 @@ func (l *streamLedger) GetEffect(ctx context.Context, key string) (worker.Effect
 }
 
 func (l *streamLedger) RecordEffect(ctx context.Context, rec worker.EffectRecord) (worker.EffectRecord, error) {
-	row, err := natsdb.New(l.pool).StreamEffectRecord(ctx, natsdb.StreamEffectRecordParams{Key: rec.Key, Stream: l.stream, Seq: l.seq,
+	row, err := l.q.StreamEffectRecord(ctx, natsdb.StreamEffectRecordParams{Key: rec.Key, Stream: l.stream, Seq: l.seq,
 		Name: rec.Name, Generation: rec.Generation, Result: rec.Result, Refused: rec.Refused})
 	if err != nil {
 		return worker.EffectRecord{}, err

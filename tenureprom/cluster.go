@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/tenureprom/internal/promdb"
 )
@@ -35,6 +36,13 @@ const AdaptiveMaxAge = 10
 // ClusterConfig configures a ClusterCollector. A nil *ClusterConfig, or zero fields, mean the
 // documented defaults.
 type ClusterConfig struct {
+	// Schema is the PostgreSQL schema Tenure lives in (jobs.Config.Schema,
+	// migrations.Options.Schema; docs/guide.md, "A schema of your own"): the collector reports
+	// that schema's jobs and workers. Default "tenure". An invalid name is refused by
+	// NewClusterCollector with a *migrations.InvalidSchemaError (migrations.ErrInvalidSchema).
+	// The series carry no schema label: register one collector per schema in separate
+	// registries (or scrape targets), not two in one registry.
+	Schema string
 	// Timeout bounds one scrape's statements. Default 5s. A scrape that fails or times out
 	// reports the error to Prometheus (the scrape fails) and counts it in
 	// tenure_cluster_scrape_errors_total.
@@ -100,7 +108,8 @@ type snapshot struct {
 	err     error
 }
 
-// NewClusterCollector returns a collector running its statements on pool.
+// NewClusterCollector returns a collector running its statements on pool, in the schema
+// cfg.Schema.
 func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollector, error) {
 	if pool == nil {
 		return nil, ErrNilPool
@@ -124,13 +133,18 @@ func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollec
 	if c.Wait == 0 {
 		c.Wait = 25 * time.Millisecond
 	}
-	client, err := jobs.NewClient(pool, nil)
+	sch, err := dbschema.New(c.Schema)
+	if err != nil {
+		return nil, err
+	}
+	c.Schema = sch.Name()
+	client, err := jobs.NewClient(pool, &jobs.Config{Schema: c.Schema})
 	if err != nil {
 		return nil, err
 	}
 	qkp := []string{"queue", "kind", "priority"}
 	return &ClusterCollector{
-		pool: pool, q: promdb.New(pool), c: client, cfg: c,
+		pool: pool, q: promdb.New(sch.Wrap(pool)), c: client, cfg: c,
 		errs: prometheus.NewCounter(prometheus.CounterOpts{Name: "tenure_cluster_scrape_errors_total", Help: "Cluster scrapes whose statements failed."}),
 		jobs: prometheus.NewDesc("tenure_queue_jobs", "Jobs by queue, kind, priority and state: ready (due), scheduled (ready, due later), running, dead.",
 			[]string{"queue", "kind", "priority", "state"}, nil),

@@ -16,6 +16,10 @@
 //     scrape. Register it in one place (a `tenure serve` process, or one worker) rather than
 //     in every worker, to scrape once.
 //
+// The cluster collector reads one Tenure schema, "tenure" unless ClusterConfig.Schema names
+// another (docs/guide.md, "A schema of your own"); `tenure serve -schema S` passes S. The
+// engine collector needs no schema: it reads its worker, which has one (worker.Config.Schema).
+//
 // Labels are bounded: priority, outcome, attempt (capped), error code (a bounded vocabulary;
 // the cluster collector keeps the MaxDeadCodeSeries largest), queue and kind, and, for the
 // registry, the worker id (one series per live worker process, gone once its row is). No job

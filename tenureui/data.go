@@ -517,7 +517,7 @@ func (h *Handler) read(ctx context.Context, f func(*uidb.Queries) error) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	q := h.q.WithTx(tx)
+	q := uidb.New(h.sch.Wrap(tx)) // not h.q.WithTx(tx): that would bypass the schema's rewriting
 	if err := q.UIStatementTimeout(ctx, h.cfg.QueryTimeout.Milliseconds()); err != nil {
 		return err
 	}

@@ -10,6 +10,13 @@
 // substring of the args; and a job page with its args, metadata, lease and claim token,
 // generation, attempts timeline, effect-ledger rows and audit trail.
 //
+// # Schema
+//
+// The dashboard works in one Tenure schema, "tenure" unless Config.Schema (or the schema of
+// Config.Client) names another (docs/guide.md, "A schema of your own"): its own statements
+// and the jobs.Client it acts through both run there, and a Schema that differs from the
+// Client's is refused (ErrSchemaMismatch). `tenure serve -ui -schema S` serves schema S.
+//
 // # Read-only by default
 //
 // Mutations (cancel, retry now, re-inject, delete, bulk re-inject or cancel of a filtered set,

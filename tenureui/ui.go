@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/tenureui/internal/uidb"
 )
@@ -50,6 +51,11 @@ var ErrNoAuthorizer = errors.New("tenureui: EnableActions needs an Authorizer")
 // ErrInvalidConfig means a Config field is out of range; the error names it.
 var ErrInvalidConfig = errors.New("tenureui: invalid config")
 
+// ErrSchemaMismatch means Config.Schema and the schema of Config.Client
+// (jobs.Client.Schema) differ: the dashboard would show one schema's jobs and act on
+// another's. The error names both; it also wraps ErrInvalidConfig.
+var ErrSchemaMismatch = errors.New("tenureui: Config.Schema differs from Config.Client's schema")
+
 // ErrForbidden is what the built-in BasicAuthorizer returns for a request without valid
 // credentials. Authorizers may return it (or wrap it) too.
 var ErrForbidden = errors.New("tenureui: forbidden")
@@ -70,8 +76,15 @@ type Config struct {
 	// "/admin/jobs" for mux.Handle("/admin/jobs/", h). The handler strips it itself (do not
 	// wrap it in http.StripPrefix) and builds every link with it. Default "" (the root).
 	Prefix string
+	// Schema is the PostgreSQL schema Tenure lives in (jobs.Config.Schema,
+	// migrations.Options.Schema; docs/guide.md, "A schema of your own"): every page reads it
+	// and every action writes it. Default: Client's schema when Client is set, else "tenure".
+	// An invalid name is refused with a *migrations.InvalidSchemaError (errors.Is
+	// migrations.ErrInvalidSchema, and ErrInvalidConfig); a Schema other than Client's with
+	// ErrSchemaMismatch.
+	Schema string
 	// Client performs the operator actions (and reads jobs). Default: jobs.NewClient(pool,
-	// &jobs.Config{Logger: Logger}).
+	// &jobs.Config{Logger: Logger, Schema: Schema}).
 	Client *jobs.Client
 	// Logger receives request errors. Default slog.Default().
 	Logger *slog.Logger
@@ -115,6 +128,7 @@ type Config struct {
 type Handler struct {
 	cfg    Config
 	pool   *pgxpool.Pool
+	sch    *dbschema.Schema // Config.Schema: every statement runs through sch.Wrap
 	q      *uidb.Queries
 	client *jobs.Client
 	log    *slog.Logger
@@ -131,7 +145,8 @@ type Handler struct {
 //go:embed assets
 var assets embed.FS
 
-// New returns the dashboard reading and acting on the Tenure schema in pool (migrated).
+// New returns the dashboard reading and acting on the Tenure schema (Config.Schema) in pool,
+// which must be migrated.
 func New(pool *pgxpool.Pool, cfg *Config) (*Handler, error) {
 	if pool == nil {
 		return nil, ErrNilPool
@@ -193,8 +208,19 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Handler, error) {
 	if len(c.CSRFKey) < 32 {
 		return nil, fmt.Errorf("%w: CSRFKey must be at least 32 bytes", ErrInvalidConfig)
 	}
+	if c.Schema == "" && c.Client != nil {
+		c.Schema = c.Client.Schema()
+	}
+	sch, err := dbschema.New(c.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	}
+	c.Schema = sch.Name()
+	if c.Client != nil && c.Client.Schema() != c.Schema {
+		return nil, fmt.Errorf("%w: %w: Schema is %q, Client works in schema %q", ErrInvalidConfig, ErrSchemaMismatch, c.Schema, c.Client.Schema())
+	}
 	if c.Client == nil {
-		cl, err := jobs.NewClient(pool, &jobs.Config{Logger: c.Logger})
+		cl, err := jobs.NewClient(pool, &jobs.Config{Logger: c.Logger, Schema: c.Schema})
 		if err != nil {
 			return nil, err
 		}
@@ -204,7 +230,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: c, pool: pool, q: uidb.New(pool), client: c.Client, log: c.Logger, tmpl: tmpl, csrf: c.CSRFKey,
+	h := &Handler{cfg: c, pool: pool, sch: sch, q: uidb.New(sch.Wrap(pool)), client: c.Client, log: c.Logger, tmpl: tmpl, csrf: c.CSRFKey,
 		prevWorkers: map[string]workerSample{}}
 	static, _ := fs.Sub(assets, "assets/static")
 	mux := http.NewServeMux()

@@ -22,7 +22,7 @@
 // a keyword/value one (password='...').
 //
 // Every database command works in schema -schema, else $TENURE_SCHEMA, else tenure
-// (docs/guide.md §22); serve refuses a schema other than tenure for now.
+// (docs/guide.md §22), serve included: its metrics and dashboard read that schema.
 //
 // Every command but migrate checks the schema when it connects: on a database never migrated,
 // or behind this binary, it fails with "run `tenure migrate up` or call migrations.Up(ctx,

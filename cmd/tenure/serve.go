@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/tenureprom"
 	"github.com/tenureq/tenure/tenureui"
 )
@@ -32,7 +31,8 @@ registry (tenureprom.ClusterCollector). Run one per cluster; each worker process
 own engine metrics (tenureprom.EngineCollector). A scrape serves the latest snapshot of the
 statements' results: it starts a refresh when the snapshot is older than -max-age and waits
 for it at most -scrape-wait (tenure_cluster_snapshot_age_seconds says how old the numbers
-are). Stops on SIGINT/SIGTERM.
+are). Stops on SIGINT/SIGTERM. Both the metrics and the dashboard read (and act on) the
+schema -schema names (default $TENURE_SCHEMA, else tenure).
 
 With -ui it also serves the web dashboard (package tenureui) on http://ADDR/ui/: queues per
 priority band, workers, jobs, job details with their effects and audit trail. It is read-only
@@ -71,13 +71,8 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return exitCode(e, "tenure serve", err)
 	}
-	if e.schema != migrations.DefaultSchema {
-		// tenureprom's and tenureui's statements are still written for schema tenure only.
-		pool.Close()
-		return exitCode(e, "tenure serve", usageErrorf("-schema %s: serve (metrics, dashboard) works in schema tenure only for now", e.schema))
-	}
 	defer pool.Close()
-	col, err := tenureprom.NewClusterCollector(pool, &tenureprom.ClusterConfig{Timeout: *timeout, MaxAge: *maxAge, Wait: *wait})
+	col, err := tenureprom.NewClusterCollector(pool, &tenureprom.ClusterConfig{Schema: e.schema, Timeout: *timeout, MaxAge: *maxAge, Wait: *wait})
 	if err != nil {
 		return exitCode(e, "tenure serve", err)
 	}
@@ -88,7 +83,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if *ui {
-		cfg := &tenureui.Config{Prefix: "/ui", EnableActions: *uiActions}
+		cfg := &tenureui.Config{Prefix: "/ui", EnableActions: *uiActions, Schema: e.schema}
 		if *uiActions {
 			cfg.Authorizer = tenureui.BasicAuthorizer(*uiUser, password)
 		}
