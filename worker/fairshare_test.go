@@ -259,6 +259,7 @@ func TestClaimFairPlan(t *testing.T) {
 		})
 		t.Logf("ClaimFair generic=%v (EXPLAIN ANALYZE, rolled back): %d buffers; indexes %v", generic, plan.Buffers(), idx)
 	}
+	plantest.OwnPlans(t, pool, sql, vals...) // tenure.own reaches the picked rows by primary key
 	// The tenants themselves: one descent per tenant, not a walk of the heavy backlog.
 	var buffers int
 	rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) SELECT * FROM tenure.fair_keys('default', 2::smallint, '', 1000, '{}', '{}')`)
