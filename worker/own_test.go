@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/db/gen"
@@ -115,4 +116,22 @@ func TestOwnVariants(t *testing.T) {
 
 	at := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
 	require.True(t, at.Equal(own(insert("a", false), nil, &at).attemptedAt), "attempted_at as given")
+}
+
+// TestOwnUnderRoles: tenure.own runs with its caller's privileges (SECURITY INVOKER): the
+// worker role (tenure.grant_worker) owns through it, a role without UPDATE on tenure.jobs
+// (tenure.grant_enqueuer) is refused and owns nothing.
+func TestOwnUnderRoles(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	wp := pgtest.RolePool(t, pool, pgtest.NewRole(t, pool, "SELECT tenure.grant_worker('{role}')"), 1)
+	ep := pgtest.RolePool(t, pool, pgtest.NewRole(t, pool, "SELECT tenure.grant_enqueuer('{role}')"), 1)
+	var id, owned int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO tenure.jobs (kind, payload) VALUES ('noop', '{}') RETURNING id`).Scan(&id))
+	_, err := ep.Exec(ctx, `SELECT * FROM tenure.own(ARRAY[$1]::bigint[], 'enqueuer', '{noop}', '{0}')`, id)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "42501", pgErr.Code, "an enqueuer must not own a job through tenure.own")
+	require.NoError(t, wp.QueryRow(ctx, `SELECT id FROM tenure.own(ARRAY[$1]::bigint[], 'worker', '{noop}', '{0}')`, id).Scan(&owned))
+	require.Equal(t, id, owned)
 }
