@@ -272,13 +272,18 @@ func ExplainNested(t testing.TB, pool *pgxpool.Pool, settings map[string]string,
 }
 
 // OwnPlans checks that sql reaches the rows it owns through tenure.own (a Function Scan of
-// own in the outer plan) and that the function's UPDATE reads them by primary key, without a
-// sequential scan, under the engine's settings (generic plans) and under forced custom plans;
-// it returns the outer plan of the engine's run.
+// own in the outer plan) and that the function's UPDATE reads them by primary key and through
+// no other index under the engine's settings (generic plans), and without a sequential scan
+// under them and with forced custom plans; it returns the outer plan of the engine's run.
 func OwnPlans(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) Node {
 	t.Helper()
+	custom := map[string]string{}
+	for k, v := range engineconf.Settings {
+		custom[k] = v
+	}
+	custom["plan_cache_mode"] = "force_custom_plan"
 	var first Node
-	for i, settings := range []map[string]string{nil, {"plan_cache_mode": "force_custom_plan"}} {
+	for i, settings := range []map[string]string{nil, custom} {
 		outer, nested := ExplainNested(t, pool, settings, sql, args...)
 		if i == 0 {
 			first = outer
@@ -294,7 +299,12 @@ func OwnPlans(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) Node {
 				continue
 			}
 			updates++
-			if idx := Indexes(n.Plan); !idx["jobs_pkey"] {
+			// The generic plan (the engine's) must look the ids up by primary key and through
+			// no other index. A custom plan is made for the ids at hand: for none, the planner
+			// proves the WHERE false and may name any (empty) partial index, so only the
+			// sequential scan is checked there.
+			idx := Indexes(n.Plan)
+			if settings == nil && (len(idx) != 1 || !idx["jobs_pkey"]) {
 				t.Fatalf("plantest: %s (%v): tenure.own's UPDATE does not read by primary key (uses %v)", firstLine(sql), settings, idx)
 			}
 			Walk(n.Plan, func(x Node) {
