@@ -168,11 +168,15 @@ SELECT * FROM tenure.jobs WHERE id = ANY(@ids::bigint[]) ORDER BY id;
 
 -- ---------------------------------------------------------------------------------------------
 -- Claim (docs/contract.md §1): one statement, one short transaction. The CTE picks with
--- FOR UPDATE SKIP LOCKED through jobs_ready_idx; the UPDATE commits ownership (state, owner,
--- lease from the database clock, a fresh claim token, generation+1, attempts+1).
--- The UPDATE reaches the picked rows with id = ANY(ARRAY(...)), a primary-key lookup whatever
--- the planner guesses for LIMIT: joining the CTE instead lets a generic plan (which assumes a
--- large LIMIT) hash-join against a sequential scan of the whole table.
+-- FOR UPDATE SKIP LOCKED through jobs_ready_idx and passes the ids to tenure.own (migration
+-- 0019), the one ownership statement: it commits ownership (state, owner, lease from the
+-- database clock, a fresh claim token, generation+1, attempts+1) of the rows still ready, by
+-- primary key (ARRAY(...) of ids, whatever the planner guesses for LIMIT: joining the CTE
+-- instead lets a generic plan, which assumes a large LIMIT, hash-join against a sequential scan
+-- of the whole table). Every claim statement returns the same columns (worker/claim.go,
+-- claimRow): the owned rows' job columns and feedback, a JSON object of what the mode learnt
+-- (NULL for ClaimStrict, ClaimOrdered, ClaimSegments), on every row; when nothing was owned,
+-- one row of NULL job columns carrying the feedback.
 -- A worker claims only what it can run: kinds/kind_versions list its registered kinds and the
 -- newest payload version each knows, so a job of an unknown kind (array_position is NULL) or of
 -- a newer version (a rolling deploy) is skipped, never claimed and failed. kind_lease_ms is the
@@ -307,10 +311,11 @@ FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true;
 -- 4. ranked: the policy's rank and quotas as in ClaimSegments, and within them the round:
 --    (n-th job of its tenant, tenant's rotation position).
 -- 5. picked: the first @batch in that order.
--- The result is the claimed rows (with their tenant's position and round, from which the
--- engine moves the band's cursor) LEFT JOINed to one row of per-band keyless watermarks: how
--- far kscan read when every keyless job it read was claimed, else the newest keyless job
--- claimed. When nothing was claimed the one row carries only those.
+-- The result is the claimed rows, each with feedback: its tenant's position and round
+-- (fair_pos, fair_round, from which the engine moves the band's cursor) and the per-band
+-- keyless watermarks (keyless_band, keyless_upto_us): how far kscan read when every keyless
+-- job it read was claimed, else the newest keyless job claimed. When nothing was claimed the
+-- one row of NULLs carries only the watermarks.
 WITH seg AS (
     SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
             unnest(@seg_after_us::bigint[]) AS after_us,
@@ -466,8 +471,8 @@ SELECT g.stripe FROM tenure.flow_grant g WHERE g.queue = @queue::text FOR UPDATE
 --    row (another grant claim of the stripe, or an exclusive claim regranting) and rechecks its
 --    condition on the row it then finds (READ COMMITTED), so the budget never goes below zero.
 -- 4. upd: the picked jobs are claimed only if every limit's spend succeeded.
--- The result is the claimed rows with `left` (the smallest budget left; 0 if a spend failed), or
--- one row of NULLs with `left` when nothing was claimed.
+-- The feedback is budget_left (the smallest budget left; 0 if a spend failed), on the claimed
+-- rows or on one row of NULLs when nothing was claimed.
 WITH g AS MATERIALIZED (
     SELECT l.kind, gr.budget, coalesce(f.blocked_until > now(), false) AS blocked
     FROM (SELECT unnest(@lim_kind::text[]) AS kind, unnest(@lim_max_running::integer[]) AS max_running) AS l
@@ -553,8 +558,8 @@ FROM flags f LEFT JOIN upd u ON true;
 -- 5. @exclusive: each limit's grant rows get spent = the recount (if any, on stripe 0) and a
 --    budget of (room left after the batch) / 4 per stripe when @may_grant and that room is at
 --    least @grant_room, else 0 (what was left is voided); rows are created four at a time.
--- The result is the claimed rows with three flags, or one row of NULLs with the flags when
--- nothing was claimed. binding: a limit held something back (the engine then does not move the
+-- The feedback is three flags, on the claimed rows or on one row of NULLs when nothing was
+-- claimed. binding: a limit held something back (the engine then does not move the
 -- band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
 -- of a counted group less @batch (the engine's choice between striped and exclusive claims).
 -- granted: the smallest budget granted a stripe (0: none; the next claims are then not grant
@@ -886,12 +891,12 @@ FROM mine m JOIN grant_ g ON g.kind = m.kind;
 -- skipping kinds whose room is 0) are admitted in claim order while every covering limit's
 -- room lasts, the first batch admitted claimed and marked (limited = true, so the counts see
 -- them). It renews the rows (to ttl_ms from now) once less than renew_below_ms is left.
--- The result is the claimed rows with flags, or one row of NULLs with the flags when nothing was
+-- The feedback is five flags, on the claimed rows or on one row of NULLs when nothing was
 -- claimed: has_permit (a row for every limit: else the engine allocates), binding (a limit's
 -- room ran out in this claim: jobs may have been held back), skipped (a job the claim passed
 -- over for lack of room may lie before one it claimed: the engine must not move its
 -- watermarks; never with limits that cover every kind, whose room bounds the candidates) and
--- room_left (the smallest room after the claim).
+-- room_left (the smallest room after the claim), and renewed (the permit rows renewed).
 WITH lim AS MATERIALIZED (
     SELECT unnest(@lim_kind::text[]) AS kind, unnest(@lim_max_running::integer[]) AS max_running
 ), room AS MATERIALIZED (
