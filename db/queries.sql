@@ -168,11 +168,15 @@ SELECT * FROM tenure.jobs WHERE id = ANY(@ids::bigint[]) ORDER BY id;
 
 -- ---------------------------------------------------------------------------------------------
 -- Claim (docs/contract.md §1): one statement, one short transaction. The CTE picks with
--- FOR UPDATE SKIP LOCKED through jobs_ready_idx; the UPDATE commits ownership (state, owner,
--- lease from the database clock, a fresh claim token, generation+1, attempts+1).
--- The UPDATE reaches the picked rows with id = ANY(ARRAY(...)), a primary-key lookup whatever
--- the planner guesses for LIMIT: joining the CTE instead lets a generic plan (which assumes a
--- large LIMIT) hash-join against a sequential scan of the whole table.
+-- FOR UPDATE SKIP LOCKED through jobs_ready_idx and passes the ids to tenure.own (migration
+-- 0019), the one ownership statement: it commits ownership (state, owner, lease from the
+-- database clock, a fresh claim token, generation+1, attempts+1) of the rows still ready, by
+-- primary key (ARRAY(...) of ids, whatever the planner guesses for LIMIT: joining the CTE
+-- instead lets a generic plan, which assumes a large LIMIT, hash-join against a sequential scan
+-- of the whole table). Every claim statement returns the same columns (worker/claim.go,
+-- claimRow): the owned rows' job columns and feedback, a JSON object of what the mode learnt
+-- (NULL for ClaimStrict, ClaimOrdered, ClaimSegments), on every row; when nothing was owned,
+-- one row of NULL job columns carrying the feedback.
 -- A worker claims only what it can run: kinds/kind_versions list its registered kinds and the
 -- newest payload version each knows, so a job of an unknown kind (array_position is NULL) or of
 -- a newer version (a rolling deploy) is skipped, never claimed and failed. kind_lease_ms is the
@@ -192,22 +196,13 @@ WITH picked AS (
     ORDER BY r.priority DESC, r.run_at, r.id
     LIMIT @batch
     FOR UPDATE SKIP LOCKED
+), owned AS MATERIALIZED (
+    SELECT o.* FROM tenure.own(ARRAY(SELECT id FROM picked), @worker_id::text, @kinds::text[], @kind_lease_ms::integer[]) o
 )
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = @worker_id::text,
-    lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = now(),
-    updated_at   = now()
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes;
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
+FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true;
 
 -- name: ClaimOrdered :many
 -- The engine's claim for strict priority, aging and deadlines. The fairness policy
@@ -237,22 +232,13 @@ WITH seg AS (
         FOR UPDATE SKIP LOCKED
     ) c
     LIMIT @batch
+), owned AS MATERIALIZED (
+    SELECT o.* FROM tenure.own(ARRAY(SELECT id FROM picked), @worker_id::text, @kinds::text[], @kind_lease_ms::integer[]) o
 )
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = @worker_id::text,
-    lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = now(),
-    updated_at   = now()
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes;
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
+FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true;
 
 -- name: ClaimSegments :many
 -- Fair claim with quotas. The fairness policy (worker/fairness.go) describes the batch as segments: a
@@ -290,22 +276,13 @@ WITH seg AS (
     SELECT id FROM ranked
     ORDER BY (rank > 0 AND band_rn > quota), rank, run_at, id
     LIMIT @batch
+), owned AS MATERIALIZED (
+    SELECT o.* FROM tenure.own(ARRAY(SELECT id FROM picked), @worker_id::text, @kinds::text[], @kind_lease_ms::integer[]) o
 )
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = @worker_id::text,
-    lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = now(),
-    updated_at   = now()
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes;
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
+FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true;
 
 -- name: ClaimFair :many
 -- Fair share (worker/fairshare.go): the claim of a queue with Fairness.FairShare, for every
@@ -334,10 +311,11 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 -- 4. ranked: the policy's rank and quotas as in ClaimSegments, and within them the round:
 --    (n-th job of its tenant, tenant's rotation position).
 -- 5. picked: the first @batch in that order.
--- The result is the claimed rows (with their tenant's position and round, from which the
--- engine moves the band's cursor) LEFT JOINed to one row of per-band keyless watermarks: how
--- far kscan read when every keyless job it read was claimed, else the newest keyless job
--- claimed. When nothing was claimed the one row carries only those.
+-- The result is the claimed rows, each with feedback: its tenant's position and round
+-- (fair_pos, fair_round, from which the engine moves the band's cursor) and the per-band
+-- keyless watermarks (keyless_band, keyless_upto_us): how far kscan read when every keyless
+-- job it read was claimed, else the newest keyless job claimed. When nothing was claimed the
+-- one row of NULLs carries only the watermarks.
 WITH seg AS (
     SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
             unnest(@seg_after_us::bigint[]) AS after_us,
@@ -436,22 +414,8 @@ WITH seg AS (
     FROM ranked r
     ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.rn, r.pos, r.run_at, r.id
     LIMIT @batch
-), upd AS (
-    UPDATE tenure.jobs j
-    SET state        = 'running',
-        locked_by    = @worker_id::text,
-        lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
-        locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
-                               * interval '1 millisecond',
-        claim_token  = gen_random_uuid(),
-        generation   = j.generation + 1,
-        attempts     = j.attempts + 1,
-        attempted_at = now(),
-        updated_at   = now()
-    WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked))
-    RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-              j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-              j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), upd AS MATERIALIZED (
+    SELECT o.* FROM tenure.own(ARRAY(SELECT picked.id FROM picked), @worker_id::text, @kinds::text[], @kind_lease_ms::integer[]) o
 ), upto AS (
     SELECT k.priority,
            CASE WHEN bool_and(NOT k.keyless OR k.id IN (SELECT picked.id FROM picked))
@@ -462,15 +426,15 @@ WITH seg AS (
 ), claimed AS (
     SELECT upd.*, picked.pos AS fair_pos, picked.rn::integer AS fair_round FROM upd JOIN picked ON picked.id = upd.id
 ), flags AS (
-    SELECT coalesce(array_agg(upto.priority) FILTER (WHERE upto.upto IS NOT NULL), '{}')::smallint[] AS keyless_band,
-           coalesce(array_agg((extract(epoch FROM upto.upto) * 1000000)::bigint) FILTER (WHERE upto.upto IS NOT NULL), '{}')::bigint[] AS keyless_upto_us
+    SELECT jsonb_build_object(
+             'keyless_band', coalesce(array_agg(upto.priority) FILTER (WHERE upto.upto IS NOT NULL), '{}'),
+             'keyless_upto_us', coalesce(array_agg((extract(epoch FROM upto.upto) * 1000000)::bigint) FILTER (WHERE upto.upto IS NOT NULL), '{}')) AS feedback
     FROM upto
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
        u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes,
-       u.fair_pos, u.fair_round,
-       f.keyless_band, f.keyless_upto_us
+       (f.feedback || jsonb_build_object('fair_pos', u.fair_pos, 'fair_round', u.fair_round))::jsonb AS feedback
 FROM flags f LEFT JOIN claimed u ON true;
 
 -- name: ClaimLimitsLock :exec
@@ -507,8 +471,8 @@ SELECT g.stripe FROM tenure.flow_grant g WHERE g.queue = @queue::text FOR UPDATE
 --    row (another grant claim of the stripe, or an exclusive claim regranting) and rechecks its
 --    condition on the row it then finds (READ COMMITTED), so the budget never goes below zero.
 -- 4. upd: the picked jobs are claimed only if every limit's spend succeeded.
--- The result is the claimed rows with `left` (the smallest budget left; 0 if a spend failed), or
--- one row of NULLs with `left` when nothing was claimed.
+-- The feedback is budget_left (the smallest budget left; 0 if a spend failed), on the claimed
+-- rows or on one row of NULLs when nothing was claimed.
 WITH g AS MATERIALIZED (
     SELECT l.kind, gr.budget, coalesce(f.blocked_until > now(), false) AS blocked
     FROM (SELECT unnest(@lim_kind::text[]) AS kind, unnest(@lim_max_running::integer[]) AS max_running) AS l
@@ -553,31 +517,18 @@ WITH g AS MATERIALIZED (
     RETURNING gr.kind, gr.budget
 ), ok AS MATERIALIZED (
     SELECT (SELECT count(*) FROM spend) = (SELECT count(*) FROM need WHERE need.n > 0) AS ok
-), upd AS (
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = @worker_id::text,
-    lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = now(),
-    updated_at   = now(),
-    limited      = false
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND (SELECT ok.ok FROM ok)
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), upd AS MATERIALIZED (
+    SELECT o.* FROM tenure.own(ARRAY(SELECT picked.id FROM picked WHERE (SELECT ok.ok FROM ok)),
+                               @worker_id::text, @kinds::text[], @kind_lease_ms::integer[], '{}'::text[]) o
 ), flags AS (
-    SELECT (CASE WHEN NOT (SELECT ok.ok FROM ok) THEN 0
-                 ELSE coalesce((SELECT min(CASE WHEN g.blocked OR g.budget IS NULL THEN 0 ELSE coalesce(s.budget, g.budget) END)
-                                FROM g LEFT JOIN spend s ON s.kind = g.kind), 0) END)::integer AS budget_left
+    SELECT jsonb_build_object('budget_left',
+             CASE WHEN NOT (SELECT ok.ok FROM ok) THEN 0
+                  ELSE coalesce((SELECT min(CASE WHEN g.blocked OR g.budget IS NULL THEN 0 ELSE coalesce(s.budget, g.budget) END)
+                                 FROM g LEFT JOIN spend s ON s.kind = g.kind), 0) END) AS feedback
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.budget_left
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
 FROM flags f LEFT JOIN upd u ON true;
 
 -- name: ClaimLimited :many
@@ -607,8 +558,8 @@ FROM flags f LEFT JOIN upd u ON true;
 -- 5. @exclusive: each limit's grant rows get spent = the recount (if any, on stripe 0) and a
 --    budget of (room left after the batch) / 4 per stripe when @may_grant and that room is at
 --    least @grant_room, else 0 (what was left is voided); rows are created four at a time.
--- The result is the claimed rows with three flags, or one row of NULLs with the flags when
--- nothing was claimed. binding: a limit held something back (the engine then does not move the
+-- The feedback is three flags, on the claimed rows or on one row of NULLs when nothing was
+-- claimed. binding: a limit held something back (the engine then does not move the
 -- band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
 -- of a counted group less @batch (the engine's choice between striped and exclusive claims).
 -- granted: the smallest budget granted a stripe (0: none; the next claims are then not grant
@@ -784,23 +735,10 @@ WITH clk AS MATERIALIZED (
         window_start = greatest(f.window_start, excluded.window_start),
         updated_at   = excluded.updated_at
     RETURNING f.key
-), upd AS (
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = @worker_id::text,
-    lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = (SELECT t FROM clk),
-    updated_at   = now(),
-    limited      = EXISTS (SELECT 1 FROM lim l WHERE l.max_running > 0 AND (l.kind = '' OR l.kind = j.kind))
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), upd AS MATERIALIZED (
+    -- marked limited: the kinds a concurrency limit covers; attempted_at: the rate windows' clock
+    SELECT o.* FROM tenure.own(ARRAY(SELECT picked.id FROM picked), @worker_id::text, @kinds::text[], @kind_lease_ms::integer[],
+                               ARRAY(SELECT l.kind FROM lim l WHERE l.max_running > 0), (SELECT t FROM clk)) o
 ), stripe_ids AS MATERIALIZED (
     SELECT s::smallint AS stripe FROM generate_series(0, @last_stripe::integer) AS s
 ), share AS MATERIALIZED (
@@ -839,17 +777,18 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
     ON CONFLICT (queue, kind, stripe) DO NOTHING
     RETURNING stripe
 ), flags AS (
-    SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer <= 0)
-            OR (NOT (SELECT roomy.ok FROM roomy) AND EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit)))::boolean AS binding,
-           (least((SELECT min(grp.room) FROM grp),
-                  (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
-                                    CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
-                  2147483647) - @batch::integer)::integer AS min_room,
-           coalesce((SELECT min(granted.budget) FROM granted), 0)::integer AS granted
+    SELECT jsonb_build_object(
+             'binding', EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer <= 0)
+                        OR (NOT (SELECT roomy.ok FROM roomy) AND EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit)),
+             'min_room', least((SELECT min(grp.room) FROM grp),
+                               (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
+                                                 CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
+                               2147483647) - @batch::integer,
+             'granted', coalesce((SELECT min(granted.budget) FROM granted), 0)) AS feedback
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.binding, f.min_room, f.granted
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
 FROM flags f LEFT JOIN upd u ON true;
 
 -- name: PermitLock :exec
@@ -952,12 +891,12 @@ FROM mine m JOIN grant_ g ON g.kind = m.kind;
 -- skipping kinds whose room is 0) are admitted in claim order while every covering limit's
 -- room lasts, the first batch admitted claimed and marked (limited = true, so the counts see
 -- them). It renews the rows (to ttl_ms from now) once less than renew_below_ms is left.
--- The result is the claimed rows with flags, or one row of NULLs with the flags when nothing was
+-- The feedback is five flags, on the claimed rows or on one row of NULLs when nothing was
 -- claimed: has_permit (a row for every limit: else the engine allocates), binding (a limit's
 -- room ran out in this claim: jobs may have been held back), skipped (a job the claim passed
 -- over for lack of room may lie before one it claimed: the engine must not move its
 -- watermarks; never with limits that cover every kind, whose room bounds the candidates) and
--- room_left (the smallest room after the claim).
+-- room_left (the smallest room after the claim), and renewed (the permit rows renewed).
 WITH lim AS MATERIALIZED (
     SELECT unnest(@lim_kind::text[]) AS kind, unnest(@lim_max_running::integer[]) AS max_running
 ), room AS MATERIALIZED (
@@ -1008,23 +947,10 @@ WITH lim AS MATERIALIZED (
     WHERE NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.room)
     ORDER BY c.pos
     LIMIT @batch
-), upd AS (
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = @worker_id::text,
-    lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = now(),
-    updated_at   = now(),
-    limited      = EXISTS (SELECT 1 FROM lim l WHERE l.kind = '' OR l.kind = j.kind)
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), upd AS MATERIALIZED (
+    -- marked limited: every permit limit is a concurrency limit
+    SELECT o.* FROM tenure.own(ARRAY(SELECT picked.id FROM picked), @worker_id::text, @kinds::text[], @kind_lease_ms::integer[],
+                               ARRAY(SELECT l.kind FROM lim l)) o
 ), ttl AS MATERIALIZED (
     -- (sqlc cannot place a parameter in the SET list of an UPDATE inside a WITH)
     SELECT now() + interval '1 millisecond' * @ttl_ms::integer AS until,
@@ -1039,20 +965,20 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
     SELECT r.kind, r.has, r.room - (SELECT count(*) FROM picked p WHERE r.kind = '' OR r.kind = p.kind)::integer AS room
     FROM room r
 ), flags AS (
-    SELECT coalesce(bool_and(l.has), false)::boolean AS has_permit,
-           coalesce(bool_or(l.room <= 0), false)::boolean AS binding,
-           (EXISTS (SELECT 1 FROM picked)
-            AND (EXISTS (SELECT 1 FROM room r WHERE r.room = 0 AND r.kind <> '')
-                 OR EXISTS (SELECT 1 FROM cand c WHERE c.id NOT IN (SELECT picked.id FROM picked)
-                            AND c.pos < (SELECT max(c2.pos) FROM cand c2 WHERE c2.id IN (SELECT picked.id FROM picked)))))::boolean AS skipped,
-           coalesce(min(l.room), 0)::integer AS room_left,
-           (SELECT count(*) FROM renew)::integer AS renewed
+    SELECT jsonb_build_object(
+             'has_permit', coalesce(bool_and(l.has), false),
+             'binding', coalesce(bool_or(l.room <= 0), false),
+             'skipped', EXISTS (SELECT 1 FROM picked)
+                        AND (EXISTS (SELECT 1 FROM room r WHERE r.room = 0 AND r.kind <> '')
+                             OR EXISTS (SELECT 1 FROM cand c WHERE c.id NOT IN (SELECT picked.id FROM picked)
+                                        AND c.pos < (SELECT max(c2.pos) FROM cand c2 WHERE c2.id IN (SELECT picked.id FROM picked)))),
+             'room_left', coalesce(min(l.room), 0),
+             'renewed', (SELECT count(*) FROM renew)) AS feedback
     FROM left_ l
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes,
-       f.has_permit, f.binding, f.skipped, f.room_left, f.renewed
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
 FROM flags f LEFT JOIN upd u ON true;
 
 -- name: FlowBlock :exec

@@ -161,10 +161,10 @@ func childClaimUncommitted(out *childOut) error {
 	if err != nil {
 		return err
 	}
-	if len(rows) != 1 {
+	if len(rows) != 1 || rows[0].ID == nil {
 		return fmt.Errorf("claimed %d rows, want 1", len(rows))
 	}
-	out.printf("claimed-uncommitted %d %d %d", rows[0].ID, rows[0].Generation, pid)
+	out.printf("claimed-uncommitted %d %d %d", *rows[0].ID, *rows[0].Generation, pid)
 	for range stdinCommands() {
 	}
 	os.Exit(3) // parent gone; never commit

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -176,7 +177,7 @@ func (q *queue) claim(ctx context.Context, p *claimPlan) ([]claimed, limitResult
 // claimSegments claims through the fairness policy's segments: ClaimOrdered when they can be
 // served in order (it locks only what it claims), ClaimSegments when the database must rank
 // them together (quotas, deadlines).
-func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictRow, limitResult, error) {
+func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]claimRow, limitResult, error) {
 	if p.fair {
 		rows, err := q.claimFair(ctx, p)
 		return rows, limitResult{}, err
@@ -191,7 +192,6 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStr
 		minAgeUs = append(minAgeUs, s.minAge.Microseconds())
 		maxAge = append(maxAge, maxAgeUs(s.maxAge))
 	}
-	var rows []gen.ClaimStrictRow
 	if !p.ranked {
 		arg := gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 			SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,
@@ -203,9 +203,7 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStr
 		if err != nil {
 			return nil, limitResult{}, err
 		}
-		for _, r := range got {
-			rows = append(rows, gen.ClaimStrictRow(r))
-		}
+		rows, _ := ownedRows(got)
 		return rows, limitResult{}, nil
 	}
 	if q.limits != nil { // ranked under limits: ClaimLimited ranks the same way (limits.go)
@@ -225,9 +223,7 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStr
 	if err != nil {
 		return nil, limitResult{}, err
 	}
-	for _, r := range got {
-		rows = append(rows, gen.ClaimStrictRow(r))
-	}
+	rows, _ := ownedRows(got)
 	return rows, limitResult{}, nil
 }
 
@@ -343,18 +339,60 @@ func maxAgeUs(d time.Duration) int64 {
 	return d.Microseconds()
 }
 
-// fromClaimRow is the one conversion from what a claim statement returned to the row the
-// attempt is run with. The claim set state running, locked_by (workerID) and updated_at (the
-// claim time, attempted_at); the columns it does not return (the error history, output,
-// unique key) stay unset.
-func fromClaimRow(r gen.ClaimStrictRow, workerID string) claimed {
+// claimRow is what every claim statement returns (db/queries.sql, "Claim"): the columns of
+// the rows tenure.own owned (the one ownership statement, migration 0019) and feedback, what
+// the claim mode learnt (a JSON object, NULL for the plain modes: ClaimStrict, ClaimOrdered,
+// ClaimSegments). A claim that owned nothing returns one row of NULL job columns carrying the
+// feedback. sqlc generates one row type per statement; they are the same struct, and
+// ownedRows converts each to this one.
+type claimRow = gen.ClaimStrictRow
+
+// claimRows are the row types sqlc generates for the claim statements (identical structs).
+type claimRows interface {
+	gen.ClaimStrictRow | gen.ClaimOrderedRow | gen.ClaimSegmentsRow | gen.ClaimFairRow |
+		gen.ClaimGrantedRow | gen.ClaimLimitedRow | gen.ClaimPermittedRow
+}
+
+// ownedRows converts what a claim statement returned to claimRow: the owned rows (each keeps
+// its feedback), and the statement's feedback (the first row's; nil for the plain modes).
+func ownedRows[R claimRows](got []R) (rows []claimRow, feedback []byte) {
+	rows = make([]claimRow, 0, len(got))
+	for i := range got {
+		r := claimRow(got[i])
+		if i == 0 {
+			feedback = r.Feedback
+		}
+		if r.ID != nil { // nil: the feedback-only row of a claim that owned nothing
+			rows = append(rows, r)
+		}
+	}
+	return rows, feedback
+}
+
+// decodeFeedback decodes a claim's feedback into the mode's struct (left as is when NULL).
+func decodeFeedback(b []byte, v any) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("tenure: claim feedback %s: %w", b, err)
+	}
+	return nil
+}
+
+// fromClaimRow is the one conversion from what a claim statement returned (an owned row:
+// ownedRows) to the row the attempt is run with. The claim set state running, locked_by
+// (workerID) and updated_at (the claim time, attempted_at); the columns it does not return
+// (the error history, output, unique key) stay unset.
+func fromClaimRow(r claimRow, workerID string) claimed {
 	return claimed{token: derefUUID(r.ClaimToken), JobRow: &generics.JobRow{
-		ID: r.ID, Queue: r.Queue, Kind: r.Kind, Priority: int(r.Priority), State: generics.JobStateRunning,
-		Payload: r.Payload, PayloadVersion: int(r.PayloadVersion), RunAt: r.RunAt, CreatedAt: r.CreatedAt,
-		UpdatedAt: deref(r.AttemptedAt), AttemptedAt: r.AttemptedAt, LockedBy: workerID, LockedUntil: r.LockedUntil,
-		Attempt: int(r.Attempts), MaxAttempts: int(r.MaxAttempts), Lease: time.Duration(r.LeaseMs) * time.Millisecond,
-		ClaimToken: r.ClaimToken, Generation: r.Generation, Metadata: decodeMetadata(r.Metadata),
-		Tags: nilIfEmpty(r.Tags), Snoozes: int(r.Snoozes)}}
+		ID: deref0(r.ID), Queue: deref0(r.Queue), Kind: deref0(r.Kind), Priority: int(deref0(r.Priority)),
+		State: generics.JobStateRunning, Payload: r.Payload, PayloadVersion: int(deref0(r.PayloadVersion)),
+		RunAt: deref0(r.RunAt), CreatedAt: deref0(r.CreatedAt), UpdatedAt: deref(r.AttemptedAt), AttemptedAt: r.AttemptedAt,
+		LockedBy: workerID, LockedUntil: r.LockedUntil, Attempt: int(deref0(r.Attempts)), MaxAttempts: int(deref0(r.MaxAttempts)),
+		Lease:      time.Duration(deref0(r.LeaseMs)) * time.Millisecond,
+		ClaimToken: r.ClaimToken, Generation: deref0(r.Generation), Metadata: decodeMetadata(r.Metadata),
+		Tags: nilIfEmpty(r.Tags), Snoozes: int(deref0(r.Snoozes))}}
 }
 
 func nilIfEmpty(s []string) []string {

@@ -481,6 +481,7 @@ func TestRetryAfterCancelRequestEndsCancelled(t *testing.T) {
 		Kinds: []string{"noop"}, KindVersions: []int32{1}, KindLeaseMs: []int32{0}})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
+	require.NotNil(t, claimed[0].ID)
 	out, err := c.Cancel(ctx, row.Job.ID, jobs.Action{Actor: "ops", Reason: "test"})
 	require.NoError(t, err)
 	require.Equal(t, jobs.CancelRequested, out)

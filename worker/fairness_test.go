@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,7 +139,8 @@ func TestDeadlinePromotionTakesOldestFirst(t *testing.T) {
 // sqlc's named parameters into positional ones, in order of first appearance.
 // TestClaimPlansUseThePartialIndex is docs/contract.md §10 scenario 10: both claim statements read the ready
 // set through jobs_ready_idx, never scan the jobs table, and their cost does not grow with the
-// number of finished rows.
+// number of finished rows. They own what they picked through tenure.own, whose UPDATE reads
+// the rows by primary key, with generic and custom plans (plantest.OwnPlans).
 func TestClaimPlansUseThePartialIndex(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
@@ -187,20 +189,17 @@ func TestClaimPlansUseThePartialIndex(t *testing.T) {
 	checkPlan := func() {
 		for _, q := range queries {
 			plan := plantest.ExplainEngine(t, pool, false, q.sql, q.args...)
-			usesReady, usesPkey := false, false
+			usesReady := false
 			plantest.Walk(plan, func(n plantest.Node) {
 				if n.IndexName == "jobs_ready_idx" {
 					usesReady = true
-				}
-				if n.IndexName == "jobs_pkey" {
-					usesPkey = true
 				}
 				require.NotEqual(t, "Hash Join", n.NodeType, "%s joins its picks against the whole table", q.name)
 				require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "%s scans the jobs table", q.name)
 				require.NotEqual(t, "Bitmap Heap Scan", n.NodeType, "%s should walk the index in order", q.name)
 			})
 			require.True(t, usesReady, "%s does not use jobs_ready_idx", q.name)
-			require.True(t, usesPkey, "%s does not reach the picked rows by primary key", q.name)
+			plantest.OwnPlans(t, pool, q.sql, q.args...) // tenure.own reaches the picked rows by primary key
 		}
 	}
 	_, err = pool.Exec(ctx, "ANALYZE tenure.jobs")
@@ -523,6 +522,12 @@ func TestEngineStatementsPlanIndexPathsOnATinyTable(t *testing.T) {
 			plantest.Walk(plan, func(nd plantest.Node) {
 				require.False(t, nd.NodeType == "Seq Scan" && nd.Relation == "jobs", "%s reads tenure.jobs by a sequential scan at %d rows", name, total)
 			})
+			if strings.HasPrefix(name, "Claim") {
+				// tenure.own's UPDATE, planned generically from these statistics, reads the
+				// picked rows by primary key: not by walking jobs_ready_idx (which a drained
+				// queue's statistics make look empty) whatever the ready set has grown to.
+				plantest.OwnPlans(t, pool, sql, args...)
+			}
 		}
 	}
 }

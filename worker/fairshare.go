@@ -83,7 +83,7 @@ func (q *queue) fairPlan(p *claimPlan) {
 
 // claimFair runs the fair claim for the plan's segments (claim goroutine). It records in the
 // plan the cursor each band's next claim starts after and how far the keyless jobs were read.
-func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictRow, error) {
+func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]claimRow, error) {
 	w := q.w
 	k := &w.kinds
 	arg := gen.ClaimFairParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
@@ -111,32 +111,33 @@ func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictR
 	if err != nil {
 		return nil, err
 	}
-	// The band's last served tenant: the keyed row of the latest (round, position).
-	var last [maxPriority + 1]*gen.ClaimFairRow
-	rows := make([]gen.ClaimStrictRow, 0, len(got))
-	for i := range got {
-		r := &got[i]
-		if i == 0 {
-			for j, b := range r.KeylessBand {
-				if b >= minPriority && b <= maxPriority && j < len(r.KeylessUptoUs) {
-					p.keylessUpto[b] = r.KeylessUptoUs[j]
-				}
-			}
+	// The feedback: per band, how far the keyless jobs were read (the statement's, on every
+	// row; the one row when nothing was claimed), and per claimed row its tenant's position
+	// and round. The band's last served tenant: the keyed row of the latest (round, position).
+	rows, feedback := ownedRows(got)
+	var fb fairFeedback
+	if err := decodeFeedback(feedback, &fb); err != nil {
+		return nil, err
+	}
+	for j, b := range fb.KeylessBand {
+		if b >= minPriority && b <= maxPriority && j < len(fb.KeylessUptoUs) {
+			p.keylessUpto[b] = fb.KeylessUptoUs[j]
 		}
-		if r.ID == nil { // nothing claimed: the one row carries the keyless watermarks only
-			continue
+	}
+	var last [maxPriority + 1]*claimRow
+	var lastAt [maxPriority + 1]fairFeedback
+	for i := range rows {
+		r := &rows[i]
+		var f fairFeedback
+		if err := decodeFeedback(r.Feedback, &f); err != nil {
+			return nil, err
 		}
-		rows = append(rows, gen.ClaimStrictRow{ID: *r.ID, Queue: deref0(r.Queue), Kind: deref0(r.Kind), Payload: r.Payload,
-			PayloadVersion: deref0(r.PayloadVersion), Priority: deref0(r.Priority), RunAt: deref0(r.RunAt), Attempts: deref0(r.Attempts),
-			MaxAttempts: deref0(r.MaxAttempts), LeaseMs: deref0(r.LeaseMs), LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken,
-			Generation: deref0(r.Generation), AttemptedAt: r.AttemptedAt, CreatedAt: deref0(r.CreatedAt), Metadata: r.Metadata,
-			Tags: r.Tags, Snoozes: deref0(r.Snoozes)})
-		b, pos, round := int(deref0(r.Priority)), deref0(r.FairPos), deref0(r.FairRound)
+		b, pos, round := int(deref0(r.Priority)), f.FairPos, f.FairRound
 		if pos == 0 || b < minPriority || b > maxPriority {
 			continue
 		}
-		if l := last[b]; l == nil || round > deref0(l.FairRound) || (round == deref0(l.FairRound) && pos > deref0(l.FairPos)) {
-			last[b] = r
+		if l := lastAt[b]; last[b] == nil || round > l.FairRound || (round == l.FairRound && pos > l.FairPos) {
+			last[b], lastAt[b] = r, f
 		}
 	}
 	for b, r := range last {
@@ -146,6 +147,16 @@ func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]gen.ClaimStrictR
 		}
 	}
 	return rows, nil
+}
+
+// fairFeedback is ClaimFair's feedback: per band, how far the keyless jobs were read
+// (keyless_band, keyless_upto_us: parallel arrays), and on each claimed row its tenant's
+// rotation position (0: keyless) and round.
+type fairFeedback struct {
+	KeylessBand   []int16 `json:"keyless_band"`
+	KeylessUptoUs []int64 `json:"keyless_upto_us"`
+	FairPos       int32   `json:"fair_pos"`
+	FairRound     int32   `json:"fair_round"`
 }
 
 // fairAdvance records a fair claim (loop only): each band's cursor moves to the tenant served

@@ -257,7 +257,7 @@ const grantMin = 250
 // claimLimited runs a limited claim: a grant claim (ClaimGranted) for a grantable queue far
 // from its limits, else ClaimLimitsLock (+ ClaimGrantsLock when exclusive) then ClaimLimited in
 // one pipeline.
-func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
+func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]claimRow, limitResult, error) {
 	la := q.limits
 	if la.permits {
 		return q.claimPermitted(ctx, p, base)
@@ -319,30 +319,34 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 	if err != nil {
 		return nil, limitResult{}, err
 	}
-	res := limitResult{grantable: la.grantable, exclusive: p.exclusive, n: int32(p.n)}
-	rows := make([]gen.ClaimStrictRow, 0, len(got))
-	for i, r := range got {
-		if i == 0 {
-			res.binding, res.skipped, res.minRoom, res.granted = r.Binding, r.Binding, r.MinRoom, r.Granted
-			if la.grantable && p.exclusive {
-				la.granting.Store(r.Granted >= grantMin)
-			}
-		}
-		if r.ID == nil { // nothing claimed: the one row carries the flags only
-			continue
-		}
-		rows = append(rows, gen.ClaimStrictRow{ID: *r.ID, Queue: deref0(r.Queue), Kind: deref0(r.Kind), Payload: r.Payload,
-			PayloadVersion: deref0(r.PayloadVersion), Priority: deref0(r.Priority), RunAt: deref0(r.RunAt), Attempts: deref0(r.Attempts),
-			MaxAttempts: deref0(r.MaxAttempts), LeaseMs: deref0(r.LeaseMs), LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken,
-			Generation: deref0(r.Generation), AttemptedAt: r.AttemptedAt, CreatedAt: deref0(r.CreatedAt), Metadata: r.Metadata,
-			Tags: r.Tags, Snoozes: deref0(r.Snoozes)})
+	rows, feedback := ownedRows(got)
+	var f limitedFeedback
+	if err := decodeFeedback(feedback, &f); err != nil {
+		return nil, limitResult{}, err
+	}
+	res := limitResult{grantable: la.grantable, exclusive: p.exclusive, n: int32(p.n),
+		binding: f.Binding, skipped: f.Binding, minRoom: f.MinRoom, granted: f.Granted}
+	if la.grantable && p.exclusive {
+		la.granting.Store(f.Granted >= grantMin)
 	}
 	return rows, res, nil
 }
 
+// limitedFeedback is ClaimLimited's feedback (its comment in db/queries.sql).
+type limitedFeedback struct {
+	Binding bool  `json:"binding"`
+	MinRoom int32 `json:"min_room"`
+	Granted int32 `json:"granted"`
+}
+
+// grantedFeedback is ClaimGranted's feedback: the smallest budget left (0 if a spend failed).
+type grantedFeedback struct {
+	BudgetLeft int32 `json:"budget_left"`
+}
+
 // claimGranted runs a grant claim: ClaimOrdered within the stripe's grant, one statement, no
 // lock, no count, rows not marked.
-func (q *queue) claimGranted(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
+func (q *queue) claimGranted(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]claimRow, limitResult, error) {
 	la := q.limits
 	got, err := q.w.q.ClaimGranted(ctx, gen.ClaimGrantedParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
 		Queue: base.Queue, Stripe: int16((p.stripe + workerStripe(q.w.cfg.ID)) % limitStripes), Batch: base.Batch,
@@ -351,22 +355,12 @@ func (q *queue) claimGranted(ctx context.Context, p *claimPlan, base gen.ClaimOr
 	if err != nil {
 		return nil, limitResult{}, err
 	}
-	res := limitResult{grantable: true, granting: true, n: int32(p.n)}
-	rows := make([]gen.ClaimStrictRow, 0, len(got))
-	for i, r := range got {
-		if i == 0 {
-			res.budgetLeft = r.BudgetLeft
-		}
-		if r.ID == nil {
-			continue
-		}
-		rows = append(rows, gen.ClaimStrictRow{ID: *r.ID, Queue: deref0(r.Queue), Kind: deref0(r.Kind), Payload: r.Payload,
-			PayloadVersion: deref0(r.PayloadVersion), Priority: deref0(r.Priority), RunAt: deref0(r.RunAt), Attempts: deref0(r.Attempts),
-			MaxAttempts: deref0(r.MaxAttempts), LeaseMs: deref0(r.LeaseMs), LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken,
-			Generation: deref0(r.Generation), AttemptedAt: r.AttemptedAt, CreatedAt: deref0(r.CreatedAt), Metadata: r.Metadata,
-			Tags: r.Tags, Snoozes: deref0(r.Snoozes)})
+	rows, feedback := ownedRows(got)
+	var f grantedFeedback
+	if err := decodeFeedback(feedback, &f); err != nil {
+		return nil, limitResult{}, err
 	}
-	return rows, res, nil
+	return rows, limitResult{grantable: true, granting: true, n: int32(p.n), budgetLeft: f.BudgetLeft}, nil
 }
 
 // workerStripe spreads the workers' grant claims over the stripes: claimer i of a worker claims

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -454,8 +455,9 @@ func TestLimitConfigErrors(t *testing.T) {
 }
 
 // TestClaimLimitedPlan: the limited claim reads candidates through jobs_ready_idx, counts
-// running jobs through jobs_limited_idx, and reaches the picked rows by primary key, with
-// 100,000 finished rows and 2,000 running unlimited ones in the table.
+// running jobs through jobs_limited_idx, and owns the picked rows through tenure.own, whose
+// UPDATE reaches them by primary key (generic and custom plans), with 100,000 finished rows
+// and 2,000 running unlimited ones in the table.
 func TestClaimLimitedPlan(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
@@ -497,9 +499,10 @@ func TestClaimLimitedPlan(t *testing.T) {
 	}
 	plan := plantest.Explain(t, pool, true, sql, vals()...)
 	idx := plantest.Indexes(plan)
-	for _, want := range []string{"jobs_ready_idx", "jobs_limited_idx", "jobs_pkey"} {
+	for _, want := range []string{"jobs_ready_idx", "jobs_limited_idx"} {
 		require.True(t, idx[want], "ClaimLimited does not use %s (uses %v)", want, idx)
 	}
+	plantest.OwnPlans(t, pool, sql, vals()...)
 	plantest.Walk(plan, func(n plantest.Node) {
 		require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "ClaimLimited scans the jobs table")
 	})
@@ -533,9 +536,10 @@ func TestClaimLimitedPlan(t *testing.T) {
 	args["seg_limit"], args["seg_rank"], args["seg_quota"] = []int32{10, 10, 10, 10, 10, 10, 10, 10, 10}, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}, []int32{5, 1, 1, 1, 1, 1, 1, 1, 1}
 	plan = plantest.ExplainEngine(t, pool, true, sql, vals()...)
 	idx = plantest.Indexes(plan)
-	for _, want := range []string{"jobs_ready_idx", "jobs_limited_idx", "jobs_pkey"} {
+	for _, want := range []string{"jobs_ready_idx", "jobs_limited_idx"} {
 		require.True(t, idx[want], "ranked ClaimLimited does not use %s (uses %v)", want, idx)
 	}
+	plantest.OwnPlans(t, pool, sql, vals()...)
 	plantest.Walk(plan, func(n plantest.Node) {
 		require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "ranked ClaimLimited scans the jobs table")
 	})
@@ -657,13 +661,18 @@ func (h grantHarness) exclusive(ctx context.Context, db interface {
 	if err != nil {
 		return 0, 0, err
 	}
+	var f struct {
+		Granted int32 `json:"granted"`
+	}
+	if err := json.Unmarshal(rows[0].Feedback, &f); err != nil {
+		return 0, 0, err
+	}
 	for _, r := range rows {
-		granted = r.Granted
 		if r.ID != nil {
 			claimed++
 		}
 	}
-	return claimed, granted, tx.Commit(ctx)
+	return claimed, f.Granted, tx.Commit(ctx)
 }
 
 // grant runs a grant claim of batch on stripe and returns how many it claimed and the budget left.
@@ -674,14 +683,17 @@ func (h grantHarness) grant(ctx context.Context, db gen.DBTX, stripe int16, batc
 		SegMinAgeUs: o.SegMinAgeUs, SegMaxAgeUs: o.SegMaxAgeUs, KindVersions: o.KindVersions, Kinds: o.Kinds,
 		WorkerID: o.WorkerID, KindLeaseMs: o.KindLeaseMs})
 	require.NoError(h.t, err)
-	n, left := 0, int32(-1)
+	var f struct {
+		BudgetLeft int32 `json:"budget_left"`
+	}
+	require.NoError(h.t, json.Unmarshal(rows[0].Feedback, &f))
+	n := 0
 	for _, r := range rows {
-		left = r.BudgetLeft
 		if r.ID != nil {
 			n++
 		}
 	}
-	return n, left
+	return n, f.BudgetLeft
 }
 
 // state reads the running leased lim jobs (marked: in jobs_limited_idx; all) and the grant rows'

@@ -114,7 +114,7 @@ func usesPermits(la *limitArgs, pol *policy) bool {
 
 // claimPermitted runs a permit claim, allocating first when this worker holds no share, and
 // once more (then claiming the rest) when its share held the claim back and may grow.
-func (q *queue) claimPermitted(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]gen.ClaimStrictRow, limitResult, error) {
+func (q *queue) claimPermitted(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]claimRow, limitResult, error) {
 	ps := &q.limits.permit
 	ps.mu.Lock()
 	have := ps.have
@@ -171,10 +171,13 @@ func (ps *permitState) mayGrow(want int32, now time.Time) bool {
 	return ps.amount < want && now.Sub(ps.last) >= wait
 }
 
-// permitFlags are a permit claim's flags.
+// permitFlags are a permit claim's flags: ClaimPermitted's feedback (its comment in
+// db/queries.sql).
 type permitFlags struct {
-	HasPermit, Binding, Skipped bool
-	RoomLeft                    int32
+	HasPermit bool  `json:"has_permit"`
+	Binding   bool  `json:"binding"`
+	Skipped   bool  `json:"skipped"`
+	RoomLeft  int32 `json:"room_left"`
 }
 
 // claimWithinPermit runs PermitLock, CompleteMany of done (when there are any) and
@@ -182,7 +185,7 @@ type permitFlags struct {
 // share that the claim then uses, and both commit together (the table never shows the new jobs
 // running beside the finished ones). It returns which completions landed (true), and those
 // it skipped because another session holds their rows locked (false).
-func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrderedParams, done []*execution) ([]gen.ClaimStrictRow, permitFlags, map[int64]bool, error) {
+func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrderedParams, done []*execution) ([]claimRow, permitFlags, map[int64]bool, error) {
 	la := q.limits
 	var c capture
 	_ = gen.New(&c).PermitLock(ctx, gen.PermitLockParams{Queue: q.name, WorkerID: base.WorkerID})
@@ -224,20 +227,10 @@ func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrde
 	if err != nil {
 		return nil, permitFlags{}, nil, err
 	}
+	rows, feedback := ownedRows(got)
 	var f permitFlags
-	rows := make([]gen.ClaimStrictRow, 0, len(got))
-	for i, r := range got {
-		if i == 0 {
-			f = permitFlags{HasPermit: r.HasPermit, Binding: r.Binding, Skipped: r.Skipped, RoomLeft: r.RoomLeft}
-		}
-		if r.ID == nil {
-			continue
-		}
-		rows = append(rows, gen.ClaimStrictRow{ID: *r.ID, Queue: deref0(r.Queue), Kind: deref0(r.Kind), Payload: r.Payload,
-			PayloadVersion: deref0(r.PayloadVersion), Priority: deref0(r.Priority), RunAt: deref0(r.RunAt), Attempts: deref0(r.Attempts),
-			MaxAttempts: deref0(r.MaxAttempts), LeaseMs: deref0(r.LeaseMs), LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken,
-			Generation: deref0(r.Generation), AttemptedAt: r.AttemptedAt, CreatedAt: deref0(r.CreatedAt), Metadata: r.Metadata,
-			Tags: r.Tags, Snoozes: deref0(r.Snoozes)})
+	if err := decodeFeedback(feedback, &f); err != nil {
+		return nil, permitFlags{}, nil, err
 	}
 	return rows, f, landed, nil
 }

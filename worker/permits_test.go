@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,14 +33,23 @@ func (h permitHarness) allocate(ctx context.Context, id string, want int32) (amo
 	return rows[0].Amount, rows[0].Fair
 }
 
-func (h permitHarness) claim(ctx context.Context, id string, batch int32) (n int, f gen.ClaimPermittedRow) {
+// permitFeedback is ClaimPermitted's feedback column (db/queries.sql).
+type permitFeedback struct {
+	HasPermit bool  `json:"has_permit"`
+	Binding   bool  `json:"binding"`
+	Skipped   bool  `json:"skipped"`
+	RoomLeft  int32 `json:"room_left"`
+	Renewed   int32 `json:"renewed"`
+}
+
+func (h permitHarness) claim(ctx context.Context, id string, batch int32) (n int, f permitFeedback) {
 	h.t.Helper()
 	return h.claimOn(ctx, h.pool, id, batch)
 }
 
 // claimOn runs PermitLock and ClaimPermitted on db (a transaction the caller commits, or the
 // pool: each statement its own).
-func (h permitHarness) claimOn(ctx context.Context, db gen.DBTX, id string, batch int32) (n int, f gen.ClaimPermittedRow) {
+func (h permitHarness) claimOn(ctx context.Context, db gen.DBTX, id string, batch int32) (n int, f permitFeedback) {
 	h.t.Helper()
 	require.NoError(h.t, gen.New(db).PermitLock(ctx, gen.PermitLockParams{Queue: "default", WorkerID: id}))
 	rows, err := gen.New(db).ClaimPermitted(ctx, gen.ClaimPermittedParams{LimKind: []string{"lim"}, LimMaxRunning: []int32{h.max},
@@ -51,7 +62,8 @@ func (h permitHarness) claimOn(ctx context.Context, db gen.DBTX, id string, batc
 			n++
 		}
 	}
-	return n, rows[0]
+	require.NoError(h.t, json.Unmarshal(rows[0].Feedback, &f))
+	return n, f
 }
 
 // invariant checks (P) of worker/permits.go from the tables: Σ over workers of
@@ -287,6 +299,9 @@ func TestClaimPermittedPlan(t *testing.T) {
 			})
 			t.Logf("%s (EXPLAIN ANALYZE, rolled back, engine settings %v): %d buffers; indexes %v", name, generic, plan.Buffers(), idx)
 		}
+		if strings.HasPrefix(name, "Claim") {
+			plantest.OwnPlans(t, pool, sql, vals...) // tenure.own reaches the picked rows by primary key
+		}
 	}
 	check("ClaimPermitted", map[string]any{
 		"lim_kind": []string{"lim"}, "lim_max_running": []int32{500}, "queue": "default", "worker_id": "w1",
@@ -294,7 +309,7 @@ func TestClaimPermittedPlan(t *testing.T) {
 		"seg_max_age_us": []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15},
 		"scan":           40, "batch": 20, "kinds": []string{"lim", "noop"}, "kind_versions": []int32{1, 1}, "kind_lease_ms": []int32{0, 0},
 		"ttl_ms": 10000, "renew_below_ms": 5000,
-	}, "jobs_ready_idx", "jobs_limited_idx", "jobs_pkey")
+	}, "jobs_ready_idx", "jobs_limited_idx")
 	check("PermitAllocate", map[string]any{
 		"lim_kind": []string{"lim"}, "lim_max_running": []int32{500}, "queue": "default", "worker_id": "w9", "want": 200, "ttl_ms": 10000,
 	}, "jobs_limited_idx")

@@ -28,7 +28,8 @@ import (
 // heartbeated jobs while every migration from 0014 on is rolled back and applied again, twice (0014 and 0016 change column types).
 // Expected: the engine re-runs a statement PostgreSQL refused as stale at once (it counts
 // StalePlanRetries), so no claim, heartbeat, finish or sweep fails (their error counters stay
-// at 0), no lease is lost, and every job runs exactly once (generation 1) and succeeds.
+// at 0; claims may fail only while tenure.own, which this code's claims need, is missing),
+// no lease is lost, and every job runs exactly once (generation 1) and succeeds.
 func TestMigrationUnderLoadRecoversAtOnce(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
@@ -87,13 +88,46 @@ func TestMigrationUnderLoadRecoversAtOnce(t *testing.T) {
 		st := w.Stats()
 		return st.Succeeded >= 100 && st.Heartbeats >= 5
 	})
+	// Every claim statement of this code owns its rows through tenure.own (migration 0019): a
+	// schema without it fails every claim (SQLSTATE 42883: code newer than the schema), which is
+	// not what this test is about. While the schema is rolled back the test puts the function
+	// back as 0019 creates it (and removes it before migrating up), so the window exercises the
+	// column type changes, tenure.own's rows included. Only in the two gaps (between the
+	// rollback and the function's return, between its removal and the migration back up, each
+	// with 100 ms of slack for claims in flight) may claims fail, and then only for lack of it.
+	var own migrations.Migration
+	for _, m := range migrations.All() {
+		if m.Name == "own" {
+			own = m
+		}
+	}
+	require.NotEmpty(t, own.Up, "migration 0019_own")
+	var gapErrors int64
+	gap := func(change func()) {
+		before := w.Stats().ClaimErrors
+		change()
+		time.Sleep(100 * time.Millisecond)
+		st := w.Stats()
+		if n := st.ClaimErrors - before; n > 0 {
+			gapErrors += n
+			require.Contains(t, st.LastError, "tenure.own", "a claim failed while tenure.own was missing, for another reason")
+		}
+	}
 	for range 2 {
 		// Back to below 0014 (which, like 0016, changes column types of tenure.jobs) and up again.
-		_, err = migrations.Down(ctx, pool, migrations.Latest()-13)
-		require.NoError(t, err)
+		gap(func() {
+			_, err = migrations.Down(ctx, pool, migrations.Latest()-13)
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, own.Up)
+			require.NoError(t, err)
+		})
 		time.Sleep(500 * time.Millisecond) // the engine runs its statements on the old types
-		_, err = migrations.Up(ctx, pool)
-		require.NoError(t, err)
+		gap(func() {
+			_, err = pool.Exec(ctx, own.Down)
+			require.NoError(t, err)
+			_, err = migrations.Up(ctx, pool)
+			require.NoError(t, err)
+		})
 		time.Sleep(time.Second)
 	}
 	close(stop)
@@ -116,7 +150,7 @@ func TestMigrationUnderLoadRecoversAtOnce(t *testing.T) {
 	st := w.Stats()
 	t.Logf("%d jobs; stale statements re-run: %d; claim errors %d, heartbeat errors %d, sweep errors %d, finishes retried %d / abandoned %d",
 		len(ids), st.StalePlanRetries, st.ClaimErrors, st.HeartbeatErrors, st.ReclaimErrors, st.FinishRetries, st.FinishAbandoned)
-	require.Zero(t, st.ClaimErrors, "%+v", st)
+	require.Equal(t, gapErrors, st.ClaimErrors, "claim errors besides those while tenure.own was missing: %+v", st)
 	require.Zero(t, st.HeartbeatErrors, "%+v", st)
 	require.Zero(t, st.ReclaimErrors, "%+v", st)
 	require.Zero(t, st.FinishAbandoned, "%+v", st)

@@ -156,22 +156,8 @@ WITH seg AS (
     FROM ranked r
     ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.rn, r.pos, r.run_at, r.id
     LIMIT $7
-), upd AS (
-    UPDATE tenure.jobs j
-    SET state        = 'running',
-        locked_by    = $16::text,
-        lease_ms     = coalesce(nullif(($17::integer[])[array_position($15::text[], j.kind)], 0), j.lease_ms),
-        locked_until = now() + coalesce(nullif(($17::integer[])[array_position($15::text[], j.kind)], 0), j.lease_ms)
-                               * interval '1 millisecond',
-        claim_token  = gen_random_uuid(),
-        generation   = j.generation + 1,
-        attempts     = j.attempts + 1,
-        attempted_at = now(),
-        updated_at   = now()
-    WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked))
-    RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-              j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-              j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), upd AS MATERIALIZED (
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $16::text, $15::text[], $17::integer[]) o
 ), upto AS (
     SELECT k.priority,
            CASE WHEN bool_and(NOT k.keyless OR k.id IN (SELECT picked.id FROM picked))
@@ -180,17 +166,17 @@ WITH seg AS (
            END AS upto
     FROM kscan k GROUP BY k.priority
 ), claimed AS (
-    SELECT upd.id, upd.queue, upd.kind, upd.payload, upd.payload_version, upd.priority, upd.run_at, upd.attempts, upd.max_attempts, upd.lease_ms, upd.locked_until, upd.claim_token, upd.generation, upd.attempted_at, upd.created_at, upd.metadata, upd.tags, upd.snoozes, picked.pos AS fair_pos, picked.rn::integer AS fair_round FROM upd JOIN picked ON picked.id = upd.id
+    SELECT upd.id, upd.queue, upd.kind, upd.payload, upd.payload_version, upd.state, upd.priority, upd.run_at, upd.attempts, upd.max_attempts, upd.lease_ms, upd.locked_by, upd.locked_until, upd.claim_token, upd.generation, upd.attempted_at, upd.last_error_code, upd.errors, upd.created_at, upd.updated_at, upd.finished_at, upd.cancel_requested_at, upd.metadata, upd.unique_key, upd.unique_states, upd.tags, upd.output, upd.snoozes, upd.limited, picked.pos AS fair_pos, picked.rn::integer AS fair_round FROM upd JOIN picked ON picked.id = upd.id
 ), flags AS (
-    SELECT coalesce(array_agg(upto.priority) FILTER (WHERE upto.upto IS NOT NULL), '{}')::smallint[] AS keyless_band,
-           coalesce(array_agg((extract(epoch FROM upto.upto) * 1000000)::bigint) FILTER (WHERE upto.upto IS NOT NULL), '{}')::bigint[] AS keyless_upto_us
+    SELECT jsonb_build_object(
+             'keyless_band', coalesce(array_agg(upto.priority) FILTER (WHERE upto.upto IS NOT NULL), '{}'),
+             'keyless_upto_us', coalesce(array_agg((extract(epoch FROM upto.upto) * 1000000)::bigint) FILTER (WHERE upto.upto IS NOT NULL), '{}')) AS feedback
     FROM upto
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
        u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes,
-       u.fair_pos, u.fair_round,
-       f.keyless_band, f.keyless_upto_us
+       (f.feedback || jsonb_build_object('fair_pos', u.fair_pos, 'fair_round', u.fair_round))::jsonb AS feedback
 FROM flags f LEFT JOIN claimed u ON true
 `
 
@@ -233,10 +219,7 @@ type ClaimFairRow struct {
 	Metadata       []byte
 	Tags           []string
 	Snoozes        *int32
-	FairPos        *int32
-	FairRound      *int32
-	KeylessBand    []int16
-	KeylessUptoUs  []int64
+	Feedback       []byte
 }
 
 // Fair share (worker/fairshare.go): the claim of a queue with Fairness.FairShare, for every
@@ -266,10 +249,11 @@ type ClaimFairRow struct {
 //     (n-th job of its tenant, tenant's rotation position).
 //  5. picked: the first @batch in that order.
 //
-// The result is the claimed rows (with their tenant's position and round, from which the
-// engine moves the band's cursor) LEFT JOINed to one row of per-band keyless watermarks: how
-// far kscan read when every keyless job it read was claimed, else the newest keyless job
-// claimed. When nothing was claimed the one row carries only those.
+// The result is the claimed rows, each with feedback: its tenant's position and round
+// (fair_pos, fair_round, from which the engine moves the band's cursor) and the per-band
+// keyless watermarks (keyless_band, keyless_upto_us): how far kscan read when every keyless
+// job it read was claimed, else the newest keyless job claimed. When nothing was claimed the
+// one row of NULLs carries only the watermarks.
 func (q *Queries) ClaimFair(ctx context.Context, arg ClaimFairParams) ([]ClaimFairRow, error) {
 	rows, err := q.db.Query(ctx, claimFair,
 		arg.SegPriority,
@@ -316,10 +300,7 @@ func (q *Queries) ClaimFair(ctx context.Context, arg ClaimFairParams) ([]ClaimFa
 			&i.Metadata,
 			&i.Tags,
 			&i.Snoozes,
-			&i.FairPos,
-			&i.FairRound,
-			&i.KeylessBand,
-			&i.KeylessUptoUs,
+			&i.Feedback,
 		); err != nil {
 			return nil, err
 		}
@@ -376,31 +357,18 @@ WITH g AS MATERIALIZED (
     RETURNING gr.kind, gr.budget
 ), ok AS MATERIALIZED (
     SELECT (SELECT count(*) FROM spend) = (SELECT count(*) FROM need WHERE need.n > 0) AS ok
-), upd AS (
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = $12::text,
-    lease_ms     = coalesce(nullif(($13::integer[])[array_position($11::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif(($13::integer[])[array_position($11::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = now(),
-    updated_at   = now(),
-    limited      = false
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND (SELECT ok.ok FROM ok)
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), upd AS MATERIALIZED (
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked WHERE (SELECT ok.ok FROM ok)),
+                               $12::text, $11::text[], $13::integer[], '{}'::text[]) o
 ), flags AS (
-    SELECT (CASE WHEN NOT (SELECT ok.ok FROM ok) THEN 0
-                 ELSE coalesce((SELECT min(CASE WHEN g.blocked OR g.budget IS NULL THEN 0 ELSE coalesce(s.budget, g.budget) END)
-                                FROM g LEFT JOIN spend s ON s.kind = g.kind), 0) END)::integer AS budget_left
+    SELECT jsonb_build_object('budget_left',
+             CASE WHEN NOT (SELECT ok.ok FROM ok) THEN 0
+                  ELSE coalesce((SELECT min(CASE WHEN g.blocked OR g.budget IS NULL THEN 0 ELSE coalesce(s.budget, g.budget) END)
+                                 FROM g LEFT JOIN spend s ON s.kind = g.kind), 0) END) AS feedback
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.budget_left
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
 FROM flags f LEFT JOIN upd u ON true
 `
 
@@ -439,7 +407,7 @@ type ClaimGrantedRow struct {
 	Metadata       []byte
 	Tags           []string
 	Snoozes        *int32
-	BudgetLeft     int32
+	Feedback       []byte
 }
 
 // Flow control far from the limits (worker/limits.go, "Grants"): ClaimOrdered within the budget
@@ -457,8 +425,8 @@ type ClaimGrantedRow struct {
 //     condition on the row it then finds (READ COMMITTED), so the budget never goes below zero.
 //  4. upd: the picked jobs are claimed only if every limit's spend succeeded.
 //
-// The result is the claimed rows with `left` (the smallest budget left; 0 if a spend failed), or
-// one row of NULLs with `left` when nothing was claimed.
+// The feedback is budget_left (the smallest budget left; 0 if a spend failed), on the claimed
+// rows or on one row of NULLs when nothing was claimed.
 func (q *Queries) ClaimGranted(ctx context.Context, arg ClaimGrantedParams) ([]ClaimGrantedRow, error) {
 	rows, err := q.db.Query(ctx, claimGranted,
 		arg.LimKind,
@@ -501,7 +469,7 @@ func (q *Queries) ClaimGranted(ctx context.Context, arg ClaimGrantedParams) ([]C
 			&i.Metadata,
 			&i.Tags,
 			&i.Snoozes,
-			&i.BudgetLeft,
+			&i.Feedback,
 		); err != nil {
 			return nil, err
 		}
@@ -698,23 +666,10 @@ WITH clk AS MATERIALIZED (
         window_start = greatest(f.window_start, excluded.window_start),
         updated_at   = excluded.updated_at
     RETURNING f.key
-), upd AS (
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = $24::text,
-    lease_ms     = coalesce(nullif(($25::integer[])[array_position($18::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif(($25::integer[])[array_position($18::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = (SELECT t FROM clk),
-    updated_at   = now(),
-    limited      = EXISTS (SELECT 1 FROM lim l WHERE l.max_running > 0 AND (l.kind = '' OR l.kind = j.kind))
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), upd AS MATERIALIZED (
+    -- marked limited: the kinds a concurrency limit covers; attempted_at: the rate windows' clock
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $24::text, $18::text[], $25::integer[],
+                               ARRAY(SELECT l.kind FROM lim l WHERE l.max_running > 0), (SELECT t FROM clk)) o
 ), stripe_ids AS MATERIALIZED (
     SELECT s::smallint AS stripe FROM generate_series(0, $26::integer) AS s
 ), share AS MATERIALIZED (
@@ -753,17 +708,18 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
     ON CONFLICT (queue, kind, stripe) DO NOTHING
     RETURNING stripe
 ), flags AS (
-    SELECT (EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer <= 0)
-            OR (NOT (SELECT roomy.ok FROM roomy) AND EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit)))::boolean AS binding,
-           (least((SELECT min(grp.room) FROM grp),
-                  (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
-                                    CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
-                  2147483647) - $23::integer)::integer AS min_room,
-           coalesce((SELECT min(granted.budget) FROM granted), 0)::integer AS granted
+    SELECT jsonb_build_object(
+             'binding', EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer <= 0)
+                        OR (NOT (SELECT roomy.ok FROM roomy) AND EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit)),
+             'min_room', least((SELECT min(grp.room) FROM grp),
+                               (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
+                                                 CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
+                               2147483647) - $23::integer,
+             'granted', coalesce((SELECT min(granted.budget) FROM granted), 0)) AS feedback
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.binding, f.min_room, f.granted
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
 FROM flags f LEFT JOIN upd u ON true
 `
 
@@ -817,9 +773,7 @@ type ClaimLimitedRow struct {
 	Metadata       []byte
 	Tags           []string
 	Snoozes        *int32
-	Binding        bool
-	MinRoom        int32
-	Granted        int32
+	Feedback       []byte
 }
 
 // ClaimOrdered (or, @ranked, ClaimSegments) under the queue's limits (worker/limits.go; run
@@ -849,8 +803,8 @@ type ClaimLimitedRow struct {
 //     budget of (room left after the batch) / 4 per stripe when @may_grant and that room is at
 //     least @grant_room, else 0 (what was left is voided); rows are created four at a time.
 //
-// The result is the claimed rows with three flags, or one row of NULLs with the flags when
-// nothing was claimed. binding: a limit held something back (the engine then does not move the
+// The feedback is three flags, on the claimed rows or on one row of NULLs when nothing was
+// claimed. binding: a limit held something back (the engine then does not move the
 // band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
 // of a counted group less @batch (the engine's choice between striped and exclusive claims).
 // granted: the smallest budget granted a stripe (0: none; the next claims are then not grant
@@ -912,9 +866,7 @@ func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]C
 			&i.Metadata,
 			&i.Tags,
 			&i.Snoozes,
-			&i.Binding,
-			&i.MinRoom,
-			&i.Granted,
+			&i.Feedback,
 		); err != nil {
 			return nil, err
 		}
@@ -952,75 +904,67 @@ func (q *Queries) ClaimLimitsLock(ctx context.Context, arg ClaimLimitsLockParams
 
 const claimOrdered = `-- name: ClaimOrdered :many
 WITH seg AS (
-    SELECT priority, after_us, min_age_us, max_age_us FROM (SELECT unnest($4::smallint[]) AS priority,
-            unnest($5::bigint[]) AS after_us,
-            unnest($6::bigint[]) AS min_age_us,
-            unnest($7::bigint[]) AS max_age_us) AS s
+    SELECT priority, after_us, min_age_us, max_age_us FROM (SELECT unnest($1::smallint[]) AS priority,
+            unnest($2::bigint[]) AS after_us,
+            unnest($3::bigint[]) AS min_age_us,
+            unnest($4::bigint[]) AS max_age_us) AS s
 ), picked AS (
     SELECT c.id
     FROM seg s
     CROSS JOIN LATERAL (
         SELECT j.id FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = $8 AND j.priority = s.priority
+        WHERE j.state = 'ready' AND j.queue = $5 AND j.priority = s.priority
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($9::integer[])[array_position($3::text[], j.kind)]
+          AND j.payload_version <= ($6::integer[])[array_position($7::text[], j.kind)]
         ORDER BY j.run_at, j.id
-        LIMIT $10
+        LIMIT $8
         FOR UPDATE SKIP LOCKED
     ) c
-    LIMIT $10
+    LIMIT $8
+), owned AS MATERIALIZED (
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT id FROM picked), $9::text, $7::text[], $10::integer[]) o
 )
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = $1::text,
-    lease_ms     = coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = now(),
-    updated_at   = now()
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
+FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true
 `
 
 type ClaimOrderedParams struct {
-	WorkerID     string
-	KindLeaseMs  []int32
-	Kinds        []string
 	SegPriority  []int16
 	SegAfterUs   []int64
 	SegMinAgeUs  []int64
 	SegMaxAgeUs  []int64
 	Queue        string
 	KindVersions []int32
+	Kinds        []string
 	Batch        int32
+	WorkerID     string
+	KindLeaseMs  []int32
 }
 
 type ClaimOrderedRow struct {
-	ID             int64
-	Queue          string
-	Kind           string
+	ID             *int64
+	Queue          *string
+	Kind           *string
 	Payload        []byte
-	PayloadVersion int32
-	Priority       int16
-	RunAt          time.Time
-	Attempts       int32
-	MaxAttempts    int32
-	LeaseMs        int32
+	PayloadVersion *int32
+	Priority       *int16
+	RunAt          *time.Time
+	Attempts       *int32
+	MaxAttempts    *int32
+	LeaseMs        *int32
 	LockedUntil    *time.Time
 	ClaimToken     *uuid.UUID
-	Generation     int64
+	Generation     *int64
 	AttemptedAt    *time.Time
-	CreatedAt      time.Time
+	CreatedAt      *time.Time
 	Metadata       []byte
 	Tags           []string
-	Snoozes        int32
+	Snoozes        *int32
+	Feedback       []byte
 }
 
 // The engine's claim for strict priority, aging and deadlines. The fairness policy
@@ -1032,16 +976,16 @@ type ClaimOrderedRow struct {
 // so no row is locked that is not claimed.
 func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]ClaimOrderedRow, error) {
 	rows, err := q.db.Query(ctx, claimOrdered,
-		arg.WorkerID,
-		arg.KindLeaseMs,
-		arg.Kinds,
 		arg.SegPriority,
 		arg.SegAfterUs,
 		arg.SegMinAgeUs,
 		arg.SegMaxAgeUs,
 		arg.Queue,
 		arg.KindVersions,
+		arg.Kinds,
 		arg.Batch,
+		arg.WorkerID,
+		arg.KindLeaseMs,
 	)
 	if err != nil {
 		return nil, err
@@ -1069,6 +1013,7 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 			&i.Metadata,
 			&i.Tags,
 			&i.Snoozes,
+			&i.Feedback,
 		); err != nil {
 			return nil, err
 		}
@@ -1131,23 +1076,10 @@ WITH lim AS MATERIALIZED (
     WHERE NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.room)
     ORDER BY c.pos
     LIMIT $9
-), upd AS (
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = $4::text,
-    lease_ms     = coalesce(nullif(($13::integer[])[array_position($10::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif(($13::integer[])[array_position($10::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = now(),
-    updated_at   = now(),
-    limited      = EXISTS (SELECT 1 FROM lim l WHERE l.kind = '' OR l.kind = j.kind)
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+), upd AS MATERIALIZED (
+    -- marked limited: every permit limit is a concurrency limit
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $4::text, $10::text[], $13::integer[],
+                               ARRAY(SELECT l.kind FROM lim l)) o
 ), ttl AS MATERIALIZED (
     -- (sqlc cannot place a parameter in the SET list of an UPDATE inside a WITH)
     SELECT now() + interval '1 millisecond' * $14::integer AS until,
@@ -1162,20 +1094,20 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
     SELECT r.kind, r.has, r.room - (SELECT count(*) FROM picked p WHERE r.kind = '' OR r.kind = p.kind)::integer AS room
     FROM room r
 ), flags AS (
-    SELECT coalesce(bool_and(l.has), false)::boolean AS has_permit,
-           coalesce(bool_or(l.room <= 0), false)::boolean AS binding,
-           (EXISTS (SELECT 1 FROM picked)
-            AND (EXISTS (SELECT 1 FROM room r WHERE r.room = 0 AND r.kind <> '')
-                 OR EXISTS (SELECT 1 FROM cand c WHERE c.id NOT IN (SELECT picked.id FROM picked)
-                            AND c.pos < (SELECT max(c2.pos) FROM cand c2 WHERE c2.id IN (SELECT picked.id FROM picked)))))::boolean AS skipped,
-           coalesce(min(l.room), 0)::integer AS room_left,
-           (SELECT count(*) FROM renew)::integer AS renewed
+    SELECT jsonb_build_object(
+             'has_permit', coalesce(bool_and(l.has), false),
+             'binding', coalesce(bool_or(l.room <= 0), false),
+             'skipped', EXISTS (SELECT 1 FROM picked)
+                        AND (EXISTS (SELECT 1 FROM room r WHERE r.room = 0 AND r.kind <> '')
+                             OR EXISTS (SELECT 1 FROM cand c WHERE c.id NOT IN (SELECT picked.id FROM picked)
+                                        AND c.pos < (SELECT max(c2.pos) FROM cand c2 WHERE c2.id IN (SELECT picked.id FROM picked)))),
+             'room_left', coalesce(min(l.room), 0),
+             'renewed', (SELECT count(*) FROM renew)) AS feedback
     FROM left_ l
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes,
-       f.has_permit, f.binding, f.skipped, f.room_left, f.renewed
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
 FROM flags f LEFT JOIN upd u ON true
 `
 
@@ -1216,11 +1148,7 @@ type ClaimPermittedRow struct {
 	Metadata       []byte
 	Tags           []string
 	Snoozes        *int32
-	HasPermit      bool
-	Binding        bool
-	Skipped        bool
-	RoomLeft       int32
-	Renewed        int32
+	Feedback       []byte
 }
 
 // Permits: ClaimOrdered within this worker's permits (run after PermitLock, same transaction).
@@ -1229,12 +1157,12 @@ type ClaimPermittedRow struct {
 // skipping kinds whose room is 0) are admitted in claim order while every covering limit's
 // room lasts, the first batch admitted claimed and marked (limited = true, so the counts see
 // them). It renews the rows (to ttl_ms from now) once less than renew_below_ms is left.
-// The result is the claimed rows with flags, or one row of NULLs with the flags when nothing was
+// The feedback is five flags, on the claimed rows or on one row of NULLs when nothing was
 // claimed: has_permit (a row for every limit: else the engine allocates), binding (a limit's
 // room ran out in this claim: jobs may have been held back), skipped (a job the claim passed
 // over for lack of room may lie before one it claimed: the engine must not move its
 // watermarks; never with limits that cover every kind, whose room bounds the candidates) and
-// room_left (the smallest room after the claim).
+// room_left (the smallest room after the claim), and renewed (the permit rows renewed).
 func (q *Queries) ClaimPermitted(ctx context.Context, arg ClaimPermittedParams) ([]ClaimPermittedRow, error) {
 	rows, err := q.db.Query(ctx, claimPermitted,
 		arg.LimKind,
@@ -1279,11 +1207,7 @@ func (q *Queries) ClaimPermitted(ctx context.Context, arg ClaimPermittedParams) 
 			&i.Metadata,
 			&i.Tags,
 			&i.Snoozes,
-			&i.HasPermit,
-			&i.Binding,
-			&i.Skipped,
-			&i.RoomLeft,
-			&i.Renewed,
+			&i.Feedback,
 		); err != nil {
 			return nil, err
 		}
@@ -1297,23 +1221,23 @@ func (q *Queries) ClaimPermitted(ctx context.Context, arg ClaimPermittedParams) 
 
 const claimSegments = `-- name: ClaimSegments :many
 WITH seg AS (
-    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota FROM (SELECT unnest($4::smallint[]) AS priority,
-            unnest($5::bigint[]) AS after_us,
-            unnest($6::bigint[]) AS min_age_us,
-            unnest($7::bigint[]) AS max_age_us,
-            unnest($8::integer[]) AS lim,
-            unnest($9::integer[]) AS rank,
-            unnest($10::integer[]) AS quota) AS s
+    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota FROM (SELECT unnest($1::smallint[]) AS priority,
+            unnest($2::bigint[]) AS after_us,
+            unnest($3::bigint[]) AS min_age_us,
+            unnest($4::bigint[]) AS max_age_us,
+            unnest($5::integer[]) AS lim,
+            unnest($6::integer[]) AS rank,
+            unnest($7::integer[]) AS quota) AS s
 ), cand AS (
     SELECT c.id, c.run_at, s.priority AS band, s.rank, s.quota
     FROM seg s
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = $11 AND j.priority = s.priority
+        WHERE j.state = 'ready' AND j.queue = $8 AND j.priority = s.priority
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($12::integer[])[array_position($3::text[], j.kind)]
+          AND j.payload_version <= ($9::integer[])[array_position($10::text[], j.kind)]
         ORDER BY j.run_at, j.id
         LIMIT s.lim
         FOR UPDATE SKIP LOCKED
@@ -1325,29 +1249,17 @@ WITH seg AS (
 ), picked AS (
     SELECT id FROM ranked
     ORDER BY (rank > 0 AND band_rn > quota), rank, run_at, id
-    LIMIT $13
+    LIMIT $11
+), owned AS MATERIALIZED (
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT id FROM picked), $12::text, $10::text[], $13::integer[]) o
 )
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = $1::text,
-    lease_ms     = coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = now(),
-    updated_at   = now()
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
+FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true
 `
 
 type ClaimSegmentsParams struct {
-	WorkerID     string
-	KindLeaseMs  []int32
-	Kinds        []string
 	SegPriority  []int16
 	SegAfterUs   []int64
 	SegMinAgeUs  []int64
@@ -1357,28 +1269,32 @@ type ClaimSegmentsParams struct {
 	SegQuota     []int32
 	Queue        string
 	KindVersions []int32
+	Kinds        []string
 	Batch        int32
+	WorkerID     string
+	KindLeaseMs  []int32
 }
 
 type ClaimSegmentsRow struct {
-	ID             int64
-	Queue          string
-	Kind           string
+	ID             *int64
+	Queue          *string
+	Kind           *string
 	Payload        []byte
-	PayloadVersion int32
-	Priority       int16
-	RunAt          time.Time
-	Attempts       int32
-	MaxAttempts    int32
-	LeaseMs        int32
+	PayloadVersion *int32
+	Priority       *int16
+	RunAt          *time.Time
+	Attempts       *int32
+	MaxAttempts    *int32
+	LeaseMs        *int32
 	LockedUntil    *time.Time
 	ClaimToken     *uuid.UUID
-	Generation     int64
+	Generation     *int64
 	AttemptedAt    *time.Time
-	CreatedAt      time.Time
+	CreatedAt      *time.Time
 	Metadata       []byte
 	Tags           []string
-	Snoozes        int32
+	Snoozes        *int32
+	Feedback       []byte
 }
 
 // Fair claim with quotas. The fairness policy (worker/fairness.go) describes the batch as segments: a
@@ -1388,9 +1304,6 @@ type ClaimSegmentsRow struct {
 // flows to the others. Only the first batch candidates are claimed.
 func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([]ClaimSegmentsRow, error) {
 	rows, err := q.db.Query(ctx, claimSegments,
-		arg.WorkerID,
-		arg.KindLeaseMs,
-		arg.Kinds,
 		arg.SegPriority,
 		arg.SegAfterUs,
 		arg.SegMinAgeUs,
@@ -1400,7 +1313,10 @@ func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([
 		arg.SegQuota,
 		arg.Queue,
 		arg.KindVersions,
+		arg.Kinds,
 		arg.Batch,
+		arg.WorkerID,
+		arg.KindLeaseMs,
 	)
 	if err != nil {
 		return nil, err
@@ -1428,6 +1344,7 @@ func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([
 			&i.Metadata,
 			&i.Tags,
 			&i.Snoozes,
+			&i.Feedback,
 		); err != nil {
 			return nil, err
 		}
@@ -1443,66 +1360,62 @@ const claimStrict = `-- name: ClaimStrict :many
 
 WITH picked AS (
     SELECT r.id FROM tenure.jobs r
-    WHERE r.state = 'ready' AND r.queue = $4 AND r.run_at <= now()
-      AND r.payload_version <= ($5::integer[])[array_position($3::text[], r.kind)]
+    WHERE r.state = 'ready' AND r.queue = $1 AND r.run_at <= now()
+      AND r.payload_version <= ($2::integer[])[array_position($3::text[], r.kind)]
     ORDER BY r.priority DESC, r.run_at, r.id
-    LIMIT $6
+    LIMIT $4
     FOR UPDATE SKIP LOCKED
+), owned AS MATERIALIZED (
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT id FROM picked), $5::text, $3::text[], $6::integer[]) o
 )
-UPDATE tenure.jobs j
-SET state        = 'running',
-    locked_by    = $1::text,
-    lease_ms     = coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms),
-    locked_until = now() + coalesce(nullif(($2::integer[])[array_position($3::text[], j.kind)], 0), j.lease_ms)
-                           * interval '1 millisecond',
-    claim_token  = gen_random_uuid(),
-    generation   = j.generation + 1,
-    attempts     = j.attempts + 1,
-    attempted_at = now(),
-    updated_at   = now()
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
-          j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
-          j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
+FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true
 `
 
 type ClaimStrictParams struct {
-	WorkerID     string
-	KindLeaseMs  []int32
-	Kinds        []string
 	Queue        string
 	KindVersions []int32
+	Kinds        []string
 	Batch        int32
+	WorkerID     string
+	KindLeaseMs  []int32
 }
 
 type ClaimStrictRow struct {
-	ID             int64
-	Queue          string
-	Kind           string
+	ID             *int64
+	Queue          *string
+	Kind           *string
 	Payload        []byte
-	PayloadVersion int32
-	Priority       int16
-	RunAt          time.Time
-	Attempts       int32
-	MaxAttempts    int32
-	LeaseMs        int32
+	PayloadVersion *int32
+	Priority       *int16
+	RunAt          *time.Time
+	Attempts       *int32
+	MaxAttempts    *int32
+	LeaseMs        *int32
 	LockedUntil    *time.Time
 	ClaimToken     *uuid.UUID
-	Generation     int64
+	Generation     *int64
 	AttemptedAt    *time.Time
-	CreatedAt      time.Time
+	CreatedAt      *time.Time
 	Metadata       []byte
 	Tags           []string
-	Snoozes        int32
+	Snoozes        *int32
+	Feedback       []byte
 }
 
 // ---------------------------------------------------------------------------------------------
 // Claim (docs/contract.md §1): one statement, one short transaction. The CTE picks with
-// FOR UPDATE SKIP LOCKED through jobs_ready_idx; the UPDATE commits ownership (state, owner,
-// lease from the database clock, a fresh claim token, generation+1, attempts+1).
-// The UPDATE reaches the picked rows with id = ANY(ARRAY(...)), a primary-key lookup whatever
-// the planner guesses for LIMIT: joining the CTE instead lets a generic plan (which assumes a
-// large LIMIT) hash-join against a sequential scan of the whole table.
+// FOR UPDATE SKIP LOCKED through jobs_ready_idx and passes the ids to tenure.own (migration
+// 0019), the one ownership statement: it commits ownership (state, owner, lease from the
+// database clock, a fresh claim token, generation+1, attempts+1) of the rows still ready, by
+// primary key (ARRAY(...) of ids, whatever the planner guesses for LIMIT: joining the CTE
+// instead lets a generic plan, which assumes a large LIMIT, hash-join against a sequential scan
+// of the whole table). Every claim statement returns the same columns (worker/claim.go,
+// claimRow): the owned rows' job columns and feedback, a JSON object of what the mode learnt
+// (NULL for ClaimStrict, ClaimOrdered, ClaimSegments), on every row; when nothing was owned,
+// one row of NULL job columns carrying the feedback.
 // A worker claims only what it can run: kinds/kind_versions list its registered kinds and the
 // newest payload version each knows, so a job of an unknown kind (array_position is NULL) or of
 // a newer version (a rolling deploy) is skipped, never claimed and failed. kind_lease_ms is the
@@ -1515,12 +1428,12 @@ type ClaimStrictRow struct {
 // what is due. The engine claims with ClaimOrdered (one equality segment per band) instead.
 func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]ClaimStrictRow, error) {
 	rows, err := q.db.Query(ctx, claimStrict,
-		arg.WorkerID,
-		arg.KindLeaseMs,
-		arg.Kinds,
 		arg.Queue,
 		arg.KindVersions,
+		arg.Kinds,
 		arg.Batch,
+		arg.WorkerID,
+		arg.KindLeaseMs,
 	)
 	if err != nil {
 		return nil, err
@@ -1548,6 +1461,7 @@ func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]Cla
 			&i.Metadata,
 			&i.Tags,
 			&i.Snoozes,
+			&i.Feedback,
 		); err != nil {
 			return nil, err
 		}

@@ -337,12 +337,16 @@ func (w *mWorker) claim(ctx context.Context, queue string, force bool) int {
 	m.gate.RLock()
 	defer m.gate.RUnlock()
 	before := time.Now()
-	rows, err := w.q.ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: w.wid, Kinds: []string{"model.a", "model.b"},
+	got, err := w.q.ClaimStrict(ctx, gen.ClaimStrictParams{WorkerID: w.wid, Kinds: []string{"model.a", "model.b"},
 		KindVersions: []int32{1, vB}, KindLeaseMs: kl, Queue: queue, Batch: int32(batch)})
 	after := time.Now()
 	if err != nil {
 		m.violation("unexpected-error", nil, "ClaimStrict: %v", err)
 		return 0
+	}
+	rows := ownedModelRows(got)
+	if len(rows) == 0 && len(got) != 1 {
+		m.violation("claim", nil, "ClaimStrict owned nothing but returned %d rows, want the one feedback row", len(got))
 	}
 	if len(rows) > batch {
 		m.violation("claim", nil, "ClaimStrict returned %d rows for a batch of %d", len(rows), batch)
@@ -1175,4 +1179,28 @@ func TestModelBased(t *testing.T) {
 	result(t, "model-based", tally{Jobs: len(m.ids), Lost: lost, Wrong: len(m.wrongJobs) + extra, Stuck: stuck}, "n/a",
 		"steps="+strconv.Itoa(done), "seed="+strconv.FormatUint(seed, 10), "violations="+strconv.Itoa(total),
 		"tokens="+strconv.Itoa(len(m.tokList)), "runtime="+ms(ran))
+}
+
+// modelClaimRow is an owned row of a claim statement (every claim returns the same nullable
+// columns, and one row of NULLs when it owned nothing), with its columns dereferenced.
+type modelClaimRow struct {
+	ID                                             int64
+	Queue, Kind                                    string
+	PayloadVersion, Attempts, MaxAttempts, LeaseMs int32
+	Generation                                     int64
+	LockedUntil                                    *time.Time
+	ClaimToken                                     *uuid.UUID
+}
+
+func ownedModelRows(got []gen.ClaimStrictRow) []modelClaimRow {
+	var rows []modelClaimRow
+	for _, r := range got {
+		if r.ID == nil { // the feedback-only row (the job columns are NOT NULL in an owned row)
+			continue
+		}
+		rows = append(rows, modelClaimRow{ID: *r.ID, Queue: *r.Queue, Kind: *r.Kind, PayloadVersion: *r.PayloadVersion,
+			Attempts: *r.Attempts, MaxAttempts: *r.MaxAttempts, LeaseMs: *r.LeaseMs, Generation: *r.Generation,
+			LockedUntil: r.LockedUntil, ClaimToken: r.ClaimToken})
+	}
+	return rows
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/internal/engineconf"
@@ -30,6 +32,15 @@ type Node struct {
 	SharedRd  int64  `json:"Shared Read Blocks"`
 	// Arbiters are the indexes an INSERT ... ON CONFLICT checks (ModifyTable nodes only).
 	Arbiters []string `json:"Conflict Arbiter Indexes"`
+	// Function is the function a Function Scan reads ("own" for tenure.own).
+	Function string `json:"Function Name"`
+}
+
+// Nested is the plan of a statement run by a function the explained statement called (the
+// UPDATE of tenure.own, every claim's ownership statement), as auto_explain logged it.
+type Nested struct {
+	Query string `json:"Query Text"`
+	Plan  Node   `json:"Plan"`
 }
 
 // Buffers is the node's shared buffers hit and read (EXPLAIN ANALYZE, BUFFERS only).
@@ -192,6 +203,121 @@ func explain(t testing.TB, pool *pgxpool.Pool, analyze bool, settings map[string
 		t.Fatalf("plantest: plan does not decode: %v", err)
 	}
 	return plans[0].Plan
+}
+
+// ExplainNested runs sql (EXPLAIN ANALYZE, in a transaction it rolls back) under settings
+// (nil: the engine's, internal/engineconf) on a connection of its own with auto_explain
+// logging the plan of every statement run inside it, and returns the outer plan and the plans
+// of the statements the functions it called ran (tenure.own's UPDATE). plan_cache_mode in
+// settings applies to those too (PL/pgSQL keeps its statements in the plan cache). It loads
+// auto_explain, so the pool's role must be a superuser (the test server's is).
+func ExplainNested(t testing.TB, pool *pgxpool.Pool, settings map[string]string, sql string, args ...any) (Node, []Nested) {
+	t.Helper()
+	if settings == nil {
+		settings = engineconf.Settings
+	}
+	ctx := context.Background()
+	var logged []string
+	cfg := pool.Config().ConnConfig.Copy()
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { logged = append(logged, n.Message) }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("plantest: %v", err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatalf("plantest: %v", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "LOAD 'auto_explain'"); err != nil {
+		t.Fatalf("plantest: load auto_explain: %v", err)
+	}
+	all := map[string]string{"auto_explain.log_min_duration": "0", "auto_explain.log_nested_statements": "on",
+		"auto_explain.log_format": "json", "auto_explain.log_level": "notice"}
+	for k, v := range settings {
+		all[k] = v
+	}
+	for k, v := range all {
+		if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true)", k, v); err != nil {
+			t.Fatalf("plantest: %v", err)
+		}
+	}
+	var out []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, args...).Scan(&out); err != nil {
+		t.Fatalf("plantest: explain %s: %v", firstLine(sql), err)
+	}
+	var plans []struct {
+		Plan Node `json:"Plan"`
+	}
+	if err := json.Unmarshal(out, &plans); err != nil || len(plans) == 0 {
+		t.Fatalf("plantest: plan does not decode: %v", err)
+	}
+	var nested []Nested
+	for _, m := range logged {
+		i := strings.IndexByte(m, '{')
+		if i < 0 {
+			continue
+		}
+		var n Nested
+		if err := json.Unmarshal([]byte(m[i:]), &n); err != nil {
+			t.Fatalf("plantest: auto_explain plan does not decode: %v", err)
+		}
+		if strings.HasPrefix(strings.TrimSpace(n.Query), "EXPLAIN") || strings.HasPrefix(strings.TrimSpace(n.Query), "SELECT set_config") {
+			continue // the explained statement itself (its plan is the one returned), the settings
+		}
+		nested = append(nested, n)
+	}
+	return plans[0].Plan, nested
+}
+
+// OwnPlans checks that sql reaches the rows it owns through tenure.own (a Function Scan of
+// own in the outer plan) and that the function's UPDATE reads them by primary key and through
+// no other index under the engine's settings (generic plans), and without a sequential scan
+// under them and with forced custom plans; it returns the outer plan of the engine's run.
+func OwnPlans(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) Node {
+	t.Helper()
+	custom := map[string]string{}
+	for k, v := range engineconf.Settings {
+		custom[k] = v
+	}
+	custom["plan_cache_mode"] = "force_custom_plan"
+	var first Node
+	for i, settings := range []map[string]string{nil, custom} {
+		outer, nested := ExplainNested(t, pool, settings, sql, args...)
+		if i == 0 {
+			first = outer
+		}
+		own := false
+		Walk(outer, func(n Node) { own = own || (n.NodeType == "Function Scan" && n.Function == "own") })
+		if !own {
+			t.Fatalf("plantest: %s (%v): no Function Scan of tenure.own in the plan", firstLine(sql), settings)
+		}
+		updates := 0
+		for _, n := range nested {
+			if !strings.Contains(n.Query, "UPDATE tenure.jobs") {
+				continue
+			}
+			updates++
+			// The generic plan (the engine's) must look the ids up by primary key and through
+			// no other index. A custom plan is made for the ids at hand: for none, the planner
+			// proves the WHERE false and may name any (empty) partial index, so only the
+			// sequential scan is checked there.
+			idx := Indexes(n.Plan)
+			if settings == nil && (len(idx) != 1 || !idx["jobs_pkey"]) {
+				t.Fatalf("plantest: %s (%v): tenure.own's UPDATE does not read by primary key (uses %v)", firstLine(sql), settings, idx)
+			}
+			Walk(n.Plan, func(x Node) {
+				if x.NodeType == "Seq Scan" && x.Relation == "jobs" {
+					t.Fatalf("plantest: %s (%v): tenure.own's UPDATE scans the jobs table", firstLine(sql), settings)
+				}
+			})
+		}
+		if updates == 0 {
+			t.Fatalf("plantest: %s (%v): auto_explain logged no UPDATE of tenure.own (logged %d plans)", firstLine(sql), settings, len(nested))
+		}
+	}
+	return first
 }
 
 func firstLine(s string) string {
