@@ -254,6 +254,64 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
           j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
           j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes;
 
+-- name: ClaimOrderedMany :many
+-- ClaimOrdered for many queues in one statement (worker/claimbatch.go: the worker's claim
+-- batcher gathers the plain ordered claims its queue loops plan). Request i (1-based) claims at
+-- most req_batch[i] jobs of queue req_queue[i] through its segments seg_*[req_seg_lo[i] ..
+-- req_seg_hi[i]], served in order exactly as ClaimOrdered serves its own: each segment read
+-- oldest-first through jobs_ready_idx, the nested loop stopping as soon as the request's batch
+-- is full, so no row is locked that is not claimed. The segments are addressed by subscript
+-- (generate_series), so the statement reads each request's segments once, whatever the number
+-- of requests. One ownership UPDATE, written as ClaimOrdered's, takes every picked id; each
+-- returned row carries req, the index of the request it was claimed for.
+-- A statement must not carry two requests of one queue: its own row locks do not make it skip
+-- rows (SKIP LOCKED skips other transactions' locks only), so both would pick the same jobs.
+-- The batcher sends at most one request per queue in a statement.
+WITH req AS (
+    SELECT i AS idx, (@req_queue::text[])[i] AS queue, (@req_batch::integer[])[i] AS batch,
+           (@req_seg_lo::integer[])[i] AS seg_lo, (@req_seg_hi::integer[])[i] AS seg_hi
+    FROM generate_subscripts(@req_queue::text[], 1) AS i
+), picked AS (
+    SELECT p.id, r.idx
+    FROM req r
+    CROSS JOIN LATERAL (
+        SELECT c.id
+        FROM generate_series(r.seg_lo, r.seg_hi) AS k
+        CROSS JOIN LATERAL (
+            SELECT j.id FROM tenure.jobs j
+            WHERE j.state = 'ready' AND j.queue = r.queue AND j.priority = (@seg_priority::smallint[])[k]
+              AND j.run_at >= 'epoch'::timestamptz + (@seg_after_us::bigint[])[k] * interval '1 microsecond'
+              AND j.run_at <= now() - (@seg_min_age_us::bigint[])[k] * interval '1 microsecond'
+              AND j.run_at >  now() - (@seg_max_age_us::bigint[])[k] * interval '1 microsecond'
+              AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
+            ORDER BY j.run_at, j.id
+            LIMIT r.batch
+            FOR UPDATE SKIP LOCKED
+        ) c
+        LIMIT r.batch
+    ) p
+), owned AS (
+    UPDATE tenure.jobs j
+    SET state        = 'running',
+        locked_by    = @worker_id::text,
+        lease_ms     = coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms),
+        locked_until = now() + coalesce(nullif((@kind_lease_ms::integer[])[array_position(@kinds::text[], j.kind)], 0), j.lease_ms)
+                               * interval '1 millisecond',
+        claim_token  = gen_random_uuid(),
+        generation   = j.generation + 1,
+        attempts     = j.attempts + 1,
+        attempted_at = now(),
+        updated_at   = now()
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+              j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+              j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+)
+SELECT p.idx::integer AS req, o.id, o.queue, o.kind, o.payload, o.payload_version, o.priority, o.run_at,
+       o.attempts, o.max_attempts, o.lease_ms, o.locked_until, o.claim_token, o.generation,
+       o.attempted_at, o.created_at, o.metadata, o.tags, o.snoozes
+FROM owned o JOIN picked p ON p.id = o.id;
+
 -- name: ClaimSegments :many
 -- Fair claim with quotas. The fairness policy (worker/fairness.go) describes the batch as segments: a
 -- priority band and an age window (on the database clock), each read oldest-first through

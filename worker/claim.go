@@ -192,6 +192,15 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]gen.ClaimStr
 		maxAge = append(maxAge, maxAgeUs(s.maxAge))
 	}
 	var rows []gen.ClaimStrictRow
+	if q.useClaimBatch(p) {
+		// One statement for the plain ordered claims of many queues (claimbatch.go).
+		segs := make([]claimSeg, len(prio))
+		for i := range prio {
+			segs[i] = claimSeg{priority: prio[i], afterUs: afterUs[i], minAgeUs: minAgeUs[i], maxUs: maxAge[i]}
+		}
+		rows, err := q.claimBatched(ctx, p.n, segs)
+		return rows, limitResult{}, err
+	}
 	if !p.ranked {
 		arg := gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 			SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,

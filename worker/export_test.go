@@ -8,3 +8,8 @@ var SeededRand = seededRand
 
 // RunPermitAllocate is the engine's allocation (its statements, in one pipeline).
 var RunPermitAllocate = runPermitAllocate
+
+// ClaimBatchStats returns the batched claim statements w ran and the requests they carried.
+func ClaimBatchStats(w *Worker) (statements, requests int64) {
+	return w.m.claimBatches.Load(), w.m.claimBatchRequests.Load()
+}

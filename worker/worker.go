@@ -58,6 +58,10 @@ type Worker struct {
 	lockWait chan struct{}     // lockWaiters tokens: finishes waiting on another session's row lock
 	periodic []*PeriodicJob    // Config.Periodic, validated
 
+	// claimReqCh: claim goroutines → the claim batcher (claimbatch.go); nil when the worker
+	// serves a single queue (no batcher: its claims run their own statements).
+	claimReqCh chan *claimReq
+
 	// queueStateCh asks the queue state service to read the paused queues now (the listener
 	// got a NOTIFY tenure_queues, or reconnected).
 	queueStateCh chan struct{}
@@ -73,6 +77,7 @@ type Worker struct {
 
 	started        time.Time // when Start ran, for the registry
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
+	noClaimBatch   bool      // tests: every claim runs its own statement (claimbatch.go)
 	// Repeated engine failures are logged at most once per errorLogEvery per source.
 	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog logThrottle
 
@@ -355,6 +360,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.spawn(func() { w.batcher(w.engCtx) })
 	for range w.cfg.Finishers {
 		w.spawn(func() { w.finisher(w.engCtx) })
+	}
+	if len(w.queues) > 1 && !w.noClaimBatch {
+		w.claimReqCh = make(chan *claimReq, len(w.queues))
+		w.spawn(func() { w.claimBatcher(w.engCtx) })
 	}
 	for _, svc := range []func(context.Context){w.reclaimService, w.pruneService, w.listenService, w.registryService,
 		w.queueStateService, w.periodicService} {

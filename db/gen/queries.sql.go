@@ -1080,6 +1080,155 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 	return items, nil
 }
 
+const claimOrderedMany = `-- name: ClaimOrderedMany :many
+WITH req AS (
+    SELECT i AS idx, ($1::text[])[i] AS queue, ($2::integer[])[i] AS batch,
+           ($3::integer[])[i] AS seg_lo, ($4::integer[])[i] AS seg_hi
+    FROM generate_subscripts($1::text[], 1) AS i
+), picked AS (
+    SELECT p.id, r.idx
+    FROM req r
+    CROSS JOIN LATERAL (
+        SELECT c.id
+        FROM generate_series(r.seg_lo, r.seg_hi) AS k
+        CROSS JOIN LATERAL (
+            SELECT j.id FROM tenure.jobs j
+            WHERE j.state = 'ready' AND j.queue = r.queue AND j.priority = ($5::smallint[])[k]
+              AND j.run_at >= 'epoch'::timestamptz + ($6::bigint[])[k] * interval '1 microsecond'
+              AND j.run_at <= now() - ($7::bigint[])[k] * interval '1 microsecond'
+              AND j.run_at >  now() - ($8::bigint[])[k] * interval '1 microsecond'
+              AND j.payload_version <= ($9::integer[])[array_position($10::text[], j.kind)]
+            ORDER BY j.run_at, j.id
+            LIMIT r.batch
+            FOR UPDATE SKIP LOCKED
+        ) c
+        LIMIT r.batch
+    ) p
+), owned AS (
+    UPDATE tenure.jobs j
+    SET state        = 'running',
+        locked_by    = $11::text,
+        lease_ms     = coalesce(nullif(($12::integer[])[array_position($10::text[], j.kind)], 0), j.lease_ms),
+        locked_until = now() + coalesce(nullif(($12::integer[])[array_position($10::text[], j.kind)], 0), j.lease_ms)
+                               * interval '1 millisecond',
+        claim_token  = gen_random_uuid(),
+        generation   = j.generation + 1,
+        attempts     = j.attempts + 1,
+        attempted_at = now(),
+        updated_at   = now()
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run_at,
+              j.attempts, j.max_attempts, j.lease_ms, j.locked_until, j.claim_token, j.generation,
+              j.attempted_at, j.created_at, j.metadata, j.tags, j.snoozes
+)
+SELECT p.idx::integer AS req, o.id, o.queue, o.kind, o.payload, o.payload_version, o.priority, o.run_at,
+       o.attempts, o.max_attempts, o.lease_ms, o.locked_until, o.claim_token, o.generation,
+       o.attempted_at, o.created_at, o.metadata, o.tags, o.snoozes
+FROM owned o JOIN picked p ON p.id = o.id
+`
+
+type ClaimOrderedManyParams struct {
+	ReqQueue     []string
+	ReqBatch     []int32
+	ReqSegLo     []int32
+	ReqSegHi     []int32
+	SegPriority  []int16
+	SegAfterUs   []int64
+	SegMinAgeUs  []int64
+	SegMaxAgeUs  []int64
+	KindVersions []int32
+	Kinds        []string
+	WorkerID     string
+	KindLeaseMs  []int32
+}
+
+type ClaimOrderedManyRow struct {
+	Req            int32
+	ID             int64
+	Queue          string
+	Kind           string
+	Payload        []byte
+	PayloadVersion int32
+	Priority       int16
+	RunAt          time.Time
+	Attempts       int32
+	MaxAttempts    int32
+	LeaseMs        int32
+	LockedUntil    *time.Time
+	ClaimToken     *uuid.UUID
+	Generation     int64
+	AttemptedAt    *time.Time
+	CreatedAt      time.Time
+	Metadata       []byte
+	Tags           []string
+	Snoozes        int32
+}
+
+// ClaimOrdered for many queues in one statement (worker/claimbatch.go: the worker's claim
+// batcher gathers the plain ordered claims its queue loops plan). Request i (1-based) claims at
+// most req_batch[i] jobs of queue req_queue[i] through its segments seg_*[req_seg_lo[i] ..
+// req_seg_hi[i]], served in order exactly as ClaimOrdered serves its own: each segment read
+// oldest-first through jobs_ready_idx, the nested loop stopping as soon as the request's batch
+// is full, so no row is locked that is not claimed. The segments are addressed by subscript
+// (generate_series), so the statement reads each request's segments once, whatever the number
+// of requests. One ownership UPDATE, written as ClaimOrdered's, takes every picked id; each
+// returned row carries req, the index of the request it was claimed for.
+// A statement must not carry two requests of one queue: its own row locks do not make it skip
+// rows (SKIP LOCKED skips other transactions' locks only), so both would pick the same jobs.
+// The batcher sends at most one request per queue in a statement.
+func (q *Queries) ClaimOrderedMany(ctx context.Context, arg ClaimOrderedManyParams) ([]ClaimOrderedManyRow, error) {
+	rows, err := q.db.Query(ctx, claimOrderedMany,
+		arg.ReqQueue,
+		arg.ReqBatch,
+		arg.ReqSegLo,
+		arg.ReqSegHi,
+		arg.SegPriority,
+		arg.SegAfterUs,
+		arg.SegMinAgeUs,
+		arg.SegMaxAgeUs,
+		arg.KindVersions,
+		arg.Kinds,
+		arg.WorkerID,
+		arg.KindLeaseMs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimOrderedManyRow{}
+	for rows.Next() {
+		var i ClaimOrderedManyRow
+		if err := rows.Scan(
+			&i.Req,
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.CreatedAt,
+			&i.Metadata,
+			&i.Tags,
+			&i.Snoozes,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimPermitted = `-- name: ClaimPermitted :many
 WITH lim AS MATERIALIZED (
     SELECT unnest($1::text[]) AS kind, unnest($2::integer[]) AS max_running
