@@ -31,6 +31,8 @@ import (
 //   - one loop per queue (queue.go) owns that queue's slots, active executions, claim backoff,
 //     watermarks, fairness state and heartbeat schedule;
 //   - claim and heartbeat statements run on short-lived goroutines that report to their loop;
+//   - with more than one queue, one claim batcher (claimbatch.go) owns the pending plain
+//     ordered claims of every queue and runs them together, one statement for many queues;
 //   - one goroutine per running handler (execute.go) reports its result to its loop;
 //   - Finishers goroutines (finish.go) write finishes in batches and report back to the loops;
 //   - six services (reclaim, prune, listen, registry, queue state, periodic) run until Stop
