@@ -260,9 +260,9 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.payload_version, j.priority, j.run
 -- most req_batch[i] jobs of queue req_queue[i] through its segments seg_*[req_seg_lo[i] ..
 -- req_seg_hi[i]], served in order exactly as ClaimOrdered serves its own: each segment read
 -- oldest-first through jobs_ready_idx, the nested loop stopping as soon as the request's batch
--- is full, so no row is locked that is not claimed. The segments are addressed by subscript
--- (generate_series), so the statement reads each request's segments once, whatever the number
--- of requests. One ownership UPDATE, written as ClaimOrdered's, takes every picked id; each
+-- is full, so no row is locked that is not claimed. Each request unnests its own slice of the
+-- segment arrays, so the statement reads each request's segments once, whatever the number of
+-- requests. One ownership UPDATE, written as ClaimOrdered's, takes every picked id; each
 -- returned row carries req, the index of the request it was claimed for.
 -- A statement must not carry two requests of one queue: its own row locks do not make it skip
 -- rows (SKIP LOCKED skips other transactions' locks only), so both would pick the same jobs.
@@ -276,13 +276,16 @@ WITH req AS (
     FROM req r
     CROSS JOIN LATERAL (
         SELECT c.id
-        FROM generate_series(r.seg_lo, r.seg_hi) AS k
+        FROM (SELECT unnest((@seg_priority::smallint[])[r.seg_lo:r.seg_hi]) AS priority,
+                unnest((@seg_after_us::bigint[])[r.seg_lo:r.seg_hi]) AS after_us,
+                unnest((@seg_min_age_us::bigint[])[r.seg_lo:r.seg_hi]) AS min_age_us,
+                unnest((@seg_max_age_us::bigint[])[r.seg_lo:r.seg_hi]) AS max_age_us) AS s
         CROSS JOIN LATERAL (
             SELECT j.id FROM tenure.jobs j
-            WHERE j.state = 'ready' AND j.queue = r.queue AND j.priority = (@seg_priority::smallint[])[k]
-              AND j.run_at >= 'epoch'::timestamptz + (@seg_after_us::bigint[])[k] * interval '1 microsecond'
-              AND j.run_at <= now() - (@seg_min_age_us::bigint[])[k] * interval '1 microsecond'
-              AND j.run_at >  now() - (@seg_max_age_us::bigint[])[k] * interval '1 microsecond'
+            WHERE j.state = 'ready' AND j.queue = r.queue AND j.priority = s.priority
+              AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+              AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+              AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
               AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
             ORDER BY j.run_at, j.id
             LIMIT r.batch

@@ -165,6 +165,16 @@ func pickClaimBatch(pending []*claimReq) (take, rest []*claimReq) {
 	return take, rest
 }
 
+// noBitmap is sent before ClaimOrderedMany, in its pipeline and transaction (afterLock: one
+// round trip, committed at its Sync like an autocommitted statement): bitmap scans off for
+// that transaction. Each request's probe is parameterized by the request (its queue and band);
+// where a queue's band holds a few hundred ready jobs, the generic plan estimates one row per
+// probe and then prefers a bitmap scan plus a sort of every ready job of the band (reading them
+// all) to the ordered walk of jobs_ready_idx that stops at the first unlocked ones (measured:
+// 50 requests of one job over 100 queues of 400 ready jobs, 21,160 buffers against 1,017).
+// The connection caches the plan at the statement's first execution, under the same setting.
+var noBitmap = []lockedStatement{{sql: "SELECT set_config('enable_bitmapscan', 'off', true)"}}
+
 // runClaimBatch runs one ClaimOrderedMany for reqs and answers each request with its rows, or
 // every request with the statement's error.
 func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq) {
@@ -185,7 +195,7 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq) {
 	cctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	var got []gen.ClaimOrderedManyRow
 	err := w.retryStale(func() (err error) {
-		got, err = w.q.ClaimOrderedMany(cctx, arg)
+		got, err = gen.New(&afterLock{pool: w.eng, locks: noBitmap}).ClaimOrderedMany(cctx, arg)
 		return err
 	})
 	cancel()

@@ -62,7 +62,7 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('a', 'noop', '{}'), ('b', 'noop', '{}')`)
 	require.NoError(t, err)
-	w := &Worker{cfg: Config{ID: "batch-test"}, q: gen.New(pool), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	w := &Worker{cfg: Config{ID: "batch-test"}, eng: pool, q: gen.New(pool), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 4)}
 	w.claimLog.every = errorLogEvery
 	bctx, stop := context.WithCancel(ctx)
@@ -124,4 +124,27 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 		states = append(states, s)
 	}
 	require.Equal(t, []string{"a:running", "b:ready"}, states)
+}
+
+// The batched claim's pipeline turns bitmap scans off for its own transaction only.
+func TestClaimBatchNoBitmapIsLocal(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	rows, err := (&afterLock{pool: pool, locks: noBitmap}).Query(ctx, "SELECT current_setting('enable_bitmapscan')")
+	require.NoError(t, err)
+	var in []string
+	for rows.Next() {
+		var v string
+		require.NoError(t, rows.Scan(&v))
+		in = append(in, v)
+	}
+	require.NoError(t, rows.Err())
+	rows.Close()
+	require.Equal(t, []string{"off"}, in)
+	for range 4 { // whichever connection ran it
+		var v string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('enable_bitmapscan')").Scan(&v))
+		require.Equal(t, "on", v)
+	}
 }

@@ -347,6 +347,9 @@ func TestClaimOrderedManyPlanUsesTheReadyIndex(t *testing.T) {
 		}
 		_, err = tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode)
 		require.NoError(t, err)
+		// As the batcher runs it (claimbatch.go, noBitmap).
+		_, err = tx.Exec(ctx, "SELECT set_config('enable_bitmapscan', 'off', true)")
+		require.NoError(t, err)
 		prepared++
 		name := fmt.Sprintf("claim_many_%d", prepared)
 		_, err = tx.Exec(ctx, "PREPARE "+name+" AS "+sql)
@@ -374,11 +377,12 @@ func TestClaimOrderedManyPlanUsesTheReadyIndex(t *testing.T) {
 			require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "generic plan scans tenure.jobs at %d rows", total)
 		})
 	}
-	// As in TestClaimPlansUseThePartialIndex: a ready set large enough that a bad plan is
-	// visibly worse than the index path (here in a few of the requests' queues).
-	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at)
-		SELECT 'q' || lpad((g % 4)::text, 3, '0'), 'noop', '{"n":0}', 2 + (g % 2), now() - interval '1 second'
-		FROM generate_series(1, 100000) g`)
+	// Many queues of a few hundred ready jobs each (the queues sweep's shape): without
+	// noBitmap the generic plan estimates one row per probe and reads every ready job of the
+	// band through a bitmap scan and a sort, instead of walking jobs_ready_idx in order.
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, run_at)
+		SELECT 'q' || lpad((g % 100)::text, 3, '0'), 'noop', '{"n":0}', now() - interval '1 minute' + g * interval '1 microsecond'
+		FROM generate_series(1, 40000) g`)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, "ANALYZE tenure.jobs")
 	require.NoError(t, err)

@@ -1090,13 +1090,16 @@ WITH req AS (
     FROM req r
     CROSS JOIN LATERAL (
         SELECT c.id
-        FROM generate_series(r.seg_lo, r.seg_hi) AS k
+        FROM (SELECT unnest(($5::smallint[])[r.seg_lo:r.seg_hi]) AS priority,
+                unnest(($6::bigint[])[r.seg_lo:r.seg_hi]) AS after_us,
+                unnest(($7::bigint[])[r.seg_lo:r.seg_hi]) AS min_age_us,
+                unnest(($8::bigint[])[r.seg_lo:r.seg_hi]) AS max_age_us) AS s
         CROSS JOIN LATERAL (
             SELECT j.id FROM tenure.jobs j
-            WHERE j.state = 'ready' AND j.queue = r.queue AND j.priority = ($5::smallint[])[k]
-              AND j.run_at >= 'epoch'::timestamptz + ($6::bigint[])[k] * interval '1 microsecond'
-              AND j.run_at <= now() - ($7::bigint[])[k] * interval '1 microsecond'
-              AND j.run_at >  now() - ($8::bigint[])[k] * interval '1 microsecond'
+            WHERE j.state = 'ready' AND j.queue = r.queue AND j.priority = s.priority
+              AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+              AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+              AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
               AND j.payload_version <= ($9::integer[])[array_position($10::text[], j.kind)]
             ORDER BY j.run_at, j.id
             LIMIT r.batch
@@ -1169,9 +1172,9 @@ type ClaimOrderedManyRow struct {
 // most req_batch[i] jobs of queue req_queue[i] through its segments seg_*[req_seg_lo[i] ..
 // req_seg_hi[i]], served in order exactly as ClaimOrdered serves its own: each segment read
 // oldest-first through jobs_ready_idx, the nested loop stopping as soon as the request's batch
-// is full, so no row is locked that is not claimed. The segments are addressed by subscript
-// (generate_series), so the statement reads each request's segments once, whatever the number
-// of requests. One ownership UPDATE, written as ClaimOrdered's, takes every picked id; each
+// is full, so no row is locked that is not claimed. Each request unnests its own slice of the
+// segment arrays, so the statement reads each request's segments once, whatever the number of
+// requests. One ownership UPDATE, written as ClaimOrdered's, takes every picked id; each
 // returned row carries req, the index of the request it was claimed for.
 // A statement must not carry two requests of one queue: its own row locks do not make it skip
 // rows (SKIP LOCKED skips other transactions' locks only), so both would pick the same jobs.
