@@ -188,7 +188,11 @@ func (q *queue) loop(ctx context.Context) {
 		} else if len(q.active) == 0 && q.inFlight == 0 {
 			return
 		}
-		if d, ok := q.nextClaimWake(); ok {
+		if d, ok := q.nextClaimWake(); ok && !q.stopping && !q.paused {
+			// Only while it claims: stopping or paused, a claimer whose sleep has passed would
+			// re-arm the timer at 0 on every turn and spin the loop (with many queues
+			// stopping at once, the spinning loops starved the finishers' settles past
+			// Stop's deadline: TestClaimBatchManyQueuesDrainExactlyOnce under -race).
 			claimTimer.Reset(d)
 		}
 		if len(q.permitDone) > 0 && (q.inFlight == 0 || q.stopping || q.paused) {
