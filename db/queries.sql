@@ -240,6 +240,54 @@ SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at
        u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
 FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true;
 
+-- name: ClaimOrderedMany :many
+-- ClaimOrdered for many queues in one statement (worker/claimbatch.go: the worker's claim
+-- batcher gathers the plain ordered claims its queue loops plan). Request i (1-based) claims at
+-- most req_batch[i] jobs of queue req_queue[i] through its segments seg_*[req_seg_lo[i] ..
+-- req_seg_hi[i]], served in order exactly as ClaimOrdered serves its own: each segment read
+-- oldest-first through jobs_ready_idx, the nested loop stopping as soon as the request's batch
+-- is full, so no row is locked that is not claimed. Each request unnests its own slice of the
+-- segment arrays, so the statement reads each request's segments once, whatever the number of
+-- requests. The ownership statement (tenure.own) takes every picked id; the rows come back in
+-- the one claim row shape (feedback NULL), and the batcher gives each to the request of its
+-- queue (one per statement, below).
+-- A statement must not carry two requests of one queue: its own row locks do not make it skip
+-- rows (SKIP LOCKED skips other transactions' locks only), so both would pick the same jobs.
+-- The batcher sends at most one request per queue in a statement.
+WITH req AS (
+    SELECT i AS idx, (@req_queue::text[])[i] AS queue, (@req_batch::integer[])[i] AS batch,
+           (@req_seg_lo::integer[])[i] AS seg_lo, (@req_seg_hi::integer[])[i] AS seg_hi
+    FROM generate_subscripts(@req_queue::text[], 1) AS i
+), picked AS (
+    SELECT p.id
+    FROM req r
+    CROSS JOIN LATERAL (
+        SELECT c.id
+        FROM (SELECT unnest((@seg_priority::smallint[])[r.seg_lo:r.seg_hi]) AS priority,
+                unnest((@seg_after_us::bigint[])[r.seg_lo:r.seg_hi]) AS after_us,
+                unnest((@seg_min_age_us::bigint[])[r.seg_lo:r.seg_hi]) AS min_age_us,
+                unnest((@seg_max_age_us::bigint[])[r.seg_lo:r.seg_hi]) AS max_age_us) AS s
+        CROSS JOIN LATERAL (
+            SELECT j.id FROM tenure.jobs j
+            WHERE j.state = 'ready' AND j.queue = r.queue AND j.priority = s.priority
+              AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+              AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+              AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+              AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
+            ORDER BY j.run_at, j.id
+            LIMIT r.batch
+            FOR UPDATE SKIP LOCKED
+        ) c
+        LIMIT r.batch
+    ) p
+), owned AS MATERIALIZED (
+    SELECT o.* FROM tenure.own(ARRAY(SELECT id FROM picked), @worker_id::text, @kinds::text[], @kind_lease_ms::integer[]) o
+)
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
+FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true;
+
 -- name: ClaimSegments :many
 -- Fair claim with quotas. The fairness policy (worker/fairness.go) describes the batch as segments: a
 -- priority band and an age window (on the database clock), each read oldest-first through

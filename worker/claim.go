@@ -192,6 +192,15 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]claimRow, li
 		minAgeUs = append(minAgeUs, s.minAge.Microseconds())
 		maxAge = append(maxAge, maxAgeUs(s.maxAge))
 	}
+	if q.useClaimBatch(p) {
+		// One statement for the plain ordered claims of many queues (claimbatch.go).
+		segs := make([]claimSeg, len(prio))
+		for i := range prio {
+			segs[i] = claimSeg{priority: prio[i], afterUs: afterUs[i], minAgeUs: minAgeUs[i], maxUs: maxAge[i]}
+		}
+		rows, err := q.claimBatched(ctx, p.n, segs)
+		return rows, limitResult{}, err
+	}
 	if !p.ranked {
 		arg := gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 			SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,
@@ -349,8 +358,8 @@ type claimRow = gen.ClaimStrictRow
 
 // claimRows are the row types sqlc generates for the claim statements (identical structs).
 type claimRows interface {
-	gen.ClaimStrictRow | gen.ClaimOrderedRow | gen.ClaimSegmentsRow | gen.ClaimFairRow |
-		gen.ClaimGrantedRow | gen.ClaimLimitedRow | gen.ClaimPermittedRow
+	gen.ClaimStrictRow | gen.ClaimOrderedRow | gen.ClaimOrderedManyRow | gen.ClaimSegmentsRow |
+		gen.ClaimFairRow | gen.ClaimGrantedRow | gen.ClaimLimitedRow | gen.ClaimPermittedRow
 }
 
 // ownedRows converts what a claim statement returned to claimRow: the owned rows (each keeps

@@ -18,7 +18,10 @@ import (
 type Config struct {
 	// ID names this worker process in locked_by and logs. Default: hostname-pid-random.
 	ID string
-	// Queues to work, with their concurrency and fairness. Default: {"default": {}}.
+	// Queues to work, with their concurrency and fairness. Default: {"default": {}}. With more
+	// than one queue, the plain ordered claims of all of them (no fair share, no limits, no
+	// quotas or deadlines) are claimed together, one statement for many queues
+	// (docs/design.md, "Claim batcher"); each queue keeps its own slots, order and pause.
 	Queues map[string]QueueConfig
 	// Registry holds the kinds. Default: a new registry (see Worker.Registry).
 	Registry *generics.Registry

@@ -30,3 +30,8 @@ func UseFakeClock(w *Worker, start time.Time) *FakeClock {
 	w.clk = f
 	return f
 }
+
+// ClaimBatchStats returns the batched claim statements w ran and the requests they carried.
+func ClaimBatchStats(w *Worker) (statements, requests int64) {
+	return w.m.claimBatches.Load(), w.m.claimBatchRequests.Load()
+}

@@ -14,6 +14,7 @@ type metrics struct {
 	fullClaims, claimedBehindWatermark, watermarkHints     atomic.Int64
 	limitedClaims, flowBlocks, stripedClaims               atomic.Int64
 	permitAllocations                                      atomic.Int64
+	claimBatches, claimBatchRequests                       atomic.Int64 // claimbatch.go
 	succeeded, retried, dead, cancelled, released, snoozed atomic.Int64
 	staleRejected, finishRetries, finishAbandoned          atomic.Int64
 	heartbeats, heartbeatRows, heartbeatErrors, leasesLost atomic.Int64

@@ -188,7 +188,13 @@ func (q *queue) loop(ctx context.Context) {
 		} else if len(q.active) == 0 && q.inFlight == 0 {
 			return
 		}
-		if d, ok := q.nextClaimWake(); ok {
+		if d, ok := q.nextClaimWake(); ok && q.mayClaim() {
+			// Only when a woken claimer could claim: otherwise (stopping, paused, no free
+			// slot, a permit claim in flight) a claimer whose sleep has passed re-armed the
+			// timer at 0 on every turn and spun the loop until a slot freed (with many queues,
+			// the spinning loops starved the finishers' settles past Stop's deadline:
+			// TestClaimBatchManyQueuesDrainExactlyOnce under -race). The event that makes a
+			// claim possible again (a handler result, a resume) runs the loop anyway.
 			claimTimer.Reset(d)
 		}
 		if len(q.permitDone) > 0 && (q.inFlight == 0 || q.stopping || q.paused) {
@@ -314,6 +320,11 @@ func (q *queue) claimMore(ctx context.Context) {
 		q.inFlight++
 		q.startClaim(ctx, i, n)
 	}
+}
+
+// mayClaim reports whether claimMore could start a claim now, given a ready claimer.
+func (q *queue) mayClaim() bool {
+	return !q.stopping && !q.paused && q.free() > 0 && !(q.inFlight > 0 && q.limits != nil && q.limits.permits)
 }
 
 // nextClaimWake returns how long until the first sleeping claimer wakes.

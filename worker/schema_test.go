@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -321,4 +322,43 @@ func TestInvalidSchemaRefusedByClientAndWorker(t *testing.T) {
 	w, err := worker.New(pool, &worker.Config{Schema: "never_migrated"})
 	require.NoError(t, err)
 	require.ErrorIs(t, w.Start(context.Background()), worker.ErrSchemaBehind)
+}
+
+// TestBatchedClaimInAnotherSchema: a worker serving several queues claims them through the
+// claim batcher (claimbatch.go), whose pipelined statement must be rewritten for the worker's
+// schema like every other; in a database without schema tenure every job still runs once.
+func TestBatchedClaimInAnotherSchema(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewEmptyDB(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	runner, err := migrations.NewRunner(migrations.Options{Schema: "alt_many"})
+	require.NoError(t, err)
+	_, err = runner.Up(ctx, pool)
+	require.NoError(t, err)
+
+	queues := map[string]worker.QueueConfig{}
+	for i := range 4 {
+		queues[fmt.Sprintf("q%d", i)] = worker.QueueConfig{Concurrency: 2}
+	}
+	side := newSchemaSide(t, pool, "alt_many", fastConfig(queues))
+	startWorker(t, side.w)
+	var params []jobs.InsertManyParams
+	for i := range 40 {
+		params = append(params, jobs.InsertManyParams{Args: schemaArgs{Schema: "alt_many", N: i + 1},
+			Opts: &jobs.InsertOpts{Queue: fmt.Sprintf("q%d", i%4)}})
+	}
+	res, err := side.c.InsertMany(ctx, params)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "every job of every queue succeeded", func() bool {
+		for _, r := range res {
+			if stateOf(t, side.c, r.Job.ID) != generics.JobStateSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	stmts, _ := worker.ClaimBatchStats(side.w)
+	require.Positive(t, stmts, "the queues were not claimed through the batcher")
+	require.Empty(t, side.foreign())
 }

@@ -32,6 +32,8 @@ import (
 //   - one loop per queue (queue.go) owns that queue's slots, active executions, claim backoff,
 //     watermarks, fairness state and heartbeat schedule;
 //   - claim and heartbeat statements run on short-lived goroutines that report to their loop;
+//   - with more than one queue, one claim batcher (claimbatch.go) owns the pending plain
+//     ordered claims of every queue and runs them together, one statement for many queues;
 //   - one goroutine per running handler (execute.go) reports its result to its loop;
 //   - Finishers goroutines (finish.go) write finishes in batches and report back to the loops;
 //   - six services (reclaim, prune, listen, registry, queue state, periodic) run until Stop
@@ -63,6 +65,10 @@ type Worker struct {
 	lockWait chan struct{}     // lockWaiters tokens: finishes waiting on another session's row lock
 	periodic []*PeriodicJob    // Config.Periodic, validated
 
+	// claimReqCh: claim goroutines → the claim batcher (claimbatch.go); nil when the worker
+	// serves a single queue (no batcher: its claims run their own statements).
+	claimReqCh chan *claimReq
+
 	// queueStateCh asks the queue state service to read the paused queues now (the listener
 	// got a NOTIFY tenure_queues, or reconnected).
 	queueStateCh chan struct{}
@@ -78,6 +84,7 @@ type Worker struct {
 
 	started        time.Time // when Start ran, for the registry
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
+	noClaimBatch   bool      // tests: every claim runs its own statement (claimbatch.go)
 	// Repeated engine failures are logged at most once per errorLogEvery per source.
 	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog logThrottle
 
@@ -371,6 +378,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.spawn(func() { w.batcher(w.engCtx) })
 	for range w.cfg.Finishers {
 		w.spawn(func() { w.finisher(w.engCtx) })
+	}
+	if len(w.queues) > 1 && !w.noClaimBatch {
+		w.claimReqCh = make(chan *claimReq, len(w.queues))
+		w.spawn(func() { w.claimBatcher(w.engCtx) })
 	}
 	for _, svc := range []func(context.Context){w.reclaimService, w.pruneService, w.listenService, w.registryService,
 		w.queueStateService, w.periodicService} {

@@ -1025,6 +1025,145 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 	return items, nil
 }
 
+const claimOrderedMany = `-- name: ClaimOrderedMany :many
+WITH req AS (
+    SELECT i AS idx, ($1::text[])[i] AS queue, ($2::integer[])[i] AS batch,
+           ($3::integer[])[i] AS seg_lo, ($4::integer[])[i] AS seg_hi
+    FROM generate_subscripts($1::text[], 1) AS i
+), picked AS (
+    SELECT p.id
+    FROM req r
+    CROSS JOIN LATERAL (
+        SELECT c.id
+        FROM (SELECT unnest(($5::smallint[])[r.seg_lo:r.seg_hi]) AS priority,
+                unnest(($6::bigint[])[r.seg_lo:r.seg_hi]) AS after_us,
+                unnest(($7::bigint[])[r.seg_lo:r.seg_hi]) AS min_age_us,
+                unnest(($8::bigint[])[r.seg_lo:r.seg_hi]) AS max_age_us) AS s
+        CROSS JOIN LATERAL (
+            SELECT j.id FROM tenure.jobs j
+            WHERE j.state = 'ready' AND j.queue = r.queue AND j.priority = s.priority
+              AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
+              AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
+              AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
+              AND j.payload_version <= ($9::integer[])[array_position($10::text[], j.kind)]
+            ORDER BY j.run_at, j.id
+            LIMIT r.batch
+            FOR UPDATE SKIP LOCKED
+        ) c
+        LIMIT r.batch
+    ) p
+), owned AS MATERIALIZED (
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT id FROM picked), $11::text, $10::text[], $12::integer[]) o
+)
+SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
+       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
+       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
+FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true
+`
+
+type ClaimOrderedManyParams struct {
+	ReqQueue     []string
+	ReqBatch     []int32
+	ReqSegLo     []int32
+	ReqSegHi     []int32
+	SegPriority  []int16
+	SegAfterUs   []int64
+	SegMinAgeUs  []int64
+	SegMaxAgeUs  []int64
+	KindVersions []int32
+	Kinds        []string
+	WorkerID     string
+	KindLeaseMs  []int32
+}
+
+type ClaimOrderedManyRow struct {
+	ID             *int64
+	Queue          *string
+	Kind           *string
+	Payload        []byte
+	PayloadVersion *int32
+	Priority       *int16
+	RunAt          *time.Time
+	Attempts       *int32
+	MaxAttempts    *int32
+	LeaseMs        *int32
+	LockedUntil    *time.Time
+	ClaimToken     *uuid.UUID
+	Generation     *int64
+	AttemptedAt    *time.Time
+	CreatedAt      *time.Time
+	Metadata       []byte
+	Tags           []string
+	Snoozes        *int32
+	Feedback       []byte
+}
+
+// ClaimOrdered for many queues in one statement (worker/claimbatch.go: the worker's claim
+// batcher gathers the plain ordered claims its queue loops plan). Request i (1-based) claims at
+// most req_batch[i] jobs of queue req_queue[i] through its segments seg_*[req_seg_lo[i] ..
+// req_seg_hi[i]], served in order exactly as ClaimOrdered serves its own: each segment read
+// oldest-first through jobs_ready_idx, the nested loop stopping as soon as the request's batch
+// is full, so no row is locked that is not claimed. Each request unnests its own slice of the
+// segment arrays, so the statement reads each request's segments once, whatever the number of
+// requests. The ownership statement (tenure.own) takes every picked id; the rows come back in
+// the one claim row shape (feedback NULL), and the batcher gives each to the request of its
+// queue (one per statement, below).
+// A statement must not carry two requests of one queue: its own row locks do not make it skip
+// rows (SKIP LOCKED skips other transactions' locks only), so both would pick the same jobs.
+// The batcher sends at most one request per queue in a statement.
+func (q *Queries) ClaimOrderedMany(ctx context.Context, arg ClaimOrderedManyParams) ([]ClaimOrderedManyRow, error) {
+	rows, err := q.db.Query(ctx, claimOrderedMany,
+		arg.ReqQueue,
+		arg.ReqBatch,
+		arg.ReqSegLo,
+		arg.ReqSegHi,
+		arg.SegPriority,
+		arg.SegAfterUs,
+		arg.SegMinAgeUs,
+		arg.SegMaxAgeUs,
+		arg.KindVersions,
+		arg.Kinds,
+		arg.WorkerID,
+		arg.KindLeaseMs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimOrderedManyRow{}
+	for rows.Next() {
+		var i ClaimOrderedManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.CreatedAt,
+			&i.Metadata,
+			&i.Tags,
+			&i.Snoozes,
+			&i.Feedback,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimPermitted = `-- name: ClaimPermitted :many
 WITH lim AS MATERIALIZED (
     SELECT unnest($1::text[]) AS kind, unnest($2::integer[]) AS max_running

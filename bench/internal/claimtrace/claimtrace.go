@@ -89,6 +89,29 @@ func (t *Tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQ
 	}
 }
 
+type batchKey struct{}
+
+// TraceBatchStart implements pgx.BatchTracer: a claim sent in a pipeline (the batched claim
+// for many queues, a limited claim after its locks) is timed from the pipeline's start.
+func (t *Tracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return context.WithValue(ctx, batchKey{}, time.Now())
+}
+
+// TraceBatchQuery implements pgx.BatchTracer.
+func (t *Tracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	at, ok := ctx.Value(batchKey{}).(time.Time)
+	name := StatementName(data.SQL)
+	if !ok || !IsClaim(name) {
+		return
+	}
+	// Not kept for Last: the pipeline's other statements (locks, settings) are part of
+	// how the claim runs, and an EXPLAIN of the claim alone would not show its plan.
+	t.Record(name, time.Since(at), data.Err)
+}
+
+// TraceBatchEnd implements pgx.BatchTracer.
+func (t *Tracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // Record adds one claim statement's duration (err != nil counts an error and records
 // nothing).
 func (t *Tracer) Record(name string, d time.Duration, err error) {

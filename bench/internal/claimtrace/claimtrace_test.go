@@ -88,3 +88,19 @@ func TestTracerHooks(t *testing.T) {
 		t.Errorf("last = %q %v", sql, args)
 	}
 }
+
+// A claim sent in a pipeline (the batched claim, a limited claim after its locks) is timed
+// from the pipeline's start; the pipeline's other statements are not claims.
+func TestTracerBatchHooks(t *testing.T) {
+	tr := New()
+	ctx := tr.TraceBatchStart(context.Background(), nil, pgx.TraceBatchStartData{})
+	tr.TraceBatchQuery(ctx, nil, pgx.TraceBatchQueryData{SQL: "SELECT set_config('enable_bitmapscan', 'off', true)"})
+	time.Sleep(2 * time.Millisecond)
+	tr.TraceBatchQuery(ctx, nil, pgx.TraceBatchQueryData{SQL: "-- name: ClaimOrderedMany :many\nWITH req AS (...)"})
+	tr.TraceBatchQuery(ctx, nil, pgx.TraceBatchQueryData{SQL: "-- name: ClaimOrderedMany :many\n", Err: errors.New("x")})
+	tr.TraceBatchEnd(ctx, nil, pgx.TraceBatchEndData{})
+	s := tr.Interval()
+	if s.Count != 1 || s.MaxMs < 2 {
+		t.Fatalf("batch claims: %+v", s)
+	}
+}

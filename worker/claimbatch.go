@@ -1,0 +1,228 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/tenureq/tenure/db/gen"
+)
+
+// This file is the claim batcher: one goroutine per worker that carries the plain ordered
+// claims of many queues to the database in one statement (db/queries.sql, ClaimOrderedMany).
+//
+// Each queue keeps its own loop and everything it owns (slots, watermarks, policy, backoff,
+// pause, stop): the loop plans a claim exactly as before and runs it on a claim goroutine.
+// Only the transport is shared. A claim goroutine whose claim is a plain ordered one (no
+// quotas or deadlines ranking segments, no fair share, no limits) hands its request — queue,
+// batch, segments with their watermarks — to the batcher and waits for its rows. The batcher
+// owns the pending requests; whenever fewer than claimBatchInFlight statements are running and
+// a request is pending, it starts one statement for the pending requests, oldest first: at most
+// one request per queue (two would pick the same rows: a statement does not skip its own
+// locks), at most claimBatchRequests requests and claimBatchRows rows. There is no linger: a
+// lone request leaves at once, and while statements are in flight new requests accumulate and
+// leave together in the next one (natural batching, as the finishers batch completions).
+//
+// Fairness between queues: requests leave in arrival order, one per queue per statement, and a
+// request's rows are bounded by its own batch (its queue's free slots), so a busy queue cannot
+// take another's rows nor hold its requests back: a request waits for at most the statements
+// in flight plus (pending requests ahead of it) / claimBatchRequests statements.
+//
+// Errors and cancellation: a statement that fails fails every request in it (each claim
+// goroutine reports the error to its loop, which backs off as for any failed claim). A request
+// whose caller's context ended before the batcher put it in a statement is answered with that
+// error and never runs. Once in a statement, its caller waits for the statement's answer even
+// if its own context ends: the statement runs under the engine context and claimTimeout (the
+// same bounds as the caller's), so the wait is bounded, and rows it claimed always reach their
+// queue's loop (which dispatches them, or gives them back through the release path once Stop
+// has begun) instead of being stranded until their lease expires.
+//
+// A worker with a single queue never uses the batcher: every statement would carry one request
+// of that queue, one goroutine hop later.
+
+const (
+	// claimBatchInFlight is how many batched statements may run at once, so that one slow
+	// statement does not stall every queue.
+	claimBatchInFlight = 2
+	// claimBatchRequests and claimBatchRows cap one statement: its requests and the rows
+	// they may claim together.
+	claimBatchRequests = 500
+	claimBatchRows     = 2000
+)
+
+// errClaimBatcherGone answers the requests pending when the batcher stops (the engine
+// context ended: Stop's deadline).
+var errClaimBatcherGone = errors.New("tenure: claim batcher stopped")
+
+// claimReq is one claim goroutine's request: one queue's plain ordered claim.
+type claimReq struct {
+	ctx   context.Context // the caller's: ended before the request is sent, it does not run
+	queue string
+	n     int
+	segs  []claimSeg
+	reply chan claimReply // 1-buffered: the batcher never blocks on it
+}
+
+// claimSeg is one segment of a request, as ClaimOrdered takes it.
+type claimSeg struct {
+	priority                 int16
+	afterUs, minAgeUs, maxUs int64
+}
+
+type claimReply struct {
+	rows []claimRow
+	err  error
+}
+
+// useClaimBatch reports whether a plan goes through the batcher: plain ordered claims only,
+// on a worker serving more than one queue.
+func (q *queue) useClaimBatch(p *claimPlan) bool {
+	return q.w.claimReqCh != nil && !p.ranked && !p.fair && q.limits == nil && len(p.done) == 0
+}
+
+// claimBatched runs a plain ordered claim through the batcher (claim goroutine). It returns
+// an error without claiming when ctx ends before the request is taken into a statement; once
+// taken, it returns what the statement claimed even if ctx ended meanwhile.
+func (q *queue) claimBatched(ctx context.Context, n int, segs []claimSeg) ([]claimRow, error) {
+	r := &claimReq{ctx: ctx, queue: q.name, n: n, segs: segs, reply: make(chan claimReply, 1)}
+	select {
+	case q.w.claimReqCh <- r:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	rep := <-r.reply
+	return rep.rows, rep.err
+}
+
+// claimBatcher is the batcher goroutine. It owns the pending requests and the count of
+// statements in flight; each statement runs on its own goroutine and answers its requests.
+// It runs until the engine context ends, and then answers whatever is still pending.
+func (w *Worker) claimBatcher(ctx context.Context) {
+	var pending []*claimReq
+	inFlight := 0
+	done := make(chan struct{}, claimBatchInFlight)
+	for {
+		for inFlight < claimBatchInFlight && len(pending) > 0 {
+			var take []*claimReq
+			take, pending = pickClaimBatch(pending)
+			if len(take) == 0 {
+				continue // every request taken was already abandoned by its caller
+			}
+			inFlight++
+			w.spawn(func() {
+				w.runClaimBatch(ctx, take)
+				done <- struct{}{}
+			})
+		}
+		select {
+		case <-ctx.Done():
+			for _, r := range pending {
+				r.reply <- claimReply{err: errClaimBatcherGone}
+			}
+			return
+		case r := <-w.claimReqCh:
+			pending = append(pending, r)
+			// Take the burst that came with it, so that it leaves in one statement.
+			for more := true; more; {
+				select {
+				case r := <-w.claimReqCh:
+					pending = append(pending, r)
+				default:
+					more = false
+				}
+			}
+		case <-done:
+			inFlight--
+		}
+	}
+}
+
+// pickClaimBatch takes the next statement's requests from pending, oldest first: at most one
+// per queue, claimBatchRequests requests and claimBatchRows rows. A request whose caller's
+// context has ended is answered with its error and dropped. It returns the requests taken and
+// those left pending, in order.
+func pickClaimBatch(pending []*claimReq) (take, rest []*claimReq) {
+	queues := make(map[string]bool, min(len(pending), claimBatchRequests))
+	rows := 0
+	for i, r := range pending {
+		if len(take) >= claimBatchRequests || (len(take) > 0 && rows+r.n > claimBatchRows) {
+			rest = append(rest, pending[i:]...)
+			break
+		}
+		if err := r.ctx.Err(); err != nil {
+			r.reply <- claimReply{err: err}
+			continue
+		}
+		if queues[r.queue] {
+			rest = append(rest, r) // a later statement: this one has a request of its queue
+			continue
+		}
+		queues[r.queue] = true
+		rows += r.n
+		take = append(take, r)
+	}
+	return take, rest
+}
+
+// noBitmap is sent before ClaimOrderedMany, in its pipeline and transaction (afterLock: one
+// round trip, committed at its Sync like an autocommitted statement): bitmap scans off for
+// that transaction. Each request's probe is parameterized by the request (its queue and band);
+// where a queue's band holds a few hundred ready jobs, the generic plan estimates one row per
+// probe and then prefers a bitmap scan plus a sort of every ready job of the band (reading them
+// all) to the ordered walk of jobs_ready_idx that stops at the first unlocked ones (measured:
+// 50 requests of one job over 100 queues of 400 ready jobs, 21,160 buffers against 1,017).
+// The connection caches the plan at the statement's first execution, under the same setting.
+var noBitmap = []lockedStatement{{sql: "SELECT set_config('enable_bitmapscan', 'off', true)"}}
+
+// runClaimBatch runs one ClaimOrderedMany for reqs and answers each request with its rows, or
+// every request with the statement's error.
+func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq) {
+	k := &w.kinds
+	arg := gen.ClaimOrderedManyParams{WorkerID: w.cfg.ID, Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
+	for _, r := range reqs {
+		arg.ReqQueue = append(arg.ReqQueue, r.queue)
+		arg.ReqBatch = append(arg.ReqBatch, int32(r.n))
+		arg.ReqSegLo = append(arg.ReqSegLo, int32(len(arg.SegPriority)+1))
+		for _, s := range r.segs {
+			arg.SegPriority = append(arg.SegPriority, s.priority)
+			arg.SegAfterUs = append(arg.SegAfterUs, s.afterUs)
+			arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAgeUs)
+			arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, s.maxUs)
+		}
+		arg.ReqSegHi = append(arg.ReqSegHi, int32(len(arg.SegPriority)))
+	}
+	cctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	var got []gen.ClaimOrderedManyRow
+	err := w.retryStale(func() (err error) {
+		got, err = gen.New(&afterLock{pool: w.eng, sch: w.sch, locks: noBitmap}).ClaimOrderedMany(cctx, arg)
+		return err
+	})
+	cancel()
+	w.m.claimBatches.Add(1)
+	w.m.claimBatchRequests.Add(int64(len(reqs)))
+	if err != nil {
+		for _, r := range reqs {
+			r.reply <- claimReply{err: err}
+		}
+		return
+	}
+	rows, _ := ownedRows(got)
+	out := make([][]claimRow, len(reqs))
+	for _, g := range rows {
+		// A statement carries at most one request per queue (pickClaimBatch), so a row's queue
+		// names its request.
+		i := slices.IndexFunc(reqs, func(r *claimReq) bool { return r.queue == deref0(g.Queue) })
+		if i < 0 {
+			// Cannot happen (each request claims from its own queue). The row is this worker's
+			// now and no request of this statement can take it: report the defect; the lease
+			// sweep gives the job back.
+			w.engineError(&w.claimLog, "batched claim", fmt.Errorf("tenure: job %d of queue %q returned for no request", deref0(g.ID), deref0(g.Queue)))
+			continue
+		}
+		out[i] = append(out[i], g)
+	}
+	for i, r := range reqs {
+		r.reply <- claimReply{rows: out[i]}
+	}
+}
