@@ -1,14 +1,39 @@
 // Package worker is Tenure's engine: it claims jobs, runs their handlers, keeps their leases
 // alive, and finishes them with fenced writes that a stale worker can never win.
 //
-// Where things are:
+// Where things are. The public API (what an application calls and configures):
 //
+//   - worker.go: Worker, New, Register/MustRegister, Start, Stop; the engine's goroutines are
+//     started here (one loop per queue, the finishers, the heartbeat, the listener, the sweeps).
+//   - config.go: Config, QueueConfig, HandlerOptions and their documented defaults.
+//   - errors.go: the sentinel errors and error types a handler returns or a caller checks
+//     (JobError, Permanent, Snooze, StaleWriteError, ...).
+//   - middleware.go: HandlerFunc and Middleware (what wraps every handler).
+//   - retry.go: RetryPolicy and FullJitter, the retry schedule decided in the application.
+//   - limits.go: Limit (flow control: max running, rate, per key) and the limited claims.
+//   - effect.go: Effect, SetOutput and the effect ledger (stable idempotency keys, fenced
+//     records); external.go: ExternalLedger, effects recorded in another engine's store.
+//   - metrics.go: Stats, Histogram, OutcomeCount (what tenureprom exports).
+//   - privileges.go: the privilege check at Start (PermissionError).
+//   - periodic.go: periodic jobs (Config.Periodic, NewPeriodicJob, Every, Cron): each tick is
+//     enqueued once across workers, in the transaction that advances the schedule's row.
+//
+// The engine (unexported; docs/design.md draws it):
+//
+//   - queue.go: the queue loop, the one owner of a queue's state (slots, executions,
+//     claimers' backoff, watermarks, fairness state); everything else reports to it over
+//     channels (the diagram at the top of the file).
 //   - claim.go: the claim path. Demand-driven claim loops per queue claim up to the free
-//     handler slots with one statement (CTE + FOR UPDATE SKIP LOCKED + UPDATE ... RETURNING)
-//     that commits ownership (state, lease on the database clock, claim token, generation+1,
-//     attempts+1) before any handler starts; per-band watermarks keep claims off the dead
-//     index entries earlier claims left behind.
-//   - fairness.go: the fairness hook: strict priority, aging, quotas, deadline promotion.
+//     handler slots with one statement that picks ids (FOR UPDATE SKIP LOCKED) and hands them
+//     to the one ownership statement, tenure.own (state, lease on the database clock, claim
+//     token, generation+1, attempts+1), before any handler starts; every claim returns one row
+//     shape, converted once (fromClaimRow) to the *generics.JobRow handlers see; per-band
+//     watermarks keep claims off the dead index entries earlier claims left behind.
+//   - claimbatch.go: the claim batcher: the plain ordered claims of many queues of one worker
+//     go to the database as one statement (ClaimOrderedMany).
+//   - fairness.go: the fairness hook: strict priority, aging, quotas, deadline promotion;
+//     fairshare.go: per-tenant fair share (Fairness.FairShare) within a band.
+//   - permits.go: per-worker shares of MaxRunning limits, claimed without waiting for others.
 //   - execute.go: running a handler, panics, timeouts, and classifying its result.
 //   - finish.go: the completion path: batched fenced finishes checked by affected rows,
 //     stale-write accounting, retry of writes the database did not answer, CompleteTx.
@@ -17,11 +42,11 @@
 //   - listener.go: LISTEN/NOTIFY wake-ups (new jobs, cancel requests, queue pause changes) on
 //     the channels of the worker's schema (Config.Schema, "tenure" by default; every statement,
 //     channel and advisory lock of a worker is its schema's: docs/guide.md §22).
-//   - effect.go: the effect ledger (stable idempotency keys, fenced records).
 //   - pause.go: cluster-wide queue pause (jobs.Client.PauseQueue): the paused set is read at
 //     Start, on NOTIFY and every QueueStateEvery; a paused queue's loop starts no claim.
-//   - periodic.go: periodic jobs (Config.Periodic, NewPeriodicJob, Every, Cron): each tick is
-//     enqueued once across workers, in the transaction that advances the schedule's row.
+//   - registry.go: the worker registry row and the kind defaults published at Start.
+//   - dberrors.go: classifying database errors (stale cached plans re-run, missing schema).
+//   - logthrottle.go: at most one log line per window per source of repeated engine errors.
 //   - clock.go: the clock the engine's own timing decisions read (finish linger, stop plan,
 //     log throttle, permit regrow, flow prune schedule, queue-state poll); tests set a fake one.
 //
