@@ -39,10 +39,12 @@ func (c *claimed) logAttrs(more ...any) []any {
 		logkey.Attempt, c.Attempt, logkey.Generation, c.Generation}, more...)
 }
 
-// claimPlan is what the loop decides before a claim: the statement's arguments.
+// claimPlan is what the loop decides before a claim: the statement's arguments. The loop
+// fills the part every mode shares (startClaim), the queue's mode its own (claimMode.plan);
+// the claim goroutine only reads it.
 type claimPlan struct {
 	n      int
-	ranked bool // ClaimSegments (over-locks; must not move watermarks), else ClaimOrdered
+	ranked bool // the policy ranks its segments together (quotas, deadline): ClaimSegments' order
 	segs   []segment
 	quota  bandCounts
 	after  bandTimes
@@ -50,23 +52,23 @@ type claimPlan struct {
 	// prev holds the watermarks it replaced.
 	full bool
 	prev bandTimes
-	// limited claims (limits.go): exclusive (every stripe) or striped on stripe.
+	// Limited claims: exclusive means near a limit (a counted claim holding every stripe, or a
+	// permit claim): its limited jobs' finishes free room, so they do not linger. A counted
+	// claim that is not exclusive is striped on stripe, or a grant claim (limits.go).
 	exclusive bool
+	grant     bool
 	stripe    int
+	// permit claims (permits.go): what the loop knows of this worker's share, and the
+	// successes of limited jobs the claim completes first, in its transaction.
+	permit permitView
+	done   []*execution
 	// fair-share claims (fairshare.go): each band's cursor and, with fairWatermarks, the
-	// tenants' watermarks (after holds the keyless jobs'); set by the claim: the cursor each
-	// band's next claim starts after (where fairMoved) and how far keyless jobs were read.
+	// tenants' watermarks (after holds the keyless jobs').
 	fair           bool
 	fairWatermarks bool
 	fairCursor     bandKeys
 	known          []tenantKey
 	knownAfter     []int64
-	fairNext       bandKeys
-	fairMoved      [maxPriority + 1]bool
-	keylessUpto    bandTimes
-	// done: successes of limited jobs this permit claim completes first, in its transaction
-	// (permits.go); the loop settles them when the claim returns.
-	done []*execution
 }
 
 // startClaim plans a claim of n jobs on the loop and runs its statement on a claim goroutine,
@@ -79,45 +81,27 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	// ClaimStrict statement) cannot bound run_at across bands and walks every future-dated
 	// entry of the higher bands (retries in backoff, scheduled jobs) before reaching what is
 	// due: TestClaimSkipsFutureJobsOfHigherBands.
-	p := claimPlan{n: n}
+	p := claimPlan{n: n, stripe: idx}
 	p.after, p.full, p.prev = q.watermarks()
 	p.segs, p.quota, p.ranked = q.pol.plan(n)
-	// A permit claim (permits.go) counts like an exclusive one: its limited jobs' finishes free
-	// room, so they do not linger.
-	p.exclusive, p.stripe = !q.limitFar || (q.limits != nil && q.limits.permits), idx
-	if q.pol.f.FairShare {
-		q.fairPlan(&p)
-	}
-	if len(q.permitDone) > 0 {
-		p.done, q.permitDone = q.permitDone, nil
-	}
+	q.mode.plan(q, &p)
+	mode := q.mode
 	q.w.spawn(func() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
-		var got []claimed
-		var lr limitResult
+		var rows []claimRow
+		var fb claimFeedback
 		err := q.w.retryStale(func() (err error) {
-			got, lr, err = q.claim(cctx, &p)
+			rows, fb, err = mode.run(cctx, q, &p)
 			return err
 		})
 		cancel()
-		r := claimResult{idx: idx, n: n, plan: p, got: got, err: err, took: time.Since(start), binding: lr.binding, skipped: lr.skipped, far: lr.far(),
-			doneLanded: lr.doneLanded}
-		// Start the handlers here, a hop sooner than the loop could: the loop registers the
-		// executions when the result arrives (and holds any handler result that beats it).
-		// Once Stop has begun, the loop gives the jobs back instead.
-		stopping := q.stopFlag.Load()
-		for i := range got {
-			e := q.newExecution(&got[i])
-			// Near a limit (an exclusive claim), a finish gives room back: finish it without
-			// lingering and wake a claimer when it lands (limits.go).
-			e.limited = e.limited && p.exclusive
-			if !stopping {
-				e.started = true
-				q.w.m.handlersRunning.Add(1)
-				go q.run(e)
+		r := claimResult{idx: idx, n: n, plan: p, fb: fb, err: err, took: time.Since(start)}
+		if err == nil {
+			r.got = make([]claimed, len(rows))
+			for i := range rows {
+				r.got[i] = fromClaimRow(rows[i], q.w.cfg.ID)
 			}
-			r.execs = append(r.execs, e)
 		}
 		select {
 		case q.claimedCh <- r:
@@ -126,17 +110,16 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	})
 }
 
-// recordClaim moves the watermarks and the fairness state, and counts the claim.
+// recordClaim moves the watermarks and the fairness state, and counts the claim (loop).
 func (q *queue) recordClaim(r claimResult) {
 	w := q.w
-	if r.plan.fair {
-		q.fairAdvance(r.plan, r.got)
-	} else if !r.plan.ranked && !r.skipped {
+	if !r.plan.ranked && !r.plan.fair && !r.fb.skipped {
 		// Only exact claims move watermarks: ClaimSegments locks more candidates than it
 		// claims, and a concurrent claimer that skipped those (locked, but then left ready)
 		// must not be allowed to jump past them. Nor does a limited claim a limit held back
 		// (limits.go): the jobs it skipped may lie before the ones it claimed. A fair claim
-		// (fairshare.go) serves tenants, not the band's oldest jobs: it moves its cursors.
+		// (fairshare.go) serves tenants, not the band's oldest jobs: its mode moves its cursors
+		// and watermarks (fairMode.learn).
 		q.advance(r.got)
 	}
 	if r.plan.full {
@@ -158,82 +141,6 @@ func (q *queue) recordClaim(r claimResult) {
 	for i := range r.got {
 		w.m.recordWait(r.got[i].Queue, r.got[i].Priority, deref(r.got[i].AttemptedAt).Sub(r.got[i].RunAt))
 	}
-}
-
-// claim runs the planned claim statement. It runs on a claim goroutine and touches no
-// queue state.
-func (q *queue) claim(ctx context.Context, p *claimPlan) ([]claimed, limitResult, error) {
-	rows, lr, err := q.claimSegments(ctx, p)
-	if err != nil {
-		return nil, lr, err
-	}
-	out := make([]claimed, len(rows))
-	for i, r := range rows {
-		out[i] = fromClaimRow(r, q.w.cfg.ID)
-	}
-	return out, lr, nil
-}
-
-// claimSegments claims through the fairness policy's segments: ClaimOrdered when they can be
-// served in order (it locks only what it claims), ClaimSegments when the database must rank
-// them together (quotas, deadlines).
-func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]claimRow, limitResult, error) {
-	if p.fair {
-		rows, err := q.claimFair(ctx, p)
-		return rows, limitResult{}, err
-	}
-	w := q.w
-	k := &w.kinds
-	var prio []int16
-	var afterUs, minAgeUs, maxAge []int64
-	for _, s := range p.segs {
-		prio = append(prio, int16(s.priority))
-		afterUs = append(afterUs, p.after[s.priority])
-		minAgeUs = append(minAgeUs, s.minAge.Microseconds())
-		maxAge = append(maxAge, maxAgeUs(s.maxAge))
-	}
-	if q.useClaimBatch(p) {
-		// One statement for the plain ordered claims of many queues (claimbatch.go).
-		segs := make([]claimSeg, len(prio))
-		for i := range prio {
-			segs[i] = claimSeg{priority: prio[i], afterUs: afterUs[i], minAgeUs: minAgeUs[i], maxUs: maxAge[i]}
-		}
-		rows, err := q.claimBatched(ctx, p.n, segs)
-		return rows, limitResult{}, err
-	}
-	if !p.ranked {
-		arg := gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
-			SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,
-			Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
-		if q.limits != nil {
-			return q.claimLimited(ctx, p, arg)
-		}
-		got, err := w.q.ClaimOrdered(ctx, arg)
-		if err != nil {
-			return nil, limitResult{}, err
-		}
-		rows, _ := ownedRows(got)
-		return rows, limitResult{}, nil
-	}
-	if q.limits != nil { // ranked under limits: ClaimLimited ranks the same way (limits.go)
-		return q.claimLimited(ctx, p, gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
-			SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,
-			Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs})
-	}
-	arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
-		SegPriority: prio, SegAfterUs: afterUs, SegMinAgeUs: minAgeUs, SegMaxAgeUs: maxAge,
-		Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
-	for _, s := range p.segs {
-		arg.SegLimit = append(arg.SegLimit, int32(s.limit))
-		arg.SegRank = append(arg.SegRank, int32(s.rank))
-		arg.SegQuota = append(arg.SegQuota, int32(s.quota))
-	}
-	got, err := w.q.ClaimSegments(ctx, arg)
-	if err != nil {
-		return nil, limitResult{}, err
-	}
-	rows, _ := ownedRows(got)
-	return rows, limitResult{}, nil
 }
 
 // Watermarks. Claims take each band's jobs oldest first, so once a claim took a band's job
@@ -291,7 +198,9 @@ func (q *queue) watermarks() (after bandTimes, full bool, prev bandTimes) {
 			q.wm[b] = h // a job committed behind the watermark: start the band there
 			q.w.m.watermarkHints.Add(1)
 		}
-		q.fairHint(b, h)
+		if fm, ok := q.mode.(*fairMode); ok {
+			fm.hint(b, h)
+		}
 	}
 	return q.wm, false, prev
 }

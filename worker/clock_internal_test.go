@@ -180,7 +180,7 @@ func TestEngineErrorLogsOncePerWindow(t *testing.T) {
 // permitRegrow after its last allocation, permitOwedRegrow when it was granted less than its
 // fair share, and never when it has what it wants.
 func TestPermitRegrowWaits(t *testing.T) {
-	ps := &permitState{amount: 2, last: clockStart}
+	ps := &permitView{amount: 2, last: clockStart}
 	require.False(t, ps.mayGrow(4, clockStart.Add(permitRegrow-time.Nanosecond)))
 	require.True(t, ps.mayGrow(4, clockStart.Add(permitRegrow)))
 	require.False(t, ps.mayGrow(2, clockStart.Add(time.Hour)), "it has what it wants")

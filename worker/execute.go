@@ -40,8 +40,7 @@ type execution struct {
 	stuck     bool // past timeout + StuckGrace: slot given back, no more heartbeats
 	leaseLost bool
 	released  bool   // given back by Stop before its handler returned; a late return is dropped
-	started   bool   // its handler was started (by the claim goroutine, before the loop saw it)
-	limited   bool   // a concurrency limit covers its kind and it was claimed near the limit (limits.go); fixed before the loop sees it
+	limited   bool   // a concurrency limit covers its kind and it was claimed near the limit (limits.go); set by the loop when the claim returns
 	fin       finish // the write to make; set by the loop before the finishers get it
 }
 

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -130,6 +131,9 @@ func TestFairnessValidation(t *testing.T) {
 func TestFairWatermarks(t *testing.T) {
 	q := &queue{pol: newPolicy(Fairness{FairShare: true})}
 	q.w = &Worker{}
+	q.mode = newClaimMode(q)
+	m, ok := q.mode.(*fairMode)
+	require.True(t, ok)
 	at := func(us int64) time.Time { return time.UnixMicro(us) }
 	job := func(prio int, key string, us int64) claimed {
 		c := claimed{JobRow: &generics.JobRow{}}
@@ -141,43 +145,49 @@ func TestFairWatermarks(t *testing.T) {
 	}
 	p := claimPlan{n: 10}
 	p.segs, p.quota, p.ranked = q.pol.plan(10)
-	q.fairPlan(&p)
+	q.mode.plan(q, &p)
 	require.True(t, p.fairWatermarks)
 	require.Empty(t, p.known)
 
-	p.keylessUpto[2] = 500
-	p.fairMoved[2], p.fairNext[2] = true, "b"
-	q.fairAdvance(p, []claimed{job(2, "a", 100), job(2, "a", 300), job(2, "b", 200), job(2, "", 400), job(3, "a", 50)})
-	require.Equal(t, "b", q.fairCursor[2])
+	r := claimResult{plan: p, got: []claimed{job(2, "a", 100), job(2, "a", 300), job(2, "b", 200), job(2, "", 400), job(3, "a", 50)}}
+	r.fb.keylessUpto[2] = 500
+	r.fb.fairMoved[2], r.fb.fairNext[2] = true, "b"
+	q.mode.learn(q, &r)
+	require.Equal(t, "b", m.cursor[2])
 	require.Equal(t, int64(500), q.wm[2])
-	require.Equal(t, map[tenantKey]int64{{2, "a"}: 300, {2, "b"}: 200, {3, "a"}: 50}, q.fairWm)
+	require.Equal(t, map[tenantKey]int64{{2, "a"}: 300, {2, "b"}: 200, {3, "a"}: 50}, m.wm)
+
+	failed := claimResult{plan: p, err: errors.New("claim failed")}
+	failed.fb.fairMoved[2], failed.fb.fairNext[2] = true, "z"
+	q.mode.learn(q, &failed)
+	require.Equal(t, "b", m.cursor[2], "a failed claim moves nothing")
 
 	p2 := claimPlan{n: 10}
 	p2.segs, p2.quota, p2.ranked = q.pol.plan(10)
-	q.fairPlan(&p2)
+	q.mode.plan(q, &p2)
 	got := map[tenantKey]int64{}
 	for i, k := range p2.known {
 		got[k] = p2.knownAfter[i]
 	}
-	require.Equal(t, q.fairWm, got)
+	require.Equal(t, m.wm, got)
 	require.Equal(t, bandKeys{2: "b"}, p2.fairCursor)
 
-	q.fairHint(2, 250) // a job of band 2 committed due at 250: tenants past it go back
-	require.Equal(t, map[tenantKey]int64{{2, "a"}: 250, {2, "b"}: 200, {3, "a"}: 50}, q.fairWm)
+	m.hint(2, 250) // a job of band 2 committed due at 250: tenants past it go back
+	require.Equal(t, map[tenantKey]int64{{2, "a"}: 250, {2, "b"}: 200, {3, "a"}: 50}, m.wm)
 
 	p3 := claimPlan{n: 10, full: true}
 	p3.segs, p3.quota, p3.ranked = q.pol.plan(10)
-	q.fairPlan(&p3)
-	require.Empty(t, q.fairWm)
+	q.mode.plan(q, &p3)
+	require.Empty(t, m.wm)
 	require.Empty(t, p3.known)
 
 	aging := &queue{pol: newPolicy(Fairness{FairShare: true, Aging: &Aging{Step: time.Minute}})}
-	aging.fairWm = map[tenantKey]int64{{1, "a"}: 10}
+	aging.mode = &fairMode{wm: map[tenantKey]int64{{1, "a"}: 10}}
 	aging.wm[1] = 10
 	p4 := claimPlan{n: 10}
 	p4.after = aging.wm
 	p4.segs, p4.quota, p4.ranked = aging.pol.plan(10)
-	aging.fairPlan(&p4)
+	aging.mode.plan(aging, &p4)
 	require.False(t, p4.fairWatermarks, "aging reads a band in several age windows")
 	require.Empty(t, p4.known)
 	require.Equal(t, bandTimes{}, p4.after)

@@ -52,12 +52,20 @@ type tenantKey struct {
 // slower).
 const maxTenantWatermarks = 10000
 
-// fairPlan fills a fair claim's plan (loop only): the cursors, and the watermarks when every
-// band has a single segment. With several segments per band (aging, deadline) a tenant's jobs
-// are claimed from several age windows, not oldest first, so no watermark can be kept: those
-// claims read every range from its start.
-func (q *queue) fairPlan(p *claimPlan) {
-	p.fair, p.fairCursor = true, q.fairCursor
+// fairMode is the claim mode of a queue with Fairness.FairShare (claimmode.go). Its state,
+// owned by the queue loop: per band the tenant served last (the next claim starts after it),
+// and each tenant's watermark (unix µs).
+type fairMode struct {
+	cursor bandKeys
+	wm     map[tenantKey]int64
+}
+
+// plan fills a fair claim's plan (loop): the cursors, and the watermarks when every band has a
+// single segment. With several segments per band (aging, deadline) a tenant's jobs are claimed
+// from several age windows, not oldest first, so no watermark can be kept: those claims read
+// every range from its start.
+func (m *fairMode) plan(_ *queue, p *claimPlan) {
+	p.fair, p.fairCursor = true, m.cursor
 	seen := map[int]bool{}
 	p.fairWatermarks = true
 	for _, s := range p.segs {
@@ -67,23 +75,24 @@ func (q *queue) fairPlan(p *claimPlan) {
 		seen[s.priority] = true
 	}
 	if p.full {
-		clear(q.fairWm) // a full claim reads every range from its start
+		clear(m.wm) // a full claim reads every range from its start
 	}
 	if !p.fairWatermarks {
 		p.after = bandTimes{}
 		return
 	}
-	p.known = make([]tenantKey, 0, len(q.fairWm))
-	p.knownAfter = make([]int64, 0, len(q.fairWm))
-	for k, us := range q.fairWm {
+	p.known = make([]tenantKey, 0, len(m.wm))
+	p.knownAfter = make([]int64, 0, len(m.wm))
+	for k, us := range m.wm {
 		p.known = append(p.known, k)
 		p.knownAfter = append(p.knownAfter, us)
 	}
 }
 
-// claimFair runs the fair claim for the plan's segments (claim goroutine). It records in the
-// plan the cursor each band's next claim starts after and how far the keyless jobs were read.
-func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]claimRow, error) {
+// run runs the fair claim for the plan's segments (claim goroutine). Its feedback holds the
+// cursor each band's next claim starts after and how far the keyless jobs were read.
+func (m *fairMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow, claimFeedback, error) {
+	var out claimFeedback
 	w := q.w
 	k := &w.kinds
 	arg := gen.ClaimFairParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
@@ -109,7 +118,7 @@ func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]claimRow, error)
 	}
 	got, err := w.q.ClaimFair(ctx, arg)
 	if err != nil {
-		return nil, err
+		return nil, out, err
 	}
 	// The feedback: per band, how far the keyless jobs were read (the statement's, on every
 	// row; the one row when nothing was claimed), and per claimed row its tenant's position
@@ -117,11 +126,11 @@ func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]claimRow, error)
 	rows, feedback := ownedRows(got)
 	var fb fairFeedback
 	if err := decodeFeedback(feedback, &fb); err != nil {
-		return nil, err
+		return nil, out, err
 	}
 	for j, b := range fb.KeylessBand {
 		if b >= minPriority && b <= maxPriority && j < len(fb.KeylessUptoUs) {
-			p.keylessUpto[b] = fb.KeylessUptoUs[j]
+			out.keylessUpto[b] = fb.KeylessUptoUs[j]
 		}
 	}
 	var last [maxPriority + 1]*claimRow
@@ -130,7 +139,7 @@ func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]claimRow, error)
 		r := &rows[i]
 		var f fairFeedback
 		if err := decodeFeedback(r.Feedback, &f); err != nil {
-			return nil, err
+			return nil, out, err
 		}
 		b, pos, round := int(deref0(r.Priority)), f.FairPos, f.FairRound
 		if pos == 0 || b < minPriority || b > maxPriority {
@@ -142,11 +151,11 @@ func (q *queue) claimFair(ctx context.Context, p *claimPlan) ([]claimRow, error)
 	}
 	for b, r := range last {
 		if r != nil {
-			p.fairNext[b] = decodeMetadata(r.Metadata)[jobs.FairKeyMetadata]
-			p.fairMoved[b] = true
+			out.fairNext[b] = decodeMetadata(r.Metadata)[jobs.FairKeyMetadata]
+			out.fairMoved[b] = true
 		}
 	}
-	return rows, nil
+	return rows, out, nil
 }
 
 // fairFeedback is ClaimFair's feedback: per band, how far the keyless jobs were read
@@ -159,26 +168,32 @@ type fairFeedback struct {
 	FairRound     int32   `json:"fair_round"`
 }
 
-// fairAdvance records a fair claim (loop only): each band's cursor moves to the tenant served
-// last; with watermarks, each tenant's to the newest job claimed of it (a tenant's jobs are
-// claimed oldest first) and the keyless jobs' (the band watermark) to how far the claim read
-// them.
-func (q *queue) fairAdvance(p claimPlan, got []claimed) {
-	for b, moved := range p.fairMoved {
+// learn records a fair claim that succeeded (loop).
+func (m *fairMode) learn(q *queue, r *claimResult) {
+	if r.err == nil {
+		m.advance(q, &r.plan, &r.fb, r.got)
+	}
+}
+
+// advance records a fair claim (loop): each band's cursor moves to the tenant served last;
+// with watermarks, each tenant's to the newest job claimed of it (a tenant's jobs are claimed
+// oldest first) and the keyless jobs' (the band watermark) to how far the claim read them.
+func (m *fairMode) advance(q *queue, p *claimPlan, fb *claimFeedback, got []claimed) {
+	for b, moved := range fb.fairMoved {
 		if moved {
-			q.fairCursor[b] = p.fairNext[b]
+			m.cursor[b] = fb.fairNext[b]
 		}
 	}
 	if !p.fairWatermarks {
 		return
 	}
-	for b, us := range p.keylessUpto {
+	for b, us := range fb.keylessUpto {
 		if us > q.wm[b] {
 			q.wm[b] = us
 		}
 	}
-	if q.fairWm == nil {
-		q.fairWm = map[tenantKey]int64{}
+	if m.wm == nil {
+		m.wm = map[tenantKey]int64{}
 	}
 	for i := range got {
 		key, ok := got[i].Metadata[jobs.FairKeyMetadata]
@@ -187,21 +202,21 @@ func (q *queue) fairAdvance(p claimPlan, got []claimed) {
 			continue
 		}
 		t := tenantKey{b, key}
-		if us := got[i].RunAt.UnixMicro(); us > q.fairWm[t] {
-			if _, had := q.fairWm[t]; !had && len(q.fairWm) >= maxTenantWatermarks {
-				clear(q.fairWm)
+		if us := got[i].RunAt.UnixMicro(); us > m.wm[t] {
+			if _, had := m.wm[t]; !had && len(m.wm) >= maxTenantWatermarks {
+				clear(m.wm)
 			}
-			q.fairWm[t] = us
+			m.wm[t] = us
 		}
 	}
 }
 
-// fairHint lowers the watermarks of band b's tenants to a job committed due at us (loop only):
-// the listener's hint carries no key.
-func (q *queue) fairHint(b int, us int64) {
-	for t, cur := range q.fairWm {
+// hint lowers the watermarks of band b's tenants to a job committed due at us (loop): the
+// listener's hint carries no key.
+func (m *fairMode) hint(b int, us int64) {
+	for t, cur := range m.wm {
 		if t.band == b && us < cur {
-			q.fairWm[t] = us
+			m.wm[t] = us
 		}
 	}
 }

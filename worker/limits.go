@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -195,15 +194,9 @@ type limitArgs struct {
 	// grantable: every limit is a concurrency limit without PerKey and without Rate, so far
 	// from them the queue can claim against grants (ClaimGranted).
 	grantable bool
-	// granting: the queue's latest limited claim granted budgets (or left its stripe's budget
-	// for another batch), so the next claim that is not exclusive is a grant claim rather than
-	// a striped one. Written by claim goroutines; only a hint for speed (every kind of claim
-	// keeps the limit on its own).
-	granting atomic.Bool
 	// permits: the queue claims under per-worker permits (permits.go) and never takes the
-	// counted paths below; permit is this worker's view of its shares.
+	// counted paths below.
 	permits bool
-	permit  permitState
 }
 
 func newLimitArgs(ls []Limit) *limitArgs {
@@ -254,30 +247,62 @@ const limitScanFactor = 2
 // a room of limitStripes·grantMin = 1,000 after the batch to be granted.
 const grantMin = 250
 
-// claimLimited runs a limited claim: a grant claim (ClaimGranted) for a grantable queue far
-// from its limits, else ClaimLimitsLock (+ ClaimGrantsLock when exclusive) then ClaimLimited in
-// one pipeline.
-func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]claimRow, limitResult, error) {
-	la := q.limits
-	if la.permits {
-		return q.claimPermitted(ctx, p, base)
+// countedMode is the claim mode of a queue with limits that permits do not serve
+// (claimmode.go). Its state, owned by the queue loop, only chooses the next claim's statement
+// (every statement keeps the limits on its own): far, the last limited claim saw every group
+// far from its limits (the next may be striped, or a grant claim); granting, the queue's
+// latest exclusive claim granted budgets (or a grant claim left its stripe's budget for
+// another batch), so a claim that is not exclusive is a grant claim rather than a striped one.
+type countedMode struct {
+	far, granting bool
+}
+
+// plan chooses the claim (loop): exclusive unless the last claim was far from every limit;
+// then a grant claim while the queue is granting, else striped on the claimer's stripe.
+func (m *countedMode) plan(q *queue, p *claimPlan) {
+	p.exclusive = !m.far
+	p.grant = q.limits.grantable && !p.exclusive && !p.ranked && m.granting
+}
+
+// learn records what the claim saw (loop): whether the next may be far, and whether the queue
+// is granting (set even when a grant claim's exclusive follow-up failed: the grant was spent).
+func (m *countedMode) learn(_ *queue, r *claimResult) {
+	if r.fb.setGranting {
+		m.granting = r.fb.granting
 	}
-	if la.grantable && !p.exclusive && !p.ranked && la.granting.Load() {
+	if r.err == nil {
+		m.far = r.fb.far
+	}
+}
+
+// run runs a limited claim (claim goroutine): a grant claim (ClaimGranted) for a grantable
+// queue far from its limits, else ClaimLimitsLock (+ ClaimGrantsLock when exclusive) then
+// ClaimLimited in one pipeline.
+func (m *countedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow, claimFeedback, error) {
+	rows, res, err := q.claimCounted(ctx, p, orderedParams(q, p))
+	return rows, res.feedback(), err
+}
+
+func (q *queue) claimCounted(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]claimRow, limitResult, error) {
+	la := q.limits
+	if p.grant {
 		rows, res, err := q.claimGranted(ctx, p, base)
 		if err != nil || len(rows) == p.n || res.budgetLeft > 0 {
 			return rows, res, err // claimed in full, or the queue ran out of jobs before the grant did
 		}
-		la.granting.Store(false)
 		// The stripe's budget is spent (or was voided, or a pause blocks a group): the claim
 		// came back short for lack of a grant, not of jobs. Claim the rest exclusively now (it
 		// recounts and regrants) rather than report a short claim the loop would wait after.
 		ex := *p
-		ex.exclusive, ex.n = true, p.n-len(rows)
+		ex.exclusive, ex.grant, ex.n = true, false, p.n-len(rows)
 		base.Batch = int32(ex.n)
-		more, res, err := q.claimLimited(ctx, &ex, base)
-		if err != nil && len(rows) > 0 {
-			// The grant claim committed: its jobs are ours whatever the second claim did.
-			return rows, limitResult{grantable: true, n: int32(p.n)}, nil
+		more, res, err := q.claimCounted(ctx, &ex, base)
+		if err != nil {
+			res = limitResult{grantable: true, n: int32(p.n), setGranting: true} // granting: false
+			if len(rows) > 0 {
+				// The grant claim committed: its jobs are ours whatever the second claim did.
+				return rows, res, nil
+			}
 		}
 		return append(rows, more...), res, err
 	}
@@ -327,7 +352,7 @@ func (q *queue) claimLimited(ctx context.Context, p *claimPlan, base gen.ClaimOr
 	res := limitResult{grantable: la.grantable, exclusive: p.exclusive, n: int32(p.n),
 		binding: f.Binding, skipped: f.Binding, minRoom: f.MinRoom, granted: f.Granted}
 	if la.grantable && p.exclusive {
-		la.granting.Store(f.Granted >= grantMin)
+		res.setGranting = true
 	}
 	return rows, res, nil
 }
@@ -374,16 +399,22 @@ func workerStripe(id string) int {
 
 // limitResult is what a limited claim reports besides its rows.
 type limitResult struct {
-	binding    bool           // a limit held something back
-	skipped    bool           // what it held back may lie before what it claimed (watermarks stay)
-	doneLanded map[int64]bool // a permit claim: the completions (claimPlan.done) that landed
-	minRoom    int32          // the smallest counted room less the batch
-	granted    int32          // an exclusive claim of a grantable queue: the smallest budget it granted a stripe
-	budgetLeft int32          // a grant claim: the smallest budget left on its stripe
-	grantable  bool           // the queue may claim against grants when far
-	granting   bool           // this was a grant claim
-	exclusive  bool
-	n          int32 // the batch asked for
+	binding     bool  // a limit held something back
+	skipped     bool  // what it held back may lie before what it claimed (watermarks stay)
+	setGranting bool  // the claim decides whether the queue is granting: granted >= grantMin
+	minRoom     int32 // the smallest counted room less the batch
+	granted     int32 // an exclusive claim of a grantable queue: the smallest budget it granted a stripe
+	budgetLeft  int32 // a grant claim: the smallest budget left on its stripe
+	grantable   bool  // the queue may claim against grants when far
+	granting    bool  // this was a grant claim
+	exclusive   bool
+	n           int32 // the batch asked for
+}
+
+// feedback is the counted claim's feedback to the loop (countedMode.learn).
+func (r limitResult) feedback() claimFeedback {
+	return claimFeedback{binding: r.binding, skipped: r.skipped, far: r.far(),
+		setGranting: r.setGranting, granting: r.granted >= grantMin}
 }
 
 // far reports whether the queue's next limited claim may be one that is not exclusive: a grant

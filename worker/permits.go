@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -89,14 +88,44 @@ const (
 	permitOwedRegrow = 50 * time.Millisecond
 )
 
-// permitState is a queue's knowledge of this worker's permits (a hint: every claim reads the
-// rows themselves). Shared by the queue's claim goroutines.
-type permitState struct {
-	mu     sync.Mutex
+// permitMode is the claim mode of a queue in permit mode (claimmode.go). Its state, owned by
+// the queue loop, is its knowledge of this worker's permits (a hint: every claim reads the rows
+// themselves), updated from the allocations the claims report (claimFeedback.alloc), and the
+// successes of limited jobs the next permit claim completes (done). One permit claim of the
+// queue is in flight at a time (claimMore), so each plans from what the last one learnt.
+type permitMode struct {
+	permitView
+	done []*execution
+}
+
+// permitView is what the loop knows of this worker's share, as a claim's plan carries it.
+type permitView struct {
 	have   bool      // the last allocation gave this worker a row for every limit
 	amount int32     // the smallest amount it granted
 	owed   bool      // it granted less than least(want, fair share) of some limit
 	last   time.Time // when it ran
+}
+
+// permitAlloc is what an allocation granted (allocatePermit), for the loop to record.
+type permitAlloc = permitView
+
+// plan hands the claim the loop's view of the share and the completions waiting (loop).
+func (m *permitMode) plan(_ *queue, p *claimPlan) {
+	p.exclusive = true // near the limit by design: limited finishes do not linger
+	p.permit = m.permitView
+	if len(m.done) > 0 {
+		p.done, m.done = m.done, nil
+	}
+}
+
+// learn records the allocations the claim ran and whether it still has a permit (loop).
+func (m *permitMode) learn(_ *queue, r *claimResult) {
+	if r.fb.alloc != nil {
+		m.permitView = *r.fb.alloc
+	}
+	if r.fb.lostPermit {
+		m.have = false
+	}
 }
 
 // usesPermits reports whether a queue with these limits and this fairness claims under permits.
@@ -112,63 +141,63 @@ func usesPermits(la *limitArgs, pol *policy) bool {
 	return true
 }
 
-// claimPermitted runs a permit claim, allocating first when this worker holds no share, and
-// once more (then claiming the rest) when its share held the claim back and may grow.
-func (q *queue) claimPermitted(ctx context.Context, p *claimPlan, base gen.ClaimOrderedParams) ([]claimRow, limitResult, error) {
-	ps := &q.limits.permit
-	ps.mu.Lock()
-	have := ps.have
-	ps.mu.Unlock()
+// run runs a permit claim (claim goroutine), allocating first when this worker holds no share,
+// and once more (then claiming the rest) when its share held the claim back and may grow.
+func (m *permitMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow, claimFeedback, error) {
+	var fb claimFeedback
+	view := p.permit
 	allocated := false
-	if !have {
-		if err := q.allocatePermit(ctx); err != nil {
-			return nil, limitResult{}, err
+	if !view.have {
+		a, err := q.allocatePermit(ctx)
+		if err != nil {
+			return nil, fb, err
 		}
-		allocated = true
+		fb.alloc, view, allocated = &a, a, true
 	}
+	base := orderedParams(q, p)
 	rows, f, landed, err := q.claimWithinPermit(ctx, p.n, base, p.done)
 	if err != nil {
-		return nil, limitResult{}, err
+		return nil, fb, err
 	}
-	if len(rows) < p.n && !allocated && (!f.HasPermit || (f.Binding && ps.mayGrow(int32(q.cfg.Concurrency), q.w.clk.Now()))) {
-		if err := q.allocatePermit(ctx); err != nil {
+	fb.doneLanded = landed
+	if len(rows) < p.n && !allocated && (!f.HasPermit || (f.Binding && view.mayGrow(int32(q.cfg.Concurrency), q.w.clk.Now()))) {
+		a, err := q.allocatePermit(ctx)
+		if err != nil {
 			if len(rows) > 0 || len(p.done) > 0 {
-				return rows, limitResult{binding: true, skipped: true, doneLanded: landed}, nil // the claim committed: its jobs are ours
+				fb.binding, fb.skipped = true, true
+				return rows, fb, nil // the claim committed: its jobs are ours
 			}
-			return nil, limitResult{}, err
+			return nil, fb, err
 		}
+		fb.alloc = &a
 		more, f2, _, err := q.claimWithinPermit(ctx, p.n-len(rows), base, nil)
 		if err != nil {
 			if len(rows) > 0 || len(p.done) > 0 {
 				// The first claim committed (its jobs are ours, its completions landed).
-				return rows, limitResult{binding: true, skipped: true, doneLanded: landed}, nil
+				fb.binding, fb.skipped = true, true
+				return rows, fb, nil
 			}
-			return nil, limitResult{}, err
+			return nil, fb, err
 		}
 		skipped := f.Skipped || (len(rows) > 0 && len(more) > 0 && f.Binding)
 		rows, f = append(rows, more...), f2
 		f.Skipped = f.Skipped || skipped
 	}
-	if !f.HasPermit {
-		ps.mu.Lock()
-		ps.have = false
-		ps.mu.Unlock()
-	}
-	return rows, limitResult{binding: f.Binding && len(rows) < p.n, skipped: f.Skipped, doneLanded: landed}, nil
+	fb.lostPermit = !f.HasPermit
+	fb.binding, fb.skipped = f.Binding && len(rows) < p.n, f.Skipped
+	return rows, fb, nil
 }
 
 // mayGrow reports whether a worker with want slots, held back by its share, should ask for a
 // larger one at now.
-func (ps *permitState) mayGrow(want int32, now time.Time) bool {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
+func (v permitView) mayGrow(want int32, now time.Time) bool {
 	wait := permitRegrow
-	if ps.owed {
+	if v.owed {
 		// Below its fair share: the others were lowered to it and their room returns as their
 		// jobs end; ask again soon rather than leave it idle.
 		wait = permitOwedRegrow
 	}
-	return ps.amount < want && now.Sub(ps.last) >= wait
+	return v.amount < want && now.Sub(v.last) >= wait
 }
 
 // permitFlags are a permit claim's flags: ClaimPermitted's feedback (its comment in
@@ -236,25 +265,21 @@ func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrde
 }
 
 // allocatePermit runs ClaimLimitsLock (every stripe), PermitAllocateLock and PermitAllocate in
-// one pipeline and records the share it got.
-func (q *queue) allocatePermit(ctx context.Context) error {
+// one pipeline and returns the share it got (claim goroutine: the loop records it).
+func (q *queue) allocatePermit(ctx context.Context) (permitAlloc, error) {
 	la := q.limits
 	got, err := runPermitAllocate(ctx, q.w.eng, q.w.sch, gen.PermitAllocateParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
 		Queue: q.name, WorkerID: q.w.cfg.ID, Want: int32(q.cfg.Concurrency), TtlMs: int32(permitTTL.Milliseconds())})
 	if err != nil {
-		return err
+		return permitAlloc{}, err
 	}
 	amount, owed := int32(noCap), false
 	for _, r := range got {
 		amount = min(amount, r.Amount)
 		owed = owed || r.Amount < min(int32(q.cfg.Concurrency), r.Fair)
 	}
-	ps := &la.permit
-	ps.mu.Lock()
-	ps.have, ps.amount, ps.owed, ps.last = len(got) == len(la.kind), amount, owed, q.w.clk.Now()
-	ps.mu.Unlock()
 	q.w.m.permitAllocations.Add(1)
-	return nil
+	return permitAlloc{have: len(got) == len(la.kind), amount: amount, owed: owed, last: q.w.clk.Now()}, nil
 }
 
 // runPermitAllocate sends ClaimLimitsLock (every stripe), PermitAllocateLock and PermitAllocate

@@ -59,7 +59,6 @@ type queue struct {
 	claimers   []claimer
 	inFlight   int // claims in flight
 	pending    []*execution
-	permitDone []*execution // successes of limited jobs the next permit claim completes (permits.go)
 	hbInFlight bool
 	hbAll      bool
 	wakeSaved  bool      // a wake-up came while no claimer slept: the next sleep is skipped
@@ -68,16 +67,12 @@ type queue struct {
 	wmEvery    time.Duration
 	wmForce    bool // the next claim is a full claim
 	stopping   bool
-	stopFlag   atomic.Bool                  // stopping, for claim goroutines
-	paused     bool                         // an operator paused the queue: start no claim (pause.go)
-	pausedFlag atomic.Bool                  // paused, for Stats and the registry (written by the loop)
-	early      map[*execution]handlerResult // results that arrived before their claim's
+	paused     bool        // an operator paused the queue: start no claim (pause.go)
+	pausedFlag atomic.Bool // paused, for Stats and the registry (written by the loop)
+	// mode is how the queue claims (claimmode.go); its state is the loop's like the rest.
+	mode claimMode
 
-	limits   *limitArgs // nil: no limits (limits.go); fixed at New
-	limitFar bool       // the last limited claim saw every group far from its limits: claim striped
-
-	fairCursor bandKeys            // fair share (fairshare.go): per band, the tenant served last
-	fairWm     map[tenantKey]int64 // fair share: each tenant's watermark (unix µs)
+	limits *limitArgs // nil: no limits (limits.go); fixed at New
 }
 
 // claimer is one claim slot's backoff state: a queue may have Claimers claims in flight.
@@ -88,24 +83,16 @@ type claimer struct {
 	idle       time.Duration // current empty-claim backoff
 }
 
+// claimResult is what a claim goroutine reports to the loop: the plan it ran, the attempts
+// it owns (none when err is set), what its mode learnt (claimmode.go) and how long it took.
 type claimResult struct {
-	idx   int // claimer
-	n     int // slots reserved
-	plan  claimPlan
-	execs []*execution // one per claimed row; started ones already run their handler
-	got   []claimed
-	err   error
-	took  time.Duration
-	// binding: a limit held jobs back (limits.go); the watermarks did not move. far: the
-	// next limited claim may be striped.
-	binding, far bool
-	// done: the successes the permit claim was to complete in its transaction (plan.done);
-	// doneLanded: those its fenced update changed (true), or skipped because another session
-	// holds their rows locked (false); nil when the claim failed: nothing changed.
-	doneLanded map[int64]bool
-	// skipped: the claim may have passed over jobs (for lack of a limit's room) that lie
-	// before ones it claimed; the watermarks must not move past them.
-	skipped bool
+	idx  int // claimer
+	n    int // slots reserved
+	plan claimPlan
+	got  []claimed
+	fb   claimFeedback
+	err  error
+	took time.Duration
 }
 
 type handlerResult struct {
@@ -149,11 +136,12 @@ func newQueue(w *Worker, name string, cfg QueueConfig) *queue {
 		claimedCh: make(chan claimResult, cfg.Claimers), returnedCh: make(chan handlerResult, cfg.Concurrency), settledCh: make(chan []settled),
 		hbCh: make(chan hbResult), cancelCh: make(chan int64, 16), wakeCh: make(chan struct{}, 1),
 		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), pauseCh: make(chan bool, 1), done: make(chan struct{}),
-		active: map[*execution]struct{}{}, early: map[*execution]handlerResult{}, claimers: make([]claimer, cfg.Claimers),
+		active: map[*execution]struct{}{}, claimers: make([]claimer, cfg.Claimers),
 		limits: newLimitArgs(cfg.Limits)}
 	if q.limits != nil {
 		q.limits.permits = usesPermits(q.limits, q.pol)
 	}
+	q.mode = newClaimMode(q)
 	return q
 }
 
@@ -197,10 +185,10 @@ func (q *queue) loop(ctx context.Context) {
 			// claim possible again (a handler result, a resume) runs the loop anyway.
 			claimTimer.Reset(d)
 		}
-		if len(q.permitDone) > 0 && (q.inFlight == 0 || q.stopping || q.paused) {
+		if pm, ok := q.mode.(*permitMode); ok && len(pm.done) > 0 && (q.inFlight == 0 || q.stopping || q.paused) {
 			// No claim took them and none is in flight to take them when it returns: the
 			// finishers write them as usual.
-			q.pending, q.permitDone = append(q.pending, q.permitDone...), nil
+			q.pending, pm.done = append(q.pending, pm.done...), nil
 		}
 		q.handOver()
 		var out chan *execution
@@ -218,7 +206,6 @@ func (q *queue) loop(ctx context.Context) {
 				p = plan.merge(p)
 			}
 			q.stopping, plan = true, p
-			q.stopFlag.Store(true)
 			if !hardDone {
 				hardC = after(plan.hardAt)
 			}
@@ -397,9 +384,9 @@ func (q *queue) claimed(r claimResult) {
 	c.busy = false
 	q.inFlight--
 	q.reserved -= r.n
+	q.mode.learn(q, &r)
 	if r.err == nil {
 		q.recordClaim(r)
-		q.limitFar = r.far
 		if q.limits != nil && !r.plan.exclusive {
 			w.m.stripedClaims.Add(1)
 		}
@@ -410,7 +397,7 @@ func (q *queue) claimed(r claimResult) {
 		} else {
 			ss := make([]settled, 0, len(r.plan.done))
 			for _, e := range r.plan.done {
-				landed, seen := r.doneLanded[e.c.ID]
+				landed, seen := r.fb.doneLanded[e.c.ID]
 				if seen && !landed {
 					q.pending = append(q.pending, e) // busy: the finishers wait for its row
 					continue
@@ -420,10 +407,16 @@ func (q *queue) claimed(r claimResult) {
 			q.settleAll(ss)
 		}
 	}
-	for _, e := range r.execs {
+	// The loop starts the handlers: a handler's result can only reach the loop after the loop
+	// registered its execution.
+	for i := range r.got {
+		e := q.newExecution(&r.got[i])
+		// Near a limit (an exclusive or permit claim), a finish gives room back: finish it
+		// without lingering and wake a claimer when it lands (limits.go).
+		e.limited = e.limited && r.plan.exclusive
 		q.active[e] = struct{}{}
 		w.m.owned.Add(1)
-		if !e.started {
+		if q.stopping {
 			// Claimed while Stop began: the claim committed, so the jobs are ours; give them
 			// back at once instead of starting handlers the stop would only interrupt.
 			e.returned, e.released = true, true
@@ -433,10 +426,8 @@ func (q *queue) claimed(r claimResult) {
 			continue
 		}
 		q.running++
-		if hr, ok := q.early[e]; ok {
-			delete(q.early, e)
-			q.handlerReturned(hr)
-		}
+		w.m.handlersRunning.Add(1)
+		go q.run(e)
 	}
 	switch {
 	case r.err != nil:
@@ -447,7 +438,7 @@ func (q *queue) claimed(r claimResult) {
 		w.engineError(&w.claimLog, "claim", r.err, logkey.Queue, q.name)
 		c.idle = q.backoff(c.idle)
 		q.sleep(c, c.idle, false)
-	case r.binding && len(r.got) < r.n:
+	case r.fb.binding && len(r.got) < r.n:
 		// A limit held jobs back (limits.go). Room comes back when a limited job finishes:
 		// ours wake a claimer as they settle (settle), so the claimers back off as after an
 		// empty claim instead of polling — every limited claim of the queue, cluster-wide,
@@ -486,12 +477,6 @@ func (q *queue) claimed(r claimResult) {
 // handlerReturned takes a handler's result and queues its finish.
 func (q *queue) handlerReturned(r handlerResult) {
 	e := r.e
-	if _, ok := q.active[e]; !ok && !e.released {
-		// The handler, started by its claim goroutine, finished before the loop took the
-		// claim's result: keep it until then.
-		q.early[e] = r
-		return
-	}
 	if e.released {
 		// Stop released the job before the handler returned; fencing would reject it anyway.
 		q.w.log.Warn("tenure: handler returned after its job was released by Stop; result discarded", e.c.logAttrs()...)
@@ -508,10 +493,10 @@ func (q *queue) handlerReturned(r handlerResult) {
 		q.running--
 	}
 	e.fin = f
-	if q.limits != nil && q.limits.permits && e.limited && f.to == toSucceeded && !e.txCompleted.Load() && !q.stopping {
+	if pm, ok := q.mode.(*permitMode); ok && e.limited && f.to == toSucceeded && !e.txCompleted.Load() && !q.stopping {
 		// Its finish frees room in this worker's share: the next permit claim completes it in
 		// its own transaction (permits.go), so the room is used at once, in one round trip.
-		q.permitDone = append(q.permitDone, e)
+		pm.done = append(pm.done, e)
 		q.wakeOne()
 		return
 	}

@@ -1,0 +1,160 @@
+package worker
+
+import (
+	"context"
+
+	"github.com/tenureq/tenure/db/gen"
+)
+
+// This file is the one interface every claim mode implements (docs/design.md, "The claim
+// path"). A queue has exactly one mode, chosen at New from its configuration (newClaimMode):
+//
+//	mode          configuration                              transactions (db/queries.sql)
+//	ordered       no limits, no fair share                   ClaimOrdered (or ClaimOrderedMany through
+//	                                                         the batcher); ClaimSegments with quotas or
+//	                                                         a deadline (ranked)
+//	fair          Fairness.FairShare                         ClaimFair
+//	counted       limits a permit cannot hold (PerKey, Rate, exclusive: ClaimLimitsLock+ClaimGrantsLock+
+//	              MaxRunning > permitMaxRunning, or a        ClaimLimited; striped: ClaimLimitsLock+
+//	              ranked fairness)                           ClaimLimited; grant: ClaimGranted (limits.go)
+//	permit        every limit a small concurrency limit      PermitLock+[CompleteMany]+ClaimPermitted;
+//	              (usesPermits)                              PermitAllocate when the share must change
+//	                                                         (permits.go)
+//
+// Every transaction feeds the ids it chose to the one ownership statement (tenure.own) and
+// returns the one claim row shape (claimRow), converted once (fromClaimRow).
+//
+// A claim is three steps, and the mode's state belongs to the queue loop alone:
+//   - plan, on the loop: the loop fills what every claim needs (batch, segments, watermarks),
+//     then the mode adds what its state decides (the fair cursors and tenant watermarks, which
+//     limited claim to run, the permit share this worker believes it holds). The plan is a
+//     value: the claim goroutine gets its own copy.
+//   - run, on a claim goroutine: the statements, reading only the plan and the queue's fixed
+//     configuration (name, limits arguments, the worker's pools and kinds). It returns the owned
+//     rows and a feedback value, never writes queue or mode state.
+//   - learn, on the loop, when the result comes back over claimedCh, failed or not: the mode
+//     folds the feedback into its state. Then the loop starts the handlers of the rows (so no
+//     handler result can reach the loop before the loop knows its job).
+//
+// So no atomic and no mutex guards mode state: claims of one queue in flight at once each
+// plan from the state the loop had when they started and their feedback is applied in the
+// order they return. The modes' state is a hint for speed only (which statement to run next):
+// the limits themselves are kept inside the statements, whatever the hint said (the proofs are
+// in limits.go and permits.go).
+type claimMode interface {
+	// plan adds the mode's decisions to p (loop).
+	plan(q *queue, p *claimPlan)
+	// run runs the planned claim (claim goroutine). It may return rows together with an
+	// error only when rows committed; fb is meaningful even when err is not nil (an
+	// allocation that committed before a failed claim, for instance).
+	run(ctx context.Context, q *queue, p *claimPlan) (rows []claimRow, fb claimFeedback, err error)
+	// learn folds what the claim returned (its plan, rows, feedback, error) into the mode's
+	// state (loop).
+	learn(q *queue, r *claimResult)
+}
+
+// claimFeedback is what a claim learnt besides its rows (one struct for every mode; each sets
+// its own fields).
+type claimFeedback struct {
+	// binding: a limit held jobs back (limits.go, permits.go): the claimers back off until a
+	// limited job settles. skipped: the jobs held back may lie before ones claimed, so the
+	// watermarks must not move.
+	binding, skipped bool
+
+	// counted (limits.go): far reports that the next limited claim need not be exclusive;
+	// setGranting, that granting must become granting.
+	far, setGranting, granting bool
+
+	// permit (permits.go): alloc is the last allocation that committed (nil: none ran);
+	// lostPermit, that the claim found no permit row for some limit; doneLanded, for the
+	// completions the claim carried (claimPlan.done), whether each landed (true) or was
+	// skipped because another session held its row (false); nil when the claim failed.
+	alloc      *permitAlloc
+	lostPermit bool
+	doneLanded map[int64]bool
+
+	// fair (fairshare.go): per band, the tenant the next claim starts after (where fairMoved)
+	// and how far the keyless jobs were read.
+	fairNext    bandKeys
+	fairMoved   [maxPriority + 1]bool
+	keylessUpto bandTimes
+}
+
+// newClaimMode returns the mode for a queue's configuration (the table above).
+func newClaimMode(q *queue) claimMode {
+	switch {
+	case q.pol.f.FairShare:
+		return &fairMode{} // New refuses fair share with limits (ErrFairShareWithLimits)
+	case q.limits != nil && q.limits.permits:
+		return &permitMode{}
+	case q.limits != nil:
+		return &countedMode{}
+	}
+	return orderedMode{}
+}
+
+// orderedMode is the claim of a queue without limits or fair share: the fairness policy's
+// segments served in order (ClaimOrdered, through the batcher when the worker serves several
+// queues), or ranked together by the database (ClaimSegments) for quotas and deadlines. It has
+// no state of its own: the watermarks and the quota credits are the loop's (claim.go,
+// fairness.go), for every mode.
+type orderedMode struct{}
+
+func (orderedMode) plan(*queue, *claimPlan)    {}
+func (orderedMode) learn(*queue, *claimResult) {}
+
+func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow, claimFeedback, error) {
+	w := q.w
+	k := &w.kinds
+	if q.useClaimBatch(p) {
+		// One statement for the plain ordered claims of many queues (claimbatch.go).
+		segs := make([]claimSeg, len(p.segs))
+		for i, s := range p.segs {
+			segs[i] = claimSeg{priority: int16(s.priority), afterUs: p.after[s.priority], minAgeUs: s.minAge.Microseconds(), maxUs: maxAgeUs(s.maxAge)}
+		}
+		rows, err := q.claimBatched(ctx, p.n, segs)
+		return rows, claimFeedback{}, err
+	}
+	if !p.ranked {
+		got, err := w.q.ClaimOrdered(ctx, orderedParams(q, p))
+		if err != nil {
+			return nil, claimFeedback{}, err
+		}
+		rows, _ := ownedRows(got)
+		return rows, claimFeedback{}, nil
+	}
+	arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
+		Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
+	for _, s := range p.segs {
+		arg.SegPriority = append(arg.SegPriority, int16(s.priority))
+		arg.SegAfterUs = append(arg.SegAfterUs, p.after[s.priority])
+		arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
+		arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))
+		arg.SegLimit = append(arg.SegLimit, int32(s.limit))
+		arg.SegRank = append(arg.SegRank, int32(s.rank))
+		arg.SegQuota = append(arg.SegQuota, int32(s.quota))
+	}
+	got, err := w.q.ClaimSegments(ctx, arg)
+	if err != nil {
+		return nil, claimFeedback{}, err
+	}
+	rows, _ := ownedRows(got)
+	return rows, claimFeedback{}, nil
+}
+
+// orderedParams are the arguments every ordered claim shares (ClaimOrdered's; the limited
+// claims take theirs from it): the worker, the queue, the batch, the segments in serving order
+// with their watermarks, and the kinds the worker runs.
+func orderedParams(q *queue, p *claimPlan) gen.ClaimOrderedParams {
+	w := q.w
+	k := &w.kinds
+	arg := gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
+		Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
+	for _, s := range p.segs {
+		arg.SegPriority = append(arg.SegPriority, int16(s.priority))
+		arg.SegAfterUs = append(arg.SegAfterUs, p.after[s.priority])
+		arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
+		arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))
+	}
+	return arg
+}
