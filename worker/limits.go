@@ -79,12 +79,42 @@ import (
 // and the wait for a grant claim in flight; TestLimitGrantsNearTheLimit, TestLimitStripedNearTheLimit
 // and TestLimitGlobalAcrossWorkers check the guarantee with workers.
 //
+// The invariants, where each is kept, and the test that fails when it breaks (one each; the
+// proofs are the paragraphs above, and permits.go's for (P)):
+//
+//	(L1) a group of a concurrency limit without PerKey has at most MaxRunning running, leased
+//	     jobs — I1 and I2 above; kept by ClaimLimited's grp/hit/picked (exclusive: exact counts
+//	     under every stripe and grant row; striped: room less stripeReserve, at most
+//	     stripeGroupCap) and ClaimGranted's spend of budget. TestLimitGrantsNearTheLimit (grants
+//	     then exclusive claims at 1,500; 1,700 with spent ignored), TestLimitGrants and
+//	     TestLimitGrantRace (the accounting step by step), TestLimitStripedNearTheLimit,
+//	     TestLimitGlobalAcrossWorkers.
+//	(L2) the same per concurrency key of a PerKey limit (marked = the key's running, leased,
+//	     marked jobs; S = B = 0): the exclusive and striped arguments. TestLimitOnePerKey (and
+//	     TestLimitFreedBySIGKILL: a dead worker's room comes back with its leases).
+//	(L3) a group of a rate limit has at most Rate starts per window [k·Per, (k+1)·Per) of the
+//	     database clock: ClaimLimited reads the group's starts in the window of its statement's
+//	     clock_timestamp() from tenure.flow (a row of an older window counts 0, of a newer one
+//	     counts Rate: no room), admits within Rate less them, adds what it admitted to the same
+//	     row in the same statement (INSERT .. ON CONFLICT: a concurrent writer's row is waited
+//	     for and added to, never overwritten) and stamps attempted_at with that clock. Every
+//	     claim that adds starts holds a stripe, so the exclusive and striped arguments apply
+//	     with T = the window's starts. TestRateLimitWindows,
+//	     TestRateLimitWindowsOnAFakeDatabaseClock (window edges on a database clock the test
+//	     moves).
+//	(L4) no job of a group paused by RetryAfter (RetryAfterPauses) starts before blocked_until:
+//	     its room is 0 in ClaimLimited, ClaimGranted and ClaimPermitted. TestRetryAfterPausesKey.
+//	(P)  permits (permits.go): Σ_w max(U_w, P_w) ≤ MaxRunning. TestPermitAccounting,
+//	     TestPermitAllocationRace, TestPermitClaimersOfOneWorker, TestLimitPermitsNearTheLimit.
+//
 // Mode choice (a hint for speed; every claim keeps the limit on its own): a queue starts
 // exclusive; an exclusive claim of a grantable queue that granted makes the next claims grant
 // claims while their stripe's budget lasts (a grant claim that comes back short for lack of
 // budget claims the rest exclusively at once); an exclusive or striped claim that held nothing
 // back and saw every counted group's room at least stripeFarRoom after its batch makes the next
-// claims striped; anything else, exclusive.
+// claims striped; anything else, exclusive. The choice is countedMode's state, owned by the
+// queue loop: the claim goroutines report what they saw (claimFeedback) and the loop decides
+// the next plan (claimmode.go).
 //
 // Queues whose limits are all concurrency limits without PerKey and without Rate, each of at
 // most permitMaxRunning, and whose fairness does not rank, take none of these paths: they claim
