@@ -21,7 +21,7 @@
 // The engine (unexported; docs/design.md draws it):
 //
 //   - queue.go: the queue loop, the one owner of a queue's state (slots, executions,
-//     claimers' backoff, watermarks, fairness state); everything else reports to it over
+//     claimers' backoff, watermarks, fairness state, the claim mode's state); everything else reports to it over
 //     channels (the diagram at the top of the file).
 //   - claim.go: the claim path. Demand-driven claim loops per queue claim up to the free
 //     handler slots with one statement that picks ids (FOR UPDATE SKIP LOCKED) and hands them
@@ -29,6 +29,9 @@
 //     token, generation+1, attempts+1), before any handler starts; every claim returns one row
 //     shape, converted once (fromClaimRow) to the *generics.JobRow handlers see; per-band
 //     watermarks keep claims off the dead index entries earlier claims left behind.
+//   - claimmode.go: the one interface of the claim modes (ordered, fair, counted limits,
+//     permits): plan on the loop, run on a claim goroutine, learn on the loop; every mode's
+//     state belongs to the loop, which also starts the handlers of what a claim returned.
 //   - claimbatch.go: the claim batcher: the plain ordered claims of many queues of one worker
 //     go to the database as one statement (ClaimOrderedMany).
 //   - fairness.go: the fairness hook: strict priority, aging, quotas, deadline promotion;

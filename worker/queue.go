@@ -13,8 +13,9 @@ import (
 
 // This file is the owner of a queue's state. One goroutine per queue, the queue loop, owns
 // the handler slots, the set of the queue's active executions and every per-execution flag,
-// the claimers' backoff, the watermarks and the fairness policy. Everything else reports to it
-// over channels and never touches that state:
+// the claimers' backoff, the watermarks, the fairness policy and the claim mode's state
+// (claimmode.go), and it starts the handlers of what its claims returned. Everything else
+// reports to it over channels and never touches that state:
 //
 //	claim goroutine   --claimResult-->   loop   (one per claim in flight, at most Claimers)
 //	handler goroutine --handlerResult--> loop   (one per running job)
