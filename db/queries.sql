@@ -497,101 +497,16 @@ FROM flags f LEFT JOIN claimed u ON true;
 SELECT pg_advisory_xact_lock(s.class, hashtext(@queue::text))
 FROM generate_series(@first_class::integer, @last_class::integer) AS s(class);
 
--- name: ClaimGrantsLock :exec
--- Flow control: the second statement of an exclusive limited claim (after ClaimLimitsLock, before
--- ClaimLimited, same pipeline and transaction): it locks the queue's grant rows, so the grant
--- claims of every stripe (ClaimGranted, which take no advisory lock) wait until this claim has
--- recounted and regranted, and ClaimLimited's snapshot sees every grant claim that spent before.
-SELECT g.stripe FROM tenure.flow_grant g WHERE g.queue = @queue::text FOR UPDATE;
-
--- name: ClaimGranted :many
--- Flow control far from the limits (worker/limits.go, "Grants"): ClaimOrdered within the budget
--- an exclusive limited claim granted this stripe, without counting the running jobs and without
--- marking the rows (they do not enter jobs_limited_idx). For queues whose limits are all
--- concurrency limits without PerKey (lim_kind, lim_max_running: all of them). One statement, no
--- advisory lock:
--- 1. g: this stripe's grant row per limit (budget, for the limit as configured) and whether a
---    RetryAfter pause blocks the limit's group; room = the smallest budget (0 without a grant
---    row, or while paused), at most @batch.
--- 2. picked: ClaimOrdered's candidates, at most room.
--- 3. spend: each limit's grant row loses the picked jobs it covers from budget and adds them to
---    spent, only while budget still covers them: the UPDATE waits for a concurrent holder of the
---    row (another grant claim of the stripe, or an exclusive claim regranting) and rechecks its
---    condition on the row it then finds (READ COMMITTED), so the budget never goes below zero.
--- 4. upd: the picked jobs are claimed only if every limit's spend succeeded.
--- The feedback is budget_left (the smallest budget left; 0 if a spend failed), on the claimed
--- rows or on one row of NULLs when nothing was claimed.
-WITH g AS MATERIALIZED (
-    SELECT l.kind, gr.budget, coalesce(f.blocked_until > now(), false) AS blocked
-    FROM (SELECT unnest(@lim_kind::text[]) AS kind, unnest(@lim_max_running::integer[]) AS max_running) AS l
-    LEFT JOIN tenure.flow_grant gr ON gr.queue = @queue AND gr.kind = l.kind AND gr.stripe = @stripe::smallint
-                                  AND gr.max_running = l.max_running
-    LEFT JOIN tenure.flow f ON f.queue = @queue AND f.kind = l.kind AND f.key = ''
-), room AS MATERIALIZED (
-    SELECT CASE WHEN bool_or(g.budget IS NULL OR g.blocked) THEN 0
-                ELSE least(min(g.budget), @batch::integer) END AS n
-    FROM g
-), seg AS (
-    SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
-            unnest(@seg_after_us::bigint[]) AS after_us,
-            unnest(@seg_min_age_us::bigint[]) AS min_age_us,
-            unnest(@seg_max_age_us::bigint[]) AS max_age_us) AS s
-), picked AS MATERIALIZED (
-    SELECT c.id, c.kind
-    FROM seg s
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.kind FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
-          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
-          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
-          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
-        ORDER BY j.run_at, j.id
-        LIMIT (SELECT room.n FROM room)
-        FOR UPDATE SKIP LOCKED
-    ) c
-    LIMIT (SELECT room.n FROM room)
-), need AS MATERIALIZED (
-    SELECT l.kind, l.max_running, count(p.id)::integer AS n
-    FROM (SELECT unnest(@lim_kind::text[]) AS kind, unnest(@lim_max_running::integer[]) AS max_running) AS l
-    LEFT JOIN picked p ON l.kind = '' OR l.kind = p.kind
-    GROUP BY l.kind, l.max_running
-), spend AS (
-    UPDATE tenure.flow_grant gr
-    SET budget = gr.budget - n.n, spent = gr.spent + n.n, updated_at = now()
-    FROM need n
-    WHERE n.n > 0 AND gr.queue = @queue AND gr.kind = n.kind AND gr.stripe = @stripe::smallint
-      AND gr.max_running = n.max_running AND gr.budget >= n.n
-    RETURNING gr.kind, gr.budget
-), ok AS MATERIALIZED (
-    SELECT (SELECT count(*) FROM spend) = (SELECT count(*) FROM need WHERE need.n > 0) AS ok
-), upd AS MATERIALIZED (
-    SELECT o.* FROM tenure.own(ARRAY(SELECT picked.id FROM picked WHERE (SELECT ok.ok FROM ok)),
-                               @worker_id::text, @kinds::text[], @kind_lease_ms::integer[], '{}'::text[]) o
-), flags AS (
-    SELECT jsonb_build_object('budget_left',
-             CASE WHEN NOT (SELECT ok.ok FROM ok) THEN 0
-                  ELSE coalesce((SELECT min(CASE WHEN g.blocked OR g.budget IS NULL THEN 0 ELSE coalesce(s.budget, g.budget) END)
-                                 FROM g LEFT JOIN spend s ON s.kind = g.kind), 0) END) AS feedback
-)
-SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
-       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
-FROM flags f LEFT JOIN upd u ON true;
-
 -- name: ClaimLimited :many
 -- ClaimOrdered (or, @ranked, ClaimSegments) under the queue's limits (worker/limits.go; run
--- after ClaimLimitsLock, and ClaimGrantsLock when @exclusive, in the same transaction). Limits
+-- after ClaimLimitsLock in the same transaction). Limits
 -- are parallel arrays; a limit covers the jobs of lim_kind ('' = every kind of the queue),
 -- grouped by their concurrency key (metadata "tenure.concurrency_key") when lim_per_key (jobs
 -- without a key are not covered by a per-key limit). A group has room = min(max_running -
 -- running leased jobs, rate - starts in the current fixed window), or 0 while a handler's
 -- RetryAfter blocks it; 0 for max_running or rate means no such limit.
--- 1. grp: the groups something is counted for: marked running leased jobs (jobs_limited_idx)
---    plus, for a limit with grants (tenure.flow_grant), the jobs grant claims may still run:
---    spent (exclusive; recounted exactly — unmarked running leased jobs of the limit, through
---    jobs_running_idx — when spent leaves less than @recount_below of room) or spent + budget
---    (striped: budgets may be spent unseen).
+-- 1. grp: the groups something is counted for: marked running leased jobs (jobs_limited_idx),
+--    and the rate groups' starts in the current window (tenure.flow).
 -- 2. cand: the segments' candidates with their claim order pos: ordered (ClaimOrdered's order,
 --    up to @scan in all: the nested loop stops there) or ranked (each segment up to its
 --    seg_limit, ClaimSegments' order), skipping (a heap filter on the same index range) jobs of
@@ -603,15 +518,10 @@ FROM flags f LEFT JOIN upd u ON true;
 --    @group_cap (what a striped claim may admit per group).
 -- 4. the first @batch admitted are claimed; the rate groups' window counts are updated; rows of
 --    kinds a concurrency limit covers are marked limited (they enter jobs_limited_idx).
--- 5. @exclusive: each limit's grant rows get spent = the recount (if any, on stripe 0) and a
---    budget of (room left after the batch) / 4 per stripe when @may_grant and that room is at
---    least @grant_room, else 0 (what was left is voided); rows are created four at a time.
--- The feedback is three flags, on the claimed rows or on one row of NULLs when nothing was
+-- The feedback is two flags, on the claimed rows or on one row of NULLs when nothing was
 -- claimed. binding: a limit held something back (the engine then does not move the
 -- band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
 -- of a counted group less @batch (the engine's choice between striped and exclusive claims).
--- granted: the smallest budget granted a stripe (0: none; the next claims are then not grant
--- claims).
 WITH clk AS MATERIALIZED (
     SELECT clock_timestamp() AS t
 ), lim AS MATERIALIZED (
@@ -635,36 +545,6 @@ WITH clk AS MATERIALIZED (
                       AND (NOT l.per_key OR (r.metadata ->> 'tenure.concurrency_key') <> '')
     WHERE l.max_running > 0
     GROUP BY 1, 2
-), gr AS MATERIALIZED (
-    SELECT l.id, sum(g.spent)::integer AS spent, sum(g.budget)::integer AS budget
-    FROM lim l
-    JOIN tenure.flow_grant g ON g.queue = @queue AND g.kind = l.kind
-    WHERE l.max_running > 0 AND NOT l.per_key
-    GROUP BY l.id
-), stale AS MATERIALIZED (
-    SELECT l.id, l.kind, l.max_running - coalesce(m.n, 0) - gr.spent AS room
-    FROM lim l
-    JOIN gr ON gr.id = l.id
-    LEFT JOIN marked m ON m.id = l.id AND m.key = ''
-    WHERE gr.spent > 0
-), tight AS MATERIALIZED (
-    SELECT stale.id, stale.kind FROM stale
-    WHERE @exclusive::boolean AND stale.room - @recount_below::integer < 0
-), recount AS MATERIALIZED (
-    SELECT w.id, c.cnt
-    FROM tight w
-    CROSS JOIN LATERAL (
-        SELECT count(*)::integer AS cnt FROM tenure.jobs r
-        WHERE r.locked_until > (SELECT t FROM clk) AND r.queue = @queue AND NOT r.limited
-          AND (w.kind = '' OR r.kind = w.kind)
-    ) AS c
-), busy AS MATERIALIZED (
-    SELECT x.id, x.key, sum(x.n)::integer AS n
-    FROM (SELECT m.id, m.key, m.n FROM marked m
-          UNION ALL
-          SELECT gr.id, '', CASE WHEN @exclusive::boolean THEN coalesce(rc.cnt, gr.spent) ELSE gr.spent + gr.budget END
-          FROM gr LEFT JOIN recount rc ON rc.id = gr.id) AS x
-    GROUP BY x.id, x.key
 ), rated AS MATERIALIZED (
     SELECT l.id, f.key,
            CASE WHEN l.rate = 0 THEN 0
@@ -680,9 +560,9 @@ WITH clk AS MATERIALIZED (
            least(CASE WHEN l.max_running > 0 THEN l.max_running - coalesce(b.n, 0) ELSE 2147483647 END,
                  CASE WHEN r.blocked THEN 0
                       WHEN l.rate > 0 THEN l.rate - coalesce(r.started, 0) ELSE 2147483647 END) AS room
-    FROM (SELECT busy.id, busy.key FROM busy UNION SELECT rated.id, rated.key FROM rated) k
+    FROM (SELECT marked.id, marked.key FROM marked UNION SELECT rated.id, rated.key FROM rated) k
     JOIN lim l ON l.id = k.id
-    LEFT JOIN busy b ON b.id = k.id AND b.key = k.key
+    LEFT JOIN marked b ON b.id = k.id AND b.key = k.key
     LEFT JOIN rated r ON r.id = k.id AND r.key = k.key
 ), seg AS (
     SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
@@ -787,43 +667,6 @@ WITH clk AS MATERIALIZED (
     -- marked limited: the kinds a concurrency limit covers; attempted_at: the rate windows' clock
     SELECT o.* FROM tenure.own(ARRAY(SELECT picked.id FROM picked), @worker_id::text, @kinds::text[], @kind_lease_ms::integer[],
                                ARRAY(SELECT l.kind FROM lim l WHERE l.max_running > 0), (SELECT t FROM clk)) o
-), stripe_ids AS MATERIALIZED (
-    SELECT s::smallint AS stripe FROM generate_series(0, @last_stripe::integer) AS s
-), share AS MATERIALIZED (
-    -- per limit a grant may cover: the room left after this batch, split over the stripes
-    SELECT l.id, l.kind, l.max_running, rc.cnt AS recounted,
-           greatest(0, coalesce(g.room, l.max_running)
-                       - (SELECT count(*) FROM cand c WHERE c.id IN (SELECT picked.id FROM picked)
-                                                        AND (l.kind = '' OR c.kind = l.kind))::integer) AS room
-    FROM lim l
-    LEFT JOIN grp g ON g.id = l.id AND g.key = ''
-    LEFT JOIN recount rc ON rc.id = l.id
-    WHERE l.max_running > 0 AND NOT l.per_key
-), granted AS MATERIALIZED (
-    SELECT share.id, share.kind, share.max_running, share.recounted,
-           CASE WHEN @may_grant::boolean AND share.room - @grant_room::integer >= 0
-                THEN share.room / (SELECT count(*) FROM stripe_ids)::integer ELSE 0 END AS budget
-    FROM share
-    WHERE @exclusive::boolean
-), regrant AS (
-    UPDATE tenure.flow_grant f
-    SET budget      = gt.budget,
-        max_running = gt.max_running,
-        spent       = CASE WHEN gt.recounted IS NULL THEN f.spent WHEN f.stripe = 0 THEN gt.recounted ELSE 0 END,
-        updated_at  = now()
-    FROM granted gt
-    WHERE f.queue = @queue AND f.kind = gt.kind
-      AND (f.budget <> gt.budget OR f.max_running <> gt.max_running
-           OR f.spent <> (CASE WHEN gt.recounted IS NULL THEN f.spent WHEN f.stripe = 0 THEN gt.recounted ELSE 0 END))
-    RETURNING f.stripe
-), newgrant AS (
-    INSERT INTO tenure.flow_grant (queue, kind, stripe, max_running, budget, spent)
-    SELECT @queue, gt.kind, s.stripe, gt.max_running, gt.budget, 0
-    FROM granted gt
-    CROSS JOIN stripe_ids s
-    WHERE gt.budget > 0 AND NOT EXISTS (SELECT 1 FROM gr WHERE gr.id = gt.id)
-    ON CONFLICT (queue, kind, stripe) DO NOTHING
-    RETURNING stripe
 ), flags AS (
     SELECT jsonb_build_object(
              'binding', EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer <= 0)
@@ -831,8 +674,7 @@ WITH clk AS MATERIALIZED (
              'min_room', least((SELECT min(grp.room) FROM grp),
                                (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
                                                  CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
-                               2147483647) - @batch::integer,
-             'granted', coalesce((SELECT min(granted.budget) FROM granted), 0)) AS feedback
+                               2147483647) - @batch::integer) AS feedback
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,

@@ -54,9 +54,8 @@ type claimPlan struct {
 	prev bandTimes
 	// Limited claims: exclusive means near a limit (a counted claim holding every stripe, or a
 	// permit claim): its limited jobs' finishes free room, so they do not linger. A counted
-	// claim that is not exclusive is striped on stripe, or a grant claim (limits.go).
+	// claim that is not exclusive is striped on stripe (limits.go).
 	exclusive bool
-	grant     bool
 	stripe    int
 	// permit claims (permits.go): what the loop knows of this worker's share, and the
 	// successes of limited jobs the claim completes first, in its transaction.
@@ -268,7 +267,7 @@ type claimRow = gen.ClaimStrictRow
 // claimRows are the row types sqlc generates for the claim statements (identical structs).
 type claimRows interface {
 	gen.ClaimStrictRow | gen.ClaimOrderedRow | gen.ClaimOrderedManyRow | gen.ClaimSegmentsRow |
-		gen.ClaimFairRow | gen.ClaimGrantedRow | gen.ClaimLimitedRow | gen.ClaimPermittedRow
+		gen.ClaimFairRow | gen.ClaimLimitedRow | gen.ClaimPermittedRow
 }
 
 // ownedRows converts what a claim statement returned to claimRow: the owned rows (each keeps

@@ -14,12 +14,11 @@ import (
 //	                                                         the batcher); ClaimSegments with quotas or
 //	                                                         a deadline (ranked)
 //	fair          Fairness.FairShare                         ClaimFair
-//	counted       limits a permit cannot hold (PerKey, Rate, exclusive: ClaimLimitsLock+ClaimGrantsLock+
-//	              MaxRunning > permitMaxRunning, or a        ClaimLimited; striped: ClaimLimitsLock+
-//	              ranked fairness)                           ClaimLimited; grant: ClaimGranted (limits.go)
-//	permit        every limit a small concurrency limit      PermitLock+[CompleteMany]+ClaimPermitted;
-//	              (usesPermits)                              PermitAllocate when the share must change
-//	                                                         (permits.go)
+//	counted       limits permits do not hold (a PerKey or    ClaimLimitsLock (every stripe: exclusive;
+//	              Rate limit, or a ranked fairness)          one: striped) + ClaimLimited (limits.go)
+//	permit        every limit a concurrency limit without    PermitLock+[CompleteMany]+ClaimPermitted;
+//	              PerKey/Rate, fairness not ranked           PermitAllocate when the share must change
+//	              (usesPermits)                              (permits.go)
 //
 // Every transaction feeds the ids it chose to the one ownership statement (tenure.own) and
 // returns the one claim row shape (claimRow), converted once (fromClaimRow).
@@ -61,9 +60,8 @@ type claimFeedback struct {
 	// watermarks must not move.
 	binding, skipped bool
 
-	// counted (limits.go): far reports that the next limited claim need not be exclusive;
-	// setGranting, that granting must become granting.
-	far, setGranting, granting bool
+	// counted (limits.go): far reports that the next limited claim need not be exclusive.
+	far bool
 
 	// permit (permits.go): alloc is the last allocation that committed (nil: none ran);
 	// lostPermit, that the claim found no permit row for some limit; doneLanded, for the

@@ -18,7 +18,7 @@ func TestClaimModeChoice(t *testing.T) {
 	require.IsType(t, orderedMode{}, mode(QueueConfig{Fairness: Fairness{Quotas: map[int]int{2: 1}}}))
 	require.IsType(t, &fairMode{}, mode(QueueConfig{Fairness: Fairness{FairShare: true}}))
 	require.IsType(t, &permitMode{}, mode(QueueConfig{Limits: []Limit{{MaxRunning: 40}}}))
-	require.IsType(t, &countedMode{}, mode(QueueConfig{Limits: []Limit{{MaxRunning: permitMaxRunning + 1}}}))
+	require.IsType(t, &permitMode{}, mode(QueueConfig{Limits: []Limit{{MaxRunning: maxLimitValue}}}), "permits serve every concurrency-only limit")
 	require.IsType(t, &countedMode{}, mode(QueueConfig{Limits: []Limit{{MaxRunning: 1, PerKey: true}}}))
 	require.IsType(t, &countedMode{}, mode(QueueConfig{Limits: []Limit{{Rate: 5, Per: time.Second}}}))
 	require.IsType(t, &countedMode{}, mode(QueueConfig{Limits: []Limit{{MaxRunning: 40}},
@@ -27,56 +27,33 @@ func TestClaimModeChoice(t *testing.T) {
 
 // TestCountedModeLearns: the counted mode's state (which limited claim runs next) moves only
 // through plan and learn on the loop: exclusive first; striped after a claim far from every
-// limit; a grant claim once an exclusive claim granted; back to exclusive after a claim near a
-// limit; and a grant claim whose exclusive follow-up failed still ends granting (its stripe's
-// budget was spent) while the failed claim leaves far as it was.
+// limit; exclusive again after a claim near a limit; a failed claim changes nothing.
 func TestCountedModeLearns(t *testing.T) {
-	q := newQueue(&Worker{}, "q", QueueConfig{Claimers: 1, Limits: []Limit{{MaxRunning: 100_000}}})
-	m := q.mode.(*countedMode)
+	q := newQueue(&Worker{}, "q", QueueConfig{Claimers: 1, Limits: []Limit{{MaxRunning: 100_000, PerKey: true}}})
 	plan := func() claimPlan {
 		p := claimPlan{n: 10}
 		q.mode.plan(q, &p)
 		return p
 	}
-	learn := func(p claimPlan, fb claimFeedback, err error) {
-		q.mode.learn(q, &claimResult{plan: p, fb: fb, err: err})
+	learn := func(p claimPlan, f limitedFeedback, err error) {
+		q.mode.learn(q, &claimResult{plan: p, fb: claimFeedback{binding: f.Binding, skipped: f.Binding, far: f.far()}, err: err})
 	}
 
 	p := plan()
 	require.True(t, p.exclusive)
-	require.False(t, p.grant)
 
-	// An exclusive claim far from the limit that did not grant: striped next.
-	learn(p, limitResult{grantable: true, exclusive: true, n: 10, minRoom: stripeFarRoom, setGranting: true}.feedback(), nil)
+	learn(p, limitedFeedback{MinRoom: stripeFarRoom - 1}, nil)
+	require.True(t, plan().exclusive, "not far enough for a striped claim")
+
+	learn(p, limitedFeedback{MinRoom: stripeFarRoom}, nil)
 	p = plan()
-	require.False(t, p.exclusive)
-	require.False(t, p.grant)
+	require.False(t, p.exclusive, "far from every limit: striped")
 
-	// An exclusive claim that granted: grant claims next.
-	learn(plan(), limitResult{grantable: true, exclusive: true, n: 10, granted: grantMin, setGranting: true}.feedback(), nil)
-	p = plan()
-	require.False(t, p.exclusive)
-	require.True(t, p.grant)
-	require.True(t, m.granting)
+	learn(p, limitedFeedback{Binding: true, MinRoom: 1_000_000}, errors.New("claim failed"))
+	require.False(t, plan().exclusive, "a failed claim leaves the choice as it was")
 
-	// The grant claim ran short, and its exclusive follow-up failed: not granting any more;
-	// far unchanged by the failure.
-	learn(p, claimFeedback{setGranting: true, granting: false}, errors.New("follow-up failed"))
-	require.False(t, m.granting)
-	require.True(t, m.far)
-	p = plan()
-	require.False(t, p.exclusive)
-	require.False(t, p.grant, "striped, not a grant claim")
-
-	// A claim a limit held back: exclusive next.
-	learn(p, limitResult{binding: true, skipped: true, n: 10}.feedback(), nil)
-	require.True(t, plan().exclusive)
-
-	// A ranked policy never grant-claims.
-	m.far, m.granting = true, true
-	r := claimPlan{n: 10, ranked: true}
-	q.mode.plan(q, &r)
-	require.False(t, r.grant)
+	learn(p, limitedFeedback{Binding: true, MinRoom: 1_000_000}, nil)
+	require.True(t, plan().exclusive, "a limit held jobs back: exclusive")
 }
 
 // TestPermitModeLearns: the permit mode's view of this worker's share is the loop's: a claim

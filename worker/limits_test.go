@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -270,25 +268,26 @@ func TestLimitStripedNearTheLimit(t *testing.T) {
 	require.Positive(t, r.limitedClaims, "the limit never bound")
 }
 
-// TestLimitGrantsNearTheLimit: a limit with room for grants (1,500, 4 workers x 500 slots):
-// the workers claim against grants (no count, rows outside jobs_limited_idx) while far, then
-// exclusively as the grants run out and the running jobs approach the limit; neither the
-// handlers nor the table ever show more than the limit.
-func TestLimitGrantsNearTheLimit(t *testing.T) {
+// TestLimitPermitsLargeLimit: a concurrency limit above 1,000 (1,500, 4 workers x 500 slots)
+// claims under permits (until issue 28 it took the counted paths with grants, retired since):
+// neither the handlers nor the table ever show more than the limit, the limit binds, no claim is
+// striped and nothing is written to the retired grant rows.
+func TestLimitPermitsLargeLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("2,000 handler slots, ~4 s")
 	}
 	pool := pgtest.NewPool(t)
 	const limit, n = 1500, 6000
 	r := runLimitedHeld(t, pool, 4, 500, n, []string{"a", "b", "c"}, 500*time.Millisecond, []worker.Limit{{Kind: "lim", MaxRunning: limit}}, limit)
-	var grants, spent int
-	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*), coalesce(sum(spent), 0) FROM tenure.flow_grant`).Scan(&grants, &spent))
-	t.Logf("limit %d, 4 workers x 500 slots: %d jobs of 500ms in %v = %.0f jobs/s; max running: handlers %d, sampled %d (%d samples); limited claims %d, striped/grant claims %d; grant rows %d",
-		limit, n, r.elapsed.Round(time.Millisecond), r.jobsPerSecond, r.handlerMax, r.sampledMax, r.samples, r.limitedClaims, r.stripedClaims, grants)
+	var grants int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM tenure.flow_grant`).Scan(&grants))
+	t.Logf("limit %d, 4 workers x 500 slots: %d jobs of 500ms in %v = %.0f jobs/s; max running: handlers %d, sampled %d (%d samples); limited claims %d, striped claims %d, permit allocations %d",
+		limit, n, r.elapsed.Round(time.Millisecond), r.jobsPerSecond, r.handlerMax, r.sampledMax, r.samples, r.limitedClaims, r.stripedClaims, r.permitAllocations)
 	require.LessOrEqual(t, r.handlerMax, int64(limit))
 	require.LessOrEqual(t, r.sampledMax, int64(limit))
-	require.Equal(t, 4, grants, "no grant was issued")
-	require.Positive(t, r.stripedClaims, "no claim ran against a grant")
+	require.Zero(t, grants, "grant rows written")
+	require.Zero(t, r.stripedClaims, "a counted (striped) claim ran")
+	require.Positive(t, r.permitAllocations, "no permit was allocated")
 	require.Positive(t, r.limitedClaims, "the limit never bound")
 }
 
@@ -485,7 +484,6 @@ func TestClaimLimitedPlan(t *testing.T) {
 		"kind_versions": []int32{1, 1}, "kinds": []string{"lim", "noop"}, "scan": 20, "batch": 10,
 		"reserve": 300, "group_cap": 100,
 		"worker_id": "explain-worker", "kind_lease_ms": []int32{0, 0},
-		"exclusive": false, "may_grant": false, "last_stripe": 3, "grant_room": 400, "recount_below": 410,
 		"ranked": false, "seg_limit": []int32(nil), "seg_rank": []int32(nil), "seg_quota": []int32(nil),
 	}
 	vals := func() []any {
@@ -508,28 +506,12 @@ func TestClaimLimitedPlan(t *testing.T) {
 	})
 	t.Logf("ClaimLimited (EXPLAIN ANALYZE, rolled back): %d buffers; indexes %v", plan.Buffers(), idx)
 
-	// An exclusive claim whose grants' spent bound leaves too little room recounts the unmarked
-	// running jobs: through jobs_running_idx, not by a scan of the table.
-	_, err = pool.Exec(ctx, `INSERT INTO tenure.flow_grant (queue, kind, stripe, max_running, budget, spent)
-		SELECT 'default', '', s, 500, 0, 150 FROM generate_series(0, 3) s`)
-	require.NoError(t, err)
-	args["exclusive"], args["reserve"], args["group_cap"] = true, 0, 1<<30
-	recountBuffers := func(plan plantest.Node) (n int64) {
-		plantest.Walk(plan, func(x plantest.Node) {
-			if x.IndexName == "jobs_running_idx" {
-				n += x.Buffers()
-			}
-		})
-		return n
-	}
-	require.Zero(t, recountBuffers(plan), "a striped claim recounted")
+	// Exclusive: the same statement without the reserve and the cap.
+	args["reserve"], args["group_cap"] = 0, 1<<30
 	plan = plantest.ExplainEngine(t, pool, true, sql, vals()...)
-	idx = plantest.Indexes(plan)
-	require.Positive(t, recountBuffers(plan), "the recount did not run through jobs_running_idx (uses %v)", idx)
 	plantest.Walk(plan, func(n plantest.Node) {
-		require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "ClaimLimited scans the jobs table")
+		require.False(t, n.NodeType == "Seq Scan" && n.Relation == "jobs", "exclusive ClaimLimited scans the jobs table")
 	})
-	t.Logf("ClaimLimited exclusive with a recount (EXPLAIN ANALYZE, rolled back): %d buffers; indexes %v", plan.Buffers(), idx)
 
 	// Ranked (quotas, deadline): each segment reads its own LIMIT through jobs_ready_idx.
 	args["ranked"] = true
@@ -619,239 +601,19 @@ func TestLimitFreedBySIGKILL(t *testing.T) {
 	require.Positive(t, samples.Load())
 }
 
-// grantHarness drives the limited claim statements directly, as the engine sends them, for one
-// queue "default" with one limit: kind lim, MaxRunning max.
-type grantHarness struct {
-	t        *testing.T
-	pool     *pgxpool.Pool
-	max      int32
-	grantMin int32 // the smallest budget granted a stripe (the engine's grantMin)
-}
-
-func (h grantHarness) ordered(batch int32) gen.ClaimOrderedParams {
-	return gen.ClaimOrderedParams{WorkerID: "grant-test", Queue: "default", Batch: batch,
+// limitedOrdered are the ClaimOrdered parameters of a claim of batch lim jobs of queue
+// "default", every band from its start, as the tests drive the limited claim statements.
+func limitedOrdered(batch int32) gen.ClaimOrderedParams {
+	return gen.ClaimOrderedParams{WorkerID: "limit-test", Queue: "default", Batch: batch,
 		SegPriority: []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, SegAfterUs: make([]int64, 9), SegMinAgeUs: make([]int64, 9),
 		SegMaxAgeUs: []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15},
 		Kinds:       []string{"lim"}, KindVersions: []int32{1}, KindLeaseMs: []int32{0}}
 }
 
-// exclusive runs an exclusive limited claim of batch (lock statements, then ClaimLimited, in
-// one transaction) and returns how many it claimed and the budget it granted each stripe.
-func (h grantHarness) exclusive(ctx context.Context, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, batch int32) (claimed int, granted int32, err error) {
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	q := gen.New(tx)
-	if err := q.ClaimLimitsLock(ctx, gen.ClaimLimitsLockParams{Queue: "default", FirstClass: locks.LimitsClass, LastClass: locks.LimitsClass + 3}); err != nil {
-		return 0, 0, err
-	}
-	if err := q.ClaimGrantsLock(ctx, "default"); err != nil {
-		return 0, 0, err
-	}
-	o := h.ordered(batch)
-	rows, err := q.ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: 0, GroupCap: 1 << 30, WorkerID: o.WorkerID, Queue: o.Queue,
-		Batch: batch, Scan: 2 * batch, SegPriority: o.SegPriority, SegAfterUs: o.SegAfterUs, SegMinAgeUs: o.SegMinAgeUs, SegMaxAgeUs: o.SegMaxAgeUs,
-		Kinds: o.Kinds, KindVersions: o.KindVersions, KindLeaseMs: o.KindLeaseMs,
-		LimID: []int32{0}, LimKind: []string{"lim"}, LimPerKey: []bool{false}, LimMaxRunning: []int32{h.max}, LimRate: []int32{0}, LimPeriodUs: []int64{0},
-		Exclusive: true, MayGrant: true, LastStripe: 3, GrantRoom: 4 * h.grantMin, RecountBelow: batch + 4*h.grantMin})
-	if err != nil {
-		return 0, 0, err
-	}
-	var f struct {
-		Granted int32 `json:"granted"`
-	}
-	if err := json.Unmarshal(rows[0].Feedback, &f); err != nil {
-		return 0, 0, err
-	}
-	for _, r := range rows {
-		if r.ID != nil {
-			claimed++
-		}
-	}
-	return claimed, f.Granted, tx.Commit(ctx)
-}
-
-// grant runs a grant claim of batch on stripe and returns how many it claimed and the budget left.
-func (h grantHarness) grant(ctx context.Context, db gen.DBTX, stripe int16, batch int32) (int, int32) {
-	o := h.ordered(batch)
-	rows, err := gen.New(db).ClaimGranted(ctx, gen.ClaimGrantedParams{LimKind: []string{"lim"}, LimMaxRunning: []int32{h.max},
-		Queue: "default", Stripe: stripe, Batch: batch, SegPriority: o.SegPriority, SegAfterUs: o.SegAfterUs,
-		SegMinAgeUs: o.SegMinAgeUs, SegMaxAgeUs: o.SegMaxAgeUs, KindVersions: o.KindVersions, Kinds: o.Kinds,
-		WorkerID: o.WorkerID, KindLeaseMs: o.KindLeaseMs})
-	require.NoError(h.t, err)
-	var f struct {
-		BudgetLeft int32 `json:"budget_left"`
-	}
-	require.NoError(h.t, json.Unmarshal(rows[0].Feedback, &f))
-	n := 0
-	for _, r := range rows {
-		if r.ID != nil {
-			n++
-		}
-	}
-	return n, f.BudgetLeft
-}
-
-// state reads the running leased lim jobs (marked: in jobs_limited_idx; all) and the grant rows'
-// total budget and spent.
-func (h grantHarness) state(ctx context.Context) (marked, running, budget, spent int) {
-	require.NoError(h.t, h.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE limited), count(*) FROM tenure.jobs
-		WHERE kind = 'lim' AND state = 'running' AND locked_until > now()`).Scan(&marked, &running))
-	require.NoError(h.t, h.pool.QueryRow(ctx, `SELECT coalesce(sum(budget), 0), coalesce(sum(spent), 0) FROM tenure.flow_grant
-		WHERE queue = 'default' AND kind = 'lim' AND max_running = $1`, h.max).Scan(&budget, &spent))
-	return
-}
-
-// invariant checks what the proof in limits.go keeps: the running jobs within the limit, the
-// unmarked ones within spent, and marked + spent + budget within the limit.
-func (h grantHarness) invariant(ctx context.Context) {
-	marked, running, budget, spent := h.state(ctx)
-	require.LessOrEqual(h.t, running, int(h.max), "more running than the limit")
-	require.LessOrEqual(h.t, running-marked, spent, "unmarked running jobs not covered by spent")
-	require.LessOrEqual(h.t, marked+spent+budget, int(h.max), "marked %d + spent %d + budget %d over the limit", marked, spent, budget)
-}
-
-// TestLimitGrants: the grant accounting, step by step, against the statements. An exclusive
-// claim grants the room it leaves over the stripes; grant claims start jobs unmarked (outside
-// jobs_limited_idx) within their stripe's budget and no further; the next exclusive claim
-// counts what they started (spent) although it cannot see those rows through the index, and
-// recounts them exactly (dropping finished ones) when that bound gets in its way; a pause
-// stops grant claims.
-func TestLimitGrants(t *testing.T) {
-	pool := pgtest.NewPool(t)
-	ctx := context.Background()
-	h := grantHarness{t: t, pool: pool, max: 500, grantMin: 100}
-	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT 'default', 'lim', '{}' FROM generate_series(1, 2000)`)
-	require.NoError(t, err)
-
-	// No grant yet: a grant claim claims nothing.
-	n, left := h.grant(ctx, pool, 0, 50)
-	require.Zero(t, n)
-	require.Zero(t, left)
-
-	// The first exclusive claim: 10 marked, (500-10)/4 = 122 granted per stripe.
-	n, granted, err := h.exclusive(ctx, pool, 10)
-	require.NoError(t, err)
-	require.Equal(t, 10, n)
-	require.Equal(t, int32(122), granted)
-	h.invariant(ctx)
-
-	// Grant claims spend each stripe's 122 and not one more.
-	total := 0
-	for s := range int16(4) {
-		n, left := h.grant(ctx, pool, s, 100)
-		require.Equal(t, 100, n)
-		require.Equal(t, int32(22), left)
-		n, left = h.grant(ctx, pool, s, 100)
-		require.Equal(t, 22, n, "stripe %d", s)
-		require.Zero(t, left)
-		n, _ = h.grant(ctx, pool, s, 100)
-		require.Zero(t, n, "stripe %d claimed past its budget", s)
-		total += 122
-	}
-	marked, running, budget, spent := h.state(ctx)
-	require.Equal(t, 10, marked)
-	require.Equal(t, 10+total, running)
-	require.Zero(t, budget)
-	require.Equal(t, total, spent)
-	var inIndex int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE queue = 'default' AND limited AND locked_until IS NOT NULL`).Scan(&inIndex))
-	require.Equal(t, 10, inIndex, "grant claims marked their rows")
-	h.invariant(ctx)
-
-	// 498 running: an exclusive claim admits 2, counting the unmarked 488 through spent (their
-	// rows are not in jobs_limited_idx).
-	n, granted, err = h.exclusive(ctx, pool, 100)
-	require.NoError(t, err)
-	require.Equal(t, 2, n, "the exclusive claim did not count the grant claims' jobs")
-	require.Zero(t, granted)
-	h.invariant(ctx)
-
-	// 200 of the unmarked jobs finish: the next exclusive claim recounts (spent 488 leaves no
-	// room) and finds 288, so it admits 100 more, sets spent to the recount, grants nothing (room
-	// 100 left is less than 4 x 100).
-	_, err = pool.Exec(ctx, `UPDATE tenure.jobs SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now()
-		WHERE id IN (SELECT id FROM tenure.jobs WHERE kind = 'lim' AND state = 'running' AND NOT limited LIMIT 200)`)
-	require.NoError(t, err)
-	n, granted, err = h.exclusive(ctx, pool, 100)
-	require.NoError(t, err)
-	require.Equal(t, 100, n)
-	require.Zero(t, granted)
-	marked, running, budget, spent = h.state(ctx)
-	require.Equal(t, 112, marked)
-	require.Equal(t, 400, running)
-	require.Zero(t, budget)
-	require.Equal(t, 288, spent)
-	h.invariant(ctx)
-
-	// Everything finishes; the next exclusive claim recounts to 0 and grants again; a pause of
-	// the group stops grant claims.
-	_, err = pool.Exec(ctx, `UPDATE tenure.jobs SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now() WHERE state = 'running'`)
-	require.NoError(t, err)
-	n, granted, err = h.exclusive(ctx, pool, 20)
-	require.NoError(t, err)
-	require.Equal(t, 20, n)
-	require.Equal(t, int32(120), granted)
-	_, err = pool.Exec(ctx, `INSERT INTO tenure.flow (queue, kind, key, blocked_until) VALUES ('default', 'lim', '', now() + interval '1 hour')`)
-	require.NoError(t, err)
-	n, left = h.grant(ctx, pool, 1, 10)
-	require.Zero(t, n, "a grant claim started a job of a paused group")
-	require.Zero(t, left)
-	h.invariant(ctx)
-}
-
-// TestLimitGrantRace: a grant claim in flight (it spent, not yet committed) when an exclusive
-// claim starts. The exclusive claim must wait for it (ClaimGrantsLock) and count its jobs;
-// without that wait it would regrant from a count that misses them.
-func TestLimitGrantRace(t *testing.T) {
-	pool := pgtest.NewPool(t)
-	ctx := context.Background()
-	h := grantHarness{t: t, pool: pool, max: 500, grantMin: 100}
-	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT 'default', 'lim', '{}' FROM generate_series(1, 2000)`)
-	require.NoError(t, err)
-	_, granted, err := h.exclusive(ctx, pool, 10)
-	require.NoError(t, err)
-	require.Equal(t, int32(122), granted)
-
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	n, _ := h.grant(ctx, tx, 2, 100) // spent 100 on stripe 2, uncommitted
-	require.Equal(t, 100, n)
-
-	type res struct {
-		n       int
-		granted int32
-		err     error
-	}
-	done := make(chan res, 1)
-	go func() {
-		n, g, err := h.exclusive(ctx, pool, 50)
-		done <- res{n, g, err}
-	}()
-	select {
-	case r := <-done:
-		t.Fatalf("the exclusive claim did not wait for the grant claim in flight: %+v", r)
-	case <-time.After(500 * time.Millisecond):
-	}
-	require.NoError(t, tx.Commit(ctx))
-	r := <-done
-	require.NoError(t, r.err)
-	require.Equal(t, 50, r.n)
-	// 10 + 50 marked, 100 spent: (500 - 160) / 4 = 85 < 100, so nothing is granted.
-	require.Zero(t, r.granted)
-	h.invariant(ctx)
-}
-
 // rateClaim runs an exclusive limited claim of batch jobs of kind lim under one limit, 10 starts
 // per hour per concurrency key, in its own transaction, and returns how many it claimed.
 func rateClaim(ctx context.Context, pool *pgxpool.Pool, batch int32) (int, error) {
-	h := grantHarness{}
-	o := h.ordered(batch)
+	o := limitedOrdered(batch)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return 0, err
@@ -864,8 +626,7 @@ func rateClaim(ctx context.Context, pool *pgxpool.Pool, batch int32) (int, error
 	rows, err := q.ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: 0, GroupCap: 1 << 30, WorkerID: o.WorkerID, Queue: o.Queue,
 		Batch: batch, Scan: 2 * batch, SegPriority: o.SegPriority, SegAfterUs: o.SegAfterUs, SegMinAgeUs: o.SegMinAgeUs, SegMaxAgeUs: o.SegMaxAgeUs,
 		Kinds: o.Kinds, KindVersions: o.KindVersions, KindLeaseMs: o.KindLeaseMs,
-		LimID: []int32{0}, LimKind: []string{"lim"}, LimPerKey: []bool{true}, LimMaxRunning: []int32{0}, LimRate: []int32{10}, LimPeriodUs: []int64{3600e6},
-		Exclusive: true, MayGrant: false, LastStripe: 3, GrantRoom: 400, RecountBelow: batch + 400})
+		LimID: []int32{0}, LimKind: []string{"lim"}, LimPerKey: []bool{true}, LimMaxRunning: []int32{0}, LimRate: []int32{10}, LimPeriodUs: []int64{3600e6}})
 	if err != nil {
 		return 0, err
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/tenureq/tenure/internal/dbschema"
 )
 
-// This file is flow control near small concurrency limits: permits (docs/design.md, "Flow
+// This file is flow control for concurrency limits: permits (docs/design.md, "Flow
 // control"; docs/guide.md, "Concurrency limits").
 //
 // Why. A queue whose limit is about the size of the fleet's slots (4 workers × 10 slots under
@@ -24,11 +24,12 @@ import (
 // (bench/results/limits-2026-12-01-permits.md).
 //
 // Which queues. A queue is in permit mode when every limit is a concurrency limit without
-// PerKey and without Rate, every MaxRunning is at most permitMaxRunning, and its fairness does
-// not rank (no Quotas, no Deadline). All its limited claims are permit claims; it never takes
-// the counted paths of limits.go (exclusive, striped, grant claims), whose accounting does not
-// know permits. Every worker serving the queue must configure the same limits (as for every
-// limit).
+// PerKey and without Rate and its fairness does not rank (no Quotas, no Deadline), whatever
+// MaxRunning. All its limited claims are permit claims; it never takes the counted paths of
+// limits.go (exclusive, striped claims), whose accounting does not know permits. Every worker
+// serving the queue must configure the same limits (as for every limit). Until issue 28 a
+// MaxRunning above 1,000 took the counted paths with grants instead (limits.go says why they
+// were retired).
 //
 // State. A tenure.flow_permit row per (queue, worker, limit kind): amount, want (the worker's
 // slots for the queue), expires_at. Write, for a limit L and a worker w, U_w for w's running,
@@ -67,16 +68,13 @@ import (
 // owed some), and capacity a dead worker held comes back permitTTL after its last claim (its
 // jobs' own leases count until they expire).
 //
-// Cost. A permit claim is two statements in one round trip, the count of the worker's own
-// running jobs of the limit (at most MaxRunning index entries, hence permitMaxRunning) and one
-// row lock no other worker takes. Finishes of limited jobs do not linger, and each wakes a
-// claimer when it lands (the share has room again).
-
-// permitMaxRunning is the largest MaxRunning a queue in permit mode may have: each permit claim
-// counts the worker's running jobs of the limit through jobs_limited_idx, which holds up to
-// MaxRunning entries (plus dead ones). Larger limits take the counted paths, where grants make
-// claims far from the limit cheap.
-const permitMaxRunning = 1000
+// Cost. A permit claim is two statements in one round trip (three with completions), the count
+// of the worker's own running jobs of the limit and one row lock no other worker takes. The
+// count walks the queue's entries of jobs_limited_idx for the limit's kind (every worker's
+// running, leased, marked jobs: at most min(MaxRunning, the fleet's slots), plus dead entries)
+// and keeps this worker's: its cost grows with the fleet's running jobs, not with MaxRunning.
+// Finishes of limited jobs do not linger, and each wakes a claimer when it lands (the share has
+// room again).
 
 // Permit timing: a row expires permitTTL after its owner's last renewal; a claim renews it when
 // less than permitRenewBelow is left; a worker held back by its share asks for a larger one at
@@ -130,15 +128,7 @@ func (m *permitMode) learn(_ *queue, r *claimResult) {
 
 // usesPermits reports whether a queue with these limits and this fairness claims under permits.
 func usesPermits(la *limitArgs, pol *policy) bool {
-	if la == nil || !la.grantable || pol.weight > 0 || pol.f.Deadline > 0 {
-		return false
-	}
-	for _, m := range la.maxRunning {
-		if m > permitMaxRunning {
-			return false
-		}
-	}
-	return true
+	return la != nil && la.concurrencyOnly && pol.weight == 0 && pol.f.Deadline <= 0
 }
 
 // run runs a permit claim (claim goroutine), allocating first when this worker holds no share,

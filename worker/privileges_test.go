@@ -186,9 +186,9 @@ func requireDenied(t *testing.T, db *pgxpool.Pool, who string, stmts ...string) 
 // TestFeatureSetUnderRoles (issue 29, item 11): the feature set runs under the roles the grant
 // functions make, each with only its own surface. An enqueuer role inserts plain, unique and
 // SQL-enqueued jobs; an operator role pauses and resumes a queue and cancels, re-injects and
-// deletes jobs (audited); a worker role runs limited queues (permit, grant and keyed-rate
-// claims, RetryAfter pauses), a paused queue, a periodic schedule, effects, retention and flow
-// pruning and the registry; a reader role reads. None of the engine's statements is refused.
+// deletes jobs (audited); a worker role runs limited queues (permit claims, for a small and a
+// large limit, and keyed-rate claims, RetryAfter pauses), a paused queue, a periodic schedule,
+// effects, retention and flow pruning and the registry; a reader role reads. None of the engine's statements is refused.
 // (tenurenats' own statements, the outbox relay's and the JetStream ledger's, are checked
 // under these roles by its TestStatementsUnderGrantRoles.) Then what each role must not do:
 // the worker and enqueuer roles cannot write tenure.audit, the enqueuer and reader roles
@@ -207,7 +207,7 @@ func TestFeatureSetUnderRoles(t *testing.T) {
 
 	cfg := fastConfig(map[string]worker.QueueConfig{
 		"permits": {Concurrency: 4, Limits: []worker.Limit{{Kind: "lim", MaxRunning: 2}}},
-		"grants":  {Concurrency: 4, Limits: []worker.Limit{{Kind: "lim", MaxRunning: 5000}}},
+		"large":   {Concurrency: 4, Limits: []worker.Limit{{Kind: "lim", MaxRunning: 5000}}},
 		"keyed":   {Concurrency: 4, Limits: []worker.Limit{{Kind: "lim", PerKey: true, MaxRunning: 1, Rate: 1000, Per: time.Second, RetryAfterPauses: true}}},
 		"paused":  {Concurrency: 2},
 		"default": {Concurrency: 4},
@@ -238,7 +238,7 @@ func TestFeatureSetUnderRoles(t *testing.T) {
 	// The enqueuer: plain, unique and SQL-enqueued jobs.
 	ec := newClient(t, ep, w)
 	var ids []int64
-	for _, q := range []string{"permits", "grants", "keyed"} {
+	for _, q := range []string{"permits", "large", "keyed"} {
 		for i := range 4 {
 			r, err := ec.Insert(ctx, limArgs{N: i, Key: fmt.Sprintf("k%d", i%2)}, &jobs.InsertOpts{Queue: q})
 			require.NoError(t, err)

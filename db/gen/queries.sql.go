@@ -312,188 +312,6 @@ func (q *Queries) ClaimFair(ctx context.Context, arg ClaimFairParams) ([]ClaimFa
 	return items, nil
 }
 
-const claimGranted = `-- name: ClaimGranted :many
-WITH g AS MATERIALIZED (
-    SELECT l.kind, gr.budget, coalesce(f.blocked_until > now(), false) AS blocked
-    FROM (SELECT unnest($1::text[]) AS kind, unnest($2::integer[]) AS max_running) AS l
-    LEFT JOIN tenure.flow_grant gr ON gr.queue = $3 AND gr.kind = l.kind AND gr.stripe = $4::smallint
-                                  AND gr.max_running = l.max_running
-    LEFT JOIN tenure.flow f ON f.queue = $3 AND f.kind = l.kind AND f.key = ''
-), room AS MATERIALIZED (
-    SELECT CASE WHEN bool_or(g.budget IS NULL OR g.blocked) THEN 0
-                ELSE least(min(g.budget), $5::integer) END AS n
-    FROM g
-), seg AS (
-    SELECT priority, after_us, min_age_us, max_age_us FROM (SELECT unnest($6::smallint[]) AS priority,
-            unnest($7::bigint[]) AS after_us,
-            unnest($8::bigint[]) AS min_age_us,
-            unnest($9::bigint[]) AS max_age_us) AS s
-), picked AS MATERIALIZED (
-    SELECT c.id, c.kind
-    FROM seg s
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.kind FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = $3 AND j.priority = s.priority
-          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
-          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
-          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($10::integer[])[array_position($11::text[], j.kind)]
-        ORDER BY j.run_at, j.id
-        LIMIT (SELECT room.n FROM room)
-        FOR UPDATE SKIP LOCKED
-    ) c
-    LIMIT (SELECT room.n FROM room)
-), need AS MATERIALIZED (
-    SELECT l.kind, l.max_running, count(p.id)::integer AS n
-    FROM (SELECT unnest($1::text[]) AS kind, unnest($2::integer[]) AS max_running) AS l
-    LEFT JOIN picked p ON l.kind = '' OR l.kind = p.kind
-    GROUP BY l.kind, l.max_running
-), spend AS (
-    UPDATE tenure.flow_grant gr
-    SET budget = gr.budget - n.n, spent = gr.spent + n.n, updated_at = now()
-    FROM need n
-    WHERE n.n > 0 AND gr.queue = $3 AND gr.kind = n.kind AND gr.stripe = $4::smallint
-      AND gr.max_running = n.max_running AND gr.budget >= n.n
-    RETURNING gr.kind, gr.budget
-), ok AS MATERIALIZED (
-    SELECT (SELECT count(*) FROM spend) = (SELECT count(*) FROM need WHERE need.n > 0) AS ok
-), upd AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked WHERE (SELECT ok.ok FROM ok)),
-                               $12::text, $11::text[], $13::integer[], '{}'::text[]) o
-), flags AS (
-    SELECT jsonb_build_object('budget_left',
-             CASE WHEN NOT (SELECT ok.ok FROM ok) THEN 0
-                  ELSE coalesce((SELECT min(CASE WHEN g.blocked OR g.budget IS NULL THEN 0 ELSE coalesce(s.budget, g.budget) END)
-                                 FROM g LEFT JOIN spend s ON s.kind = g.kind), 0) END) AS feedback
-)
-SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
-       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
-FROM flags f LEFT JOIN upd u ON true
-`
-
-type ClaimGrantedParams struct {
-	LimKind       []string
-	LimMaxRunning []int32
-	Queue         string
-	Stripe        int16
-	Batch         int32
-	SegPriority   []int16
-	SegAfterUs    []int64
-	SegMinAgeUs   []int64
-	SegMaxAgeUs   []int64
-	KindVersions  []int32
-	Kinds         []string
-	WorkerID      string
-	KindLeaseMs   []int32
-}
-
-type ClaimGrantedRow struct {
-	ID             *int64
-	Queue          *string
-	Kind           *string
-	Payload        []byte
-	PayloadVersion *int32
-	Priority       *int16
-	RunAt          *time.Time
-	Attempts       *int32
-	MaxAttempts    *int32
-	LeaseMs        *int32
-	LockedUntil    *time.Time
-	ClaimToken     *uuid.UUID
-	Generation     *int64
-	AttemptedAt    *time.Time
-	CreatedAt      *time.Time
-	Metadata       []byte
-	Tags           []string
-	Snoozes        *int32
-	Feedback       []byte
-}
-
-// Flow control far from the limits (worker/limits.go, "Grants"): ClaimOrdered within the budget
-// an exclusive limited claim granted this stripe, without counting the running jobs and without
-// marking the rows (they do not enter jobs_limited_idx). For queues whose limits are all
-// concurrency limits without PerKey (lim_kind, lim_max_running: all of them). One statement, no
-// advisory lock:
-//  1. g: this stripe's grant row per limit (budget, for the limit as configured) and whether a
-//     RetryAfter pause blocks the limit's group; room = the smallest budget (0 without a grant
-//     row, or while paused), at most @batch.
-//  2. picked: ClaimOrdered's candidates, at most room.
-//  3. spend: each limit's grant row loses the picked jobs it covers from budget and adds them to
-//     spent, only while budget still covers them: the UPDATE waits for a concurrent holder of the
-//     row (another grant claim of the stripe, or an exclusive claim regranting) and rechecks its
-//     condition on the row it then finds (READ COMMITTED), so the budget never goes below zero.
-//  4. upd: the picked jobs are claimed only if every limit's spend succeeded.
-//
-// The feedback is budget_left (the smallest budget left; 0 if a spend failed), on the claimed
-// rows or on one row of NULLs when nothing was claimed.
-func (q *Queries) ClaimGranted(ctx context.Context, arg ClaimGrantedParams) ([]ClaimGrantedRow, error) {
-	rows, err := q.db.Query(ctx, claimGranted,
-		arg.LimKind,
-		arg.LimMaxRunning,
-		arg.Queue,
-		arg.Stripe,
-		arg.Batch,
-		arg.SegPriority,
-		arg.SegAfterUs,
-		arg.SegMinAgeUs,
-		arg.SegMaxAgeUs,
-		arg.KindVersions,
-		arg.Kinds,
-		arg.WorkerID,
-		arg.KindLeaseMs,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []ClaimGrantedRow{}
-	for rows.Next() {
-		var i ClaimGrantedRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Queue,
-			&i.Kind,
-			&i.Payload,
-			&i.PayloadVersion,
-			&i.Priority,
-			&i.RunAt,
-			&i.Attempts,
-			&i.MaxAttempts,
-			&i.LeaseMs,
-			&i.LockedUntil,
-			&i.ClaimToken,
-			&i.Generation,
-			&i.AttemptedAt,
-			&i.CreatedAt,
-			&i.Metadata,
-			&i.Tags,
-			&i.Snoozes,
-			&i.Feedback,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const claimGrantsLock = `-- name: ClaimGrantsLock :exec
-SELECT g.stripe FROM tenure.flow_grant g WHERE g.queue = $1::text FOR UPDATE
-`
-
-// Flow control: the second statement of an exclusive limited claim (after ClaimLimitsLock, before
-// ClaimLimited, same pipeline and transaction): it locks the queue's grant rows, so the grant
-// claims of every stripe (ClaimGranted, which take no advisory lock) wait until this claim has
-// recounted and regranted, and ClaimLimited's snapshot sees every grant claim that spent before.
-func (q *Queries) ClaimGrantsLock(ctx context.Context, queue string) error {
-	_, err := q.db.Exec(ctx, claimGrantsLock, queue)
-	return err
-}
-
 const claimLimited = `-- name: ClaimLimited :many
 WITH clk AS MATERIALIZED (
     SELECT clock_timestamp() AS t
@@ -518,36 +336,6 @@ WITH clk AS MATERIALIZED (
                       AND (NOT l.per_key OR (r.metadata ->> 'tenure.concurrency_key') <> '')
     WHERE l.max_running > 0
     GROUP BY 1, 2
-), gr AS MATERIALIZED (
-    SELECT l.id, sum(g.spent)::integer AS spent, sum(g.budget)::integer AS budget
-    FROM lim l
-    JOIN tenure.flow_grant g ON g.queue = $7 AND g.kind = l.kind
-    WHERE l.max_running > 0 AND NOT l.per_key
-    GROUP BY l.id
-), stale AS MATERIALIZED (
-    SELECT l.id, l.kind, l.max_running - coalesce(m.n, 0) - gr.spent AS room
-    FROM lim l
-    JOIN gr ON gr.id = l.id
-    LEFT JOIN marked m ON m.id = l.id AND m.key = ''
-    WHERE gr.spent > 0
-), tight AS MATERIALIZED (
-    SELECT stale.id, stale.kind FROM stale
-    WHERE $8::boolean AND stale.room - $9::integer < 0
-), recount AS MATERIALIZED (
-    SELECT w.id, c.cnt
-    FROM tight w
-    CROSS JOIN LATERAL (
-        SELECT count(*)::integer AS cnt FROM tenure.jobs r
-        WHERE r.locked_until > (SELECT t FROM clk) AND r.queue = $7 AND NOT r.limited
-          AND (w.kind = '' OR r.kind = w.kind)
-    ) AS c
-), busy AS MATERIALIZED (
-    SELECT x.id, x.key, sum(x.n)::integer AS n
-    FROM (SELECT m.id, m.key, m.n FROM marked m
-          UNION ALL
-          SELECT gr.id, '', CASE WHEN $8::boolean THEN coalesce(rc.cnt, gr.spent) ELSE gr.spent + gr.budget END
-          FROM gr LEFT JOIN recount rc ON rc.id = gr.id) AS x
-    GROUP BY x.id, x.key
 ), rated AS MATERIALIZED (
     SELECT l.id, f.key,
            CASE WHEN l.rate = 0 THEN 0
@@ -563,19 +351,19 @@ WITH clk AS MATERIALIZED (
            least(CASE WHEN l.max_running > 0 THEN l.max_running - coalesce(b.n, 0) ELSE 2147483647 END,
                  CASE WHEN r.blocked THEN 0
                       WHEN l.rate > 0 THEN l.rate - coalesce(r.started, 0) ELSE 2147483647 END) AS room
-    FROM (SELECT busy.id, busy.key FROM busy UNION SELECT rated.id, rated.key FROM rated) k
+    FROM (SELECT marked.id, marked.key FROM marked UNION SELECT rated.id, rated.key FROM rated) k
     JOIN lim l ON l.id = k.id
-    LEFT JOIN busy b ON b.id = k.id AND b.key = k.key
+    LEFT JOIN marked b ON b.id = k.id AND b.key = k.key
     LEFT JOIN rated r ON r.id = k.id AND r.key = k.key
 ), seg AS (
-    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota, ord FROM (SELECT unnest($10::smallint[]) AS priority,
-            unnest($11::bigint[]) AS after_us,
-            unnest($12::bigint[]) AS min_age_us,
-            unnest($13::bigint[]) AS max_age_us,
-            unnest($14::integer[]) AS lim,
-            unnest($15::integer[]) AS rank,
-            unnest($16::integer[]) AS quota,
-            generate_subscripts($10::smallint[], 1) AS ord) AS s
+    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota, ord FROM (SELECT unnest($8::smallint[]) AS priority,
+            unnest($9::bigint[]) AS after_us,
+            unnest($10::bigint[]) AS min_age_us,
+            unnest($11::bigint[]) AS max_age_us,
+            unnest($12::integer[]) AS lim,
+            unnest($13::integer[]) AS rank,
+            unnest($14::integer[]) AS quota,
+            generate_subscripts($8::smallint[], 1) AS ord) AS s
 ), ordc AS MATERIALIZED (
     SELECT s.ord, c.id, c.run_at, c.kind, c.ckey
     FROM seg s
@@ -586,17 +374,17 @@ WITH clk AS MATERIALIZED (
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($17::integer[])[array_position($18::text[], j.kind)]
-          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer <= 0))
+          AND j.payload_version <= ($15::integer[])[array_position($16::text[], j.kind)]
+          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $17::integer <= 0))
                OR NOT EXISTS (SELECT 1 FROM grp g
-                          WHERE g.room - $19::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                          WHERE g.room - $17::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
                             AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
         ORDER BY j.run_at, j.id
-        LIMIT $20
+        LIMIT $18
         FOR UPDATE SKIP LOCKED
     ) c
-    WHERE NOT $21::boolean
-    LIMIT $20
+    WHERE NOT $19::boolean
+    LIMIT $18
 ), rankc AS MATERIALIZED (
     SELECT s.ord, s.priority AS band, s.rank, s.quota, c.id, c.run_at, c.kind, c.ckey
     FROM seg s
@@ -607,17 +395,17 @@ WITH clk AS MATERIALIZED (
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($17::integer[])[array_position($18::text[], j.kind)]
-          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer <= 0))
+          AND j.payload_version <= ($15::integer[])[array_position($16::text[], j.kind)]
+          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $17::integer <= 0))
                OR NOT EXISTS (SELECT 1 FROM grp g
-                          WHERE g.room - $19::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
+                          WHERE g.room - $17::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
                             AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
         ORDER BY j.run_at, j.id
         LIMIT s.lim
         FOR UPDATE SKIP LOCKED
     ) c
-    WHERE $21::boolean
-    LIMIT $20
+    WHERE $19::boolean
+    LIMIT $18
 ), cand AS MATERIALIZED (
     -- pos: the claim order. Ordered: segment order, then run_at. Ranked (ClaimSegments'): a
     -- band's first ` + "`" + `quota` + "`" + ` candidates ahead of every band's overflow, then rank, run_at.
@@ -632,18 +420,18 @@ WITH clk AS MATERIALIZED (
     -- Every group, counted or not, has room for the whole batch (less the reserve, within the
     -- cap), none is paused and no limit counts starts: every candidate is admitted, and hit
     -- (the numbering) is never computed.
-    SELECT ($22::integer >= $23::integer
+    SELECT ($20::integer >= $21::integer
             AND NOT EXISTS (SELECT 1 FROM lim WHERE lim.rate > 0
-                            OR (lim.max_running > 0 AND lim.max_running - $19::integer < $23::integer))
-            AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer < $23::integer))::boolean AS ok
+                            OR (lim.max_running > 0 AND lim.max_running - $17::integer < $21::integer))
+            AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - $17::integer < $21::integer))::boolean AS ok
 ), hit AS MATERIALIZED (
     SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
            row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.pos) AS nth,
            coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
                                   CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room,
            least(coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
-                                        CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) - $19::integer,
-                 $22::integer) AS admit
+                                        CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) - $17::integer,
+                 $20::integer) AS admit
     FROM cand c
     JOIN lim l ON (l.kind = '' OR l.kind = c.kind) AND (NOT l.per_key OR c.ckey IS NOT NULL)
     CROSS JOIN LATERAL (SELECT CASE WHEN l.per_key THEN c.ckey ELSE '' END AS key) x
@@ -653,7 +441,7 @@ WITH clk AS MATERIALIZED (
     WHERE (SELECT roomy.ok FROM roomy)
        OR NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.admit)
     ORDER BY c.pos
-    LIMIT $23
+    LIMIT $21
 ), counted AS (
     INSERT INTO tenure.flow AS f (queue, kind, key, window_start, started, updated_at)
     SELECT $7, h.kind, h.key, h.win, count(*)::integer, (SELECT t FROM clk)
@@ -668,54 +456,16 @@ WITH clk AS MATERIALIZED (
     RETURNING f.key
 ), upd AS MATERIALIZED (
     -- marked limited: the kinds a concurrency limit covers; attempted_at: the rate windows' clock
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $24::text, $18::text[], $25::integer[],
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $22::text, $16::text[], $23::integer[],
                                ARRAY(SELECT l.kind FROM lim l WHERE l.max_running > 0), (SELECT t FROM clk)) o
-), stripe_ids AS MATERIALIZED (
-    SELECT s::smallint AS stripe FROM generate_series(0, $26::integer) AS s
-), share AS MATERIALIZED (
-    -- per limit a grant may cover: the room left after this batch, split over the stripes
-    SELECT l.id, l.kind, l.max_running, rc.cnt AS recounted,
-           greatest(0, coalesce(g.room, l.max_running)
-                       - (SELECT count(*) FROM cand c WHERE c.id IN (SELECT picked.id FROM picked)
-                                                        AND (l.kind = '' OR c.kind = l.kind))::integer) AS room
-    FROM lim l
-    LEFT JOIN grp g ON g.id = l.id AND g.key = ''
-    LEFT JOIN recount rc ON rc.id = l.id
-    WHERE l.max_running > 0 AND NOT l.per_key
-), granted AS MATERIALIZED (
-    SELECT share.id, share.kind, share.max_running, share.recounted,
-           CASE WHEN $27::boolean AND share.room - $28::integer >= 0
-                THEN share.room / (SELECT count(*) FROM stripe_ids)::integer ELSE 0 END AS budget
-    FROM share
-    WHERE $8::boolean
-), regrant AS (
-    UPDATE tenure.flow_grant f
-    SET budget      = gt.budget,
-        max_running = gt.max_running,
-        spent       = CASE WHEN gt.recounted IS NULL THEN f.spent WHEN f.stripe = 0 THEN gt.recounted ELSE 0 END,
-        updated_at  = now()
-    FROM granted gt
-    WHERE f.queue = $7 AND f.kind = gt.kind
-      AND (f.budget <> gt.budget OR f.max_running <> gt.max_running
-           OR f.spent <> (CASE WHEN gt.recounted IS NULL THEN f.spent WHEN f.stripe = 0 THEN gt.recounted ELSE 0 END))
-    RETURNING f.stripe
-), newgrant AS (
-    INSERT INTO tenure.flow_grant (queue, kind, stripe, max_running, budget, spent)
-    SELECT $7, gt.kind, s.stripe, gt.max_running, gt.budget, 0
-    FROM granted gt
-    CROSS JOIN stripe_ids s
-    WHERE gt.budget > 0 AND NOT EXISTS (SELECT 1 FROM gr WHERE gr.id = gt.id)
-    ON CONFLICT (queue, kind, stripe) DO NOTHING
-    RETURNING stripe
 ), flags AS (
     SELECT jsonb_build_object(
-             'binding', EXISTS (SELECT 1 FROM grp WHERE grp.room - $19::integer <= 0)
+             'binding', EXISTS (SELECT 1 FROM grp WHERE grp.room - $17::integer <= 0)
                         OR (NOT (SELECT roomy.ok FROM roomy) AND EXISTS (SELECT 1 FROM hit WHERE hit.nth > hit.admit)),
              'min_room', least((SELECT min(grp.room) FROM grp),
                                (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
                                                  CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
-                               2147483647) - $23::integer,
-             'granted', coalesce((SELECT min(granted.budget) FROM granted), 0)) AS feedback
+                               2147483647) - $21::integer) AS feedback
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -731,8 +481,6 @@ type ClaimLimitedParams struct {
 	LimRate       []int32
 	LimPeriodUs   []int64
 	Queue         string
-	Exclusive     bool
-	RecountBelow  int32
 	SegPriority   []int16
 	SegAfterUs    []int64
 	SegMinAgeUs   []int64
@@ -749,9 +497,6 @@ type ClaimLimitedParams struct {
 	Batch         int32
 	WorkerID      string
 	KindLeaseMs   []int32
-	LastStripe    int32
-	MayGrant      bool
-	GrantRoom     int32
 }
 
 type ClaimLimitedRow struct {
@@ -777,17 +522,14 @@ type ClaimLimitedRow struct {
 }
 
 // ClaimOrdered (or, @ranked, ClaimSegments) under the queue's limits (worker/limits.go; run
-// after ClaimLimitsLock, and ClaimGrantsLock when @exclusive, in the same transaction). Limits
+// after ClaimLimitsLock in the same transaction). Limits
 // are parallel arrays; a limit covers the jobs of lim_kind (” = every kind of the queue),
 // grouped by their concurrency key (metadata "tenure.concurrency_key") when lim_per_key (jobs
 // without a key are not covered by a per-key limit). A group has room = min(max_running -
 // running leased jobs, rate - starts in the current fixed window), or 0 while a handler's
 // RetryAfter blocks it; 0 for max_running or rate means no such limit.
-//  1. grp: the groups something is counted for: marked running leased jobs (jobs_limited_idx)
-//     plus, for a limit with grants (tenure.flow_grant), the jobs grant claims may still run:
-//     spent (exclusive; recounted exactly — unmarked running leased jobs of the limit, through
-//     jobs_running_idx — when spent leaves less than @recount_below of room) or spent + budget
-//     (striped: budgets may be spent unseen).
+//  1. grp: the groups something is counted for: marked running leased jobs (jobs_limited_idx),
+//     and the rate groups' starts in the current window (tenure.flow).
 //  2. cand: the segments' candidates with their claim order pos: ordered (ClaimOrdered's order,
 //     up to @scan in all: the nested loop stops there) or ranked (each segment up to its
 //     seg_limit, ClaimSegments' order), skipping (a heap filter on the same index range) jobs of
@@ -799,16 +541,11 @@ type ClaimLimitedRow struct {
 //     @group_cap (what a striped claim may admit per group).
 //  4. the first @batch admitted are claimed; the rate groups' window counts are updated; rows of
 //     kinds a concurrency limit covers are marked limited (they enter jobs_limited_idx).
-//  5. @exclusive: each limit's grant rows get spent = the recount (if any, on stripe 0) and a
-//     budget of (room left after the batch) / 4 per stripe when @may_grant and that room is at
-//     least @grant_room, else 0 (what was left is voided); rows are created four at a time.
 //
-// The feedback is three flags, on the claimed rows or on one row of NULLs when nothing was
+// The feedback is two flags, on the claimed rows or on one row of NULLs when nothing was
 // claimed. binding: a limit held something back (the engine then does not move the
 // band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
 // of a counted group less @batch (the engine's choice between striped and exclusive claims).
-// granted: the smallest budget granted a stripe (0: none; the next claims are then not grant
-// claims).
 func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]ClaimLimitedRow, error) {
 	rows, err := q.db.Query(ctx, claimLimited,
 		arg.LimID,
@@ -818,8 +555,6 @@ func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]C
 		arg.LimRate,
 		arg.LimPeriodUs,
 		arg.Queue,
-		arg.Exclusive,
-		arg.RecountBelow,
 		arg.SegPriority,
 		arg.SegAfterUs,
 		arg.SegMinAgeUs,
@@ -836,9 +571,6 @@ func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]C
 		arg.Batch,
 		arg.WorkerID,
 		arg.KindLeaseMs,
-		arg.LastStripe,
-		arg.MayGrant,
-		arg.GrantRoom,
 	)
 	if err != nil {
 		return nil, err
