@@ -75,11 +75,12 @@ func BenchmarkBurnDown(b *testing.B) {
 		{"strict", worker.Fairness{}, nil, 0},
 		{"aging", worker.Fairness{Aging: &worker.Aging{Step: 5 * time.Minute}}, nil, 0},
 		{"quota", worker.Fairness{Quotas: map[int]int{jobs.PriorityHigh: 12, jobs.PriorityNormal: 6, jobs.PriorityLow: 2}}, nil, 0},
-		// Flow control configured but not binding: every claim is a limited claim (lock +
-		// ClaimLimited), every job enters jobs_limited_idx, no limit ever holds a job back.
+		// Flow control configured but not binding: every claim is a permit claim (permits.go;
+		// before issue 28 a limit this large took grant claims), every job enters
+		// jobs_limited_idx, no limit ever holds a job back.
 		{"strict-limits", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 1_000_000}}, 0},
-		// A limit above the worker's 100 slots (never binding) and at most 1,000: the queue
-		// claims under permits (permits.go; before them every claim here was exclusive).
+		// A limit above the worker's 100 slots (never binding): the queue claims under permits
+		// (permits.go; before them every claim here was exclusive).
 		{"strict-limit150", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 150}}, 0},
 		// Fair share (fairshare.go): one tenant (the claim's round robin has nothing to
 		// share), and 100 tenants with 1,000 jobs each.

@@ -114,7 +114,7 @@ type Stats struct {
 	// than asked because a group had no room. FlowBlocks counts RetryAfter results that paused
 	// their job's limit groups (Limit.RetryAfterPauses). StripedClaims counts limited claims
 	// that ran striped (in parallel with others, far from every limit; see limits.go).
-	// PermitAllocations counts the times this worker (re)sized its shares of a small limit
+	// PermitAllocations counts the times this worker (re)sized its shares of a concurrency limit
 	// (permits.go).
 	LimitedClaims, FlowBlocks, StripedClaims, PermitAllocations int64
 	// Outcomes confirmed by a fenced write.
