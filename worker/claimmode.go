@@ -43,9 +43,10 @@ import (
 type claimMode interface {
 	// plan adds the mode's decisions to p (loop).
 	plan(q *queue, p *claimPlan)
-	// run runs the planned claim (claim goroutine). It may return rows together with an
-	// error only when rows committed; fb is meaningful even when err is not nil (an
-	// allocation that committed before a failed claim, for instance).
+	// run runs the planned claim (claim goroutine). Rows that committed are returned with a
+	// nil error, whatever failed after them (the loop must own them: rows returned with an
+	// error are dropped); an error means the claim owns nothing. fb is meaningful even when
+	// err is not nil (an allocation that committed before a failed claim, for instance).
 	run(ctx context.Context, q *queue, p *claimPlan) (rows []claimRow, fb claimFeedback, err error)
 	// learn folds what the claim returned (its plan, rows, feedback, error) into the mode's
 	// state (loop).
