@@ -2241,7 +2241,7 @@ WITH f AS (
 ), owned AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
-    WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
+    WHERE j.state = 'running' AND j.claim_token = f.token AND coalesce(j.locked_until, '-infinity') > now()
     FOR UPDATE OF j SKIP LOCKED
 ), extended AS (
     UPDATE tenure.jobs j
@@ -2254,7 +2254,7 @@ SELECT e.id, e.cancel_requested, true AS extended FROM extended e
 UNION ALL
 SELECT j.id, (j.cancel_requested_at IS NOT NULL)::boolean, false
 FROM tenure.jobs j JOIN f ON j.id = f.id
-WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
+WHERE j.state = 'running' AND j.claim_token = f.token AND coalesce(j.locked_until, '-infinity') > now()
   AND j.id NOT IN (SELECT o.id FROM owned o)
 `
 
@@ -2275,6 +2275,11 @@ type HeartbeatRow struct {
 // extended = false, still owned as this statement's snapshot sees it; waiting would hold back
 // every other job of the batch until the lock is released. A job missing from the result has
 // lost its lease. cancel_requested tells the worker an operator asked to cancel it.
+// The lease is compared through coalesce, not as locked_until > now(): a strict comparison on
+// locked_until implies the predicate of jobs_running_idx (locked_until IS NOT NULL) and makes
+// that index a path, and a generic plan made while nothing ran (a backlog analyzed before the
+// workers started) walks every running job of the table through it for each heartbeat, and
+// every queue of a worker sends its own (TestHeartbeatReadsOnlyItsJobsAmongManyRunning).
 func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) ([]HeartbeatRow, error) {
 	rows, err := q.db.Query(ctx, heartbeat, arg.Ids, arg.Tokens)
 	if err != nil {
