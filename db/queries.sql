@@ -254,10 +254,13 @@ FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true;
 -- A statement must not carry two requests of one queue: its own row locks do not make it skip
 -- rows (SKIP LOCKED skips other transactions' locks only), so both would pick the same jobs.
 -- The batcher sends at most one request per queue in a statement.
+-- The queues are read with unnest (subscripting a text array walks it to the element: reading
+-- request i's queue by subscript was quadratic in the requests); the integer arrays are
+-- subscripted (fixed width: direct).
 WITH req AS (
-    SELECT i AS idx, (@req_queue::text[])[i] AS queue, (@req_batch::integer[])[i] AS batch,
-           (@req_seg_lo::integer[])[i] AS seg_lo, (@req_seg_hi::integer[])[i] AS seg_hi
-    FROM generate_subscripts(@req_queue::text[], 1) AS i
+    SELECT u.queue, (@req_batch::integer[])[u.i] AS batch,
+           (@req_seg_lo::integer[])[u.i] AS seg_lo, (@req_seg_hi::integer[])[u.i] AS seg_hi
+    FROM unnest(@req_queue::text[]) WITH ORDINALITY AS u(queue, i)
 ), picked AS (
     SELECT p.id
     FROM req r

@@ -198,7 +198,7 @@ func (q *queue) claimSegments(ctx context.Context, p *claimPlan) ([]claimRow, li
 		for i := range prio {
 			segs[i] = claimSeg{priority: prio[i], afterUs: afterUs[i], minAgeUs: minAgeUs[i], maxUs: maxAge[i]}
 		}
-		rows, err := q.claimBatched(ctx, p.n, segs)
+		rows, err := q.claimBatched(ctx, p.n, segs, p.full)
 		return rows, limitResult{}, err
 	}
 	if !p.ranked {
@@ -298,6 +298,7 @@ func (q *queue) watermarks() (after bandTimes, full bool, prev bandTimes) {
 
 // hintDue records that a job of band prio due at runAtUs was just committed (listener).
 func (q *queue) hintDue(prio int, runAtUs int64) {
+	q.skip.hinted(prio, q.w.clk.Now()) // the batched claims probe the band again (claimbatch.go)
 	h := &q.dueHint[prio]
 	for {
 		cur := h.Load()

@@ -64,7 +64,7 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('a', 'noop', '{}'), ('b', 'noop', '{}')`)
 	require.NoError(t, err)
 	w := &Worker{cfg: Config{ID: "batch-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 4)}
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 4), clk: realClock{}}
 	w.claimLog.every = errorLogEvery
 	bctx, stop := context.WithCancel(ctx)
 	w.spawn(func() { w.claimBatcher(bctx) })
@@ -75,7 +75,7 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	// Given up before it was sent: nothing is claimed.
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	rows, err := qb.claimBatched(gone, 1, segs)
+	rows, err := qb.claimBatched(gone, 1, segs, false)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Empty(t, rows)
 
@@ -91,7 +91,7 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		rows, err := qa.claimBatched(cctx, 1, segs)
+		rows, err := qa.claimBatched(cctx, 1, segs, false)
 		done <- res{rows, err}
 	}()
 	deadline := time.Now().Add(20 * time.Second)

@@ -284,7 +284,7 @@ func TestClaimOrderedManyPlanUsesTheReadyIndex(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
 	sql, order := plantest.SQL(t, "ClaimOrderedMany")
-	require.Equal(t, []string{"req_queue", "req_batch", "req_seg_lo", "req_seg_hi", "seg_priority", "seg_after_us",
+	require.Equal(t, []string{"req_batch", "req_seg_lo", "req_seg_hi", "req_queue", "seg_priority", "seg_after_us",
 		"seg_min_age_us", "seg_max_age_us", "kind_versions", "kinds", "worker_id", "kind_lease_ms"}, order)
 	nine := []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}
 	var queues []string
@@ -301,7 +301,7 @@ func TestClaimOrderedManyPlanUsesTheReadyIndex(t *testing.T) {
 		maxAge = append(maxAge, nine...)
 		hi = append(hi, int32(len(prio)))
 	}
-	args := []any{queues, batch, lo, hi, prio, after, minAge, maxAge, []int32{1}, []string{"noop"}, "explain-worker", []int32{0}}
+	args := []any{batch, lo, hi, queues, prio, after, minAge, maxAge, []int32{1}, []string{"noop"}, "explain-worker", []int32{0}}
 	check := func(what string, plan plantest.Node) {
 		t.Helper()
 		usesReady := false

@@ -47,6 +47,7 @@ type queue struct {
 	// plainNotified: a NOTIFY without a due-time hint arrived since the last full claim (the
 	// listener sets it, the loop clears it when it plans a full claim).
 	plainNotified atomic.Bool
+	skip          bandSkip      // the bands the batched claims found empty (claimbatch.go)
 	resyncCh      chan struct{} // the listener reconnected: heartbeat every job now (1-buffered)
 	stopCh        chan stopPlan // 1-buffered
 	pauseCh       chan bool     // the queue state service: paused or not (1-buffered, latest wins)

@@ -1027,9 +1027,9 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 
 const claimOrderedMany = `-- name: ClaimOrderedMany :many
 WITH req AS (
-    SELECT i AS idx, ($1::text[])[i] AS queue, ($2::integer[])[i] AS batch,
-           ($3::integer[])[i] AS seg_lo, ($4::integer[])[i] AS seg_hi
-    FROM generate_subscripts($1::text[], 1) AS i
+    SELECT u.queue, ($1::integer[])[u.i] AS batch,
+           ($2::integer[])[u.i] AS seg_lo, ($3::integer[])[u.i] AS seg_hi
+    FROM unnest($4::text[]) WITH ORDINALITY AS u(queue, i)
 ), picked AS (
     SELECT p.id
     FROM req r
@@ -1062,10 +1062,10 @@ FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true
 `
 
 type ClaimOrderedManyParams struct {
-	ReqQueue     []string
 	ReqBatch     []int32
 	ReqSegLo     []int32
 	ReqSegHi     []int32
+	ReqQueue     []string
 	SegPriority  []int16
 	SegAfterUs   []int64
 	SegMinAgeUs  []int64
@@ -1111,12 +1111,15 @@ type ClaimOrderedManyRow struct {
 // A statement must not carry two requests of one queue: its own row locks do not make it skip
 // rows (SKIP LOCKED skips other transactions' locks only), so both would pick the same jobs.
 // The batcher sends at most one request per queue in a statement.
+// The queues are read with unnest (subscripting a text array walks it to the element: reading
+// request i's queue by subscript was quadratic in the requests); the integer arrays are
+// subscripted (fixed width: direct).
 func (q *Queries) ClaimOrderedMany(ctx context.Context, arg ClaimOrderedManyParams) ([]ClaimOrderedManyRow, error) {
 	rows, err := q.db.Query(ctx, claimOrderedMany,
-		arg.ReqQueue,
 		arg.ReqBatch,
 		arg.ReqSegLo,
 		arg.ReqSegHi,
+		arg.ReqQueue,
 		arg.SegPriority,
 		arg.SegAfterUs,
 		arg.SegMinAgeUs,
