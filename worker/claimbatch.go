@@ -26,10 +26,16 @@ import (
 // lone request leaves at once, and while statements are in flight new requests accumulate and
 // leave together in the next one (natural batching, as the finishers batch completions).
 //
-// Fairness between queues: requests leave in arrival order, one per queue per statement, and a
-// request's rows are bounded by its own batch (its queue's free slots), so a busy queue cannot
-// take another's rows nor hold its requests back: a request waits for at most the statements
-// in flight plus (pending requests ahead of it) / claimBatchRequests statements.
+// Fairness between queues: requests leave in arrival order, at most one per queue per
+// statement, and a request's rows are bounded by its own batch (its queue's free slots, at most
+// MaxClaimBatch), so a busy queue cannot take another's rows nor hold its requests back. The
+// bound, counted in statements: of the statements the batcher starts after a request reaches
+// it, at most ceil(A/k) + S do not carry it, where A is the number of requests of other queues
+// pending ahead of it, S the number of its own queue's (at most Claimers-1), and k =
+// min(claimBatchRequests, claimBatchRows/MaxClaimBatch) the requests a statement carries at
+// least. A queue has at most Claimers requests pending, so a busy neighbour delays a request by
+// at most ceil(Claimers/k) statements whatever its backlog (with the defaults, one statement:
+// TestClaimBatchSmallQueueLeavesWithinTheBound).
 //
 // Errors and cancellation: a statement that fails fails every request in it (each claim
 // goroutine reports the error to its loop, which backs off as for any failed claim). A request
@@ -183,6 +189,8 @@ type claimReq struct {
 	n     int
 	segs  []claimSeg
 	reply chan claimReply // 1-buffered: the batcher never blocks on it
+	// arrived: how many statements the batcher had started when the request reached it.
+	arrived int64
 }
 
 // claimSeg is one segment of a request, as ClaimOrdered takes it.
@@ -194,6 +202,9 @@ type claimSeg struct {
 type claimReply struct {
 	rows []claimRow
 	err  error
+	// behind: how many statements the batcher started after the request reached it and before
+	// the statement that carried it (the fairness bound above; tests read it).
+	behind int64
 }
 
 // useClaimBatch reports whether a plan goes through the batcher: plain ordered claims only,
@@ -208,6 +219,12 @@ func (q *queue) useClaimBatch(p *claimPlan) bool {
 // taken into a statement; once taken, it returns what the statement claimed even if ctx ended
 // meanwhile.
 func (q *queue) claimBatched(ctx context.Context, n int, segs []claimSeg, full bool) ([]claimRow, error) {
+	rep := q.sendClaim(ctx, n, segs, full)
+	return rep.rows, rep.err
+}
+
+// sendClaim is claimBatched, answering with the batcher's whole reply.
+func (q *queue) sendClaim(ctx context.Context, n int, segs []claimSeg, full bool) claimReply {
 	start := q.w.clk.Now()
 	if !full {
 		segs = q.skip.filter(segs, start, q.plainNotified.Load())
@@ -216,11 +233,11 @@ func (q *queue) claimBatched(ctx context.Context, n int, segs []claimSeg, full b
 	select {
 	case q.w.claimReqCh <- r:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return claimReply{err: ctx.Err()}
 	}
 	rep := <-r.reply
 	q.skip.record(segs, n, rep.rows, rep.err, start)
-	return rep.rows, rep.err
+	return rep
 }
 
 // claimBatcher is the batcher goroutine. It owns the pending requests and the count of
@@ -229,6 +246,7 @@ func (q *queue) claimBatched(ctx context.Context, n int, segs []claimSeg, full b
 func (w *Worker) claimBatcher(ctx context.Context) {
 	var pending []*claimReq
 	inFlight := 0
+	var started int64 // statements started
 	done := make(chan struct{}, claimBatchInFlight)
 	for {
 		for inFlight < claimBatchInFlight && len(pending) > 0 {
@@ -238,8 +256,10 @@ func (w *Worker) claimBatcher(ctx context.Context) {
 				continue // every request taken was already abandoned by its caller
 			}
 			inFlight++
+			seq := started
+			started++
 			w.spawn(func() {
-				w.runClaimBatch(ctx, take)
+				w.runClaimBatch(ctx, take, seq)
 				done <- struct{}{}
 			})
 		}
@@ -250,11 +270,13 @@ func (w *Worker) claimBatcher(ctx context.Context) {
 			}
 			return
 		case r := <-w.claimReqCh:
+			r.arrived = started
 			pending = append(pending, r)
 			// Take the burst that came with it, so that it leaves in one statement.
 			for more := true; more; {
 				select {
 				case r := <-w.claimReqCh:
+					r.arrived = started
 					pending = append(pending, r)
 				default:
 					more = false
@@ -303,9 +325,10 @@ func pickClaimBatch(pending []*claimReq) (take, rest []*claimReq) {
 // The connection caches the plan at the statement's first execution, under the same setting.
 var noBitmap = []lockedStatement{{sql: "SELECT set_config('enable_bitmapscan', 'off', true)"}}
 
-// runClaimBatch runs one ClaimOrderedMany for reqs and answers each request with its rows, or
-// every request with the statement's error.
-func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq) {
+// runClaimBatch runs one ClaimOrderedMany for reqs, the batcher's statement number seq
+// (0-based, in the order started), and answers each request with its rows, or every request
+// with the statement's error.
+func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64) {
 	k := &w.kinds
 	arg := gen.ClaimOrderedManyParams{WorkerID: w.cfg.ID, Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
 	for _, r := range reqs {
@@ -331,7 +354,7 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq) {
 	w.m.claimBatchRequests.Add(int64(len(reqs)))
 	if err != nil {
 		for _, r := range reqs {
-			r.reply <- claimReply{err: err}
+			r.reply <- claimReply{err: err, behind: seq - r.arrived}
 		}
 		return
 	}
@@ -351,6 +374,6 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq) {
 		out[i] = append(out[i], g)
 	}
 	for i, r := range reqs {
-		r.reply <- claimReply{rows: out[i]}
+		r.reply <- claimReply{rows: out[i], behind: seq - r.arrived}
 	}
 }
