@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -360,11 +359,16 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 	}
 	rows, _ := ownedRows(got)
 	out := make([][]claimRow, len(reqs))
+	// A statement carries at most one request per queue (pickClaimBatch), so a row's queue
+	// names its request. (Found by a map: a search of the requests for each row was quadratic,
+	// 500 requests × 500 rows.)
+	byQueue := make(map[string]int, len(reqs))
+	for i, r := range reqs {
+		byQueue[r.queue] = i
+	}
 	for _, g := range rows {
-		// A statement carries at most one request per queue (pickClaimBatch), so a row's queue
-		// names its request.
-		i := slices.IndexFunc(reqs, func(r *claimReq) bool { return r.queue == deref0(g.Queue) })
-		if i < 0 {
+		i, ok := byQueue[deref0(g.Queue)]
+		if !ok {
 			// Cannot happen (each request claims from its own queue). The row is this worker's
 			// now and no request of this statement can take it: report the defect; the lease
 			// sweep gives the job back.
