@@ -63,6 +63,8 @@ type queue struct {
 	permitDone []*execution // successes of limited jobs the next permit claim completes (permits.go)
 	hbInFlight bool
 	hbAll      bool
+	hbDue      time.Time // the next heartbeat pass is due then (zero: none); heartbeat.go
+	hbLast     time.Time // the last heartbeat pass
 	wakeSaved  bool      // a wake-up came while no claimer slept: the next sleep is skipped
 	wm         bandTimes // see watermarks in claim.go
 	wmSince    time.Time // the last full claim (watermarks reset)
@@ -167,15 +169,18 @@ func signal(ch chan struct{}) {
 
 func (q *queue) wake() { signal(q.wakeCh) }
 
-// heartbeatTick is how often the loop looks for due heartbeats and stuck handlers.
+// heartbeatTick is the shortest interval between two heartbeat passes of a loop (the pass
+// runs when a heartbeat or a stuck deadline falls due: heartbeat.go, hbNext).
 const heartbeatTick = 50 * time.Millisecond
 
 // loop is the queue's owner goroutine. ctx is the engine context: it ends at Stop's deadline.
 func (q *queue) loop(ctx context.Context) {
 	defer close(q.done)
 	w := q.w
-	tick := time.NewTicker(heartbeatTick)
-	defer tick.Stop()
+	hbTimer := time.NewTimer(time.Hour)
+	hbTimer.Stop()
+	defer hbTimer.Stop()
+	var hbArmed time.Time // when hbTimer fires (zero: stopped)
 	claimTimer := time.NewTimer(time.Hour)
 	defer claimTimer.Stop()
 	var hardC, releaseC <-chan time.Time
@@ -197,6 +202,10 @@ func (q *queue) loop(ctx context.Context) {
 			// TestClaimBatchManyQueuesDrainExactlyOnce under -race). The event that makes a
 			// claim possible again (a handler result, a resume) runs the loop anyway.
 			claimTimer.Reset(d)
+		}
+		if at, ok := q.hbNext(); ok && !at.Equal(hbArmed) {
+			hbTimer.Reset(max(time.Until(at), 0))
+			hbArmed = at
 		}
 		if len(q.permitDone) > 0 && (q.inFlight == 0 || q.stopping || q.paused) {
 			// No claim took them and none is in flight to take them when it returns: the
@@ -255,7 +264,8 @@ func (q *queue) loop(ctx context.Context) {
 		case <-q.wakeCh:
 			q.wakeOne()
 		case <-claimTimer.C:
-		case now := <-tick.C:
+		case now := <-hbTimer.C:
+			hbArmed = time.Time{}
 			q.heartbeat(ctx, now)
 		case out <- next:
 			q.pending = q.pending[1:]
@@ -423,6 +433,7 @@ func (q *queue) claimed(r claimResult) {
 	}
 	for _, e := range r.execs {
 		q.active[e] = struct{}{}
+		q.hbNote(e) // its heartbeat pass (heartbeat.go)
 		w.m.owned.Add(1)
 		if !e.started {
 			// Claimed while Stop began: the claim committed, so the jobs are ours; give them
