@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/pgtest"
 )
@@ -328,4 +329,37 @@ func TestClaimBatchSmallQueueLeavesWithinTheBound(t *testing.T) {
 	wg.Wait()
 	t.Logf("small queue drained in %d requests; busy queue: %d of %d jobs still ready", smallJobs, left, busyJobs)
 	require.Greater(t, left, int64(busyJobs/2), "the small queue waited for the busy one")
+}
+
+// A finisher's batch spans hundreds of queues when a worker serves hundreds of one-slot queues:
+// settleTo groups it by queue in one pass (it split the rest off for each queue in turn,
+// quadratic: 500 queues, ~4,500 allocations a batch), one send per queue, in order.
+func TestSettleToGroupsInOnePass(t *testing.T) {
+	const n = 500
+	w := &Worker{}
+	qs := make([]*queue, n)
+	var ss []settled
+	for i := range qs {
+		qs[i] = &queue{settledCh: make(chan []settled, 1), done: make(chan struct{})}
+	}
+	for round := range 2 { // each queue twice, interleaved
+		for i := range qs {
+			ss = append(ss, settled{e: &execution{q: qs[i], c: claimed{JobRow: &generics.JobRow{ID: int64(round*n + i)}}}})
+		}
+	}
+	drain := func() {
+		for i, q := range qs {
+			got := <-q.settledCh
+			if len(got) != 2 || got[0].e.c.ID != int64(i) || got[1].e.c.ID != int64(n+i) {
+				t.Fatalf("queue %d got %d results", i, len(got))
+			}
+		}
+	}
+	w.settleTo(context.Background(), ss...)
+	drain()
+	allocs := testing.AllocsPerRun(5, func() {
+		w.settleTo(context.Background(), ss...)
+		drain()
+	})
+	require.Less(t, allocs, float64(3*n), "allocations for one batch over %d queues", n)
 }
