@@ -254,10 +254,13 @@ FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true;
 -- A statement must not carry two requests of one queue: its own row locks do not make it skip
 -- rows (SKIP LOCKED skips other transactions' locks only), so both would pick the same jobs.
 -- The batcher sends at most one request per queue in a statement.
+-- The queues are read with unnest (subscripting a text array walks it to the element: reading
+-- request i's queue by subscript was quadratic in the requests); the integer arrays are
+-- subscripted (fixed width: direct).
 WITH req AS (
-    SELECT i AS idx, (@req_queue::text[])[i] AS queue, (@req_batch::integer[])[i] AS batch,
-           (@req_seg_lo::integer[])[i] AS seg_lo, (@req_seg_hi::integer[])[i] AS seg_hi
-    FROM generate_subscripts(@req_queue::text[], 1) AS i
+    SELECT u.queue, (@req_batch::integer[])[u.i] AS batch,
+           (@req_seg_lo::integer[])[u.i] AS seg_lo, (@req_seg_hi::integer[])[u.i] AS seg_hi
+    FROM unnest(@req_queue::text[]) WITH ORDINALITY AS u(queue, i)
 ), picked AS (
     SELECT p.id
     FROM req r
@@ -1107,12 +1110,17 @@ FOR UPDATE OF j;
 -- extended = false, still owned as this statement's snapshot sees it; waiting would hold back
 -- every other job of the batch until the lock is released. A job missing from the result has
 -- lost its lease. cancel_requested tells the worker an operator asked to cancel it.
+-- The lease is compared through coalesce, not as locked_until > now(): a strict comparison on
+-- locked_until implies the predicate of jobs_running_idx (locked_until IS NOT NULL) and makes
+-- that index a path, and a generic plan made while nothing ran (a backlog analyzed before the
+-- workers started) walks every running job of the table through it for each heartbeat, and
+-- every queue of a worker sends its own (TestHeartbeatReadsOnlyItsJobsAmongManyRunning).
 WITH f AS (
     SELECT unnest(@ids::bigint[]) AS id, unnest(@tokens::uuid[]) AS token
 ), owned AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
-    WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
+    WHERE j.state = 'running' AND j.claim_token = f.token AND coalesce(j.locked_until, '-infinity') > now()
     FOR UPDATE OF j SKIP LOCKED
 ), extended AS (
     UPDATE tenure.jobs j
@@ -1125,7 +1133,7 @@ SELECT e.id, e.cancel_requested, true AS extended FROM extended e
 UNION ALL
 SELECT j.id, (j.cancel_requested_at IS NOT NULL)::boolean, false
 FROM tenure.jobs j JOIN f ON j.id = f.id
-WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
+WHERE j.state = 'running' AND j.claim_token = f.token AND coalesce(j.locked_until, '-infinity') > now()
   AND j.id NOT IN (SELECT o.id FROM owned o);
 
 -- ---------------------------------------------------------------------------------------------

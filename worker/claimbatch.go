@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/tenureq/tenure/db/gen"
 )
@@ -24,10 +25,16 @@ import (
 // lone request leaves at once, and while statements are in flight new requests accumulate and
 // leave together in the next one (natural batching, as the finishers batch completions).
 //
-// Fairness between queues: requests leave in arrival order, one per queue per statement, and a
-// request's rows are bounded by its own batch (its queue's free slots), so a busy queue cannot
-// take another's rows nor hold its requests back: a request waits for at most the statements
-// in flight plus (pending requests ahead of it) / claimBatchRequests statements.
+// Fairness between queues: requests leave in arrival order, at most one per queue per
+// statement, and a request's rows are bounded by its own batch (its queue's free slots, at most
+// MaxClaimBatch), so a busy queue cannot take another's rows nor hold its requests back. The
+// bound, counted in statements: of the statements the batcher starts after a request reaches
+// it, at most ceil(A/k) + S do not carry it, where A is the number of requests of other queues
+// pending ahead of it, S the number of its own queue's (at most Claimers-1), and k =
+// min(claimBatchRequests, claimBatchRows/MaxClaimBatch) the requests a statement carries at
+// least. A queue has at most Claimers requests pending, so a busy neighbour delays a request by
+// at most ceil(Claimers/k) statements whatever its backlog (with the defaults, one statement:
+// TestClaimBatchSmallQueueLeavesWithinTheBound).
 //
 // Errors and cancellation: a statement that fails fails every request in it (each claim
 // goroutine reports the error to its loop, which backs off as for any failed claim). A request
@@ -40,6 +47,22 @@ import (
 //
 // A worker with a single queue never uses the batcher: every statement would carry one request
 // of that queue, one goroutine hop later.
+//
+// Empty bands. A request probes its segments in order, one index descent each, and a claim of
+// a queue with few slots (one job per request) reached the one band holding work only after
+// probing every higher band: with the default bands and normal-priority jobs, 8 descents per
+// job. So a queue's batched claims skip the bands its recent claims found empty (bandSkip): a
+// band that a claim probed and found without a claimable job is left out of the queue's next
+// requests for at most bandSkipFor, and probed again after that. Skipping never changes the
+// order in which the remaining bands are served, and it stops at once
+//   - for a band a NOTIFY announced a job of (a hinted insert: the hint is taken after the
+//     claim that found the band empty started, so that claim may have missed it);
+//   - for every band while a NOTIFY without a hint is unaccounted for (plainNotified), on full
+//     claims (they read every band from its start), and after a claim of the queue came back
+//     short or failed (a queue that is not busy probes every band, as before).
+// What skipping costs: a job that becomes claimable in a band a busy queue found empty without a
+// hinted NOTIFY (a retry's or a scheduled job's due time passing, a job released or reclaimed)
+// waits up to bandSkipFor longer than the queue's next claim (TestClaimBatchSkippedBandIsProbedAgain).
 
 const (
 	// claimBatchInFlight is how many batched statements may run at once, so that one slow
@@ -50,6 +73,109 @@ const (
 	claimBatchRequests = 500
 	claimBatchRows     = 2000
 )
+
+// bandSkipFor is how long a band a queue's batched claim found empty is left out of that
+// queue's next batched claims (see "Empty bands" above).
+const bandSkipFor = time.Second
+
+// bandSkip is what a queue's batched claims learnt about its bands. Claim goroutines write and
+// read it (atomics: a queue may have several claims in flight, and any of their observations
+// is a valid one); the listener records hints.
+type bandSkip struct {
+	// emptyAt: per band, when (clock, unix ns) the latest claim that found the band empty
+	// started; 0: not known empty.
+	emptyAt [maxPriority + 1]atomic.Int64
+	// hintAt: per band, when the latest NOTIFY announcing a job of the band arrived.
+	hintAt [maxPriority + 1]atomic.Int64
+	// short: the queue's latest batched claim claimed fewer jobs than it asked for, or failed.
+	short atomic.Bool
+}
+
+// hinted records a NOTIFY announcing a job of band prio (listener).
+func (b *bandSkip) hinted(prio int, now time.Time) {
+	if prio >= minPriority && prio <= maxPriority {
+		b.hintAt[prio].Store(now.UnixNano())
+	}
+}
+
+// oneSegmentPerBand reports whether segs holds each band at most once (the plans without
+// aging windows): only then does an empty segment mean an empty band.
+func oneSegmentPerBand(segs []claimSeg) bool {
+	var seen [maxPriority + 1]bool
+	for _, s := range segs {
+		if s.priority < minPriority || s.priority > maxPriority || seen[s.priority] {
+			return false
+		}
+		seen[s.priority] = true
+	}
+	return true
+}
+
+// filter returns the segments a request probes: segs without the bands known empty (see
+// "Empty bands"), or segs unchanged when none is skippable or every one would be.
+func (b *bandSkip) filter(segs []claimSeg, now time.Time, noticeUnhinted bool) []claimSeg {
+	if noticeUnhinted || b.short.Load() || !oneSegmentPerBand(segs) {
+		return segs
+	}
+	t := now.UnixNano()
+	skip := func(s claimSeg) bool {
+		e := b.emptyAt[s.priority].Load()
+		// A clock that went back (t < e) skips nothing.
+		return e != 0 && e > b.hintAt[s.priority].Load() && t >= e && t-e < int64(bandSkipFor)
+	}
+	n := 0
+	for _, s := range segs {
+		if !skip(s) {
+			n++
+		}
+	}
+	if n == len(segs) || n == 0 {
+		return segs
+	}
+	out := make([]claimSeg, 0, n)
+	for _, s := range segs {
+		if !skip(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// record learns from a batched claim that started at start, probed segs (in order) for n jobs
+// and returned rows (or err): the bands it probed and found empty, and whether it came back short.
+// A claim that filled its batch probed its segments up to the last band it claimed from; one
+// that came back short probed them all.
+func (b *bandSkip) record(segs []claimSeg, n int, rows []claimRow, err error, start time.Time) {
+	if err != nil {
+		b.short.Store(true)
+		return
+	}
+	b.short.Store(len(rows) < n)
+	if !oneSegmentPerBand(segs) {
+		return
+	}
+	var got [maxPriority + 1]bool
+	for i := range rows {
+		if p := int(deref0(rows[i].Priority)); p >= minPriority && p <= maxPriority {
+			got[p] = true
+		}
+	}
+	probed := len(segs)
+	if len(rows) >= n {
+		for probed > 0 && !got[segs[probed-1].priority] {
+			probed--
+		}
+	}
+	t := start.UnixNano()
+	for i, s := range segs {
+		switch {
+		case got[s.priority]:
+			b.emptyAt[s.priority].Store(0)
+		case i < probed:
+			b.emptyAt[s.priority].Store(t)
+		}
+	}
+}
 
 // errClaimBatcherGone answers the requests pending when the batcher stops (the engine
 // context ended: Stop's deadline).
@@ -62,6 +188,8 @@ type claimReq struct {
 	n     int
 	segs  []claimSeg
 	reply chan claimReply // 1-buffered: the batcher never blocks on it
+	// arrived: how many statements the batcher had started when the request reached it.
+	arrived int64
 }
 
 // claimSeg is one segment of a request, as ClaimOrdered takes it.
@@ -73,6 +201,9 @@ type claimSeg struct {
 type claimReply struct {
 	rows []claimRow
 	err  error
+	// behind: how many statements the batcher started after the request reached it and before
+	// the statement that carried it (the fairness bound above; tests read it).
+	behind int64
 }
 
 // useClaimBatch reports whether a plan goes through the batcher: plain ordered claims only,
@@ -81,18 +212,31 @@ func (q *queue) useClaimBatch(p *claimPlan) bool {
 	return q.w.claimReqCh != nil && !p.ranked && !p.fair && q.limits == nil && len(p.done) == 0
 }
 
-// claimBatched runs a plain ordered claim through the batcher (claim goroutine). It returns
-// an error without claiming when ctx ends before the request is taken into a statement; once
-// taken, it returns what the statement claimed even if ctx ended meanwhile.
-func (q *queue) claimBatched(ctx context.Context, n int, segs []claimSeg) ([]claimRow, error) {
+// claimBatched runs a plain ordered claim through the batcher (claim goroutine), leaving out
+// the bands the queue's recent claims found empty unless full (a full claim reads every band
+// from its start). It returns an error without claiming when ctx ends before the request is
+// taken into a statement; once taken, it returns what the statement claimed even if ctx ended
+// meanwhile.
+func (q *queue) claimBatched(ctx context.Context, n int, segs []claimSeg, full bool) ([]claimRow, error) {
+	rep := q.sendClaim(ctx, n, segs, full)
+	return rep.rows, rep.err
+}
+
+// sendClaim is claimBatched, answering with the batcher's whole reply.
+func (q *queue) sendClaim(ctx context.Context, n int, segs []claimSeg, full bool) claimReply {
+	start := q.w.clk.Now()
+	if !full {
+		segs = q.skip.filter(segs, start, q.plainNotified.Load())
+	}
 	r := &claimReq{ctx: ctx, queue: q.name, n: n, segs: segs, reply: make(chan claimReply, 1)}
 	select {
 	case q.w.claimReqCh <- r:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return claimReply{err: ctx.Err()}
 	}
 	rep := <-r.reply
-	return rep.rows, rep.err
+	q.skip.record(segs, n, rep.rows, rep.err, start)
+	return rep
 }
 
 // claimBatcher is the batcher goroutine. It owns the pending requests and the count of
@@ -101,6 +245,7 @@ func (q *queue) claimBatched(ctx context.Context, n int, segs []claimSeg) ([]cla
 func (w *Worker) claimBatcher(ctx context.Context) {
 	var pending []*claimReq
 	inFlight := 0
+	var started int64 // statements started
 	done := make(chan struct{}, claimBatchInFlight)
 	for {
 		for inFlight < claimBatchInFlight && len(pending) > 0 {
@@ -110,8 +255,10 @@ func (w *Worker) claimBatcher(ctx context.Context) {
 				continue // every request taken was already abandoned by its caller
 			}
 			inFlight++
+			seq := started
+			started++
 			w.spawn(func() {
-				w.runClaimBatch(ctx, take)
+				w.runClaimBatch(ctx, take, seq)
 				done <- struct{}{}
 			})
 		}
@@ -122,11 +269,13 @@ func (w *Worker) claimBatcher(ctx context.Context) {
 			}
 			return
 		case r := <-w.claimReqCh:
+			r.arrived = started
 			pending = append(pending, r)
 			// Take the burst that came with it, so that it leaves in one statement.
 			for more := true; more; {
 				select {
 				case r := <-w.claimReqCh:
+					r.arrived = started
 					pending = append(pending, r)
 				default:
 					more = false
@@ -175,9 +324,10 @@ func pickClaimBatch(pending []*claimReq) (take, rest []*claimReq) {
 // The connection caches the plan at the statement's first execution, under the same setting.
 var noBitmap = []lockedStatement{{sql: "SELECT set_config('enable_bitmapscan', 'off', true)"}}
 
-// runClaimBatch runs one ClaimOrderedMany for reqs and answers each request with its rows, or
-// every request with the statement's error.
-func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq) {
+// runClaimBatch runs one ClaimOrderedMany for reqs, the batcher's statement number seq
+// (0-based, in the order started), and answers each request with its rows, or every request
+// with the statement's error.
+func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64) {
 	k := &w.kinds
 	arg := gen.ClaimOrderedManyParams{WorkerID: w.cfg.ID, Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
 	for _, r := range reqs {
@@ -203,17 +353,22 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq) {
 	w.m.claimBatchRequests.Add(int64(len(reqs)))
 	if err != nil {
 		for _, r := range reqs {
-			r.reply <- claimReply{err: err}
+			r.reply <- claimReply{err: err, behind: seq - r.arrived}
 		}
 		return
 	}
 	rows, _ := ownedRows(got)
 	out := make([][]claimRow, len(reqs))
+	// A statement carries at most one request per queue (pickClaimBatch), so a row's queue
+	// names its request. (Found by a map: a search of the requests for each row was quadratic,
+	// 500 requests × 500 rows.)
+	byQueue := make(map[string]int, len(reqs))
+	for i, r := range reqs {
+		byQueue[r.queue] = i
+	}
 	for _, g := range rows {
-		// A statement carries at most one request per queue (pickClaimBatch), so a row's queue
-		// names its request.
-		i := slices.IndexFunc(reqs, func(r *claimReq) bool { return r.queue == deref0(g.Queue) })
-		if i < 0 {
+		i, ok := byQueue[deref0(g.Queue)]
+		if !ok {
 			// Cannot happen (each request claims from its own queue). The row is this worker's
 			// now and no request of this statement can take it: report the defect; the lease
 			// sweep gives the job back.
@@ -223,6 +378,6 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq) {
 		out[i] = append(out[i], g)
 	}
 	for i, r := range reqs {
-		r.reply <- claimReply{rows: out[i]}
+		r.reply <- claimReply{rows: out[i], behind: seq - r.arrived}
 	}
 }

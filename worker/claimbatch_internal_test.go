@@ -2,15 +2,20 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/pgtest"
 )
@@ -64,7 +69,7 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('a', 'noop', '{}'), ('b', 'noop', '{}')`)
 	require.NoError(t, err)
 	w := &Worker{cfg: Config{ID: "batch-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 4)}
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 4), clk: realClock{}}
 	w.claimLog.every = errorLogEvery
 	bctx, stop := context.WithCancel(ctx)
 	w.spawn(func() { w.claimBatcher(bctx) })
@@ -75,7 +80,7 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	// Given up before it was sent: nothing is claimed.
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	rows, err := qb.claimBatched(gone, 1, segs)
+	rows, err := qb.claimBatched(gone, 1, segs, false)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Empty(t, rows)
 
@@ -91,7 +96,7 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		rows, err := qa.claimBatched(cctx, 1, segs)
+		rows, err := qa.claimBatched(cctx, 1, segs, false)
 		done <- res{rows, err}
 	}()
 	deadline := time.Now().Add(20 * time.Second)
@@ -148,4 +153,213 @@ func TestClaimBatchNoBitmapIsLocal(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('enable_bitmapscan')").Scan(&v))
 		require.Equal(t, "on", v)
 	}
+}
+
+// batcherWorker is a worker with only a claim batcher running (the queues are driven by hand).
+func batcherWorker(t *testing.T, pool *pgxpool.Pool, clk clock) *Worker {
+	t.Helper()
+	w := &Worker{cfg: Config{ID: "batch-test", MaxClaimBatch: 100}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 8), clk: clk}
+	w.claimLog.every = errorLogEvery
+	bctx, stop := context.WithCancel(context.Background())
+	w.spawn(func() { w.claimBatcher(bctx) })
+	t.Cleanup(func() { stop(); w.engWG.Wait() })
+	return w
+}
+
+// allBands are a plain ordered claim's segments (the default policy): bands 9 down to 1.
+func allBands() []claimSeg {
+	var segs []claimSeg
+	for p := maxPriority; p >= minPriority; p-- {
+		segs = append(segs, claimSeg{priority: int16(p), maxUs: maxAgeUs(0)})
+	}
+	return segs
+}
+
+func bandsOf(segs []claimSeg) []int16 {
+	var out []int16
+	for _, s := range segs {
+		out = append(out, s.priority)
+	}
+	return out
+}
+
+// What a queue's batched claims learn about empty bands, and when they stop skipping them.
+func TestBandSkipFilterAndRecord(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	row := func(prio int16) claimRow { return claimRow{Priority: &prio} }
+	var b bandSkip
+	segs := allBands()
+	require.Equal(t, segs, b.filter(segs, t0, false), "nothing known: every band")
+
+	// A claim of 1 job found it in band 2: bands 9..3 were probed empty, band 1 was not probed.
+	b.record(segs, 1, []claimRow{row(2)}, nil, t0)
+	require.Equal(t, []int16{2, 1}, bandsOf(b.filter(segs, t0.Add(time.Millisecond), false)))
+	// Not while a NOTIFY without a hint is unaccounted for.
+	require.Equal(t, segs, b.filter(segs, t0.Add(time.Millisecond), true))
+	// Not past bandSkipFor, nor when the clock went back.
+	require.Equal(t, segs, b.filter(segs, t0.Add(bandSkipFor), false))
+	require.Equal(t, segs, b.filter(segs, t0.Add(-time.Millisecond), false))
+	// A hint for band 7 that arrived after the claim started: band 7 is probed again.
+	b.hinted(7, t0.Add(time.Millisecond))
+	require.Equal(t, []int16{7, 2, 1}, bandsOf(b.filter(segs, t0.Add(2*time.Millisecond), false)))
+	// A hint that arrived before the claim that found the band empty started does not.
+	b.record(segs, 1, []claimRow{row(2)}, nil, t0.Add(3*time.Millisecond))
+	require.Equal(t, []int16{2, 1}, bandsOf(b.filter(segs, t0.Add(4*time.Millisecond), false)))
+
+	// A short claim (the queue is not busy): every band next time, and what it saw is kept.
+	b.record([]claimSeg{{priority: 2}, {priority: 1}}, 5, []claimRow{row(2)}, nil, t0.Add(5*time.Millisecond))
+	require.Equal(t, segs, b.filter(segs, t0.Add(6*time.Millisecond), false))
+	require.NotZero(t, b.emptyAt[1].Load(), "a short claim probed band 1 and found it empty")
+	// A failed claim likewise.
+	b.record(segs, 1, []claimRow{row(2)}, nil, t0.Add(7*time.Millisecond))
+	require.Len(t, b.filter(segs, t0.Add(8*time.Millisecond), false), 1)
+	b.record(segs, 1, nil, errors.New("boom"), t0.Add(9*time.Millisecond))
+	require.Equal(t, segs, b.filter(segs, t0.Add(10*time.Millisecond), false))
+	// A band that served a claim is not empty; every band skippable: none is skipped.
+	b.record(segs, 1, []claimRow{row(9)}, nil, t0.Add(11*time.Millisecond))
+	require.Zero(t, b.emptyAt[9].Load())
+	two := []claimSeg{{priority: 5}, {priority: 4}} // both known empty
+	require.Equal(t, two, b.filter(two, t0.Add(12*time.Millisecond), false))
+	// Aging windows (a band in several segments): nothing is learnt or skipped.
+	aged := []claimSeg{{priority: 3}, {priority: 2}, {priority: 3}}
+	require.Equal(t, aged, b.filter(aged, t0.Add(12*time.Millisecond), false))
+}
+
+// The cost of skipping, bounded: a job that becomes claimable without a hinted NOTIFY in a band
+// the busy queue found empty is claimed once bandSkipFor has passed (or at once on a hint, or
+// on a full claim), and the claims in between still serve the other bands in order.
+func TestClaimBatchSkippedBandIsProbedAgain(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at)
+		SELECT 'a', 'noop', '{}', 2, now() - interval '1 minute' + g * interval '1 millisecond' FROM generate_series(1, 10) g`)
+	require.NoError(t, err)
+	fc := newFakeClock(time.Unix(1_000_000, 0))
+	w := batcherWorker(t, pool, fc)
+	q := &queue{w: w, name: "a"}
+	claim := func(full bool) int16 {
+		t.Helper()
+		rep := q.sendClaim(ctx, 1, allBands(), full)
+		require.NoError(t, rep.err)
+		require.Len(t, rep.rows, 1)
+		return deref0(rep.rows[0].Priority)
+	}
+	require.Equal(t, int16(2), claim(false))
+	require.Equal(t, []int16{2, 1}, bandsOf(q.skip.filter(allBands(), fc.Now(), false)))
+	// A band-9 job made ready without a NOTIFY (as a retry's due time passing is): skipped...
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at) VALUES ('a', 'noop', '{}', 9, now() - interval '1 minute')`)
+	require.NoError(t, err)
+	fc.Advance(bandSkipFor / 2)
+	require.Equal(t, int16(2), claim(false), "the skipped band was probed")
+	// ...until bandSkipFor has passed since a claim last found the band empty.
+	fc.Advance(bandSkipFor)
+	require.Equal(t, int16(9), claim(false))
+	// A hint ends the skip at once.
+	require.Equal(t, int16(2), claim(false))
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at) VALUES ('a', 'noop', '{}', 8, now() - interval '1 minute')`)
+	require.NoError(t, err)
+	fc.Advance(time.Millisecond)
+	require.Equal(t, int16(2), claim(false))
+	q.skip.hinted(8, fc.Now())
+	require.Equal(t, int16(8), claim(false))
+	// A full claim probes every band.
+	require.Equal(t, int16(2), claim(false))
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at) VALUES ('a', 'noop', '{}', 7, now() - interval '1 minute')`)
+	require.NoError(t, err)
+	require.Equal(t, int16(7), claim(true))
+}
+
+// Fairness between queues, counted in statements: next to a busy queue with a deep backlog
+// whose two claimers keep a request pending all the time, each request of a small queue leaves
+// in the first statement the batcher starts after it arrives (the bound: ceil(2/k) = 1
+// statement not carrying it, k = min(claimBatchRequests, claimBatchRows/MaxClaimBatch)), and
+// the small queue's jobs are all claimed while most of the busy backlog is still ready.
+func TestClaimBatchSmallQueueLeavesWithinTheBound(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	const busyJobs, smallJobs, busyBatch = 20000, 5, 50
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, run_at)
+		SELECT 'busy', 'noop', '{}', now() - interval '1 minute' + g * interval '1 microsecond' FROM generate_series(1, $1::int) g`, busyJobs)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT 'small', 'noop', '{}' FROM generate_series(1, $1::int)`, smallJobs)
+	require.NoError(t, err)
+	w := batcherWorker(t, pool, realClock{})
+	busy, small := &queue{w: w, name: "busy"}, &queue{w: w, name: "small"}
+	k := min(claimBatchRequests, claimBatchRows/w.cfg.MaxClaimBatch)
+	const busyClaimers = 2
+	bound := int64((busyClaimers + k - 1) / k)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var busyClaimed atomic.Int64
+	for range busyClaimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rep := busy.sendClaim(ctx, busyBatch, allBands(), false)
+				if rep.err != nil || len(rep.rows) == 0 {
+					return
+				}
+				busyClaimed.Add(int64(len(rep.rows)))
+			}
+		}()
+	}
+	// Let the busy queue's requests queue up first.
+	for w.m.claimBatches.Load() < 4 {
+		time.Sleep(time.Millisecond)
+	}
+	got := 0
+	for got < smallJobs {
+		rep := small.sendClaim(ctx, 1, allBands(), false)
+		require.NoError(t, rep.err)
+		require.LessOrEqual(t, rep.behind, bound, "statements started after the small queue's request arrived that did not carry it")
+		got += len(rep.rows)
+	}
+	left := busyJobs - busyClaimed.Load()
+	close(stop)
+	wg.Wait()
+	t.Logf("small queue drained in %d requests; busy queue: %d of %d jobs still ready", smallJobs, left, busyJobs)
+	require.Greater(t, left, int64(busyJobs/2), "the small queue waited for the busy one")
+}
+
+// A finisher's batch spans hundreds of queues when a worker serves hundreds of one-slot queues:
+// settleTo groups it by queue in one pass (it split the rest off for each queue in turn,
+// quadratic: 500 queues, ~4,500 allocations a batch), one send per queue, in order.
+func TestSettleToGroupsInOnePass(t *testing.T) {
+	const n = 500
+	w := &Worker{}
+	qs := make([]*queue, n)
+	var ss []settled
+	for i := range qs {
+		qs[i] = &queue{settledCh: make(chan []settled, 1), done: make(chan struct{})}
+	}
+	for round := range 2 { // each queue twice, interleaved
+		for i := range qs {
+			ss = append(ss, settled{e: &execution{q: qs[i], c: claimed{JobRow: &generics.JobRow{ID: int64(round*n + i)}}}})
+		}
+	}
+	drain := func() {
+		for i, q := range qs {
+			got := <-q.settledCh
+			if len(got) != 2 || got[0].e.c.ID != int64(i) || got[1].e.c.ID != int64(n+i) {
+				t.Fatalf("queue %d got %d results", i, len(got))
+			}
+		}
+	}
+	w.settleTo(context.Background(), ss...)
+	drain()
+	allocs := testing.AllocsPerRun(5, func() {
+		w.settleTo(context.Background(), ss...)
+		drain()
+	})
+	require.Less(t, allocs, float64(3*n), "allocations for one batch over %d queues", n)
 }

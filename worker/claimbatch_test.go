@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -283,7 +284,7 @@ func TestClaimOrderedManyPlanUsesTheReadyIndex(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
 	sql, order := plantest.SQL(t, "ClaimOrderedMany")
-	require.Equal(t, []string{"req_queue", "req_batch", "req_seg_lo", "req_seg_hi", "seg_priority", "seg_after_us",
+	require.Equal(t, []string{"req_batch", "req_seg_lo", "req_seg_hi", "req_queue", "seg_priority", "seg_after_us",
 		"seg_min_age_us", "seg_max_age_us", "kind_versions", "kinds", "worker_id", "kind_lease_ms"}, order)
 	nine := []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}
 	var queues []string
@@ -300,7 +301,7 @@ func TestClaimOrderedManyPlanUsesTheReadyIndex(t *testing.T) {
 		maxAge = append(maxAge, nine...)
 		hi = append(hi, int32(len(prio)))
 	}
-	args := []any{queues, batch, lo, hi, prio, after, minAge, maxAge, []int32{1}, []string{"noop"}, "explain-worker", []int32{0}}
+	args := []any{batch, lo, hi, queues, prio, after, minAge, maxAge, []int32{1}, []string{"noop"}, "explain-worker", []int32{0}}
 	check := func(what string, plan plantest.Node) {
 		t.Helper()
 		usesReady := false
@@ -418,4 +419,40 @@ func sqlLiteral(v any) string {
 		return join(len(v), func(i int) string { return fmt.Sprint(v[i]) }) + "::bigint[]"
 	}
 	panic(fmt.Sprintf("sqlLiteral: %T", v))
+}
+
+// A worker serving many queues heartbeats each queue's jobs with its own statement (every
+// queue at once after the listener connects), so the statement must read its own jobs by id,
+// never walk every running job of the table: with statistics taken while nothing ran (a
+// backlog analyzed before the workers started), the generic plan walked jobs_running_idx
+// (locked_until > now()) over every running row for each queue's heartbeat — O(queues ×
+// running jobs) at every listener (re)connect (the queues sweep at 1,000 queues: 1,000
+// heartbeats of 550 buffers each).
+func TestHeartbeatReadsOnlyItsJobsAmongManyRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload)
+		SELECT 'q' || (g % 1000), 'noop', '{"n":0}' FROM generate_series(1, 20000) g`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "VACUUM (ANALYZE) tenure.jobs")
+	require.NoError(t, err)
+	rows, err := pool.Query(ctx, `UPDATE tenure.jobs SET state = 'running', claim_token = gen_random_uuid(),
+		locked_until = now() + interval '30 seconds', locked_by = 'w', attempted_at = now(), attempts = 1, generation = 1
+		WHERE id IN (SELECT id FROM tenure.jobs ORDER BY id LIMIT 2000) RETURNING id, claim_token`)
+	require.NoError(t, err)
+	var ids []int64
+	var tokens []uuid.UUID
+	for rows.Next() {
+		var id int64
+		var tok uuid.UUID
+		require.NoError(t, rows.Scan(&id, &tok))
+		ids, tokens = append(ids, id), append(tokens, tok)
+	}
+	require.NoError(t, rows.Err())
+	sql, _ := plantest.SQL(t, "Heartbeat")
+	plan := plantest.ExplainEngine(t, pool, true, sql, ids[:2], tokens[:2])
+	require.False(t, plantest.Indexes(plan)["jobs_running_idx"], "the heartbeat walks every running job")
+	t.Logf("heartbeat of 2 jobs among %d running: %d buffers", len(ids), plan.SharedHit+plan.SharedRd)
+	require.Less(t, plan.SharedHit+plan.SharedRd, int64(100), "the heartbeat of 2 jobs reads more than their pages")
 }

@@ -111,7 +111,7 @@ func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 		for i, s := range p.segs {
 			segs[i] = claimSeg{priority: int16(s.priority), afterUs: p.after[s.priority], minAgeUs: s.minAge.Microseconds(), maxUs: maxAgeUs(s.maxAge)}
 		}
-		rows, err := q.claimBatched(ctx, p.n, segs)
+		rows, err := q.claimBatched(ctx, p.n, segs, p.full)
 		return rows, claimFeedback{}, err
 	}
 	if !p.ranked {

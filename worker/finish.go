@@ -143,25 +143,29 @@ func (w *Worker) finisher(ctx context.Context) {
 	}
 }
 
-// settleTo reports results to their queue loops: one send per queue, however many results.
+// settleTo reports results to their queue loops: one send per queue, however many results,
+// in the order the queues first appear. (Grouped in one pass: splitting the rest off for each
+// queue in turn was quadratic when a batch spans hundreds of queues.)
 func (w *Worker) settleTo(ctx context.Context, ss ...settled) {
-	for len(ss) > 0 {
-		q := ss[0].e.q
-		var mine, rest []settled
-		for _, s := range ss {
-			if s.e.q == q {
-				mine = append(mine, s)
-			} else {
-				rest = append(rest, s)
-			}
+	if len(ss) == 0 {
+		return
+	}
+	var order []*queue
+	byQueue := make(map[*queue][]settled)
+	for _, s := range ss {
+		q := s.e.q
+		if _, ok := byQueue[q]; !ok {
+			order = append(order, q)
 		}
+		byQueue[q] = append(byQueue[q], s)
+	}
+	for _, q := range order {
 		select {
-		case q.settledCh <- mine:
+		case q.settledCh <- byQueue[q]:
 		case <-q.done:
 		case <-ctx.Done():
 			return
 		}
-		ss = rest
 	}
 }
 

@@ -8,8 +8,8 @@ import (
 	"github.com/tenureq/tenure/internal/logkey"
 )
 
-// This file is the heartbeat, run by each queue loop for its own jobs. Every heartbeatTick the
-// loop batches the jobs whose heartbeat is due (each every lease/HeartbeatDivisor) into one
+// This file is the heartbeat, run by each queue loop for its own jobs. When a heartbeat falls
+// due (at most every heartbeatTick; see hbNext) the loop batches the jobs whose heartbeat is due (each every lease/HeartbeatDivisor) into one
 // fenced statement, at most one in flight. A job the statement does not return has lost its
 // lease: its handler's context is cancelled with cause ErrLeaseLost. Two failed statements in
 // a row do the same, since the engine can no longer vouch for the lease. The statement never
@@ -24,18 +24,66 @@ import (
 // maxHeartbeatedFinishFails is how many failed finish writes a returned job keeps its lease.
 const maxHeartbeatedFinishFails = 3
 
+// When the loop runs heartbeat. Not on a fixed tick: hbDue is the earliest instant an active
+// job's heartbeat falls due or its handler's timeout+grace passes (zero: nothing waits), kept
+// as executions arrive (hbNote) and recomputed by each pass; the loop's timer fires then, but
+// never sooner than heartbeatTick after the previous pass (hbNext), so heartbeats falling due
+// close together still share one statement, and a pass that could not send (one in flight) or
+// a resync (hbAll) runs again heartbeatTick later. A fixed 50 ms ticker woke every queue loop 20
+// times a second whatever its jobs' leases: with 1,000 queues, 20,000 loop turns a second, the
+// largest Go cost of a many-queue worker (bench/cmd/scaling, the queues sweep).
+
+// hbNote records that execution e needs a heartbeat pass at its next heartbeat, or at its
+// handler's stuck deadline if sooner (loop only).
+func (q *queue) hbNote(e *execution) {
+	at := e.nextHB
+	if !e.returned && e.h != nil {
+		if s := e.start.Add(e.h.opts.Timeout + q.w.cfg.StuckGrace); s.Before(at) {
+			at = s
+		}
+	}
+	q.hbAt(at)
+}
+
+// hbAt lowers hbDue to t (loop only).
+func (q *queue) hbAt(t time.Time) {
+	if q.hbDue.IsZero() || t.Before(q.hbDue) {
+		q.hbDue = t
+	}
+}
+
+// hbNext returns when the loop must run the next heartbeat pass; false: nothing waits for one.
+func (q *queue) hbNext() (time.Time, bool) {
+	if !q.hbAll && q.hbDue.IsZero() {
+		return time.Time{}, false
+	}
+	at := q.hbDue
+	if q.hbAll || at.IsZero() {
+		at = q.hbLast
+	}
+	if floor := q.hbLast.Add(heartbeatTick); at.Before(floor) {
+		at = floor
+	}
+	return at, true
+}
+
 // heartbeat runs on the loop: it declares stuck handlers and starts the due heartbeats.
 func (q *queue) heartbeat(ctx context.Context, now time.Time) {
 	w := q.w
 	all := q.hbAll
+	q.hbLast, q.hbDue = now, time.Time{}
 	var due []*execution
 	for e := range q.active {
 		if e.released || e.leaseLost || e.stuck {
 			continue
 		}
-		if !e.returned && e.h != nil && now.After(e.start.Add(e.h.opts.Timeout+w.cfg.StuckGrace)) {
-			q.declareStuck(e, now)
-			continue
+		if !e.returned && e.h != nil {
+			stuckAt := e.start.Add(e.h.opts.Timeout + w.cfg.StuckGrace)
+			if now.After(stuckAt) {
+				q.declareStuck(e, now)
+				continue
+			}
+			q.hbAt(stuckAt)
 		}
 		// A job completed inside its handler's transaction needs no more lease, and that
 		// transaction holds the row lock until it ends: heartbeating it would only wait.
@@ -44,9 +92,15 @@ func (q *queue) heartbeat(ctx context.Context, now time.Time) {
 		}
 		if all || !now.Before(e.nextHB) {
 			due = append(due, e)
+		} else {
+			q.hbAt(e.nextHB)
 		}
 	}
-	if len(due) == 0 || q.hbInFlight {
+	if len(due) == 0 {
+		return
+	}
+	if q.hbInFlight {
+		q.hbAt(now) // again after heartbeatTick (hbNext); hbAll stays set
 		return
 	}
 	q.hbAll = false
@@ -72,6 +126,14 @@ func (q *queue) heartbeat(ctx context.Context, now time.Time) {
 func (q *queue) heartbeatDone(r hbResult) {
 	w := q.w
 	q.hbInFlight = false
+	defer func() {
+		// The jobs of this statement need the next pass at their (new) next heartbeat.
+		for _, e := range r.due {
+			if _, ok := q.active[e]; ok && !e.leaseLost {
+				q.hbNote(e)
+			}
+		}
+	}()
 	w.m.heartbeats.Add(1)
 	if r.err != nil {
 		if w.engCtx.Err() != nil {

@@ -112,3 +112,54 @@ func TestHeartbeatDeclaresStuckAfterTimeoutAndGrace(t *testing.T) {
 	q.heartbeat(context.Background(), limit.Add(time.Hour))
 	require.False(t, r.stuck)
 }
+
+// TestHeartbeatPassWhenDue: the loop runs a heartbeat pass when a heartbeat or a stuck deadline
+// falls due, not every heartbeatTick (a fixed ticker woke every queue loop 20 times a second:
+// 20,000 loop turns a second with 1,000 queues), and never sooner than heartbeatTick after the
+// previous pass.
+func TestHeartbeatPassWhenDue(t *testing.T) {
+	q := hbQueue()
+	_, ok := q.hbNext()
+	require.False(t, ok, "no job: no pass")
+
+	e := hbExec(q, 1, time.Minute) // next heartbeat at start + 20 s
+	e.nextHB = clockStart.Add(20 * time.Second)
+	q.hbNote(e)
+	at, ok := q.hbNext()
+	require.True(t, ok)
+	require.Equal(t, clockStart.Add(20*time.Second), at)
+
+	// A handler whose stuck deadline comes first: the pass is due then.
+	s := hbExec(q, 2, time.Hour)
+	s.h = &handler{opts: HandlerOptions{Timeout: time.Second}}
+	q.hbNote(s)
+	at, _ = q.hbNext()
+	require.Equal(t, clockStart.Add(time.Second+10*time.Second), at, "timeout + StuckGrace")
+
+	// A pass with nothing due recomputes the next one from the jobs.
+	now := clockStart.Add(time.Second)
+	q.heartbeat(context.Background(), now)
+	at, _ = q.hbNext()
+	require.Equal(t, clockStart.Add(11*time.Second), at, "job 2's stuck deadline, then job 1's heartbeat")
+	require.False(t, s.stuck)
+
+	// Due while a statement is in flight: again heartbeatTick later, not at once.
+	q.hbInFlight = true
+	due := clockStart.Add(20 * time.Second)
+	q.heartbeat(context.Background(), due)
+	require.True(t, s.stuck)
+	at, _ = q.hbNext()
+	require.Equal(t, due.Add(heartbeatTick), at)
+
+	// Its answer schedules the next pass at the jobs' next heartbeats.
+	q.hbInFlight = false
+	q.hbDue = time.Time{}
+	q.heartbeatDone(hbResult{due: []*execution{e}, at: due, rows: []gen.HeartbeatRow{{ID: 1, Extended: true}}})
+	at, _ = q.hbNext()
+	require.Equal(t, due.Add(20*time.Second), at)
+
+	// A resync (hbAll): heartbeatTick after the last pass.
+	q.hbAll = true
+	at, _ = q.hbNext()
+	require.Equal(t, due.Add(heartbeatTick), at)
+}

@@ -48,6 +48,7 @@ type queue struct {
 	// plainNotified: a NOTIFY without a due-time hint arrived since the last full claim (the
 	// listener sets it, the loop clears it when it plans a full claim).
 	plainNotified atomic.Bool
+	skip          bandSkip      // the bands the batched claims found empty (claimbatch.go)
 	resyncCh      chan struct{} // the listener reconnected: heartbeat every job now (1-buffered)
 	stopCh        chan stopPlan // 1-buffered
 	pauseCh       chan bool     // the queue state service: paused or not (1-buffered, latest wins)
@@ -62,6 +63,8 @@ type queue struct {
 	pending    []*execution
 	hbInFlight bool
 	hbAll      bool
+	hbDue      time.Time // the next heartbeat pass is due then (zero: none); heartbeat.go
+	hbLast     time.Time // the last heartbeat pass
 	wakeSaved  bool      // a wake-up came while no claimer slept: the next sleep is skipped
 	wm         bandTimes // see watermarks in claim.go
 	wmSince    time.Time // the last full claim (watermarks reset)
@@ -155,15 +158,18 @@ func signal(ch chan struct{}) {
 
 func (q *queue) wake() { signal(q.wakeCh) }
 
-// heartbeatTick is how often the loop looks for due heartbeats and stuck handlers.
+// heartbeatTick is the shortest interval between two heartbeat passes of a loop (the pass
+// runs when a heartbeat or a stuck deadline falls due: heartbeat.go, hbNext).
 const heartbeatTick = 50 * time.Millisecond
 
 // loop is the queue's owner goroutine. ctx is the engine context: it ends at Stop's deadline.
 func (q *queue) loop(ctx context.Context) {
 	defer close(q.done)
 	w := q.w
-	tick := time.NewTicker(heartbeatTick)
-	defer tick.Stop()
+	hbTimer := time.NewTimer(time.Hour)
+	hbTimer.Stop()
+	defer hbTimer.Stop()
+	var hbArmed time.Time // when hbTimer fires (zero: stopped)
 	claimTimer := time.NewTimer(time.Hour)
 	defer claimTimer.Stop()
 	var hardC, releaseC <-chan time.Time
@@ -185,6 +191,10 @@ func (q *queue) loop(ctx context.Context) {
 			// TestClaimBatchManyQueuesDrainExactlyOnce under -race). The event that makes a
 			// claim possible again (a handler result, a resume) runs the loop anyway.
 			claimTimer.Reset(d)
+		}
+		if at, ok := q.hbNext(); ok && !at.Equal(hbArmed) {
+			hbTimer.Reset(max(time.Until(at), 0))
+			hbArmed = at
 		}
 		if pm, ok := q.mode.(*permitMode); ok && len(pm.done) > 0 && (q.inFlight == 0 || q.stopping || q.paused) {
 			// No claim took them and none is in flight to take them when it returns: the
@@ -242,7 +252,8 @@ func (q *queue) loop(ctx context.Context) {
 		case <-q.wakeCh:
 			q.wakeOne()
 		case <-claimTimer.C:
-		case now := <-tick.C:
+		case now := <-hbTimer.C:
+			hbArmed = time.Time{}
 			q.heartbeat(ctx, now)
 		case out <- next:
 			q.pending = q.pending[1:]
@@ -416,6 +427,7 @@ func (q *queue) claimed(r claimResult) {
 		// without lingering and wake a claimer when it lands (limits.go).
 		e.limited = e.limited && r.plan.exclusive
 		q.active[e] = struct{}{}
+		q.hbNote(e) // its heartbeat pass (heartbeat.go)
 		w.m.owned.Add(1)
 		if q.stopping {
 			// Claimed while Stop began: the claim committed, so the jobs are ours; give them

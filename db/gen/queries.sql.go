@@ -759,9 +759,9 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 
 const claimOrderedMany = `-- name: ClaimOrderedMany :many
 WITH req AS (
-    SELECT i AS idx, ($1::text[])[i] AS queue, ($2::integer[])[i] AS batch,
-           ($3::integer[])[i] AS seg_lo, ($4::integer[])[i] AS seg_hi
-    FROM generate_subscripts($1::text[], 1) AS i
+    SELECT u.queue, ($1::integer[])[u.i] AS batch,
+           ($2::integer[])[u.i] AS seg_lo, ($3::integer[])[u.i] AS seg_hi
+    FROM unnest($4::text[]) WITH ORDINALITY AS u(queue, i)
 ), picked AS (
     SELECT p.id
     FROM req r
@@ -794,10 +794,10 @@ FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true
 `
 
 type ClaimOrderedManyParams struct {
-	ReqQueue     []string
 	ReqBatch     []int32
 	ReqSegLo     []int32
 	ReqSegHi     []int32
+	ReqQueue     []string
 	SegPriority  []int16
 	SegAfterUs   []int64
 	SegMinAgeUs  []int64
@@ -843,12 +843,15 @@ type ClaimOrderedManyRow struct {
 // A statement must not carry two requests of one queue: its own row locks do not make it skip
 // rows (SKIP LOCKED skips other transactions' locks only), so both would pick the same jobs.
 // The batcher sends at most one request per queue in a statement.
+// The queues are read with unnest (subscripting a text array walks it to the element: reading
+// request i's queue by subscript was quadratic in the requests); the integer arrays are
+// subscripted (fixed width: direct).
 func (q *Queries) ClaimOrderedMany(ctx context.Context, arg ClaimOrderedManyParams) ([]ClaimOrderedManyRow, error) {
 	rows, err := q.db.Query(ctx, claimOrderedMany,
-		arg.ReqQueue,
 		arg.ReqBatch,
 		arg.ReqSegLo,
 		arg.ReqSegHi,
+		arg.ReqQueue,
 		arg.SegPriority,
 		arg.SegAfterUs,
 		arg.SegMinAgeUs,
@@ -1973,7 +1976,7 @@ WITH f AS (
 ), owned AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
-    WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
+    WHERE j.state = 'running' AND j.claim_token = f.token AND coalesce(j.locked_until, '-infinity') > now()
     FOR UPDATE OF j SKIP LOCKED
 ), extended AS (
     UPDATE tenure.jobs j
@@ -1986,7 +1989,7 @@ SELECT e.id, e.cancel_requested, true AS extended FROM extended e
 UNION ALL
 SELECT j.id, (j.cancel_requested_at IS NOT NULL)::boolean, false
 FROM tenure.jobs j JOIN f ON j.id = f.id
-WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
+WHERE j.state = 'running' AND j.claim_token = f.token AND coalesce(j.locked_until, '-infinity') > now()
   AND j.id NOT IN (SELECT o.id FROM owned o)
 `
 
@@ -2007,6 +2010,11 @@ type HeartbeatRow struct {
 // extended = false, still owned as this statement's snapshot sees it; waiting would hold back
 // every other job of the batch until the lock is released. A job missing from the result has
 // lost its lease. cancel_requested tells the worker an operator asked to cancel it.
+// The lease is compared through coalesce, not as locked_until > now(): a strict comparison on
+// locked_until implies the predicate of jobs_running_idx (locked_until IS NOT NULL) and makes
+// that index a path, and a generic plan made while nothing ran (a backlog analyzed before the
+// workers started) walks every running job of the table through it for each heartbeat, and
+// every queue of a worker sends its own (TestHeartbeatReadsOnlyItsJobsAmongManyRunning).
 func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) ([]HeartbeatRow, error) {
 	rows, err := q.db.Query(ctx, heartbeat, arg.Ids, arg.Tokens)
 	if err != nil {

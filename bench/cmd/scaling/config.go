@@ -54,6 +54,8 @@ type config struct {
 	merge    string // a previous run's JSON whose sweeps are kept unless rerun
 	render   string // only re-render this JSON report's markdown and plots (no run)
 	keepDBs  bool
+	// cpuProfile: write a Go CPU profile of each point's measured window to <cpuProfile>-<sweep>-<x>.pprof.
+	cpuProfile string
 }
 
 func envOr(key, def string) string {
@@ -153,6 +155,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.merge, "merge", "", "start from this earlier JSON report: its sweeps are kept unless this run reruns them")
 	fs.StringVar(&c.render, "render", "", "run nothing: re-render the markdown and the plots of this JSON report (into -out; with -publish, the published names too)")
 	fs.BoolVar(&c.keepDBs, "keep-dbs", false, "do not drop the per-point databases (debugging)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of each point's measured window to <prefix>-<sweep>-<x>.pprof (profiling)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

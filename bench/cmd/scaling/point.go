@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -389,12 +390,20 @@ func runPoint(ctx context.Context, c *config, adminURL, dbName string, x int, s 
 	before := pgutil.Statements(ctx, e.url, 50)
 	selfBefore := procstat.SelfCPU()
 	cpu.Reset()
+	stopProfile := startProfile(c, dbName, x, logf)
 	start := time.Now()
 	if err := r.w.Start(ctx); err != nil {
 		return nil, err
 	}
 	var done int64
 	for {
+		// worker.Stats() costs more the more queues the worker serves (per-queue histograms):
+		// polled every 10 ms it charged the many-queue points for the measurement itself. The
+		// handler's own count is read until the slice has run, then Stats (the finishes landed).
+		if r.handled.Load() < int64(s.Slice) && time.Since(start) <= c.pointLimit && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
 		done = r.w.Stats().Succeeded
 		if done >= int64(s.Slice) {
 			break
@@ -406,6 +415,7 @@ func runPoint(ctx context.Context, c *config, adminURL, dbName string, x int, s 
 		time.Sleep(10 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
+	stopProfile()
 	st := r.w.Stats()
 	p.Claim, p.ClaimsByName, p.ClaimErrors = r.tr.Total(), r.tr.ByName(), r.tr.Errors()
 	pgCPU, _, cpuErr := cpu.Stop(ctx)
@@ -500,4 +510,32 @@ func explainClaim(ctx context.Context, conn *pgx.Conn, sql string, args []any) (
 		return ex, errors.New("no execution time in the plan")
 	}
 	return ex, nil
+}
+
+// startProfile starts the Go CPU profile of a point's measured window (-cpuprofile) and
+// returns what stops it; without -cpuprofile it does nothing.
+func startProfile(c *config, dbName string, x int, logf func(string, ...any)) func() {
+	if c.cpuProfile == "" {
+		return func() {}
+	}
+	sweep := dbName
+	if parts := strings.Split(dbName, "_"); len(parts) >= 3 {
+		sweep = parts[2]
+	}
+	name := fmt.Sprintf("%s-%s-%d.pprof", c.cpuProfile, sweep, x)
+	f, err := os.Create(name)
+	if err != nil {
+		logf("    cpuprofile: %v", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		logf("    cpuprofile: %v", err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		logf("    cpu profile: %s", name)
+	}
 }
