@@ -544,7 +544,8 @@ func insertedJob(j gen.InsertJobRow) gen.TenureJob {
 		Generation: j.Generation, AttemptedAt: j.AttemptedAt, LastErrorCode: j.LastErrorCode, Errors: j.Errors,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, FinishedAt: j.FinishedAt, CancelRequestedAt: j.CancelRequestedAt,
 		Metadata: j.Metadata, UniqueKey: j.UniqueKey, UniqueStates: j.UniqueStates, Tags: j.Tags, Output: j.Output,
-		Snoozes: j.Snoozes}
+		Snoozes: j.Snoozes, WorkflowID: j.WorkflowID, TaskName: j.TaskName, SequenceKey: j.SequenceKey,
+		DepsPending: j.DepsPending, HasDependents: j.HasDependents}
 }
 
 // InsertMany validates every job first (one bad job rejects the whole call, writing nothing)

@@ -20,6 +20,7 @@ const (
 	TenureJobStateSucceeded TenureJobState = "succeeded"
 	TenureJobStateDead      TenureJobState = "dead"
 	TenureJobStateCancelled TenureJobState = "cancelled"
+	TenureJobStateWaiting   TenureJobState = "waiting"
 )
 
 func (e *TenureJobState) Scan(src interface{}) error {
@@ -139,6 +140,18 @@ type TenureJob struct {
 	Output            []byte
 	Snoozes           int32
 	Limited           bool
+	WorkflowID        *uuid.UUID
+	TaskName          *string
+	SequenceKey       *string
+	DepsPending       int32
+	HasDependents     bool
+}
+
+type TenureJobDep struct {
+	DepID     int64
+	JobID     int64
+	OnFailure string
+	Resolved  bool
 }
 
 type TenureKind struct {
@@ -189,6 +202,12 @@ type TenureQueue struct {
 	PausedAt  *time.Time
 	UpdatedBy string
 	Reason    string
+	UpdatedAt time.Time
+}
+
+type TenureSequence struct {
+	Key       string
+	LastJobID int64
 	UpdatedAt time.Time
 }
 
