@@ -62,6 +62,7 @@ func (w *Worker) neededPrivileges() []tablePrivilege {
 	add("schema_migrations", "Start checks the schema version", "SELECT")
 	add("jobs", "claims, heartbeats, finishes, reclaim", "SELECT", "UPDATE")
 	add("effects", "worker.Effect's ledger", "SELECT", "INSERT", "UPDATE")
+	add("job_deps", "finishes release workflow and sequence dependents", "SELECT", "UPDATE")
 	add("queues", "queue pause", "SELECT")
 	// The flow prune runs every PruneEvery over every queue served (limits.go), limits or not.
 	add("flow", "the flow prune", "SELECT", "UPDATE", "DELETE")
