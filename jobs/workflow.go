@@ -88,7 +88,9 @@ const (
 	RunDependents OnDependencyFailure = "run"
 )
 
-func (p OnDependencyFailure) valid() bool { return p == "" || p == CancelDependents || p == RunDependents }
+func (p OnDependencyFailure) valid() bool {
+	return p == "" || p == CancelDependents || p == RunDependents
+}
 
 // MaxTaskNameChars bounds a task's name (characters), the database's bound.
 const MaxTaskNameChars = generics.MaxNameChars
