@@ -75,13 +75,16 @@ CREATE INDEX jobs_sequence_idx ON tenure.jobs (sequence_key, id) WHERE sequence_
 --   dependents are then settled in the next round of the loop (not by a nested trigger: the
 --   trigger fires at depth 0 only, so a chain of any length cancels without recursion);
 --   left waiting for an edge that failed under on_failure = 'block'.
--- Dependents are updated in one statement per round, so a batch of finishes that are all
--- dependencies of one fan-in task decrements its count once per statement, in id order of the
--- row locks the UPDATE takes (no deadlock between two batches). Under READ COMMITTED a
--- concurrent finish of another dependency waits for the dependent's row lock and then
--- decrements the committed count: counts are never lost.
+-- Its statement runs on a cached generic plan (plan_cache_mode: the custom plans PL/pgSQL
+-- otherwise re-plans per call cost ~0.7 ms a release, 6x the statement itself).
+-- Each round reads the edges and the dependents by primary key (= ANY of arrays: a join with
+-- the unnested arrays lets the cached generic plan hash-join against a scan of the whole
+-- table, measured at 0.7 ms a release with 2,000 edges, growing with the table). Under READ
+-- COMMITTED a concurrent finish of another dependency of the same dependent waits for the
+-- dependent's row lock and then decrements the committed count: counts are never lost.
 CREATE FUNCTION tenure.settle_dependents() RETURNS trigger
     LANGUAGE plpgsql VOLATILE
+    SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     ids    bigint[] := ARRAY[NEW.id];
@@ -92,7 +95,7 @@ BEGIN
             UPDATE tenure.job_deps d
             SET resolved = true
             FROM unnest(ids, states) AS f(id, st)
-            WHERE d.dep_id = f.id AND NOT d.resolved
+            WHERE d.dep_id = ANY (ids) AND d.dep_id = f.id AND NOT d.resolved
               AND (f.st = 'succeeded' OR d.on_failure <> 'block')
             RETURNING d.job_id, d.dep_id, f.st, (f.st = 'succeeded' OR d.on_failure = 'run') AS release
         ), per_job AS (
@@ -123,7 +126,8 @@ BEGIN
                               ELSE j.errors END,
                 updated_at = now()
             FROM per_job p
-            WHERE j.id = p.job_id AND j.state::text = 'waiting'
+            WHERE j.id = ANY (ARRAY(SELECT p2.job_id FROM per_job p2)) AND j.id = p.job_id
+              AND j.state::text = 'waiting'
             RETURNING j.id, j.state::text AS state, j.has_dependents, j.queue, j.priority, j.run_at
         ), woken AS (
             -- the new-job signal (InsertJob's payload) for each queue and band given due jobs
