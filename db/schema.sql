@@ -1082,8 +1082,7 @@ AS $$
         'flow:SELECT, INSERT, UPDATE, DELETE', 'flow_grant:SELECT, INSERT, UPDATE',
         'flow_permit:SELECT, INSERT, UPDATE, DELETE', 'outbox:SELECT, INSERT, UPDATE, DELETE',
         'stream_effects:SELECT, INSERT, UPDATE, DELETE', 'schema_migrations:SELECT',
-        'kinds:SELECT, INSERT, UPDATE, DELETE', 'job_deps:SELECT, INSERT, UPDATE, DELETE',
-        'sequences:SELECT, INSERT, UPDATE, DELETE'])
+        'kinds:SELECT, INSERT, UPDATE, DELETE', 'job_deps:SELECT, UPDATE, DELETE'])
 $$;
 
 CREATE OR REPLACE FUNCTION tenure.grant_operator(role name) RETURNS SETOF text

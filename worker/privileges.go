@@ -69,6 +69,7 @@ func (w *Worker) neededPrivileges() []tablePrivilege {
 	if w.cfg.FinishedRetention >= 0 || w.cfg.DeadRetention >= 0 {
 		add("jobs", "retention pruning", "DELETE")
 		add("effects", "retention pruning", "DELETE")
+		add("job_deps", "retention pruning", "DELETE")
 	}
 	if w.cfg.RegistryEvery > 0 {
 		add("workers", "the worker registry", "SELECT", "INSERT", "UPDATE", "DELETE")

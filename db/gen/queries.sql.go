@@ -1801,6 +1801,8 @@ WITH gone AS (
     DELETE FROM tenure.jobs WHERE id = $1 AND state <> 'running' RETURNING id
 ), effects AS (
     DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT id FROM gone)
+), deps AS (
+    DELETE FROM tenure.job_deps d WHERE d.dep_id IN (SELECT id FROM gone) OR d.job_id IN (SELECT id FROM gone)
 )
 SELECT id FROM gone
 `
@@ -4195,6 +4197,10 @@ WITH picked AS (
     DELETE FROM tenure.effects e
     WHERE e.job_id = ANY(ARRAY(SELECT id FROM gone))
     RETURNING e.job_id
+), deps AS (
+    -- the workflow and sequence edges into and out of the deleted jobs (migration 0020)
+    DELETE FROM tenure.job_deps d
+    WHERE d.dep_id = ANY(ARRAY(SELECT id FROM gone)) OR d.job_id = ANY(ARRAY(SELECT id FROM gone))
 )
 SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
        (SELECT count(*) FROM effects)::bigint AS effects,
@@ -4238,6 +4244,10 @@ WITH picked AS (
     DELETE FROM tenure.effects e
     WHERE e.job_id = ANY(ARRAY(SELECT id FROM gone))
     RETURNING e.job_id
+), deps AS (
+    -- the workflow and sequence edges into and out of the deleted jobs (migration 0020)
+    DELETE FROM tenure.job_deps d
+    WHERE d.dep_id = ANY(ARRAY(SELECT id FROM gone)) OR d.job_id = ANY(ARRAY(SELECT id FROM gone))
 )
 SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
        (SELECT count(*) FROM effects)::bigint AS effects,
@@ -4261,7 +4271,8 @@ type PruneFinishedBatchRow struct {
 // batch's last finish time (a lower bound that lets the index scan start past the entries the
 // earlier batches' deleted rows leave behind until VACUUM). The same statement deletes the
 // effect-ledger rows of exactly the jobs it deleted (effects_job_name's index leads with
-// job_id). The DELETE repeats the state and time conditions so a row that changed after it was
+// job_id), and the workflow and sequence edges of those jobs (tenure.job_deps). The DELETE
+// repeats the state and time conditions so a row that changed after it was
 // picked (a concurrent re-inject) is kept. Returns the counts and the latest finish time
 // deleted (@after when nothing was).
 func (q *Queries) PruneFinishedBatch(ctx context.Context, arg PruneFinishedBatchParams) (PruneFinishedBatchRow, error) {
