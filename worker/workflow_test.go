@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/jobs"
@@ -388,4 +389,102 @@ func TestCancelWorkflow(t *testing.T) {
 
 	_, err = c.CancelWorkflow(ctx, uuid.New(), act)
 	require.ErrorIs(t, err, jobs.ErrWorkflowNotFound)
+}
+
+// TestWorkflowInAnotherSchema: workflows and sequences work in a schema of their own
+// (Config.Schema): the migrated trigger and functions read and write that schema's tables,
+// and the release's NOTIFY goes to that schema's channel (the dependent is picked up without
+// waiting for a poll: the worker's poll is set to 1 minute here).
+func TestWorkflowInAnotherSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	r, err := migrations.NewRunner(migrations.Options{Schema: "flows2"})
+	require.NoError(t, err)
+	_, err = r.Up(ctx, pool)
+	require.NoError(t, err)
+	cfg := fastConfig(nil)
+	cfg.Schema = "flows2"
+	cfg.FetchPollMin, cfg.FetchPollMax = time.Minute, time.Minute
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	var ran []string
+	var mu sync.Mutex
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[stepArgs]) error {
+		mu.Lock()
+		ran = append(ran, job.Args.Name)
+		mu.Unlock()
+		return nil
+	}, nil)
+	c, err := jobs.NewClient(pool, &jobs.Config{Schema: "flows2"})
+	require.NoError(t, err)
+	startWorker(t, w)
+	time.Sleep(200 * time.Millisecond) // the worker listens
+	wf := jobs.NewWorkflow("other-schema", nil).
+		Add("a", stepArgs{Name: "a"}, nil).
+		Add("b", stepArgs{Name: "b"}, &jobs.TaskOpts{DependsOn: []string{"a"}})
+	_, err = c.InsertWorkflow(ctx, wf)
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		_, err := c.Insert(ctx, stepArgs{Name: fmt.Sprintf("s%d", i)}, &jobs.InsertOpts{Sequence: "s"})
+		require.NoError(t, err)
+	}
+	waitFor(t, 20*time.Second, "every job ran", func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 5 })
+	st := waitAllFinal(t, c, wf.ID())
+	require.Equal(t, map[string]generics.JobState{"a": generics.JobStateSucceeded, "b": generics.JobStateSucceeded}, st)
+	mu.Lock()
+	order := map[string]int{}
+	for i, n := range ran {
+		order[n] = i
+	}
+	mu.Unlock()
+	require.Less(t, order["a"], order["b"])
+	require.Less(t, order["s0"], order["s1"])
+	require.Less(t, order["s1"], order["s2"])
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM tenure.job_deps) + (SELECT count(*) FROM tenure.jobs) + (SELECT count(*) FROM tenure.sequences)").Scan(&n))
+	require.Zero(t, n, "schema tenure untouched")
+	var def string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_get_functiondef('flows2.settle_dependents'::regproc)").Scan(&def))
+	require.Contains(t, def, "'flows2_jobs'")
+	require.NotContains(t, def, "tenure")
+}
+
+// TestWorkflowRoles: an enqueuer role (tenure.grant_enqueuer) inserts workflows and sequence
+// jobs, a worker role (tenure.grant_worker) runs them and releases the dependents, an operator
+// role (tenure.grant_operator) cancels a workflow.
+func TestWorkflowRoles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) { c.MaxConns = 4 })
+	enq := pgtest.RolePool(t, pool, pgtest.NewRole(t, pool, "SELECT tenure.grant_enqueuer('{role}')"), 2)
+	wrk := pgtest.RolePool(t, pool, pgtest.NewRole(t, pool, "SELECT tenure.grant_worker('{role}')"), 6)
+	opr := pgtest.RolePool(t, pool, pgtest.NewRole(t, pool, "SELECT tenure.grant_operator('{role}')"), 2)
+	ce, err := jobs.NewClient(enq, nil)
+	require.NoError(t, err)
+	co, err := jobs.NewClient(opr, nil)
+	require.NoError(t, err)
+	wf := jobs.NewWorkflow("roles", nil).
+		Add("a", stepArgs{Name: "a"}, nil).
+		Add("b", stepArgs{Name: "b"}, &jobs.TaskOpts{DependsOn: []string{"a"}})
+	_, err = ce.InsertWorkflow(ctx, wf)
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		_, err := ce.Insert(ctx, stepArgs{Name: "s"}, &jobs.InsertOpts{Sequence: "roles"})
+		require.NoError(t, err)
+	}
+	wf2 := jobs.NewWorkflow("roles-cancel", nil).
+		Add("x", stepArgs{Name: "x"}, &jobs.TaskOpts{InsertOpts: jobs.InsertOpts{Queue: "unserved"}}).
+		Add("y", stepArgs{Name: "y"}, &jobs.TaskOpts{DependsOn: []string{"x"}})
+	_, err = ce.InsertWorkflow(ctx, wf2)
+	require.NoError(t, err)
+	out, err := co.CancelWorkflow(ctx, wf2.ID(), jobs.Action{Actor: "op", Reason: "roles"})
+	require.NoError(t, err)
+	require.Len(t, out.Cancelled, 2)
+
+	w, err := worker.New(wrk, fastConfig(nil))
+	require.NoError(t, err)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[stepArgs]) error { return nil }, nil)
+	startWorker(t, w)
+	waitFor(t, 20*time.Second, "every job succeeded", func() bool { return countState(t, pool, "succeeded") == 5 })
 }
