@@ -78,6 +78,11 @@ type drain struct {
 	ReleaseP99Ms *float64 `json:"release_p99_ms,omitempty"`
 	PickupP50Ms  float64  `json:"pickup_p50_ms"`
 	PickupP99Ms  float64  `json:"pickup_p99_ms"`
+	// Fan-out only: the root's finish to the first claim of a task it released (the release of
+	// every task, inside the root's finish transaction, plus the first claim), and the span
+	// from that first claim to the last middle task's finish.
+	RootReleaseS *float64 `json:"root_release_s,omitempty"`
+	MiddleSpanS  *float64 `json:"middle_span_s,omitempty"`
 }
 
 type pair struct {
@@ -325,6 +330,9 @@ func runPair(ctx context.Context, c config, name, shape string, n int, target fl
 		return p, err
 	}
 	logf("   %.0f jobs/s (drain %.2fs)", p.Flow.PerSecond, p.Flow.DrainS)
+	if p.Flow.RootReleaseS != nil {
+		logf("   root finish -> first released claim %.2fs; middle tasks' span %.2fs", *p.Flow.RootReleaseS, *p.Flow.MiddleSpanS)
+	}
 	if p.Plain.PerSecond > 0 {
 		p.Ratio = p.Flow.PerSecond / p.Plain.PerSecond
 	}
@@ -392,6 +400,12 @@ func measure(ctx context.Context, c config, dbname string, n int, insert func(co
 		return d, err
 	}
 	d.ReleaseP50Ms, d.ReleaseP99Ms = p50, p99
+	if err := pool.QueryRow(ctx, `
+		SELECT extract(epoch FROM min(m.attempted_at) - (SELECT finished_at FROM tenure.jobs WHERE task_name = 'root' LIMIT 1))::float8,
+		       extract(epoch FROM max(m.finished_at) - min(m.attempted_at))::float8
+		FROM tenure.jobs m WHERE m.task_name LIKE 't%' AND m.workflow_id IS NOT NULL`).Scan(&d.RootReleaseS, &d.MiddleSpanS); err != nil {
+		return d, err
+	}
 	return d, nil
 }
 
