@@ -1094,3 +1094,7 @@ AS $$
         'jobs:UPDATE, DELETE', 'effects:DELETE', 'audit:INSERT', 'queues:INSERT, UPDATE',
         'job_deps:UPDATE, DELETE'])
 $$;
+
+-- Jobs waiting on dependencies, by queue, kind and age (migration 0022): the cluster metrics and
+-- the dashboard count them from this index alone. Only waiting rows enter it.
+CREATE INDEX jobs_waiting_idx ON tenure.jobs (queue, kind, created_at) WHERE state = 'waiting';
