@@ -55,6 +55,7 @@ func (task) PayloadVersion() int { return 1 }
 type config struct {
 	server, adminURL string
 	fanout           int
+	fanoutJoin       bool
 	workflows        int
 	seqKeys          int
 	seqPerKey        int
@@ -121,6 +122,7 @@ func main() {
 	flag.StringVar(&c.server, "server", "own", "own: start a production-like PostgreSQL for the run (stock settings, autovacuum on); url: use the server of -admin-url")
 	flag.StringVar(&c.adminURL, "admin-url", pgutil.DefaultAdminURL, "with -server url: a database on the server, used to create and drop the per-phase databases")
 	flag.IntVar(&c.fanout, "fanout", 100000, "fanout: tasks between the root and the join (0 = skip)")
+	flag.BoolVar(&c.fanoutJoin, "fanout-join", true, "fanout: end with the join task (false: 1 root -> N only, to separate the fan-in's cost from the fan-out's)")
 	flag.IntVar(&c.workflows, "workflows", 1000, "many: concurrent 10-task workflows (0 = skip)")
 	flag.IntVar(&c.seqKeys, "seq-keys", 10000, "sequences: keys (0 = skip)")
 	flag.IntVar(&c.seqPerKey, "seq-per-key", 3, "sequences: jobs per key")
@@ -161,7 +163,11 @@ func run(ctx context.Context, c config) error {
 
 	if c.fanout > 0 {
 		n := c.fanout
-		p, err := runPair(ctx, c, "fanout", fmt.Sprintf("1 root -> %d -> 1 join (one workflow)", n), n+2, 0.85,
+		shape, total := fmt.Sprintf("1 root -> %d -> 1 join (one workflow)", n), n+2
+		if !c.fanoutJoin {
+			shape, total = fmt.Sprintf("1 root -> %d (one workflow, no join)", n), n+1
+		}
+		p, err := runPair(ctx, c, "fanout", shape, total, 0.85,
 			func(ctx context.Context, cl *jobs.Client) error {
 				wf := jobs.NewWorkflow("fanout", nil)
 				wf.Add("root", task{}, nil)
@@ -170,7 +176,9 @@ func run(ctx context.Context, c config) error {
 					names[i] = "t" + strconv.Itoa(i)
 					wf.Add(names[i], task{N: i}, &jobs.TaskOpts{DependsOn: []string{"root"}})
 				}
-				wf.Add("join", task{}, &jobs.TaskOpts{DependsOn: names})
+				if c.fanoutJoin {
+					wf.Add("join", task{}, &jobs.TaskOpts{DependsOn: names})
+				}
 				_, err := cl.InsertWorkflow(ctx, wf)
 				return err
 			})
