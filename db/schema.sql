@@ -178,12 +178,14 @@ CREATE TABLE tenure.jobs (
     -- (jobs.Client.InsertWorkflowTx) and its task name; the sequence it runs in
     -- (jobs.InsertOpts.Sequence); unresolved dependencies of a waiting job (it becomes ready at
     -- 0); has_dependents: some job depends on this one, so its final state settles
-    -- tenure.job_deps (the trigger jobs_settle_dependents)
+    -- tenure.job_deps (the trigger jobs_settle_dependents). All NULL on a job of neither kind:
+    -- a NULL costs a row no byte here (the null bitmap has room), where an int and a bool with
+    -- defaults would make every row 8 bytes wider
     workflow_id         uuid,
     task_name           tenure.task_name,
     sequence_key        tenure.sequence_key,
-    deps_pending        tenure.dep_count NOT NULL DEFAULT 0,
-    has_dependents      boolean          NOT NULL DEFAULT false,
+    deps_pending        tenure.dep_count,
+    has_dependents      boolean,
 
     CONSTRAINT jobs_attempts_range CHECK (attempts >= 0 AND attempts <= max_attempts),
     -- a running job is owned: it has a token, an owner and a lease
@@ -980,11 +982,11 @@ BEGIN
             ORDER BY s.job_id
         ), changed AS (
             UPDATE tenure.jobs j
-            SET deps_pending = j.deps_pending - p.n,
+            SET deps_pending = coalesce(j.deps_pending, 0) - p.n,
                 state = CASE WHEN p.cancel THEN 'cancelled'::tenure.job_state
-                             WHEN j.deps_pending - p.n = 0 THEN 'ready'::tenure.job_state
+                             WHEN coalesce(j.deps_pending, 0) - p.n = 0 THEN 'ready'::tenure.job_state
                              ELSE j.state END,
-                run_at = CASE WHEN NOT p.cancel AND j.deps_pending - p.n = 0 THEN greatest(j.run_at, now())
+                run_at = CASE WHEN NOT p.cancel AND coalesce(j.deps_pending, 0) - p.n = 0 THEN greatest(j.run_at, now())
                               ELSE j.run_at END,
                 finished_at = CASE WHEN p.cancel THEN now() END,
                 last_error_code = CASE WHEN p.cancel THEN 'DEPENDENCY_FAILED' ELSE j.last_error_code END,
@@ -1008,8 +1010,8 @@ BEGIN
                   WHERE c.state = 'ready' AND c.run_at <= now()
                   GROUP BY c.queue, c.priority) r
         )
-        SELECT coalesce(array_agg(c.id) FILTER (WHERE c.state = 'cancelled' AND c.has_dependents), '{}'),
-               coalesce(array_agg(c.state) FILTER (WHERE c.state = 'cancelled' AND c.has_dependents), '{}')
+        SELECT coalesce(array_agg(c.id) FILTER (WHERE c.state = 'cancelled' AND coalesce(c.has_dependents, false)), '{}'),
+               coalesce(array_agg(c.state) FILTER (WHERE c.state = 'cancelled' AND coalesce(c.has_dependents, false)), '{}')
         INTO ids, states
         FROM woken w LEFT JOIN changed c ON true;
     END LOOP;

@@ -24,10 +24,12 @@ ALTER TABLE tenure.jobs
     ADD COLUMN task_name      tenure.task_name,
     -- the sequence the job runs in (jobs.InsertOpts.Sequence)
     ADD COLUMN sequence_key   tenure.sequence_key,
+    -- (these columns stay NULL on a job of neither kind: no byte of the row, where an int and a
+    -- bool with defaults would make every row 8 bytes wider)
     -- unresolved dependencies of a waiting job: it becomes ready when this reaches 0
-    ADD COLUMN deps_pending   tenure.dep_count NOT NULL DEFAULT 0,
+    ADD COLUMN deps_pending   tenure.dep_count,
     -- some job depends on this one: its final state settles tenure.job_deps (the trigger)
-    ADD COLUMN has_dependents boolean NOT NULL DEFAULT false;
+    ADD COLUMN has_dependents boolean;
 ALTER DOMAIN tenure.task_name ADD CONSTRAINT jobs_task_name_len
     CHECK (char_length(VALUE) BETWEEN 1 AND 200) NOT VALID;
 ALTER DOMAIN tenure.sequence_key ADD CONSTRAINT jobs_sequence_key_len
@@ -109,11 +111,11 @@ BEGIN
             ORDER BY s.job_id
         ), changed AS (
             UPDATE tenure.jobs j
-            SET deps_pending = j.deps_pending - p.n,
+            SET deps_pending = coalesce(j.deps_pending, 0) - p.n,
                 state = CASE WHEN p.cancel THEN 'cancelled'::tenure.job_state
-                             WHEN j.deps_pending - p.n = 0 THEN 'ready'::tenure.job_state
+                             WHEN coalesce(j.deps_pending, 0) - p.n = 0 THEN 'ready'::tenure.job_state
                              ELSE j.state END,
-                run_at = CASE WHEN NOT p.cancel AND j.deps_pending - p.n = 0 THEN greatest(j.run_at, now())
+                run_at = CASE WHEN NOT p.cancel AND coalesce(j.deps_pending, 0) - p.n = 0 THEN greatest(j.run_at, now())
                               ELSE j.run_at END,
                 finished_at = CASE WHEN p.cancel THEN now() END,
                 last_error_code = CASE WHEN p.cancel THEN 'DEPENDENCY_FAILED' ELSE j.last_error_code END,
@@ -137,8 +139,8 @@ BEGIN
                   WHERE c.state = 'ready' AND c.run_at <= now()
                   GROUP BY c.queue, c.priority) r
         )
-        SELECT coalesce(array_agg(c.id) FILTER (WHERE c.state = 'cancelled' AND c.has_dependents), '{}'),
-               coalesce(array_agg(c.state) FILTER (WHERE c.state = 'cancelled' AND c.has_dependents), '{}')
+        SELECT coalesce(array_agg(c.id) FILTER (WHERE c.state = 'cancelled' AND coalesce(c.has_dependents, false)), '{}'),
+               coalesce(array_agg(c.state) FILTER (WHERE c.state = 'cancelled' AND coalesce(c.has_dependents, false)), '{}')
         INTO ids, states
         FROM woken w LEFT JOIN changed c ON true;
     END LOOP;
