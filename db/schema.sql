@@ -178,12 +178,14 @@ CREATE TABLE tenure.jobs (
     -- (jobs.Client.InsertWorkflowTx) and its task name; the sequence it runs in
     -- (jobs.InsertOpts.Sequence); unresolved dependencies of a waiting job (it becomes ready at
     -- 0); has_dependents: some job depends on this one, so its final state settles
-    -- tenure.job_deps (the trigger jobs_settle_dependents)
+    -- tenure.job_deps (the trigger jobs_settle_dependents). All NULL on a job of neither kind:
+    -- a NULL costs a row no byte here (the null bitmap has room), where an int and a bool with
+    -- defaults would make every row 8 bytes wider
     workflow_id         uuid,
     task_name           tenure.task_name,
     sequence_key        tenure.sequence_key,
-    deps_pending        tenure.dep_count NOT NULL DEFAULT 0,
-    has_dependents      boolean          NOT NULL DEFAULT false,
+    deps_pending        tenure.dep_count,
+    has_dependents      boolean,
 
     CONSTRAINT jobs_attempts_range CHECK (attempts >= 0 AND attempts <= max_attempts),
     -- a running job is owned: it has a token, an owner and a lease
@@ -980,11 +982,11 @@ BEGIN
             ORDER BY s.job_id
         ), changed AS (
             UPDATE tenure.jobs j
-            SET deps_pending = j.deps_pending - p.n,
+            SET deps_pending = coalesce(j.deps_pending, 0) - p.n,
                 state = CASE WHEN p.cancel THEN 'cancelled'::tenure.job_state
-                             WHEN j.deps_pending - p.n = 0 THEN 'ready'::tenure.job_state
+                             WHEN coalesce(j.deps_pending, 0) - p.n = 0 THEN 'ready'::tenure.job_state
                              ELSE j.state END,
-                run_at = CASE WHEN NOT p.cancel AND j.deps_pending - p.n = 0 THEN greatest(j.run_at, now())
+                run_at = CASE WHEN NOT p.cancel AND coalesce(j.deps_pending, 0) - p.n = 0 THEN greatest(j.run_at, now())
                               ELSE j.run_at END,
                 finished_at = CASE WHEN p.cancel THEN now() END,
                 last_error_code = CASE WHEN p.cancel THEN 'DEPENDENCY_FAILED' ELSE j.last_error_code END,
@@ -1008,8 +1010,8 @@ BEGIN
                   WHERE c.state = 'ready' AND c.run_at <= now()
                   GROUP BY c.queue, c.priority) r
         )
-        SELECT coalesce(array_agg(c.id) FILTER (WHERE c.state = 'cancelled' AND c.has_dependents), '{}'),
-               coalesce(array_agg(c.state) FILTER (WHERE c.state = 'cancelled' AND c.has_dependents), '{}')
+        SELECT coalesce(array_agg(c.id) FILTER (WHERE c.state = 'cancelled' AND coalesce(c.has_dependents, false)), '{}'),
+               coalesce(array_agg(c.state) FILTER (WHERE c.state = 'cancelled' AND coalesce(c.has_dependents, false)), '{}')
         INTO ids, states
         FROM woken w LEFT JOIN changed c ON true;
     END LOOP;
@@ -1027,34 +1029,47 @@ CREATE TRIGGER jobs_settle_dependents
 -- The job a new job of sequence seq_key must wait for, or 0: locks the key's row in
 -- tenure.sequences (created on first use; a concurrent insert of the same key waits for this
 -- transaction), reads the key's last job, and returns it if it may still run or (on_failure =
--- 'block') ended dead or cancelled. The returned job is marked has_dependents by an UPDATE
--- that also holds its row until this transaction ends, so its finish either committed before
--- (then it is not returned: nothing to wait for) or sees the new edge (its trigger releases
--- the new job). The caller inserts the job, the edge and sets the key's last job
--- (SequenceSetLast) in the same transaction.
+-- 'block') ended dead or cancelled. Every sequence job is inserted with has_dependents, so the
+-- trigger settles its successor. The last job's row is locked until this transaction ends, so
+-- that its move to a final state either committed before (it is then not waited for) or comes
+-- after the new edge is committed (its trigger then releases the new job):
+--   FOR KEY SHARE first, whatever its state: a claim (FOR UPDATE SKIP LOCKED) skips the row, an
+--   operator's cancel (LockJob, FOR UPDATE) waits, but the release of a waiting last job by its
+--   own predecessor's finish (an UPDATE, FOR NO KEY UPDATE) does not wait: an open inserting
+--   transaction never holds up a finish statement;
+--   FOR SHARE then, if it is ready or running: its finish (the engine's batched writes lock with
+--   FOR UPDATE SKIP LOCKED and wait for this row alone; CompleteTx's UPDATE) waits, or committed
+--   first and the state read here is its final one.
+-- The caller inserts the job, the edge and sets the key's last job (SequenceSetLast) in the
+-- same transaction.
 CREATE FUNCTION tenure.sequence_prev(seq_key text, on_failure text) RETURNS bigint
     LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     prev bigint;
+    st   text;
 BEGIN
     INSERT INTO tenure.sequences AS s (key) VALUES (seq_key) ON CONFLICT (key) DO NOTHING;
     SELECT s.last_job_id INTO prev FROM tenure.sequences s WHERE s.key = seq_key FOR UPDATE;
     IF coalesce(prev, 0) = 0 THEN
         RETURN 0;
     END IF;
-    UPDATE tenure.jobs j SET has_dependents = true
-    WHERE j.id = prev
-      AND (j.state::text IN ('ready', 'running', 'waiting')
-           OR (j.state::text IN ('dead', 'cancelled') AND sequence_prev.on_failure = 'block'))
-    RETURNING j.id INTO prev;
-    RETURN coalesce(prev, 0);
+    SELECT j.state::text INTO st FROM tenure.jobs j WHERE j.id = prev FOR KEY SHARE;
+    IF st IN ('ready', 'running') THEN
+        SELECT j.state::text INTO st FROM tenure.jobs j WHERE j.id = prev FOR SHARE;
+    END IF;
+    IF st IN ('ready', 'running', 'waiting')
+       OR (st IN ('dead', 'cancelled') AND sequence_prev.on_failure = 'block') THEN
+        RETURN prev;
+    END IF;
+    RETURN 0; -- succeeded, skipped past, or pruned
 END
 $$;
 
 -- The grant functions of 0018 cover the new tables: an enqueuer writes edges and sequence
--- rows and marks a sequence's last job (has_dependents); a worker's and an operator's
--- transitions fire the trigger, which resolves edges.
+-- rows and locks a sequence's last job (FOR KEY SHARE / FOR SHARE need UPDATE on a column: it
+-- gets has_dependents); a worker's and an operator's transitions fire the trigger, which
+-- resolves edges.
 CREATE OR REPLACE FUNCTION tenure.grant_reader(role name) RETURNS SETOF text
     LANGUAGE sql VOLATILE
 AS $$

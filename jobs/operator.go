@@ -225,7 +225,7 @@ func (c *Client) Delete(ctx context.Context, id int64, act Action) error {
 		if generics.JobState(j.State) == generics.JobStateRunning {
 			return &StateError{ID: id, State: generics.JobState(j.State), Err: ErrJobRunning}
 		}
-		if j.HasDependents && !generics.JobState(j.State).Final() {
+		if j.HasDependents.Valid && j.HasDependents.Bool && !generics.JobState(j.State).Final() {
 			// Its dependents would wait for ever: cancel it first (which settles them).
 			return &StateError{ID: id, State: generics.JobState(j.State), Err: ErrHasDependents}
 		}

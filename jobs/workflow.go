@@ -512,7 +512,9 @@ func (c *Client) CancelWorkflow(ctx context.Context, id uuid.UUID, act Action) (
 // insertSequenced inserts one job of a sequence, inside the transaction q runs in: it takes
 // the key (SequencePrev locks its row and the job inserted before it), inserts the job
 // waiting for that job when it may still run (or ended dead or cancelled under
-// SequenceBlock), else ready, and records it as the key's last job.
+// SequenceBlock), else ready, and records it as the key's last job. Every sequence job is
+// inserted has_dependents: the job inserted after it, in a later transaction, needs its
+// finish to fire the release (the trigger then costs its finish ~0.1 ms, even with none).
 func (c *Client) insertSequenced(ctx context.Context, q *gen.Queries, p prepared) (*InsertResult, error) {
 	prev, err := q.SequencePrev(ctx, gen.SequencePrevParams{Key: p.sequence, OnFailure: p.seqOnFail})
 	if err != nil {
@@ -529,7 +531,7 @@ func (c *Client) insertSequenced(ctx context.Context, q *gen.Queries, p prepared
 	got, err := q.InsertFlowJobs(ctx, gen.InsertFlowJobsParams{Queues: a.queues, Kinds: a.kinds, Payloads: a.payloads,
 		PayloadVersions: a.versions, Priorities: a.priorities, RunAtUs: a.runAtUs, DelayUs: a.delayUs,
 		MaxAttempts: a.maxAttempts, LeaseMs: a.leases, Metadata: a.metadata, Tags: a.tags,
-		States: []string{state}, DepsPending: []int32{pending}, HasDependents: []bool{false},
+		States: []string{state}, DepsPending: []int32{pending}, HasDependents: []bool{true}, // its successor, if any
 		WorkflowIds: []uuid.UUID{uuid.Nil}, TaskNames: []string{""}, SequenceKeys: []string{p.sequence}})
 	if err != nil {
 		return nil, migrations.WrapNotMigrated(fmt.Errorf("tenure: insert %s: %w", p.kind, err))

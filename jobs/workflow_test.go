@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -216,4 +217,58 @@ func TestSequenceOptions(t *testing.T) {
 	var dep int64
 	require.NoError(t, pool.QueryRow(ctx, "SELECT dep_id FROM tenure.job_deps WHERE job_id = $1", second.Job.ID).Scan(&dep))
 	require.Equal(t, first.Job.ID, dep)
+}
+
+// TestReleaseKeepsRunAtAndCountsOnce drives the database's release directly (state changes as
+// the engine's finishes make them): a released task keeps its own later run_at; a dependency
+// counted when it died (RunDependents) is not counted again when an operator's retry makes it
+// succeed; a fan-in is released by its last dependency only.
+func TestReleaseKeepsRunAtAndCountsOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	c, err := jobs.NewClient(pool, nil)
+	require.NoError(t, err)
+	later := time.Now().Add(time.Hour).Truncate(time.Second)
+	wf := jobs.NewWorkflow("direct", nil).
+		Add("a", blobArgs{}, nil).
+		Add("b", blobArgs{}, nil).
+		Add("late", blobArgs{}, &jobs.TaskOpts{DependsOn: []string{"a"}, InsertOpts: jobs.InsertOpts{RunAt: later}}).
+		Add("fan", blobArgs{}, &jobs.TaskOpts{DependsOn: []string{"a", "b"}, OnDependencyFailure: jobs.RunDependents})
+	res, err := c.InsertWorkflow(ctx, wf)
+	require.NoError(t, err)
+	set := func(task, state string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `UPDATE tenure.jobs SET state = $2::tenure.job_state,
+			finished_at = CASE WHEN $2 IN ('succeeded', 'dead', 'cancelled') THEN now() END WHERE id = $1`, res.Tasks[task].ID, state)
+		require.NoError(t, err)
+	}
+	row := func(task string) *generics.JobRow {
+		t.Helper()
+		r, err := c.Get(ctx, res.Tasks[task].ID)
+		require.NoError(t, err)
+		return r
+	}
+	set("a", "dead")
+	require.Equal(t, generics.JobStateCancelled, row("late").State, "late cancels on a dead dependency")
+	require.Equal(t, generics.JobStateWaiting, row("fan").State)
+	require.Equal(t, 1, row("fan").DepsPending)
+	// a retried and succeeding: its edge to fan was counted already.
+	set("a", "ready")
+	set("a", "succeeded")
+	require.Equal(t, generics.JobStateWaiting, row("fan").State)
+	require.Equal(t, 1, row("fan").DepsPending)
+	set("b", "succeeded")
+	require.Equal(t, generics.JobStateReady, row("fan").State)
+	require.Zero(t, row("fan").DepsPending)
+
+	wf2 := jobs.NewWorkflow("late", nil).
+		Add("a", blobArgs{}, nil).
+		Add("late", blobArgs{}, &jobs.TaskOpts{DependsOn: []string{"a"}, InsertOpts: jobs.InsertOpts{RunAt: later}})
+	res, err = c.InsertWorkflow(ctx, wf2)
+	require.NoError(t, err)
+	set("a", "succeeded")
+	r := row("late")
+	require.Equal(t, generics.JobStateReady, r.State)
+	require.True(t, r.RunAt.Equal(later), "released, due at its own run_at %v, got %v", later, r.RunAt)
 }

@@ -220,3 +220,53 @@ func TestSequenceDeadBlocksOrSkips(t *testing.T) {
 	_, err = c.Retry(ctx, b2, jobs.Action{Actor: "test", Reason: "x"})
 	require.ErrorIs(t, err, jobs.ErrAlreadyFinal)
 }
+
+// TestSequenceOpenInsertDoesNotHoldUpFinishes: a transaction that inserts into a sequence
+// locks the key's last job until it ends. While it is open, that last job (waiting) is still
+// released by the finish of the job before it, without the finish waiting for the open
+// transaction (the lock does not conflict with the release), but it is not claimed; once the
+// transaction commits, the sequence runs on in order, through the new job.
+func TestSequenceOpenInsertDoesNotHoldUpFinishes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	rec := &recorder{}
+	cfg := fastConfig(nil)
+	cfg.OnOutcome = rec.outcome
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var order []int
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[seqArgs]) error {
+		mu.Lock()
+		order = append(order, job.Args.N)
+		mu.Unlock()
+		return nil
+	}, nil)
+	c := newClient(t, pool, w)
+	j1, err := c.Insert(ctx, seqArgs{Key: "k", N: 1}, &jobs.InsertOpts{Sequence: "k"})
+	require.NoError(t, err)
+	j2, err := c.Insert(ctx, seqArgs{Key: "k", N: 2}, &jobs.InsertOpts{Sequence: "k"})
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	j3, err := c.InsertTx(ctx, tx, seqArgs{Key: "k", N: 3}, &jobs.InsertOpts{Sequence: "k"})
+	require.NoError(t, err)
+	require.Equal(t, generics.JobStateWaiting, j3.Job.State)
+
+	startWorker(t, w)
+	waitFor(t, 15*time.Second, "job 1's finish landed", func() bool { _, o := rec.snapshot(); return len(o) == 1 })
+	_, outs := rec.snapshot()
+	require.NoError(t, outs[0].Err)
+	require.Equal(t, j1.Job.ID, outs[0].Job.ID)
+	require.Equal(t, generics.JobStateReady, getJob(t, c, j2.Job.ID).State, "released while the insert is open")
+	time.Sleep(300 * time.Millisecond) // polls come and go: job 2 is not claimed meanwhile
+	require.Equal(t, generics.JobStateReady, getJob(t, c, j2.Job.ID).State, "not claimed while the insert is open")
+
+	require.NoError(t, tx.Commit(ctx))
+	waitFor(t, 15*time.Second, "job 3 succeeded", func() bool { return getJob(t, c, j3.Job.ID).State == generics.JobStateSucceeded })
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 2, 3}, order)
+}

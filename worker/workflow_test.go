@@ -195,7 +195,7 @@ func TestWorkflowDeadDependency(t *testing.T) {
 	require.NoError(t, err)
 	for _, r := range v.Tasks {
 		if r.State == generics.JobStateCancelled {
-			require.Equal(t, "DEPENDENCY_FAILED", r.LastErrorCode, r.TaskName)
+			require.Equal(t, string(worker.CodeDependencyFailed), r.LastErrorCode, r.TaskName)
 			require.Zero(t, r.Attempt, "%s never ran", r.TaskName)
 		}
 	}
@@ -343,7 +343,7 @@ func TestWorkflowLeaseExpiryFailsDependency(t *testing.T) {
 	waitFor(t, 20*time.Second, "the sweep", func() bool { return getJob(t, c, res.Tasks["a"].ID).State == generics.JobStateDead })
 	b := getJob(t, c, res.Tasks["b"].ID)
 	require.Equal(t, generics.JobStateCancelled, b.State)
-	require.Equal(t, "DEPENDENCY_FAILED", b.LastErrorCode)
+	require.Equal(t, string(worker.CodeDependencyFailed), b.LastErrorCode)
 }
 
 // TestCancelWorkflow: cancelling a workflow cancels its tasks that have not run at once and

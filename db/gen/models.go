@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type TenureJobState string
@@ -143,8 +144,8 @@ type TenureJob struct {
 	WorkflowID        *uuid.UUID
 	TaskName          *string
 	SequenceKey       *string
-	DepsPending       int32
-	HasDependents     bool
+	DepsPending       *int32
+	HasDependents     pgtype.Bool
 }
 
 type TenureJobDep struct {

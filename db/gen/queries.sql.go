@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const cancelReady = `-- name: CancelReady :one
@@ -2519,8 +2520,8 @@ type InsertFlowJobsRow struct {
 	WorkflowID        *uuid.UUID
 	TaskName          *string
 	SequenceKey       *string
-	DepsPending       int32
-	HasDependents     bool
+	DepsPending       *int32
+	HasDependents     pgtype.Bool
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2689,8 +2690,8 @@ type InsertJobRow struct {
 	WorkflowID        *uuid.UUID
 	TaskName          *string
 	SequenceKey       *string
-	DepsPending       int32
-	HasDependents     bool
+	DepsPending       *int32
+	HasDependents     pgtype.Bool
 	Duplicate         bool
 }
 
@@ -2851,8 +2852,8 @@ type InsertJobsRow struct {
 	WorkflowID        *uuid.UUID
 	TaskName          *string
 	SequenceKey       *string
-	DepsPending       int32
-	HasDependents     bool
+	DepsPending       *int32
+	HasDependents     pgtype.Bool
 }
 
 // Many jobs in one round trip, plus the new-job signal (as InsertJob's) for each queue in
@@ -2992,8 +2993,8 @@ type InsertPlainJobRow struct {
 	WorkflowID        *uuid.UUID
 	TaskName          *string
 	SequenceKey       *string
-	DepsPending       int32
-	HasDependents     bool
+	DepsPending       *int32
+	HasDependents     pgtype.Bool
 }
 
 // InsertJob for a job without a unique key: a plain INSERT, without the arbiter check and

@@ -37,7 +37,10 @@ func FromGen(j gen.TenureJob, corrupt error) (*generics.JobRow, error) {
 		ClaimToken: j.ClaimToken, Generation: j.Generation, AttemptedAt: j.AttemptedAt,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, FinishedAt: j.FinishedAt,
 		CancelRequestedAt: j.CancelRequestedAt, Snoozes: int(j.Snoozes), UniqueKey: j.UniqueKey,
-		WorkflowID: j.WorkflowID, DepsPending: int(j.DepsPending), HasDependents: j.HasDependents,
+		WorkflowID: j.WorkflowID, HasDependents: j.HasDependents.Valid && j.HasDependents.Bool,
+	}
+	if j.DepsPending != nil {
+		r.DepsPending = int(*j.DepsPending)
 	}
 	if j.TaskName != nil {
 		r.TaskName = *j.TaskName
