@@ -215,7 +215,7 @@ SELECT now()::timestamptz AS now;
 -- name: UIJobFlow :one
 -- The workflow and sequence a job is in (through the primary key), and its unresolved
 -- dependencies. Task names and sequence keys are at most 200 characters (their domains).
-SELECT workflow_id, coalesce(task_name, '')::text AS task_name, coalesce(sequence_key, '')::text AS sequence_key, deps_pending
+SELECT workflow_id, coalesce(task_name, '')::text AS task_name, coalesce(sequence_key, '')::text AS sequence_key, coalesce(deps_pending, 0)::int AS deps_pending
 FROM tenure.jobs WHERE id = @id;
 
 -- name: UIWorkflowTasks :many
@@ -223,7 +223,7 @@ FROM tenure.jobs WHERE id = @id;
 -- jobs_workflow_idx; kinds, queues and the workflow's name cut to text_chars characters.
 SELECT id, coalesce(task_name, '')::text AS task_name,
        left(kind, sqlc.arg(text_chars)::int)::text AS kind, left(queue, sqlc.arg(text_chars)::int)::text AS queue,
-       state, attempts, max_attempts, deps_pending, attempted_at, finished_at, last_error_code,
+       state, attempts, max_attempts, coalesce(deps_pending, 0)::int AS deps_pending, attempted_at, finished_at, last_error_code,
        left(coalesce(metadata->>'tenure.workflow', ''), sqlc.arg(text_chars)::int)::text AS workflow_name
 FROM tenure.jobs
 WHERE workflow_id = @workflow_id::uuid

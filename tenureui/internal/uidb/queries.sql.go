@@ -361,7 +361,7 @@ func (q *Queries) UIJobEffects(ctx context.Context, arg UIJobEffectsParams) ([]U
 
 const uIJobFlow = `-- name: UIJobFlow :one
 
-SELECT workflow_id, coalesce(task_name, '')::text AS task_name, coalesce(sequence_key, '')::text AS sequence_key, deps_pending
+SELECT workflow_id, coalesce(task_name, '')::text AS task_name, coalesce(sequence_key, '')::text AS sequence_key, coalesce(deps_pending, 0)::int AS deps_pending
 FROM tenure.jobs WHERE id = $1
 `
 
@@ -1102,7 +1102,7 @@ func (q *Queries) UIWorkflowStates(ctx context.Context, workflowID uuid.UUID) ([
 const uIWorkflowTasks = `-- name: UIWorkflowTasks :many
 SELECT id, coalesce(task_name, '')::text AS task_name,
        left(kind, $1::int)::text AS kind, left(queue, $1::int)::text AS queue,
-       state, attempts, max_attempts, deps_pending, attempted_at, finished_at, last_error_code,
+       state, attempts, max_attempts, coalesce(deps_pending, 0)::int AS deps_pending, attempted_at, finished_at, last_error_code,
        left(coalesce(metadata->>'tenure.workflow', ''), $1::int)::text AS workflow_name
 FROM tenure.jobs
 WHERE workflow_id = $2::uuid
