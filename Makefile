@@ -151,6 +151,15 @@ bench:
 bench-fairness:
 	cd bench && $(GO) run ./cmd/fairness -out results/fairness.json $(ARGS)
 
+## bench-workflows: workflows and sequences against the same jobs without dependencies, each
+## pair in the same run on a production-like PostgreSQL it starts (bench/cmd/workflows): a
+## 1 -> 100,000 -> 1 fan-out/fan-in, 1,000 10-task workflows, 10,000 sequence keys x 3 jobs,
+## release latency vs plain pickup (~8 min under load). Quick: ARGS='-fanout 10000
+## -workflows 200 -seq-keys 1000 -latency-duration 5s'; -server url to use the local server.
+.PHONY: bench-workflows
+bench-workflows:
+	cd bench && $(GO) run ./cmd/workflows -out results/workflows-latest.json $(ARGS)
+
 ## bench-whentomove: what the queue costs the database next to a business write per job (an
 ## order INSERT + the handler's UPDATE): WAL and server CPU per 1,000 jobs, business alone vs
 ## Tenure vs JetStream via the outbox vs JetStream direct (docs/guide.md §8; needs NATS with

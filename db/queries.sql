@@ -1169,10 +1169,10 @@ ORDER BY e.locked_until;
 SELECT * FROM tenure.jobs WHERE id = @id FOR UPDATE;
 
 -- name: CancelReady :one
--- ready -> cancelled, at once.
+-- ready (or waiting for dependencies) -> cancelled, at once.
 UPDATE tenure.jobs
 SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(), updated_at = now()
-WHERE id = @id AND state = 'ready'
+WHERE id = @id AND state IN ('ready', 'waiting')
 RETURNING *;
 
 -- name: RequestCancel :one
@@ -1216,6 +1216,8 @@ WITH gone AS (
     DELETE FROM tenure.jobs WHERE id = @id AND state <> 'running' RETURNING id
 ), effects AS (
     DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT id FROM gone)
+), deps AS (
+    DELETE FROM tenure.job_deps d WHERE d.dep_id IN (SELECT id FROM gone) OR d.job_id IN (SELECT id FROM gone)
 )
 SELECT id FROM gone;
 
@@ -1242,7 +1244,8 @@ LIMIT @max_rows;
 -- batch's last finish time (a lower bound that lets the index scan start past the entries the
 -- earlier batches' deleted rows leave behind until VACUUM). The same statement deletes the
 -- effect-ledger rows of exactly the jobs it deleted (effects_job_name's index leads with
--- job_id). The DELETE repeats the state and time conditions so a row that changed after it was
+-- job_id), and the workflow and sequence edges of those jobs (tenure.job_deps). The DELETE
+-- repeats the state and time conditions so a row that changed after it was
 -- picked (a concurrent re-inject) is kept. Returns the counts and the latest finish time
 -- deleted (@after when nothing was).
 WITH picked AS (
@@ -1261,6 +1264,10 @@ WITH picked AS (
     DELETE FROM tenure.effects e
     WHERE e.job_id = ANY(ARRAY(SELECT id FROM gone))
     RETURNING e.job_id
+), deps AS (
+    -- the workflow and sequence edges into and out of the deleted jobs (migration 0020)
+    DELETE FROM tenure.job_deps d
+    WHERE d.dep_id = ANY(ARRAY(SELECT id FROM gone)) OR d.job_id = ANY(ARRAY(SELECT id FROM gone))
 )
 SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
        (SELECT count(*) FROM effects)::bigint AS effects,
@@ -1284,6 +1291,10 @@ WITH picked AS (
     DELETE FROM tenure.effects e
     WHERE e.job_id = ANY(ARRAY(SELECT id FROM gone))
     RETURNING e.job_id
+), deps AS (
+    -- the workflow and sequence edges into and out of the deleted jobs (migration 0020)
+    DELETE FROM tenure.job_deps d
+    WHERE d.dep_id = ANY(ARRAY(SELECT id FROM gone)) OR d.job_id = ANY(ARRAY(SELECT id FROM gone))
 )
 SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
        (SELECT count(*) FROM effects)::bigint AS effects,
@@ -1598,3 +1609,105 @@ SELECT DISTINCT q::text AS queue
 FROM tenure.workers w, jsonb_object_keys(w.queues) AS q
 WHERE w.expires_at > now()
 ORDER BY 1;
+
+-- ---------------------------------------------------------------------------------------------
+-- Workflows and sequences (migration 0020; docs/design.md "Workflows and sequences"). A job
+-- that waits for others is inserted 'waiting' with its count of dependencies and its edges;
+-- the trigger jobs_settle_dependents releases or cancels it in the transaction of its last
+-- dependency's final transition.
+-- ---------------------------------------------------------------------------------------------
+
+-- name: InsertFlowJobs :many
+-- InsertJobs for the jobs of a workflow, or one job of a sequence: each row also carries its
+-- initial state ('ready' or 'waiting'), its count of dependencies, whether jobs depend on it,
+-- its workflow id (the zero uuid: none), task name and sequence key ('': none). The new-job
+-- signal goes only to due ready rows. Returns the inserted rows in id order (the input order).
+WITH ins AS (
+INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata, tags,
+                         state, deps_pending, has_dependents, workflow_id, task_name, sequence_key)
+SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
+       CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
+            ELSE now() + i.delay_us * interval '1 microsecond' END,
+       i.max_attempts, i.lease_ms, i.metadata, CASE WHEN i.tags = '[]'::jsonb THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags)) END,
+       i.state::tenure.job_state, i.deps_pending, i.has_dependents,
+       nullif(i.workflow_id, '00000000-0000-0000-0000-000000000000'::uuid), nullif(i.task_name, ''), nullif(i.sequence_key, '')
+FROM (SELECT unnest(@queues::text[]) AS queue,
+            unnest(@kinds::text[]) AS kind,
+            unnest(@payloads::jsonb[]) AS payload,
+            unnest(@payload_versions::integer[]) AS payload_version,
+            unnest(@priorities::smallint[]) AS priority,
+            unnest(@run_at_us::bigint[]) AS run_at_us,
+            unnest(@delay_us::bigint[]) AS delay_us,
+            unnest(@max_attempts::integer[]) AS max_attempts,
+            unnest(@lease_ms::integer[]) AS lease_ms,
+            unnest(@metadata::jsonb[]) AS metadata,
+            unnest(@tags::jsonb[]) AS tags,
+            unnest(@states::text[]) AS state,
+            unnest(@deps_pending::integer[]) AS deps_pending,
+            unnest(@has_dependents::boolean[]) AS has_dependents,
+            unnest(@workflow_ids::uuid[]) AS workflow_id,
+            unnest(@task_names::text[]) AS task_name,
+            unnest(@sequence_keys::text[]) AS sequence_key) AS i
+RETURNING *
+)
+SELECT ins.* FROM ins
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) || d.priority || chr(31)
+                                              || (extract(epoch FROM d.run_at) * 1000000)::bigint)
+                             FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins
+                                   WHERE state = 'ready' AND run_at <= now()
+                                   GROUP BY queue, priority) d) n) >= 0
+ORDER BY id;
+
+-- name: InsertDeps :exec
+-- The edges of waiting jobs: job_ids[i] waits for dep_ids[i], with on_failure[i] ('cancel',
+-- 'run' or 'block').
+INSERT INTO tenure.job_deps (dep_id, job_id, on_failure)
+SELECT unnest(@dep_ids::bigint[]), unnest(@job_ids::bigint[]), unnest(@on_failure::text[]);
+
+-- name: SequencePrev :one
+-- The job a new job of the sequence must wait for (0: none), with the key's row locked until
+-- the transaction ends (tenure.sequence_prev).
+SELECT tenure.sequence_prev(@key::text, @on_failure::text)::bigint AS prev;
+
+-- name: SequenceSetLast :exec
+-- Records the sequence's newest job (after SequencePrev, in the same transaction).
+UPDATE tenure.sequences SET last_job_id = @job_id::bigint, updated_at = now() WHERE key = @key::text;
+
+-- name: WorkflowJobs :many
+-- The tasks of a workflow, in insertion order.
+SELECT * FROM tenure.jobs WHERE workflow_id = @workflow_id::uuid ORDER BY id;
+
+-- name: WorkflowEdges :many
+-- The edges between a workflow's tasks: job_id waits for dep_id.
+SELECT d.dep_id, d.job_id, d.on_failure, d.resolved
+FROM tenure.job_deps d
+WHERE d.job_id IN (SELECT j.id FROM tenure.jobs j WHERE j.workflow_id = @workflow_id::uuid)
+ORDER BY d.job_id, d.dep_id;
+
+-- name: CancelWorkflowPending :many
+-- Cancels a workflow's tasks that have not started (ready or waiting), at once. Their
+-- dependents are settled by the trigger (here: all cancelled by this statement already).
+UPDATE tenure.jobs
+SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(), updated_at = now()
+WHERE workflow_id = @workflow_id::uuid AND state IN ('ready', 'waiting')
+RETURNING id;
+
+-- name: RequestCancelWorkflow :many
+-- Asks the owners of a workflow's running tasks to cancel them (RequestCancel for each).
+UPDATE tenure.jobs
+SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
+WHERE workflow_id = @workflow_id::uuid AND state = 'running'
+RETURNING id;
+
+-- name: DependencyOutput :one
+-- The state and output of the dependency named task_name of job id (within its workflow, and
+-- one of the job's own dependencies).
+SELECT d.id, d.state, d.output
+FROM tenure.jobs me
+JOIN tenure.jobs d ON d.workflow_id = me.workflow_id AND d.task_name = @task_name::text
+JOIN tenure.job_deps e ON e.dep_id = d.id AND e.job_id = me.id
+WHERE me.id = @id::bigint;
+
+-- name: SequenceJobs :many
+-- The jobs of a sequence, in order.
+SELECT * FROM tenure.jobs WHERE sequence_key = @key::text ORDER BY id;

@@ -19,6 +19,10 @@ const (
 	JobStateSucceeded JobState = "succeeded" // final
 	JobStateDead      JobState = "dead"      // final until an operator re-injects it
 	JobStateCancelled JobState = "cancelled" // final
+	// JobStateWaiting: a workflow task or sequence job waiting for its dependencies
+	// (JobRow.DepsPending of them unresolved); never claimed until the finish of its last
+	// dependency releases it (ready) or cancels it, in that finish's transaction.
+	JobStateWaiting JobState = "waiting"
 )
 
 // Final reports whether s is a final state.
@@ -26,10 +30,10 @@ func (s JobState) Final() bool {
 	return s == JobStateSucceeded || s == JobStateDead || s == JobStateCancelled
 }
 
-// Valid reports whether s is one of the five states.
+// Valid reports whether s is one of the six states.
 func (s JobState) Valid() bool {
 	switch s {
-	case JobStateReady, JobStateRunning, JobStateSucceeded, JobStateDead, JobStateCancelled:
+	case JobStateReady, JobStateRunning, JobStateSucceeded, JobStateDead, JobStateCancelled, JobStateWaiting:
 		return true
 	}
 	return false
@@ -50,8 +54,8 @@ type AttemptError struct {
 //
 // A row a worker claimed carries the columns the claim statement returns: identity, payload,
 // scheduling, the attempt and its lease, metadata, tags and snoozes; the job's error history
-// (LastErrorCode, Errors), Output, FinishedAt, CancelRequestedAt and unique key are not loaded
-// there (read them with jobs.Client.Get).
+// (LastErrorCode, Errors), Output, FinishedAt, CancelRequestedAt, unique key and the workflow
+// and sequence fields are not loaded there (read them with jobs.Client.Get).
 type JobRow struct {
 	ID       int64
 	Kind     string
@@ -106,4 +110,15 @@ type JobRow struct {
 	// UniqueStates the states in which it holds that key; nil otherwise.
 	UniqueKey    []byte
 	UniqueStates []JobState
+
+	// WorkflowID and TaskName identify the workflow the job is a task of
+	// (jobs.Client.InsertWorkflowTx) and its name there; nil and "" otherwise.
+	WorkflowID *uuid.UUID
+	TaskName   string
+	// SequenceKey is the sequence the job runs in (jobs.InsertOpts.Sequence); "" when none.
+	SequenceKey string
+	// DepsPending counts the dependencies of a waiting job that have not resolved yet.
+	DepsPending int
+	// HasDependents is set when other jobs wait for this one.
+	HasDependents bool
 }

@@ -191,7 +191,30 @@ type InsertOpts struct {
 	// without NUL, else an *OptionError (Field "FairKey"). Default none: in a fair-share queue
 	// a job without a key is served in the band's oldest-first order (docs/guide.md §20).
 	FairKey string
+	// Sequence puts the job in a sequence: the jobs of one sequence key run one at a time,
+	// in insertion order (the order in which their inserting transactions took the key),
+	// across every worker. A job waits (generics.JobStateWaiting) until the job inserted
+	// before it in the sequence succeeded; a failed attempt that will be retried holds the
+	// sequence. At most MaxConcurrencyKeyBytes bytes of valid UTF-8 without NUL, else an
+	// *OptionError (Field "Sequence"); not with Unique, nor in InsertMany/InsertManyFast or a
+	// workflow. Inserting into a sequence locks the key until the inserting transaction ends
+	// (docs/guide.md, "Sequences"). Default none.
+	Sequence string
+	// SequenceOnFailure says what the job does when the job before it in the sequence ends
+	// dead or cancelled: SequenceBlock (default) keeps it waiting until that job succeeds
+	// (after an operator's retry) or it is cancelled; SequenceSkip runs it anyway.
+	SequenceOnFailure SequenceOnFailure
 }
+
+// SequenceOnFailure is InsertOpts.SequenceOnFailure.
+type SequenceOnFailure string
+
+const (
+	// SequenceBlock: a dead or cancelled job holds its sequence (the default).
+	SequenceBlock SequenceOnFailure = "block"
+	// SequenceSkip: the sequence moves on past a dead or cancelled job.
+	SequenceSkip SequenceOnFailure = "skip"
+)
 
 // ConcurrencyKeyMetadata is the metadata entry that holds a job's concurrency key; the
 // limited claim and its index (jobs_limited_idx) read it there.
@@ -281,6 +304,8 @@ type prepared struct {
 	metadata    []byte
 	tags        []string    // never nil
 	unique      *uniqueSpec // nil: not unique
+	sequence    string      // "": not in a sequence
+	seqOnFail   string      // the edge's on_failure: "block" or "run"
 	// Between prepareOpts and encodePayload only (payload and unique are unset then).
 	args       generics.Args
 	uniqueOpts *UniqueOpts
@@ -456,6 +481,20 @@ func (c *Client) prepareOpts(ctx context.Context, args generics.Args, opts *Inse
 	p := prepared{metadata: metadata, tags: tags, args: args, uniqueOpts: o.Unique, queue: o.Queue, kind: kind, version: int32(args.PayloadVersion()),
 		priority: int16(o.Priority), delayUs: o.Delay.Microseconds(), maxAttempts: int32(o.MaxAttempts),
 		leaseMs: int32(o.Lease.Milliseconds())}
+	if o.Sequence != "" || o.SequenceOnFailure != "" {
+		switch {
+		case o.Sequence == "" || len(o.Sequence) > MaxConcurrencyKeyBytes || !utf8.ValidString(o.Sequence) || strings.IndexByte(o.Sequence, 0) >= 0:
+			return prepared{}, &OptionError{Field: "Sequence", Msg: fmt.Sprintf("%q: must be 1..%d bytes of valid UTF-8 without NUL", truncate(o.Sequence), MaxConcurrencyKeyBytes)}
+		case o.Unique != nil:
+			return prepared{}, &OptionError{Field: "Sequence", Msg: "a job in a sequence cannot be unique"}
+		case o.SequenceOnFailure != "" && o.SequenceOnFailure != SequenceBlock && o.SequenceOnFailure != SequenceSkip:
+			return prepared{}, &OptionError{Field: "SequenceOnFailure", Msg: fmt.Sprintf("%q is not a policy", o.SequenceOnFailure)}
+		}
+		p.sequence, p.seqOnFail = o.Sequence, "block"
+		if o.SequenceOnFailure == SequenceSkip {
+			p.seqOnFail = "run"
+		}
+	}
 	if !o.RunAt.IsZero() {
 		t := o.RunAt
 		p.runAt = &t
@@ -468,6 +507,18 @@ func (c *Client) prepareOpts(ctx context.Context, args generics.Args, opts *Inse
 // and write nothing. The result holds the stored row; for a unique job whose key another job
 // held, Duplicate is set and the row is that other job's (nothing was inserted).
 func (c *Client) Insert(ctx context.Context, args generics.Args, opts *InsertOpts) (*InsertResult, error) {
+	if opts != nil && opts.Sequence != "" {
+		var res *InsertResult
+		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+			var err error
+			res, err = c.insert(ctx, c.qtx(tx), args, opts)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
 	return c.insert(ctx, c.q, args, opts)
 }
 
@@ -486,6 +537,9 @@ func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args,
 	p, err := c.prepare(ctx, args, opts)
 	if err != nil {
 		return nil, err
+	}
+	if p.sequence != "" {
+		return c.insertSequenced(ctx, q, p)
 	}
 	if p.unique == nil {
 		j, err := q.InsertPlainJob(ctx, gen.InsertPlainJobParams{
@@ -544,7 +598,8 @@ func insertedJob(j gen.InsertJobRow) gen.TenureJob {
 		Generation: j.Generation, AttemptedAt: j.AttemptedAt, LastErrorCode: j.LastErrorCode, Errors: j.Errors,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, FinishedAt: j.FinishedAt, CancelRequestedAt: j.CancelRequestedAt,
 		Metadata: j.Metadata, UniqueKey: j.UniqueKey, UniqueStates: j.UniqueStates, Tags: j.Tags, Output: j.Output,
-		Snoozes: j.Snoozes}
+		Snoozes: j.Snoozes, WorkflowID: j.WorkflowID, TaskName: j.TaskName, SequenceKey: j.SequenceKey,
+		DepsPending: j.DepsPending, HasDependents: j.HasDependents}
 }
 
 // InsertMany validates every job first (one bad job rejects the whole call, writing nothing)
@@ -591,6 +646,9 @@ func (c *Client) prepareMany(ctx context.Context, params []InsertManyParams) ([]
 	all := make([]prepared, len(params))
 	for i, p := range params {
 		pp, err := c.prepare(ctx, p.Args, p.Opts)
+		if err == nil && pp.sequence != "" {
+			err = &OptionError{Field: "Sequence", Msg: "not supported by InsertMany and InsertManyFast: use Insert or InsertTx"}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("job %d of %d: %w", i, len(params), err)
 		}

@@ -10,6 +10,13 @@
 // whether the job was a duplicate of a unique job. InsertManyFast and InsertManyFastTx, the
 // COPY path for bulk loads that need neither rows nor uniqueness, return a count.
 //
+// Jobs that wait for other jobs (docs/guide.md §23-24): NewWorkflow builds a workflow of
+// typed tasks with dependencies by name (fan-out, fan-in, diamonds; cycles and unknown names
+// refused with a *WorkflowError), InsertWorkflowTx inserts it in the caller's transaction,
+// Workflow reads it and CancelWorkflow cancels it, audited. InsertOpts.Sequence runs the jobs of
+// one key one at a time, in insertion order. A waiting job is released in the transaction of
+// the fenced finish of its last dependency.
+//
 // Every statement comes from db/queries.sql through sqlc; the generated package is an
 // implementation detail and never appears in this package's API.
 //

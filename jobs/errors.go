@@ -22,6 +22,15 @@ var ErrNotDead = errors.New("tenure: job is not dead")
 // asked for a running job: cancel it first, or wait for it. The error is a *StateError.
 var ErrJobRunning = errors.New("tenure: job is running")
 
+// ErrJobWaiting means an operation that needs a ready, dead or cancelled job (Retry) was
+// asked for a job waiting for its dependencies (a workflow task or a sequence job): it runs
+// once they resolve; cancel it to drop it. The error is a *StateError.
+var ErrJobWaiting = errors.New("tenure: job is waiting for its dependencies")
+
+// ErrHasDependents means Delete was asked for an unfinished job that other jobs wait for
+// (they would wait for ever): cancel it first. The error is a *StateError.
+var ErrHasDependents = errors.New("tenure: other jobs wait for this job")
+
 // ErrInvalidOptions means insert options or a query parameter are out of range. Nothing was
 // written. The error is an *OptionError naming the field.
 var ErrInvalidOptions = errors.New("tenure: invalid options")
@@ -50,7 +59,7 @@ var ErrCorruptRow = errors.New("tenure: stored job row cannot be decoded")
 type StateError struct {
 	ID    int64
 	State generics.JobState
-	Err   error // ErrAlreadyFinal, ErrNotDead or ErrJobRunning
+	Err   error // ErrAlreadyFinal, ErrNotDead, ErrJobRunning, ErrJobWaiting or ErrHasDependents
 }
 
 func (e *StateError) Error() string { return fmt.Sprintf("%v: job %d is %s", e.Err, e.ID, e.State) }

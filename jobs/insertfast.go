@@ -76,6 +76,9 @@ func (c *Client) insertManyFast(ctx context.Context, tx pgx.Tx, params []InsertM
 	var delayed, scheduled, immediate, extras bool
 	for i := range all {
 		p := &all[i]
+		if p.sequence != "" {
+			return 0, &OptionError{Field: "Sequence", Msg: "not supported by InsertMany and InsertManyFast: use Insert or InsertTx"}
+		}
 		if p.unique != nil || p.uniqueOpts != nil {
 			return 0, &OptionError{Field: "Unique", Msg: "InsertManyFast cannot insert unique jobs (COPY has no ON CONFLICT): use InsertMany"}
 		}

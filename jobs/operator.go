@@ -47,7 +47,9 @@ const (
 	CancelRequested CancelOutcome = "cancel_requested"
 )
 
-// Cancel cancels a job. A ready job is cancelled at once; a running one gets a cancel request.
+// Cancel cancels a job. A ready job (or one waiting for its dependencies) is cancelled at
+// once, and the jobs waiting for it are settled in the same transaction (cancelled, run, or
+// left blocked, by their policy); a running one gets a cancel request.
 // A job in a final state returns a *StateError wrapping ErrAlreadyFinal; a missing one
 // ErrNotFound. The action is audited.
 func (c *Client) Cancel(ctx context.Context, id int64, act Action) (CancelOutcome, error) {
@@ -64,7 +66,7 @@ func (c *Client) Cancel(ctx context.Context, id int64, act Action) (CancelOutcom
 			return err
 		}
 		switch generics.JobState(j.State) {
-		case generics.JobStateReady:
+		case generics.JobStateReady, generics.JobStateWaiting:
 			if _, err := q.CancelReady(ctx, id); err != nil {
 				return err
 			}
@@ -178,6 +180,8 @@ func (c *Client) Retry(ctx context.Context, id int64, act Action) (*generics.Job
 			err = uniqueViolation(id, err)
 		case generics.JobStateRunning:
 			return &StateError{ID: id, State: generics.JobState(j.State), Err: ErrJobRunning}
+		case generics.JobStateWaiting:
+			return &StateError{ID: id, State: generics.JobState(j.State), Err: ErrJobWaiting}
 		default:
 			return &StateError{ID: id, State: generics.JobState(j.State), Err: ErrAlreadyFinal}
 		}
@@ -204,8 +208,8 @@ func (c *Client) Retry(ctx context.Context, id int64, act Action) (*generics.Job
 
 // Delete deletes one job that is not running, with its effect-ledger rows, audited (action
 // "delete", with the job's queue, kind, state, attempts and payload in the detail). A running
-// job returns a *StateError wrapping ErrJobRunning (cancel it first); a missing one
-// ErrNotFound.
+// job returns a *StateError wrapping ErrJobRunning (cancel it first), an unfinished job that
+// other jobs wait for ErrHasDependents (cancel it first); a missing one ErrNotFound.
 func (c *Client) Delete(ctx context.Context, id int64, act Action) error {
 	if err := act.check(); err != nil {
 		return err
@@ -220,6 +224,10 @@ func (c *Client) Delete(ctx context.Context, id int64, act Action) error {
 		}
 		if generics.JobState(j.State) == generics.JobStateRunning {
 			return &StateError{ID: id, State: generics.JobState(j.State), Err: ErrJobRunning}
+		}
+		if j.HasDependents.Valid && j.HasDependents.Bool && !generics.JobState(j.State).Final() {
+			// Its dependents would wait for ever: cancel it first (which settles them).
+			return &StateError{ID: id, State: generics.JobState(j.State), Err: ErrHasDependents}
 		}
 		n, err := q.DeleteJob(ctx, id)
 		if err != nil {

@@ -53,6 +53,10 @@ func servedMetrics(t *testing.T) map[string]bool {
 INSERT INTO tenure.jobs (kind, payload, state, attempts, locked_by, locked_until, claim_token, attempted_at, generation)
 VALUES ('elsewhere', '{}', 'running', 1, 'other', now() + interval '1 hour', gen_random_uuid(), now(), 1)`)
 	require.NoError(t, err)
+	// A workflow task waiting on that foreign running job (the waiting-on-dependencies series).
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload, state, deps_pending, workflow_id, task_name)
+VALUES ('elsewhere', '{}', 'waiting', 1, gen_random_uuid(), 'after')`)
+	require.NoError(t, err)
 	deadline := time.Now().Add(10 * time.Second)
 	for st := w.Stats(); st.Succeeded < 1 || st.Dead < 1; st = w.Stats() {
 		require.True(t, time.Now().Before(deadline), "jobs did not finish: %+v", st)

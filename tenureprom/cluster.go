@@ -98,6 +98,8 @@ type ClusterCollector struct {
 	jobs, oldestReady, leaseExpired, cancelRequested, deadByCode,
 	workers, heartbeatAge, lastSuccessAge, workerExpired, workerJobs, scrapeDur, snapshotAge *prometheus.Desc
 	unserved *prometheus.Desc
+	// workflows and sequences (issue 30): jobs waiting on dependencies, and the oldest's age
+	waiting, oldestWaiting *prometheus.Desc
 }
 
 // snapshot is the result of one refresh: its metrics, or the error that ended it.
@@ -160,6 +162,10 @@ func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollec
 		scrapeDur:       prometheus.NewDesc("tenure_cluster_scrape_duration_seconds", "How long the cluster collector's statements took, in the refresh whose snapshot this scrape serves.", nil, nil),
 		unserved: prometheus.NewDesc("tenure_ready_unserved_jobs", "Ready jobs (due or scheduled) that no live worker can run: no worker in the registry both serves the queue and registers the kind (jobs.Stats.Unserved), by queue and kind.",
 			[]string{"queue", "kind"}, nil),
+		waiting: prometheus.NewDesc("tenure_queue_waiting_jobs", "Jobs waiting on dependencies (workflow tasks and sequence jobs not released yet: state waiting), by queue and kind.",
+			[]string{"queue", "kind"}, nil),
+		oldestWaiting: prometheus.NewDesc("tenure_queue_oldest_waiting_age_seconds", "Age of the oldest job waiting on dependencies (now - created_at on the database clock), by queue and kind.",
+			[]string{"queue", "kind"}, nil),
 		snapshotAge: prometheus.NewDesc("tenure_cluster_snapshot_age_seconds", "Age of the served snapshot: time since its refresh started (see ClusterConfig.MaxAge and Wait).", nil, nil),
 	}, nil
 }
@@ -167,7 +173,7 @@ func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollec
 // Describe sends every metric's descriptor.
 func (c *ClusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.oldestReady, c.leaseExpired, c.cancelRequested, c.deadByCode,
-		c.workers, c.heartbeatAge, c.lastSuccessAge, c.workerExpired, c.workerJobs, c.scrapeDur, c.snapshotAge, c.unserved} {
+		c.workers, c.heartbeatAge, c.lastSuccessAge, c.workerExpired, c.workerJobs, c.scrapeDur, c.snapshotAge, c.unserved, c.waiting, c.oldestWaiting} {
 		ch <- d
 	}
 	c.errs.Describe(ch)
@@ -265,6 +271,10 @@ func (c *ClusterCollector) collect(ctx context.Context, ch chan<- prometheus.Met
 	if err != nil {
 		return err
 	}
+	waiting, err := c.q.ClusterWaiting(ctx)
+	if err != nil {
+		return err
+	}
 	workers, err := c.c.Workers(ctx)
 	if err != nil {
 		return err
@@ -290,6 +300,10 @@ func (c *ClusterCollector) collect(ctx context.Context, ch chan<- prometheus.Met
 	for _, r := range dead {
 		kindJobs[r.Kind] += r.Jobs
 		queueJobs[r.Queue] += r.Jobs
+	}
+	for _, r := range waiting {
+		kindJobs[r.Kind] += r.Waiting
+		queueJobs[r.Queue] += r.Waiting
 	}
 	kindOf, queueOf := capLabel(kindJobs, c.cfg.MaxKinds), capLabel(queueJobs, c.cfg.MaxQueues)
 	type qkp struct {
@@ -383,6 +397,26 @@ func (c *ClusterCollector) collect(ctx context.Context, ch chan<- prometheus.Met
 	}
 	for k, n := range unservedBy {
 		gauge(c.unserved, float64(n), k.queue, k.kind)
+	}
+	// Waiting on dependencies: a queue and kind with none has no series (as ready ones).
+	type waitAgg struct {
+		n      int64
+		oldest float64
+	}
+	waitingBy := map[qk]*waitAgg{}
+	for _, r := range waiting {
+		k := qk{queueOf(r.Queue), kindOf(r.Kind)}
+		a := waitingBy[k]
+		if a == nil {
+			a = &waitAgg{}
+			waitingBy[k] = a
+		}
+		a.n += r.Waiting
+		a.oldest = max(a.oldest, r.OldestWaitingAgeS)
+	}
+	for k, a := range waitingBy {
+		gauge(c.waiting, float64(a.n), k.queue, k.kind)
+		gauge(c.oldestWaiting, a.oldest, k.queue, k.kind)
 	}
 	var live, expired int
 	for _, w := range workers {

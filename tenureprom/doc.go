@@ -9,7 +9,9 @@
 //     process; Prometheus' instance label tells the processes apart.
 //   - ClusterCollector: the database's view, shared by every process: ready/scheduled/
 //     running/dead jobs per queue, kind and priority, the oldest ready job's age, dead jobs by
-//     error code, and the worker registry (heartbeat age, last success). Its statements read
+//     error code, jobs waiting on dependencies (workflow tasks and sequence jobs not released
+//     yet: tenure_queue_waiting_jobs and tenure_queue_oldest_waiting_age_seconds per queue and
+//     kind), and the worker registry (heartbeat age, last success). Its statements read
 //     only the partial indexes' rows (never finished jobs; the ready and dead counts are
 //     index-only scans). A scrape serves the latest snapshot of their results and waits for a
 //     refresh at most ClusterConfig.Wait, so a large backlog slows the refresh, not the

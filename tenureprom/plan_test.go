@@ -82,7 +82,10 @@ func TestClusterPlansUseThePartialIndexes(t *testing.T) {
 	rec := &sqlRecorder{}
 	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
 	fill(t, pool, 2000, 50, 500, 200_000)
-	_, err := pool.Exec(context.Background(), `VACUUM ANALYZE tenure.jobs`)
+	_, err := pool.Exec(context.Background(), `INSERT INTO tenure.jobs (queue, kind, payload, state, deps_pending, workflow_id, task_name)
+		SELECT 'q' || (i % 4), 'k' || (i % 8), '{}', 'waiting', 1, gen_random_uuid(), 't' FROM generate_series(1, 300) i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(context.Background(), `VACUUM ANALYZE tenure.jobs`)
 	require.NoError(t, err)
 	col, err := tenureprom.NewClusterCollector(pool, nil)
 	require.NoError(t, err)
@@ -91,7 +94,8 @@ func TestClusterPlansUseThePartialIndexes(t *testing.T) {
 	_, err = reg.Gather()
 	require.NoError(t, err)
 
-	want := map[string]string{"ClusterReady": "jobs_ready_idx", "ClusterRunning": "jobs_running_idx", "ClusterDead": "jobs_dead_idx"}
+	want := map[string]string{"ClusterReady": "jobs_ready_idx", "ClusterRunning": "jobs_running_idx", "ClusterDead": "jobs_dead_idx",
+		"ClusterWaiting": "jobs_waiting_idx"}
 	found := map[string]bool{}
 	for _, sql := range rec.statements() {
 		for name, idx := range want {

@@ -6,7 +6,9 @@
 //   - RequireEnqueued and RequireNotEnqueued check what a piece of code enqueued (by kind,
 //     queue, priority, state and a predicate on the args), in a pool or inside a transaction;
 //   - Work runs one job through a real claim by a real worker, so the handler gets a real
-//     claim token and worker.Effect and worker.CompleteTx work as in production.
+//     claim token and worker.Effect and worker.CompleteTx work as in production;
+//   - RunWorkflow runs a whole workflow (jobs.Workflow) through real claims and returns every
+//     task's final state and the order in which they started.
 //
 // The server: $TEST_DATABASE_URL (an admin database URL, e.g.
 // postgres://postgres@127.0.0.1:5432/postgres), else a server on 127.0.0.1:5432 that trusts

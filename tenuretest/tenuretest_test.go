@@ -156,3 +156,53 @@ func TestWorkUsesTheDeclaredDefaults(t *testing.T) {
 	require.LessOrEqual(t, res.Outcome.Delay, 20*time.Millisecond)
 	require.LessOrEqual(t, res.Job.RunAt.Sub(res.Job.UpdatedAt), 20*time.Millisecond)
 }
+
+type wfStep struct {
+	Name string `json:"name"`
+	Fail bool   `json:"fail,omitempty"`
+}
+
+func (wfStep) Kind() string        { return "wf_step" }
+func (wfStep) PayloadVersion() int { return 1 }
+
+// TestRunWorkflow: a diamond with a failing branch, run through real claims: what became ready
+// ran after its dependencies, the failure cancelled its dependent, and the fan-in read outputs.
+func TestRunWorkflow(t *testing.T) {
+	ctx := context.Background()
+	pool := tenuretest.Pool(t)
+	w, err := worker.New(pool, &worker.Config{FetchPollMax: 100 * time.Millisecond})
+	require.NoError(t, err)
+	var joined string
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[wfStep]) error {
+		if job.Args.Fail {
+			return worker.Permanent(errors.New("no"))
+		}
+		if job.Args.Name == "join" {
+			l, err := worker.DependencyOutput[string](ctx, "left")
+			if err != nil {
+				return err
+			}
+			r, err := worker.DependencyOutput[string](ctx, "right")
+			if err != nil {
+				return err
+			}
+			joined = l + "+" + r
+		}
+		return worker.SetOutput(ctx, job.Args.Name)
+	}, nil)
+	wf := jobs.NewWorkflow("diamond", nil).
+		Add("root", wfStep{Name: "root"}, nil).
+		Add("left", wfStep{Name: "left"}, &jobs.TaskOpts{DependsOn: []string{"root"}}).
+		Add("right", wfStep{Name: "right"}, &jobs.TaskOpts{DependsOn: []string{"root"}}).
+		Add("join", wfStep{Name: "join"}, &jobs.TaskOpts{DependsOn: []string{"left", "right"}}).
+		Add("broken", wfStep{Name: "broken", Fail: true}, &jobs.TaskOpts{DependsOn: []string{"root"}}).
+		Add("after_broken", wfStep{Name: "after_broken"}, &jobs.TaskOpts{DependsOn: []string{"broken"}})
+	run := tenuretest.RunWorkflow(ctx, t, pool, w, wf, 0)
+	require.Equal(t, generics.JobStateSucceeded, run.Tasks["join"].State)
+	require.Equal(t, generics.JobStateDead, run.Tasks["broken"].State)
+	require.Equal(t, generics.JobStateCancelled, run.Tasks["after_broken"].State)
+	require.Equal(t, "left+right", joined)
+	require.Equal(t, "root", run.Started[0])
+	require.Equal(t, "join", run.Started[len(run.Started)-1])
+	require.NotContains(t, run.Started, "after_broken")
+}

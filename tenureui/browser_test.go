@@ -232,6 +232,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("ReinjectDeadJob", func(t *testing.T) { t.Parallel(); testReinjectDeadJob(t, b) })
 	t.Run("PauseQueue", func(t *testing.T) { t.Parallel(); testPauseQueue(t, b) })
 	t.Run("HostilePayloads", func(t *testing.T) { t.Parallel(); testHostilePayloads(t, b) })
+	t.Run("WorkflowView", func(t *testing.T) { t.Parallel(); testWorkflowView(t, b) })
 }
 
 // testReinjectDeadJob: open the overview, find the dead job by filter, re-inject it with a

@@ -8,7 +8,11 @@
 // stale completions rejected, leases lost); top error codes of dead jobs; periodic schedules;
 // a keyset-paginated job list filtered by state, queue, kind, priority, creation time and a
 // substring of the args; and a job page with its args, metadata, lease and claim token,
-// generation, attempts timeline, effect-ledger rows and audit trail.
+// generation, attempts timeline, effect-ledger rows and audit trail. A task of a workflow links
+// to the workflow view (GET {Prefix}/workflows/{id}: its tasks in layers by depth, each with
+// its state, the tasks it runs after and those it still waits on; the first 1,000 tasks of a
+// larger workflow), a job of a sequence to the sequence view (GET {Prefix}/sequences?key=K:
+// its jobs not succeeded yet, in order, the first running, next or holding the sequence).
 //
 // # Schema
 //

@@ -192,6 +192,8 @@ type jobView struct {
 	EffectsMore     bool
 	Audit           []uidb.UIJobAuditRow
 	AuditMore       bool
+	// Flow: the workflow or sequence the job is in (flows.go), nil when none.
+	Flow *jobFlow
 }
 
 // jobDetail serves the job page: one bounded read of the job (UIJob: heads of its stored
@@ -214,6 +216,9 @@ func (h *Handler) jobDetail(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		v.Job = jobRow{j}
+		if v.Flow, err = readJobFlow(ctx, q, id, j.State); err != nil {
+			return err
+		}
 		if v.Effects, err = q.UIJobEffects(ctx, uidb.UIJobEffectsParams{JobID: id, TextChars: textChars, ValueChars: effectResultBytes,
 			MaxRows: effectsShown + 1}); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/internal/pgtest"
@@ -42,7 +43,8 @@ func TestDashboardPlansUseIndexes(t *testing.T) {
 		require.NoError(t, err)
 	}
 	filters := map[string]any{"queue": "q1", "kind": "k1", "priority": int16(2), "created_from": time.Now().Add(-time.Hour),
-		"created_to": time.Now().Add(time.Hour), "search": "x", "state": nil}
+		"created_to": time.Now().Add(time.Hour), "search": "x", "state": nil,
+		"workflow_id": uuid.New(), "job_ids": []int64{42, 43}, "key": "account-7"}
 	argsFor := func(order []string, over map[string]any) []any {
 		var args []any
 		for _, n := range order {
@@ -83,6 +85,12 @@ func TestDashboardPlansUseIndexes(t *testing.T) {
 		{"UIJob", "jobs_pkey"},
 		{"UIJobAudit", "audit_job_idx"},
 		{"UIJobRaw", "jobs_pkey"},
+		{"UIJobFlow", "jobs_pkey"},
+		{"UIWorkflowTasks", "jobs_workflow_idx"},
+		{"UIWorkflowStates", "jobs_workflow_idx"},
+		{"UIWorkflowEdges", "job_deps_job_idx"},
+		{"UISequenceJobs", "jobs_sequence_idx"},
+		{"UISequenceStates", "jobs_sequence_idx"},
 	} {
 		sql, order := plantest.SQLIn(t, uiQueries, c.name)
 		// Filters all set, then all unset: both generic plans must use the index.

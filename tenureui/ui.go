@@ -242,6 +242,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Handler, error) {
 	mux.HandleFunc("POST /jobs/{id}/{action}", h.jobAction)
 	mux.HandleFunc("POST /bulk", h.bulkAction)
 	mux.HandleFunc("POST /queues/{name}/{action}", h.queueAction)
+	mux.HandleFunc("GET /workflows/{id}", h.workflow)
+	mux.HandleFunc("GET /sequences", h.sequence)
 	h.mux = mux
 	return h, nil
 }

@@ -389,7 +389,10 @@ func TestClaimOrderedManyPlanUsesTheReadyIndex(t *testing.T) {
 	run := explain("force_generic_plan", true)
 	check("generic (analyze)", run)
 	t.Logf("claim of 2 jobs for each of 50 queues: %d buffers", run.SharedHit+run.SharedRd)
-	require.Less(t, run.SharedHit+run.SharedRd, int64(50*60), "the statement reads more than a few pages per request")
+	// 60 pages per request, plus one buffer hit per owned row: the UPDATE re-reads each old row
+	// version for the AFTER ROW trigger of migration 0020 (jobs_settle_dependents), whose WHEN
+	// then finds nothing to do (2,917 buffers before that trigger, 3,026 with it).
+	require.Less(t, run.SharedHit+run.SharedRd, int64(50*60+100), "the statement reads more than a few pages per request")
 }
 
 type plantestPlan struct {

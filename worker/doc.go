@@ -50,6 +50,9 @@
 //   - registry.go: the worker registry row and the kind defaults published at Start.
 //   - dberrors.go: classifying database errors (stale cached plans re-run, missing schema).
 //   - logthrottle.go: at most one log line per window per source of repeated engine errors.
+//   - workflow.go: DependencyOutput, a workflow task's typed read of its dependencies' outputs.
+//     The engine has no workflow code: dependents are released by the database (the trigger
+//     jobs_settle_dependents, migration 0020) in the transaction of the finish that resolves them.
 //   - clock.go: the clock the engine's own timing decisions read (finish linger, stop plan,
 //     log throttle, permit regrow, flow prune schedule, queue-state poll); tests set a fake one.
 //

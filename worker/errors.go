@@ -28,6 +28,9 @@ const (
 	CodePermanent       ErrorCode = "PERMANENT"              // permanent: the handler said so
 	CodeCancelled       ErrorCode = "CANCELLED"              // final: an operator cancelled the job
 	CodeSnoozeLimit     ErrorCode = "SNOOZE_LIMIT"           // retryable: the handler snoozed past HandlerOptions.MaxSnoozes
+	// final: a workflow task cancelled, without an attempt, because a dependency ended dead or
+	// cancelled (written by the database's release, docs/guide.md §23)
+	CodeDependencyFailed ErrorCode = "DEPENDENCY_FAILED"
 )
 
 // Permanent reports whether a failure with this code goes straight to dead.
@@ -43,7 +46,8 @@ func (c ErrorCode) Permanent() bool {
 func (c ErrorCode) Valid() bool {
 	switch c {
 	case CodeHandlerError, CodeTimeout, CodeRateLimit, CodeRemoteError, CodeLeaseExpired, CodePanic,
-		CodeUnknownKind, CodeInvalidPayload, CodePermanentRemote, CodePermanent, CodeCancelled, CodeSnoozeLimit:
+		CodeUnknownKind, CodeInvalidPayload, CodePermanentRemote, CodePermanent, CodeCancelled, CodeSnoozeLimit,
+		CodeDependencyFailed:
 		return true
 	}
 	return false

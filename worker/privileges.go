@@ -62,12 +62,14 @@ func (w *Worker) neededPrivileges() []tablePrivilege {
 	add("schema_migrations", "Start checks the schema version", "SELECT")
 	add("jobs", "claims, heartbeats, finishes, reclaim", "SELECT", "UPDATE")
 	add("effects", "worker.Effect's ledger", "SELECT", "INSERT", "UPDATE")
+	add("job_deps", "finishes release workflow and sequence dependents", "SELECT", "UPDATE")
 	add("queues", "queue pause", "SELECT")
 	// The flow prune runs every PruneEvery over every queue served (limits.go), limits or not.
 	add("flow", "the flow prune", "SELECT", "UPDATE", "DELETE")
 	if w.cfg.FinishedRetention >= 0 || w.cfg.DeadRetention >= 0 {
 		add("jobs", "retention pruning", "DELETE")
 		add("effects", "retention pruning", "DELETE")
+		add("job_deps", "retention pruning", "DELETE")
 	}
 	if w.cfg.RegistryEvery > 0 {
 		add("workers", "the worker registry", "SELECT", "INSERT", "UPDATE", "DELETE")

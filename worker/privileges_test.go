@@ -83,11 +83,14 @@ func TestStartRefusesOldGuideGrants(t *testing.T) {
 		"INSERT on tenure.flow (Limits of queue(s) lim)",
 		// tenure.kinds came with migration 0018, after that guide.
 		"SELECT, INSERT, UPDATE, DELETE on tenure.kinds (publishing kind defaults)",
+		// tenure.job_deps came with migration 0020 (workflows and sequences).
+		"SELECT, UPDATE on tenure.job_deps (finishes release workflow and sequence dependents)",
+		"DELETE on tenure.job_deps (retention pruning)",
 		"SELECT tenure.grant_worker('" + role + "')",
 	} {
 		require.Contains(t, msg, want)
 	}
-	require.Len(t, pe.Missing, 5, "only the flow tables and tenure.kinds are missing: %v", pe.Missing)
+	require.Len(t, pe.Missing, 7, "only the flow tables, tenure.kinds and tenure.job_deps are missing: %v", pe.Missing)
 	require.Zero(t, ran.Load())
 
 	// The function the error names fixes it.
@@ -144,7 +147,7 @@ func TestGrantWorkerCoversStartCheck(t *testing.T) {
 		return g, r.Scan(&g.table, &g.priv)
 	})
 	require.NoError(t, err)
-	require.Len(t, grants, 40, "grant_worker's privileges: %v", grants)
+	require.Len(t, grants, 43, "grant_worker's privileges: %v", grants)
 	for _, g := range grants {
 		_, err := pool.Exec(ctx, fmt.Sprintf("REVOKE %s ON tenure.%s FROM %s", g.priv, g.table, role))
 		require.NoError(t, err)

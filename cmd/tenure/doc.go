@@ -101,7 +101,8 @@
 //	    generation, attempted_at, last_error_code, errors (a list of {attempt, generation, code,
 //	    message, at}), created_at, updated_at, finished_at, cancel_requested_at, metadata (an
 //	    object of strings), tags (a list of strings), output, snoozes, unique_key (hex),
-//	    unique_states (a list of states)
+//	    unique_states (a list of states), workflow_id, task_name, sequence_key (null when the job
+//	    is in no workflow or sequence), deps_pending (unresolved dependencies of a waiting job)
 //	list: {"jobs": [job...], "next_after_id": the -after of the next page, null on the last}
 //	stats: window_seconds, bands (a list of {queue, priority, ready, scheduled, running,
 //	    cancel_requested, dead, oldest_ready_age_seconds, ready_age_p50_seconds,
@@ -111,6 +112,21 @@
 //	    heuristic of -unserved-after), unserved_kinds (a list of {queue, kind, ready,
 //	    queue_served, kind_registered}: ready jobs no live worker can run, from the worker
 //	    registry and the kinds workers publish)
+//
+// # workflow
+//
+//	tenure workflow get ID [-json]
+//	    a workflow's tasks (ID: the workflow's UUID, shown by tenure jobs get on each task) by
+//	    depth (0: no dependencies; else 1 + the deepest dependency), each with its job id,
+//	    kind, state and attempts, the tasks it depends on (DEPENDS_ON) and, while it is
+//	    waiting, those not resolved yet (WAITING_ON). -json: {id, name, states (count per
+//	    state), tasks (a list of {task, id, depth, kind, queue, state, attempts, max_attempts,
+//	    deps_pending, depends_on, waiting_on, run_at, attempted_at, finished_at,
+//	    last_error_code, output}), edges (a list of {dep_id, job_id, on_failure, resolved})}.
+//	tenure workflow cancel ID -actor A -reason R
+//	    cancels every task that has not run (ready or waiting) and asks the workers of running
+//	    ones to cancel them (their handler's context); finished tasks stay as they are. One
+//	    audit row (action cancel, the workflow id and the task ids in its detail).
 //
 // # queue
 //

@@ -182,6 +182,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		if j.Snoozes > 0 {
 			fmt.Fprintf(tw, "snoozes\t%d\n", j.Snoozes)
 		}
+		printFlowLines(tw, j)
 		if j.Output != nil {
 			fmt.Fprintf(tw, "output\t%s\n", escBytes(j.Output))
 		}

@@ -46,6 +46,11 @@ type jsonJob struct {
 	Snoozes           int               `json:"snoozes"`
 	UniqueKey         *string           `json:"unique_key"`
 	UniqueStates      []string          `json:"unique_states"`
+	// Workflows and sequences (issue 30): null when the job is in none.
+	WorkflowID  *string `json:"workflow_id"`
+	TaskName    *string `json:"task_name"`
+	SequenceKey *string `json:"sequence_key"`
+	DepsPending int     `json:"deps_pending"`
 }
 
 // jsonAttempt is one entry of a job's error history.
@@ -169,6 +174,11 @@ func jsonJobOf(r *generics.JobRow) jsonJob {
 	for _, s := range r.UniqueStates {
 		j.UniqueStates = append(j.UniqueStates, string(s))
 	}
+	if r.WorkflowID != nil {
+		s := r.WorkflowID.String()
+		j.WorkflowID = &s
+	}
+	j.TaskName, j.SequenceKey, j.DepsPending = strPtr(r.TaskName), strPtr(r.SequenceKey), r.DepsPending
 	return j
 }
 

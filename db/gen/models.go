@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type TenureJobState string
@@ -20,6 +21,7 @@ const (
 	TenureJobStateSucceeded TenureJobState = "succeeded"
 	TenureJobStateDead      TenureJobState = "dead"
 	TenureJobStateCancelled TenureJobState = "cancelled"
+	TenureJobStateWaiting   TenureJobState = "waiting"
 )
 
 func (e *TenureJobState) Scan(src interface{}) error {
@@ -139,6 +141,18 @@ type TenureJob struct {
 	Output            []byte
 	Snoozes           int32
 	Limited           bool
+	WorkflowID        *uuid.UUID
+	TaskName          *string
+	SequenceKey       *string
+	DepsPending       *int32
+	HasDependents     pgtype.Bool
+}
+
+type TenureJobDep struct {
+	DepID     int64
+	JobID     int64
+	OnFailure string
+	Resolved  bool
 }
 
 type TenureKind struct {
@@ -189,6 +203,12 @@ type TenureQueue struct {
 	PausedAt  *time.Time
 	UpdatedBy string
 	Reason    string
+	UpdatedAt time.Time
+}
+
+type TenureSequence struct {
+	Key       string
+	LastJobID int64
 	UpdatedAt time.Time
 }
 

@@ -10,16 +10,17 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const cancelReady = `-- name: CancelReady :one
 UPDATE tenure.jobs
 SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(), updated_at = now()
-WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+WHERE id = $1 AND state IN ('ready', 'waiting')
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
 `
 
-// ready -> cancelled, at once.
+// ready (or waiting for dependencies) -> cancelled, at once.
 func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) {
 	row := q.db.QueryRow(ctx, cancelReady, id)
 	var i TenureJob
@@ -53,8 +54,42 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.WorkflowID,
+		&i.TaskName,
+		&i.SequenceKey,
+		&i.DepsPending,
+		&i.HasDependents,
 	)
 	return i, err
+}
+
+const cancelWorkflowPending = `-- name: CancelWorkflowPending :many
+UPDATE tenure.jobs
+SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(), updated_at = now()
+WHERE workflow_id = $1::uuid AND state IN ('ready', 'waiting')
+RETURNING id
+`
+
+// Cancels a workflow's tasks that have not started (ready or waiting), at once. Their
+// dependents are settled by the trigger (here: all cancelled by this statement already).
+func (q *Queries) CancelWorkflowPending(ctx context.Context, workflowID uuid.UUID) ([]int64, error) {
+	rows, err := q.db.Query(ctx, cancelWorkflowPending, workflowID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const claimFair = `-- name: ClaimFair :many
@@ -157,7 +192,7 @@ WITH seg AS (
     ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.rn, r.pos, r.run_at, r.id
     LIMIT $7
 ), upd AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $16::text, $15::text[], $17::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $16::text, $15::text[], $17::integer[]) o
 ), upto AS (
     SELECT k.priority,
            CASE WHEN bool_and(NOT k.keyless OR k.id IN (SELECT picked.id FROM picked))
@@ -166,7 +201,7 @@ WITH seg AS (
            END AS upto
     FROM kscan k GROUP BY k.priority
 ), claimed AS (
-    SELECT upd.id, upd.queue, upd.kind, upd.payload, upd.payload_version, upd.state, upd.priority, upd.run_at, upd.attempts, upd.max_attempts, upd.lease_ms, upd.locked_by, upd.locked_until, upd.claim_token, upd.generation, upd.attempted_at, upd.last_error_code, upd.errors, upd.created_at, upd.updated_at, upd.finished_at, upd.cancel_requested_at, upd.metadata, upd.unique_key, upd.unique_states, upd.tags, upd.output, upd.snoozes, upd.limited, picked.pos AS fair_pos, picked.rn::integer AS fair_round FROM upd JOIN picked ON picked.id = upd.id
+    SELECT upd.id, upd.queue, upd.kind, upd.payload, upd.payload_version, upd.state, upd.priority, upd.run_at, upd.attempts, upd.max_attempts, upd.lease_ms, upd.locked_by, upd.locked_until, upd.claim_token, upd.generation, upd.attempted_at, upd.last_error_code, upd.errors, upd.created_at, upd.updated_at, upd.finished_at, upd.cancel_requested_at, upd.metadata, upd.unique_key, upd.unique_states, upd.tags, upd.output, upd.snoozes, upd.limited, upd.workflow_id, upd.task_name, upd.sequence_key, upd.deps_pending, upd.has_dependents, picked.pos AS fair_pos, picked.rn::integer AS fair_round FROM upd JOIN picked ON picked.id = upd.id
 ), flags AS (
     SELECT jsonb_build_object(
              'keyless_band', coalesce(array_agg(upto.priority) FILTER (WHERE upto.upto IS NOT NULL), '{}'),
@@ -456,7 +491,7 @@ WITH clk AS MATERIALIZED (
     RETURNING f.key
 ), upd AS MATERIALIZED (
     -- marked limited: the kinds a concurrency limit covers; attempted_at: the rate windows' clock
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $22::text, $16::text[], $23::integer[],
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $22::text, $16::text[], $23::integer[],
                                ARRAY(SELECT l.kind FROM lim l WHERE l.max_running > 0), (SELECT t FROM clk)) o
 ), flags AS (
     SELECT jsonb_build_object(
@@ -656,7 +691,7 @@ WITH seg AS (
     ) c
     LIMIT $8
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT id FROM picked), $9::text, $7::text[], $10::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT id FROM picked), $9::text, $7::text[], $10::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -785,7 +820,7 @@ WITH req AS (
         LIMIT r.batch
     ) p
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT id FROM picked), $11::text, $10::text[], $12::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT id FROM picked), $11::text, $10::text[], $12::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -952,7 +987,7 @@ WITH lim AS MATERIALIZED (
     LIMIT $9
 ), upd AS MATERIALIZED (
     -- marked limited: every permit limit is a concurrency limit
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $4::text, $10::text[], $13::integer[],
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $4::text, $10::text[], $13::integer[],
                                ARRAY(SELECT l.kind FROM lim l)) o
 ), ttl AS MATERIALIZED (
     -- (sqlc cannot place a parameter in the SET list of an UPDATE inside a WITH)
@@ -1125,7 +1160,7 @@ WITH seg AS (
     ORDER BY (rank > 0 AND band_rn > quota), rank, run_at, id
     LIMIT $11
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT id FROM picked), $12::text, $10::text[], $13::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT id FROM picked), $12::text, $10::text[], $13::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -1240,7 +1275,7 @@ WITH picked AS (
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT id FROM picked), $5::text, $3::text[], $6::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT id FROM picked), $5::text, $3::text[], $6::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -1502,6 +1537,8 @@ WITH gone AS (
     DELETE FROM tenure.jobs WHERE id = $1 AND state <> 'running' RETURNING id
 ), effects AS (
     DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT id FROM gone)
+), deps AS (
+    DELETE FROM tenure.job_deps d WHERE d.dep_id IN (SELECT id FROM gone) OR d.job_id IN (SELECT id FROM gone)
 )
 SELECT id FROM gone
 `
@@ -1513,6 +1550,34 @@ func (q *Queries) DeleteJob(ctx context.Context, id int64) (int64, error) {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const dependencyOutput = `-- name: DependencyOutput :one
+SELECT d.id, d.state, d.output
+FROM tenure.jobs me
+JOIN tenure.jobs d ON d.workflow_id = me.workflow_id AND d.task_name = $1::text
+JOIN tenure.job_deps e ON e.dep_id = d.id AND e.job_id = me.id
+WHERE me.id = $2::bigint
+`
+
+type DependencyOutputParams struct {
+	TaskName string
+	ID       int64
+}
+
+type DependencyOutputRow struct {
+	ID     int64
+	State  TenureJobState
+	Output []byte
+}
+
+// The state and output of the dependency named task_name of job id (within its workflow, and
+// one of the job's own dependencies).
+func (q *Queries) DependencyOutput(ctx context.Context, arg DependencyOutputParams) (DependencyOutputRow, error) {
+	row := q.db.QueryRow(ctx, dependencyOutput, arg.TaskName, arg.ID)
+	var i DependencyOutputRow
+	err := row.Scan(&i.ID, &i.State, &i.Output)
+	return i, err
 }
 
 const deregisterWorker = `-- name: DeregisterWorker :execrows
@@ -1615,7 +1680,7 @@ func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]FailManyR
 }
 
 const findJobs = `-- name: FindJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs
 WHERE kind = $1::text
   AND ($2::text = '' OR queue = $2::text)
   AND ($3::integer = 0 OR priority = $3::integer)
@@ -1676,6 +1741,11 @@ func (q *Queries) FindJobs(ctx context.Context, arg FindJobsParams) ([]TenureJob
 			&i.Output,
 			&i.Snoozes,
 			&i.Limited,
+			&i.WorkflowID,
+			&i.TaskName,
+			&i.SequenceKey,
+			&i.DepsPending,
+			&i.HasDependents,
 		); err != nil {
 			return nil, err
 		}
@@ -1871,7 +1941,7 @@ func (q *Queries) GetEffect(ctx context.Context, key string) (TenureEffect, erro
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs WHERE id = $1
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs WHERE id = $1
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -1910,12 +1980,17 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.WorkflowID,
+		&i.TaskName,
+		&i.SequenceKey,
+		&i.DepsPending,
+		&i.HasDependents,
 	)
 	return i, err
 }
 
 const getJobs = `-- name: GetJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs WHERE id = ANY($1::bigint[]) ORDER BY id
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs WHERE id = ANY($1::bigint[]) ORDER BY id
 `
 
 // The rows of the given jobs, in id order: InsertUniqueJobs's inserted jobs and holders, read
@@ -1959,6 +2034,11 @@ func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]TenureJob, error)
 			&i.Output,
 			&i.Snoozes,
 			&i.Limited,
+			&i.WorkflowID,
+			&i.TaskName,
+			&i.SequenceKey,
+			&i.DepsPending,
+			&i.HasDependents,
 		); err != nil {
 			return nil, err
 		}
@@ -2070,6 +2150,203 @@ func (q *Queries) InsertAudit(ctx context.Context, arg InsertAuditParams) (Tenur
 	return i, err
 }
 
+const insertDeps = `-- name: InsertDeps :exec
+INSERT INTO tenure.job_deps (dep_id, job_id, on_failure)
+SELECT unnest($1::bigint[]), unnest($2::bigint[]), unnest($3::text[])
+`
+
+type InsertDepsParams struct {
+	DepIds    []int64
+	JobIds    []int64
+	OnFailure []string
+}
+
+// The edges of waiting jobs: job_ids[i] waits for dep_ids[i], with on_failure[i] ('cancel',
+// 'run' or 'block').
+func (q *Queries) InsertDeps(ctx context.Context, arg InsertDepsParams) error {
+	_, err := q.db.Exec(ctx, insertDeps, arg.DepIds, arg.JobIds, arg.OnFailure)
+	return err
+}
+
+const insertFlowJobs = `-- name: InsertFlowJobs :many
+
+WITH ins AS (
+INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata, tags,
+                         state, deps_pending, has_dependents, workflow_id, task_name, sequence_key)
+SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
+       CASE WHEN i.run_at_us <> 0 THEN 'epoch'::timestamptz + i.run_at_us * interval '1 microsecond'
+            ELSE now() + i.delay_us * interval '1 microsecond' END,
+       i.max_attempts, i.lease_ms, i.metadata, CASE WHEN i.tags = '[]'::jsonb THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags)) END,
+       i.state::tenure.job_state, i.deps_pending, i.has_dependents,
+       nullif(i.workflow_id, '00000000-0000-0000-0000-000000000000'::uuid), nullif(i.task_name, ''), nullif(i.sequence_key, '')
+FROM (SELECT unnest($1::text[]) AS queue,
+            unnest($2::text[]) AS kind,
+            unnest($3::jsonb[]) AS payload,
+            unnest($4::integer[]) AS payload_version,
+            unnest($5::smallint[]) AS priority,
+            unnest($6::bigint[]) AS run_at_us,
+            unnest($7::bigint[]) AS delay_us,
+            unnest($8::integer[]) AS max_attempts,
+            unnest($9::integer[]) AS lease_ms,
+            unnest($10::jsonb[]) AS metadata,
+            unnest($11::jsonb[]) AS tags,
+            unnest($12::text[]) AS state,
+            unnest($13::integer[]) AS deps_pending,
+            unnest($14::boolean[]) AS has_dependents,
+            unnest($15::uuid[]) AS workflow_id,
+            unnest($16::text[]) AS task_name,
+            unnest($17::text[]) AS sequence_key) AS i
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
+)
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents FROM ins
+WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) || d.priority || chr(31)
+                                              || (extract(epoch FROM d.run_at) * 1000000)::bigint)
+                             FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins
+                                   WHERE state = 'ready' AND run_at <= now()
+                                   GROUP BY queue, priority) d) n) >= 0
+ORDER BY id
+`
+
+type InsertFlowJobsParams struct {
+	Queues          []string
+	Kinds           []string
+	Payloads        [][]byte
+	PayloadVersions []int32
+	Priorities      []int16
+	RunAtUs         []int64
+	DelayUs         []int64
+	MaxAttempts     []int32
+	LeaseMs         []int32
+	Metadata        [][]byte
+	Tags            [][]byte
+	States          []string
+	DepsPending     []int32
+	HasDependents   []bool
+	WorkflowIds     []uuid.UUID
+	TaskNames       []string
+	SequenceKeys    []string
+}
+
+type InsertFlowJobsRow struct {
+	ID                int64
+	Queue             string
+	Kind              string
+	Payload           []byte
+	PayloadVersion    int32
+	State             TenureJobState
+	Priority          int16
+	RunAt             time.Time
+	Attempts          int32
+	MaxAttempts       int32
+	LeaseMs           int32
+	LockedBy          *string
+	LockedUntil       *time.Time
+	ClaimToken        *uuid.UUID
+	Generation        int64
+	AttemptedAt       *time.Time
+	LastErrorCode     *string
+	Errors            []byte
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	FinishedAt        *time.Time
+	CancelRequestedAt *time.Time
+	Metadata          []byte
+	UniqueKey         []byte
+	UniqueStates      *int16
+	Tags              []string
+	Output            []byte
+	Snoozes           int32
+	Limited           bool
+	WorkflowID        *uuid.UUID
+	TaskName          *string
+	SequenceKey       *string
+	DepsPending       *int32
+	HasDependents     pgtype.Bool
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workflows and sequences (migration 0020; docs/design.md "Workflows and sequences"). A job
+// that waits for others is inserted 'waiting' with its count of dependencies and its edges;
+// the trigger jobs_settle_dependents releases or cancels it in the transaction of its last
+// dependency's final transition.
+// ---------------------------------------------------------------------------------------------
+// InsertJobs for the jobs of a workflow, or one job of a sequence: each row also carries its
+// initial state ('ready' or 'waiting'), its count of dependencies, whether jobs depend on it,
+// its workflow id (the zero uuid: none), task name and sequence key (”: none). The new-job
+// signal goes only to due ready rows. Returns the inserted rows in id order (the input order).
+func (q *Queries) InsertFlowJobs(ctx context.Context, arg InsertFlowJobsParams) ([]InsertFlowJobsRow, error) {
+	rows, err := q.db.Query(ctx, insertFlowJobs,
+		arg.Queues,
+		arg.Kinds,
+		arg.Payloads,
+		arg.PayloadVersions,
+		arg.Priorities,
+		arg.RunAtUs,
+		arg.DelayUs,
+		arg.MaxAttempts,
+		arg.LeaseMs,
+		arg.Metadata,
+		arg.Tags,
+		arg.States,
+		arg.DepsPending,
+		arg.HasDependents,
+		arg.WorkflowIds,
+		arg.TaskNames,
+		arg.SequenceKeys,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []InsertFlowJobsRow{}
+	for rows.Next() {
+		var i InsertFlowJobsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+			&i.Limited,
+			&i.WorkflowID,
+			&i.TaskName,
+			&i.SequenceKey,
+			&i.DepsPending,
+			&i.HasDependents,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const insertJob = `-- name: InsertJob :one
 
 
@@ -2086,14 +2363,14 @@ WITH k AS (
             $13::integer, $14::integer, $15::jsonb, $16::text[], (SELECT key FROM k), $17::smallint)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
     DO NOTHING
-    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
 )
-SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, false AS duplicate FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents, false AS duplicate FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
                                               || (extract(epoch FROM i.run_at) * 1000000)::bigint)
                              FROM ins i WHERE $18::boolean) n) >= 0
 UNION ALL
-SELECT h.id, h.queue, h.kind, h.payload, h.payload_version, h.state, h.priority, h.run_at, h.attempts, h.max_attempts, h.lease_ms, h.locked_by, h.locked_until, h.claim_token, h.generation, h.attempted_at, h.last_error_code, h.errors, h.created_at, h.updated_at, h.finished_at, h.cancel_requested_at, h.metadata, h.unique_key, h.unique_states, h.tags, h.output, h.snoozes, h.limited, true AS duplicate FROM tenure.jobs h
+SELECT h.id, h.queue, h.kind, h.payload, h.payload_version, h.state, h.priority, h.run_at, h.attempts, h.max_attempts, h.lease_ms, h.locked_by, h.locked_until, h.claim_token, h.generation, h.attempted_at, h.last_error_code, h.errors, h.created_at, h.updated_at, h.finished_at, h.cancel_requested_at, h.metadata, h.unique_key, h.unique_states, h.tags, h.output, h.snoozes, h.limited, h.workflow_id, h.task_name, h.sequence_key, h.deps_pending, h.has_dependents, true AS duplicate FROM tenure.jobs h
 WHERE NOT EXISTS (SELECT 1 FROM ins)
   AND h.unique_key = (SELECT key FROM k) AND h.unique_key IS NOT NULL
   AND tenure.unique_state_held(h.unique_states, h.state)
@@ -2150,6 +2427,11 @@ type InsertJobRow struct {
 	Output            []byte
 	Snoozes           int32
 	Limited           bool
+	WorkflowID        *uuid.UUID
+	TaskName          *string
+	SequenceKey       *string
+	DepsPending       *int32
+	HasDependents     pgtype.Bool
 	Duplicate         bool
 }
 
@@ -2223,6 +2505,11 @@ func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJob
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.WorkflowID,
+		&i.TaskName,
+		&i.SequenceKey,
+		&i.DepsPending,
+		&i.HasDependents,
 		&i.Duplicate,
 	)
 	return i, err
@@ -2246,9 +2533,9 @@ FROM (SELECT unnest($2::text[]) AS queue,
             unnest($10::integer[]) AS lease_ms,
             unnest($11::jsonb[]) AS metadata,
             unnest($12::jsonb[]) AS tags) AS i
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
 )
-SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) || d.priority || chr(31)
                                               || (extract(epoch FROM d.run_at) * 1000000)::bigint)
                              FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins
@@ -2302,6 +2589,11 @@ type InsertJobsRow struct {
 	Output            []byte
 	Snoozes           int32
 	Limited           bool
+	WorkflowID        *uuid.UUID
+	TaskName          *string
+	SequenceKey       *string
+	DepsPending       *int32
+	HasDependents     pgtype.Bool
 }
 
 // Many jobs in one round trip, plus the new-job signal (as InsertJob's) for each queue in
@@ -2363,6 +2655,11 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]Inser
 			&i.Output,
 			&i.Snoozes,
 			&i.Limited,
+			&i.WorkflowID,
+			&i.TaskName,
+			&i.SequenceKey,
+			&i.DepsPending,
+			&i.HasDependents,
 		); err != nil {
 			return nil, err
 		}
@@ -2380,9 +2677,9 @@ WITH ins AS (
     VALUES ($2::text, $3::text, $4::jsonb, $5::integer, $6::smallint,
             coalesce($7::timestamptz, now() + $8::bigint * interval '1 microsecond'),
             $9::integer, $10::integer, $11::jsonb, $12::text[])
-    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
 )
-SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
                                               || (extract(epoch FROM i.run_at) * 1000000)::bigint)
                              FROM ins i WHERE $1::boolean) n) >= 0
@@ -2433,6 +2730,11 @@ type InsertPlainJobRow struct {
 	Output            []byte
 	Snoozes           int32
 	Limited           bool
+	WorkflowID        *uuid.UUID
+	TaskName          *string
+	SequenceKey       *string
+	DepsPending       *int32
+	HasDependents     pgtype.Bool
 }
 
 // InsertJob for a job without a unique key: a plain INSERT, without the arbiter check and
@@ -2484,6 +2786,11 @@ func (q *Queries) InsertPlainJob(ctx context.Context, arg InsertPlainJobParams) 
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.WorkflowID,
+		&i.TaskName,
+		&i.SequenceKey,
+		&i.DepsPending,
+		&i.HasDependents,
 	)
 	return i, err
 }
@@ -2654,7 +2961,7 @@ func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]TenureA
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs
 WHERE ($1::tenure.job_state IS NULL OR state = $1::tenure.job_state)
   AND ($2::text IS NULL OR kind = $2::text)
   AND ($3::text IS NULL OR queue = $3::text)
@@ -2720,6 +3027,11 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 			&i.Output,
 			&i.Snoozes,
 			&i.Limited,
+			&i.WorkflowID,
+			&i.TaskName,
+			&i.SequenceKey,
+			&i.DepsPending,
+			&i.HasDependents,
 		); err != nil {
 			return nil, err
 		}
@@ -2732,7 +3044,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 }
 
 const listJobsTagged = `-- name: ListJobsTagged :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs
 WHERE tags @> $1::text[] AND tags <> '{}'
   AND ($2::tenure.job_state IS NULL OR state = $2::tenure.job_state)
   AND ($3::text IS NULL OR kind = $3::text)
@@ -2802,6 +3114,11 @@ func (q *Queries) ListJobsTagged(ctx context.Context, arg ListJobsTaggedParams) 
 			&i.Output,
 			&i.Snoozes,
 			&i.Limited,
+			&i.WorkflowID,
+			&i.TaskName,
+			&i.SequenceKey,
+			&i.DepsPending,
+			&i.HasDependents,
 		); err != nil {
 			return nil, err
 		}
@@ -3152,7 +3469,7 @@ func (q *Queries) LockFinish(ctx context.Context, arg LockFinishParams) ([]int64
 
 const lockJob = `-- name: LockJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs WHERE id = $1 FOR UPDATE
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs WHERE id = $1 FOR UPDATE
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -3191,6 +3508,11 @@ func (q *Queries) LockJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.WorkflowID,
+		&i.TaskName,
+		&i.SequenceKey,
+		&i.DepsPending,
+		&i.HasDependents,
 	)
 	return i, err
 }
@@ -3616,6 +3938,10 @@ WITH picked AS (
     DELETE FROM tenure.effects e
     WHERE e.job_id = ANY(ARRAY(SELECT id FROM gone))
     RETURNING e.job_id
+), deps AS (
+    -- the workflow and sequence edges into and out of the deleted jobs (migration 0020)
+    DELETE FROM tenure.job_deps d
+    WHERE d.dep_id = ANY(ARRAY(SELECT id FROM gone)) OR d.job_id = ANY(ARRAY(SELECT id FROM gone))
 )
 SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
        (SELECT count(*) FROM effects)::bigint AS effects,
@@ -3659,6 +3985,10 @@ WITH picked AS (
     DELETE FROM tenure.effects e
     WHERE e.job_id = ANY(ARRAY(SELECT id FROM gone))
     RETURNING e.job_id
+), deps AS (
+    -- the workflow and sequence edges into and out of the deleted jobs (migration 0020)
+    DELETE FROM tenure.job_deps d
+    WHERE d.dep_id = ANY(ARRAY(SELECT id FROM gone)) OR d.job_id = ANY(ARRAY(SELECT id FROM gone))
 )
 SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
        (SELECT count(*) FROM effects)::bigint AS effects,
@@ -3682,7 +4012,8 @@ type PruneFinishedBatchRow struct {
 // batch's last finish time (a lower bound that lets the index scan start past the entries the
 // earlier batches' deleted rows leave behind until VACUUM). The same statement deletes the
 // effect-ledger rows of exactly the jobs it deleted (effects_job_name's index leads with
-// job_id). The DELETE repeats the state and time conditions so a row that changed after it was
+// job_id), and the workflow and sequence edges of those jobs (tenure.job_deps). The DELETE
+// repeats the state and time conditions so a row that changed after it was
 // picked (a concurrent re-inject) is kept. Returns the counts and the latest finish time
 // deleted (@after when nothing was).
 func (q *Queries) PruneFinishedBatch(ctx context.Context, arg PruneFinishedBatchParams) (PruneFinishedBatchRow, error) {
@@ -3853,7 +4184,7 @@ SET state = 'ready', attempts = 0, run_at = now(), finished_at = NULL, claim_tok
     cancel_requested_at = NULL, updated_at = now(),
     max_attempts = coalesce($1::integer, max_attempts)
 WHERE id = $2 AND state IN ('dead', 'cancelled')
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
 `
 
 type ReinjectParams struct {
@@ -3897,6 +4228,11 @@ func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (TenureJob, 
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.WorkflowID,
+		&i.TaskName,
+		&i.SequenceKey,
+		&i.DepsPending,
+		&i.HasDependents,
 	)
 	return i, err
 }
@@ -3972,7 +4308,7 @@ const requestCancel = `-- name: RequestCancel :one
 UPDATE tenure.jobs
 SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
 WHERE id = $1 AND state = 'running'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
 `
 
 // running -> cancel requested; the owning worker cancels the handler and ends it cancelled.
@@ -4009,15 +4345,48 @@ func (q *Queries) RequestCancel(ctx context.Context, id int64) (TenureJob, error
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.WorkflowID,
+		&i.TaskName,
+		&i.SequenceKey,
+		&i.DepsPending,
+		&i.HasDependents,
 	)
 	return i, err
+}
+
+const requestCancelWorkflow = `-- name: RequestCancelWorkflow :many
+UPDATE tenure.jobs
+SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
+WHERE workflow_id = $1::uuid AND state = 'running'
+RETURNING id
+`
+
+// Asks the owners of a workflow's running tasks to cancel them (RequestCancel for each).
+func (q *Queries) RequestCancelWorkflow(ctx context.Context, workflowID uuid.UUID) ([]int64, error) {
+	rows, err := q.db.Query(ctx, requestCancelWorkflow, workflowID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const runNow = `-- name: RunNow :one
 UPDATE tenure.jobs
 SET run_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
 `
 
 // A ready job (scheduled, or waiting out a retry backoff) becomes due now.
@@ -4054,8 +4423,106 @@ func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.WorkflowID,
+		&i.TaskName,
+		&i.SequenceKey,
+		&i.DepsPending,
+		&i.HasDependents,
 	)
 	return i, err
+}
+
+const sequenceJobs = `-- name: SequenceJobs :many
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs WHERE sequence_key = $1::text ORDER BY id
+`
+
+// The jobs of a sequence, in order.
+func (q *Queries) SequenceJobs(ctx context.Context, key string) ([]TenureJob, error) {
+	rows, err := q.db.Query(ctx, sequenceJobs, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureJob{}
+	for rows.Next() {
+		var i TenureJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+			&i.Limited,
+			&i.WorkflowID,
+			&i.TaskName,
+			&i.SequenceKey,
+			&i.DepsPending,
+			&i.HasDependents,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const sequencePrev = `-- name: SequencePrev :one
+SELECT tenure.sequence_prev($1::text, $2::text)::bigint AS prev
+`
+
+type SequencePrevParams struct {
+	Key       string
+	OnFailure string
+}
+
+// The job a new job of the sequence must wait for (0: none), with the key's row locked until
+// the transaction ends (tenure.sequence_prev).
+func (q *Queries) SequencePrev(ctx context.Context, arg SequencePrevParams) (int64, error) {
+	row := q.db.QueryRow(ctx, sequencePrev, arg.Key, arg.OnFailure)
+	var prev int64
+	err := row.Scan(&prev)
+	return prev, err
+}
+
+const sequenceSetLast = `-- name: SequenceSetLast :exec
+UPDATE tenure.sequences SET last_job_id = $1::bigint, updated_at = now() WHERE key = $2::text
+`
+
+type SequenceSetLastParams struct {
+	JobID int64
+	Key   string
+}
+
+// Records the sequence's newest job (after SequencePrev, in the same transaction).
+func (q *Queries) SequenceSetLast(ctx context.Context, arg SequenceSetLastParams) error {
+	_, err := q.db.Exec(ctx, sequenceSetLast, arg.JobID, arg.Key)
+	return err
 }
 
 const servedQueues = `-- name: ServedQueues :many
@@ -4345,6 +4812,99 @@ func (q *Queries) WaitStats(ctx context.Context, windowUs int64) ([]WaitStatsRow
 			&i.WaitP50S,
 			&i.WaitP95S,
 			&i.WaitP99S,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const workflowEdges = `-- name: WorkflowEdges :many
+SELECT d.dep_id, d.job_id, d.on_failure, d.resolved
+FROM tenure.job_deps d
+WHERE d.job_id IN (SELECT j.id FROM tenure.jobs j WHERE j.workflow_id = $1::uuid)
+ORDER BY d.job_id, d.dep_id
+`
+
+// The edges between a workflow's tasks: job_id waits for dep_id.
+func (q *Queries) WorkflowEdges(ctx context.Context, workflowID uuid.UUID) ([]TenureJobDep, error) {
+	rows, err := q.db.Query(ctx, workflowEdges, workflowID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureJobDep{}
+	for rows.Next() {
+		var i TenureJobDep
+		if err := rows.Scan(
+			&i.DepID,
+			&i.JobID,
+			&i.OnFailure,
+			&i.Resolved,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const workflowJobs = `-- name: WorkflowJobs :many
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs WHERE workflow_id = $1::uuid ORDER BY id
+`
+
+// The tasks of a workflow, in insertion order.
+func (q *Queries) WorkflowJobs(ctx context.Context, workflowID uuid.UUID) ([]TenureJob, error) {
+	rows, err := q.db.Query(ctx, workflowJobs, workflowID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureJob{}
+	for rows.Next() {
+		var i TenureJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+			&i.Limited,
+			&i.WorkflowID,
+			&i.TaskName,
+			&i.SequenceKey,
+			&i.DepsPending,
+			&i.HasDependents,
 		); err != nil {
 			return nil, err
 		}

@@ -37,6 +37,16 @@ func FromGen(j gen.TenureJob, corrupt error) (*generics.JobRow, error) {
 		ClaimToken: j.ClaimToken, Generation: j.Generation, AttemptedAt: j.AttemptedAt,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, FinishedAt: j.FinishedAt,
 		CancelRequestedAt: j.CancelRequestedAt, Snoozes: int(j.Snoozes), UniqueKey: j.UniqueKey,
+		WorkflowID: j.WorkflowID, HasDependents: j.HasDependents.Valid && j.HasDependents.Bool,
+	}
+	if j.DepsPending != nil {
+		r.DepsPending = int(*j.DepsPending)
+	}
+	if j.TaskName != nil {
+		r.TaskName = *j.TaskName
+	}
+	if j.SequenceKey != nil {
+		r.SequenceKey = *j.SequenceKey
 	}
 	if len(j.Tags) > 0 {
 		r.Tags = j.Tags

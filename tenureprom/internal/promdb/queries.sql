@@ -37,3 +37,13 @@ SELECT queue, kind, priority, coalesce(last_error_code, 'NONE')::text AS code, c
 FROM tenure.jobs
 WHERE state = 'dead'
 GROUP BY queue, kind, priority, last_error_code;
+
+-- name: ClusterWaiting :many
+-- Jobs waiting on dependencies (workflow tasks, sequence jobs; migration 0020) per queue and
+-- kind, and the oldest one's age since it was inserted, in seconds on the database clock (an
+-- index-only scan of jobs_waiting_idx, migration 0022).
+SELECT queue, kind, count(*)::bigint AS waiting,
+       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_waiting_age_s
+FROM tenure.jobs
+WHERE state = 'waiting'
+GROUP BY queue, kind;

@@ -157,3 +157,46 @@ func (q *Queries) ClusterRunning(ctx context.Context) ([]ClusterRunningRow, erro
 	}
 	return items, nil
 }
+
+const clusterWaiting = `-- name: ClusterWaiting :many
+SELECT queue, kind, count(*)::bigint AS waiting,
+       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_waiting_age_s
+FROM tenure.jobs
+WHERE state = 'waiting'
+GROUP BY queue, kind
+`
+
+type ClusterWaitingRow struct {
+	Queue             string
+	Kind              string
+	Waiting           int64
+	OldestWaitingAgeS float64
+}
+
+// Jobs waiting on dependencies (workflow tasks, sequence jobs; migration 0020) per queue and
+// kind, and the oldest one's age since it was inserted, in seconds on the database clock (an
+// index-only scan of jobs_waiting_idx, migration 0022).
+func (q *Queries) ClusterWaiting(ctx context.Context) ([]ClusterWaitingRow, error) {
+	rows, err := q.db.Query(ctx, clusterWaiting)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClusterWaitingRow{}
+	for rows.Next() {
+		var i ClusterWaitingRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.Kind,
+			&i.Waiting,
+			&i.OldestWaitingAgeS,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

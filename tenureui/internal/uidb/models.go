@@ -17,6 +17,7 @@ const (
 	TenureJobStateSucceeded TenureJobState = "succeeded"
 	TenureJobStateDead      TenureJobState = "dead"
 	TenureJobStateCancelled TenureJobState = "cancelled"
+	TenureJobStateWaiting   TenureJobState = "waiting"
 )
 
 func (e *TenureJobState) Scan(src interface{}) error {

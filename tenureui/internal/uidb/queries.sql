@@ -206,3 +206,59 @@ ORDER BY queue, priority DESC;
 
 -- name: DatabaseNow :one
 SELECT now()::timestamptz AS now;
+
+-- ---------------------------------------------------------------------------------------------
+-- Workflows and sequences (issue 30; migration 0020): the job page's links, the workflow view
+-- (tasks by depth, what waits on what) and the sequence view.
+-- ---------------------------------------------------------------------------------------------
+
+-- name: UIJobFlow :one
+-- The workflow and sequence a job is in (through the primary key), and its unresolved
+-- dependencies. Task names and sequence keys are at most 200 characters (their domains).
+SELECT workflow_id, coalesce(task_name, '')::text AS task_name, coalesce(sequence_key, '')::text AS sequence_key, coalesce(deps_pending, 0)::int AS deps_pending
+FROM tenure.jobs WHERE id = @id;
+
+-- name: UIWorkflowTasks :many
+-- A workflow's first max_rows tasks in id order (insertion order: dependencies first), through
+-- jobs_workflow_idx; kinds, queues and the workflow's name cut to text_chars characters.
+SELECT id, coalesce(task_name, '')::text AS task_name,
+       left(kind, sqlc.arg(text_chars)::int)::text AS kind, left(queue, sqlc.arg(text_chars)::int)::text AS queue,
+       state, attempts, max_attempts, coalesce(deps_pending, 0)::int AS deps_pending, attempted_at, finished_at, last_error_code,
+       left(coalesce(metadata->>'tenure.workflow', ''), sqlc.arg(text_chars)::int)::text AS workflow_name
+FROM tenure.jobs
+WHERE workflow_id = @workflow_id::uuid
+ORDER BY id
+LIMIT @max_rows;
+
+-- name: UIWorkflowStates :many
+-- A workflow's tasks per state, all of them (through jobs_workflow_idx).
+SELECT state, count(*)::bigint AS jobs
+FROM tenure.jobs
+WHERE workflow_id = @workflow_id::uuid
+GROUP BY state;
+
+-- name: UIWorkflowEdges :many
+-- The dependencies of the given tasks (through job_deps_job_idx), at most max_rows.
+SELECT dep_id, job_id, resolved, on_failure
+FROM tenure.job_deps
+WHERE job_id = ANY (@job_ids::bigint[])
+ORDER BY job_id, dep_id
+LIMIT @max_rows;
+
+-- name: UISequenceJobs :many
+-- A sequence's jobs not succeeded (a dead or cancelled one that holds its sequence is among
+-- them), the first max_rows in order, through jobs_sequence_idx: the first runs, is next or
+-- holds the sequence; the others wait, each on the one before.
+SELECT id, left(kind, sqlc.arg(text_chars)::int)::text AS kind, state, attempts, max_attempts, run_at, attempted_at,
+       last_error_code, created_at
+FROM tenure.jobs
+WHERE sequence_key = @key::text AND state <> 'succeeded'
+ORDER BY id
+LIMIT @max_rows;
+
+-- name: UISequenceStates :many
+-- A sequence's jobs per state (through jobs_sequence_idx).
+SELECT state, count(*)::bigint AS jobs
+FROM tenure.jobs
+WHERE sequence_key = @key::text
+GROUP BY state;

@@ -359,6 +359,37 @@ func (q *Queries) UIJobEffects(ctx context.Context, arg UIJobEffectsParams) ([]U
 	return items, nil
 }
 
+const uIJobFlow = `-- name: UIJobFlow :one
+
+SELECT workflow_id, coalesce(task_name, '')::text AS task_name, coalesce(sequence_key, '')::text AS sequence_key, coalesce(deps_pending, 0)::int AS deps_pending
+FROM tenure.jobs WHERE id = $1
+`
+
+type UIJobFlowRow struct {
+	WorkflowID  *uuid.UUID
+	TaskName    string
+	SequenceKey string
+	DepsPending int32
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workflows and sequences (issue 30; migration 0020): the job page's links, the workflow view
+// (tasks by depth, what waits on what) and the sequence view.
+// ---------------------------------------------------------------------------------------------
+// The workflow and sequence a job is in (through the primary key), and its unresolved
+// dependencies. Task names and sequence keys are at most 200 characters (their domains).
+func (q *Queries) UIJobFlow(ctx context.Context, id int64) (UIJobFlowRow, error) {
+	row := q.db.QueryRow(ctx, uIJobFlow, id)
+	var i UIJobFlowRow
+	err := row.Scan(
+		&i.WorkflowID,
+		&i.TaskName,
+		&i.SequenceKey,
+		&i.DepsPending,
+	)
+	return i, err
+}
+
 const uIJobIDBounds = `-- name: UIJobIDBounds :one
 
 
@@ -886,6 +917,99 @@ func (q *Queries) UIReadyBands(ctx context.Context) ([]UIReadyBandsRow, error) {
 	return items, nil
 }
 
+const uISequenceJobs = `-- name: UISequenceJobs :many
+SELECT id, left(kind, $1::int)::text AS kind, state, attempts, max_attempts, run_at, attempted_at,
+       last_error_code, created_at
+FROM tenure.jobs
+WHERE sequence_key = $2::text AND state <> 'succeeded'
+ORDER BY id
+LIMIT $3
+`
+
+type UISequenceJobsParams struct {
+	TextChars int32
+	Key       string
+	MaxRows   int32
+}
+
+type UISequenceJobsRow struct {
+	ID            int64
+	Kind          string
+	State         TenureJobState
+	Attempts      int32
+	MaxAttempts   int32
+	RunAt         time.Time
+	AttemptedAt   *time.Time
+	LastErrorCode *string
+	CreatedAt     time.Time
+}
+
+// A sequence's jobs not succeeded (a dead or cancelled one that holds its sequence is among
+// them), the first max_rows in order, through jobs_sequence_idx: the first runs, is next or
+// holds the sequence; the others wait, each on the one before.
+func (q *Queries) UISequenceJobs(ctx context.Context, arg UISequenceJobsParams) ([]UISequenceJobsRow, error) {
+	rows, err := q.db.Query(ctx, uISequenceJobs, arg.TextChars, arg.Key, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UISequenceJobsRow{}
+	for rows.Next() {
+		var i UISequenceJobsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Kind,
+			&i.State,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.RunAt,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const uISequenceStates = `-- name: UISequenceStates :many
+SELECT state, count(*)::bigint AS jobs
+FROM tenure.jobs
+WHERE sequence_key = $1::text
+GROUP BY state
+`
+
+type UISequenceStatesRow struct {
+	State TenureJobState
+	Jobs  int64
+}
+
+// A sequence's jobs per state (through jobs_sequence_idx).
+func (q *Queries) UISequenceStates(ctx context.Context, key string) ([]UISequenceStatesRow, error) {
+	rows, err := q.db.Query(ctx, uISequenceStates, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UISequenceStatesRow{}
+	for rows.Next() {
+		var i UISequenceStatesRow
+		if err := rows.Scan(&i.State, &i.Jobs); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const uIStatementTimeout = `-- name: UIStatementTimeout :exec
 SELECT set_config('statement_timeout', $1::bigint::text, true)
 `
@@ -894,6 +1018,152 @@ SELECT set_config('statement_timeout', $1::bigint::text, true)
 func (q *Queries) UIStatementTimeout(ctx context.Context, timeoutMs int64) error {
 	_, err := q.db.Exec(ctx, uIStatementTimeout, timeoutMs)
 	return err
+}
+
+const uIWorkflowEdges = `-- name: UIWorkflowEdges :many
+SELECT dep_id, job_id, resolved, on_failure
+FROM tenure.job_deps
+WHERE job_id = ANY ($1::bigint[])
+ORDER BY job_id, dep_id
+LIMIT $2
+`
+
+type UIWorkflowEdgesParams struct {
+	JobIds  []int64
+	MaxRows int32
+}
+
+type UIWorkflowEdgesRow struct {
+	DepID     int64
+	JobID     int64
+	Resolved  bool
+	OnFailure string
+}
+
+// The dependencies of the given tasks (through job_deps_job_idx), at most max_rows.
+func (q *Queries) UIWorkflowEdges(ctx context.Context, arg UIWorkflowEdgesParams) ([]UIWorkflowEdgesRow, error) {
+	rows, err := q.db.Query(ctx, uIWorkflowEdges, arg.JobIds, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UIWorkflowEdgesRow{}
+	for rows.Next() {
+		var i UIWorkflowEdgesRow
+		if err := rows.Scan(
+			&i.DepID,
+			&i.JobID,
+			&i.Resolved,
+			&i.OnFailure,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const uIWorkflowStates = `-- name: UIWorkflowStates :many
+SELECT state, count(*)::bigint AS jobs
+FROM tenure.jobs
+WHERE workflow_id = $1::uuid
+GROUP BY state
+`
+
+type UIWorkflowStatesRow struct {
+	State TenureJobState
+	Jobs  int64
+}
+
+// A workflow's tasks per state, all of them (through jobs_workflow_idx).
+func (q *Queries) UIWorkflowStates(ctx context.Context, workflowID uuid.UUID) ([]UIWorkflowStatesRow, error) {
+	rows, err := q.db.Query(ctx, uIWorkflowStates, workflowID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UIWorkflowStatesRow{}
+	for rows.Next() {
+		var i UIWorkflowStatesRow
+		if err := rows.Scan(&i.State, &i.Jobs); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const uIWorkflowTasks = `-- name: UIWorkflowTasks :many
+SELECT id, coalesce(task_name, '')::text AS task_name,
+       left(kind, $1::int)::text AS kind, left(queue, $1::int)::text AS queue,
+       state, attempts, max_attempts, coalesce(deps_pending, 0)::int AS deps_pending, attempted_at, finished_at, last_error_code,
+       left(coalesce(metadata->>'tenure.workflow', ''), $1::int)::text AS workflow_name
+FROM tenure.jobs
+WHERE workflow_id = $2::uuid
+ORDER BY id
+LIMIT $3
+`
+
+type UIWorkflowTasksParams struct {
+	TextChars  int32
+	WorkflowID uuid.UUID
+	MaxRows    int32
+}
+
+type UIWorkflowTasksRow struct {
+	ID            int64
+	TaskName      string
+	Kind          string
+	Queue         string
+	State         TenureJobState
+	Attempts      int32
+	MaxAttempts   int32
+	DepsPending   int32
+	AttemptedAt   *time.Time
+	FinishedAt    *time.Time
+	LastErrorCode *string
+	WorkflowName  string
+}
+
+// A workflow's first max_rows tasks in id order (insertion order: dependencies first), through
+// jobs_workflow_idx; kinds, queues and the workflow's name cut to text_chars characters.
+func (q *Queries) UIWorkflowTasks(ctx context.Context, arg UIWorkflowTasksParams) ([]UIWorkflowTasksRow, error) {
+	rows, err := q.db.Query(ctx, uIWorkflowTasks, arg.TextChars, arg.WorkflowID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UIWorkflowTasksRow{}
+	for rows.Next() {
+		var i UIWorkflowTasksRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TaskName,
+			&i.Kind,
+			&i.Queue,
+			&i.State,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.DepsPending,
+			&i.AttemptedAt,
+			&i.FinishedAt,
+			&i.LastErrorCode,
+			&i.WorkflowName,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const waitStats = `-- name: WaitStats :many

@@ -1,0 +1,2 @@
+-- Reverts 0022_waiting_idx.
+DROP INDEX tenure.jobs_waiting_idx;
