@@ -165,6 +165,9 @@ CREATE TABLE tenure.jobs (
     -- claimed by a limited claim as a kind a concurrency limit covers (migration 0010): only
     -- such running rows enter jobs_limited_idx
     limited             boolean          NOT NULL DEFAULT false,
+    -- the running attempt's progress (worker.Progress: done, total, msg, at), written with its
+    -- heartbeats and finish (migration 0021); a retry clears it, the attempt's error entry keeps it
+    progress            jsonb,
 
     CONSTRAINT jobs_attempts_range CHECK (attempts >= 0 AND attempts <= max_attempts),
     -- a running job is owned: it has a token, an owner and a lease

@@ -139,6 +139,7 @@ type TenureJob struct {
 	Output            []byte
 	Snoozes           int32
 	Limited           bool
+	Progress          []byte
 }
 
 type TenureKind struct {

@@ -16,7 +16,7 @@ const cancelReady = `-- name: CancelReady :one
 UPDATE tenure.jobs
 SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress
 `
 
 // ready -> cancelled, at once.
@@ -53,6 +53,7 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.Progress,
 	)
 	return i, err
 }
@@ -157,7 +158,7 @@ WITH seg AS (
     ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.rn, r.pos, r.run_at, r.id
     LIMIT $7
 ), upd AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $16::text, $15::text[], $17::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.progress FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $16::text, $15::text[], $17::integer[]) o
 ), upto AS (
     SELECT k.priority,
            CASE WHEN bool_and(NOT k.keyless OR k.id IN (SELECT picked.id FROM picked))
@@ -166,7 +167,7 @@ WITH seg AS (
            END AS upto
     FROM kscan k GROUP BY k.priority
 ), claimed AS (
-    SELECT upd.id, upd.queue, upd.kind, upd.payload, upd.payload_version, upd.state, upd.priority, upd.run_at, upd.attempts, upd.max_attempts, upd.lease_ms, upd.locked_by, upd.locked_until, upd.claim_token, upd.generation, upd.attempted_at, upd.last_error_code, upd.errors, upd.created_at, upd.updated_at, upd.finished_at, upd.cancel_requested_at, upd.metadata, upd.unique_key, upd.unique_states, upd.tags, upd.output, upd.snoozes, upd.limited, picked.pos AS fair_pos, picked.rn::integer AS fair_round FROM upd JOIN picked ON picked.id = upd.id
+    SELECT upd.id, upd.queue, upd.kind, upd.payload, upd.payload_version, upd.state, upd.priority, upd.run_at, upd.attempts, upd.max_attempts, upd.lease_ms, upd.locked_by, upd.locked_until, upd.claim_token, upd.generation, upd.attempted_at, upd.last_error_code, upd.errors, upd.created_at, upd.updated_at, upd.finished_at, upd.cancel_requested_at, upd.metadata, upd.unique_key, upd.unique_states, upd.tags, upd.output, upd.snoozes, upd.limited, upd.progress, picked.pos AS fair_pos, picked.rn::integer AS fair_round FROM upd JOIN picked ON picked.id = upd.id
 ), flags AS (
     SELECT jsonb_build_object(
              'keyless_band', coalesce(array_agg(upto.priority) FILTER (WHERE upto.upto IS NOT NULL), '{}'),
@@ -358,7 +359,7 @@ WITH g AS MATERIALIZED (
 ), ok AS MATERIALIZED (
     SELECT (SELECT count(*) FROM spend) = (SELECT count(*) FROM need WHERE need.n > 0) AS ok
 ), upd AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked WHERE (SELECT ok.ok FROM ok)),
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.progress FROM tenure.own(ARRAY(SELECT picked.id FROM picked WHERE (SELECT ok.ok FROM ok)),
                                $12::text, $11::text[], $13::integer[], '{}'::text[]) o
 ), flags AS (
     SELECT jsonb_build_object('budget_left',
@@ -668,7 +669,7 @@ WITH clk AS MATERIALIZED (
     RETURNING f.key
 ), upd AS MATERIALIZED (
     -- marked limited: the kinds a concurrency limit covers; attempted_at: the rate windows' clock
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $24::text, $18::text[], $25::integer[],
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.progress FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $24::text, $18::text[], $25::integer[],
                                ARRAY(SELECT l.kind FROM lim l WHERE l.max_running > 0), (SELECT t FROM clk)) o
 ), stripe_ids AS MATERIALIZED (
     SELECT s::smallint AS stripe FROM generate_series(0, $26::integer) AS s
@@ -924,7 +925,7 @@ WITH seg AS (
     ) c
     LIMIT $8
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT id FROM picked), $9::text, $7::text[], $10::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.progress FROM tenure.own(ARRAY(SELECT id FROM picked), $9::text, $7::text[], $10::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -1053,7 +1054,7 @@ WITH req AS (
         LIMIT r.batch
     ) p
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT id FROM picked), $11::text, $10::text[], $12::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.progress FROM tenure.own(ARRAY(SELECT id FROM picked), $11::text, $10::text[], $12::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -1217,7 +1218,7 @@ WITH lim AS MATERIALIZED (
     LIMIT $9
 ), upd AS MATERIALIZED (
     -- marked limited: every permit limit is a concurrency limit
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $4::text, $10::text[], $13::integer[],
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.progress FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $4::text, $10::text[], $13::integer[],
                                ARRAY(SELECT l.kind FROM lim l)) o
 ), ttl AS MATERIALIZED (
     -- (sqlc cannot place a parameter in the SET list of an UPDATE inside a WITH)
@@ -1390,7 +1391,7 @@ WITH seg AS (
     ORDER BY (rank > 0 AND band_rn > quota), rank, run_at, id
     LIMIT $11
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT id FROM picked), $12::text, $10::text[], $13::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.progress FROM tenure.own(ARRAY(SELECT id FROM picked), $12::text, $10::text[], $13::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -1505,7 +1506,7 @@ WITH picked AS (
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited FROM tenure.own(ARRAY(SELECT id FROM picked), $5::text, $3::text[], $6::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.progress FROM tenure.own(ARRAY(SELECT id FROM picked), $5::text, $3::text[], $6::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -1617,7 +1618,8 @@ const completeMany = `-- name: CompleteMany :many
 WITH f AS (
     SELECT unnest($1::bigint[]) AS id,
            unnest($2::uuid[]) AS token,
-           unnest($3::jsonb[]) AS output
+           unnest($3::jsonb[]) AS output,
+           unnest($4::jsonb[]) AS progress
 ), locked AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
@@ -1626,21 +1628,30 @@ WITH f AS (
 ), done AS (
     UPDATE tenure.jobs j
     SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
-        output = nullif(f.output, 'null'::jsonb)
+        output = nullif(f.output, 'null'::jsonb),
+        progress = coalesce(nullif(f.progress, 'null'::jsonb), j.progress)
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
     RETURNING j.id
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d) x
+          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, false AS busy FROM done d
+SELECT d.id, false AS busy FROM done d CROSS JOIN notified
 UNION ALL
 SELECT j.id, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
 `
 
 type CompleteManyParams struct {
-	Ids     []int64
-	Tokens  []uuid.UUID
-	Outputs [][]byte
+	Ids      []int64
+	Tokens   []uuid.UUID
+	Outputs  [][]byte
+	Progress [][]byte
 }
 
 type CompleteManyRow struct {
@@ -1660,7 +1671,12 @@ type CompleteManyRow struct {
 // rows are changed and returned with busy = false. A job missing from the result is a stale
 // write. (The lock costs each finished row a row-lock WAL record: measured in docs/design.md.)
 func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]CompleteManyRow, error) {
-	rows, err := q.db.Query(ctx, completeMany, arg.Ids, arg.Tokens, arg.Outputs)
+	rows, err := q.db.Query(ctx, completeMany,
+		arg.Ids,
+		arg.Tokens,
+		arg.Outputs,
+		arg.Progress,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -1680,22 +1696,41 @@ func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]C
 }
 
 const completeOne = `-- name: CompleteOne :execrows
-UPDATE tenure.jobs
-SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
-    output = $1::jsonb
-WHERE id = $2 AND state = 'running' AND claim_token = $3::uuid
+WITH done AS (
+    UPDATE tenure.jobs
+    SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
+        output = $1::jsonb,
+        progress = coalesce($2::jsonb, progress)
+    WHERE id = $3 AND state = 'running' AND claim_token = $4::uuid
+    RETURNING id
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d) x
+          GROUP BY (x.rn - 1) / 350) c
+)
+SELECT d.id FROM done d CROSS JOIN notified
 `
 
 type CompleteOneParams struct {
 	Output     []byte
+	Progress   []byte
 	ID         int64
 	ClaimToken uuid.UUID
 }
 
 // running -> succeeded for one job, usable inside the caller's transaction, with the
 // handler's recorded output (NULL: none).
+// It notifies the done channel (CompleteMany): delivered when the caller's transaction commits.
 func (q *Queries) CompleteOne(ctx context.Context, arg CompleteOneParams) (int64, error) {
-	result, err := q.db.Exec(ctx, completeOne, arg.Output, arg.ID, arg.ClaimToken)
+	result, err := q.db.Exec(ctx, completeOne,
+		arg.Output,
+		arg.Progress,
+		arg.ID,
+		arg.ClaimToken,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -1799,7 +1834,9 @@ WITH f AS (
            unnest($3::text[]) AS state,
            unnest($4::bigint[]) AS delay_us,
            unnest($5::text[]) AS code,
-           unnest($6::text[]) AS message
+           unnest($6::text[]) AS message,
+           unnest($7::jsonb[]) AS output,
+           unnest($8::jsonb[]) AS progress
 ), locked AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
@@ -1819,13 +1856,28 @@ WITH f AS (
         errors = (CASE WHEN jsonb_array_length(j.errors) >= 10 THEN j.errors - 0 ELSE j.errors END)
                  || jsonb_build_array(jsonb_build_object(
                         'attempt', j.attempts, 'generation', j.generation, 'code', f.code,
-                        'message', f.message, 'at', now())),
+                        'message', f.message, 'at', now())
+                    -- what the failed attempt recorded (worker.SetOutput, worker.Progress)
+                    || CASE WHEN nullif(f.output, 'null'::jsonb) IS NULL THEN '{}'::jsonb
+                            ELSE jsonb_build_object('output', f.output) END
+                    || CASE WHEN coalesce(nullif(f.progress, 'null'::jsonb), j.progress) IS NULL THEN '{}'::jsonb
+                            ELSE jsonb_build_object('progress', coalesce(nullif(f.progress, 'null'::jsonb), j.progress)) END),
+        -- a retry starts the next attempt without progress; a final state keeps the last one
+        progress = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL
+                        ELSE coalesce(nullif(f.progress, 'null'::jsonb), j.progress) END,
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
     RETURNING j.id, j.state
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d WHERE d.state IN ('dead', 'cancelled')) x
+          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy FROM done d CROSS JOIN notified
 UNION ALL
 SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
@@ -1838,6 +1890,8 @@ type FailManyParams struct {
 	DelayUs  []int64
 	Codes    []string
 	Messages []string
+	Outputs  [][]byte
+	Progress [][]byte
 }
 
 type FailManyRow struct {
@@ -1860,6 +1914,8 @@ func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]FailManyR
 		arg.DelayUs,
 		arg.Codes,
 		arg.Messages,
+		arg.Outputs,
+		arg.Progress,
 	)
 	if err != nil {
 		return nil, err
@@ -1880,7 +1936,7 @@ func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]FailManyR
 }
 
 const findJobs = `-- name: FindJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress FROM tenure.jobs
 WHERE kind = $1::text
   AND ($2::text = '' OR queue = $2::text)
   AND ($3::integer = 0 OR priority = $3::integer)
@@ -1941,6 +1997,7 @@ func (q *Queries) FindJobs(ctx context.Context, arg FindJobsParams) ([]TenureJob
 			&i.Output,
 			&i.Snoozes,
 			&i.Limited,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}
@@ -2136,7 +2193,7 @@ func (q *Queries) GetEffect(ctx context.Context, key string) (TenureEffect, erro
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs WHERE id = $1
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress FROM tenure.jobs WHERE id = $1
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -2175,12 +2232,13 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.Progress,
 	)
 	return i, err
 }
 
 const getJobs = `-- name: GetJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs WHERE id = ANY($1::bigint[]) ORDER BY id
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress FROM tenure.jobs WHERE id = ANY($1::bigint[]) ORDER BY id
 `
 
 // The rows of the given jobs, in id order: InsertUniqueJobs's inserted jobs and holders, read
@@ -2224,6 +2282,7 @@ func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]TenureJob, error)
 			&i.Output,
 			&i.Snoozes,
 			&i.Limited,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}
@@ -2237,7 +2296,8 @@ func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]TenureJob, error)
 
 const heartbeat = `-- name: Heartbeat :many
 WITH f AS (
-    SELECT unnest($1::bigint[]) AS id, unnest($2::uuid[]) AS token
+    SELECT unnest($1::bigint[]) AS id, unnest($2::uuid[]) AS token,
+           unnest($3::jsonb[]) AS progress
 ), owned AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
@@ -2245,8 +2305,9 @@ WITH f AS (
     FOR UPDATE OF j SKIP LOCKED
 ), extended AS (
     UPDATE tenure.jobs j
-    SET locked_until = now() + j.lease_ms * interval '1 millisecond', updated_at = now()
-    FROM owned o
+    SET locked_until = now() + j.lease_ms * interval '1 millisecond', updated_at = now(),
+        progress = coalesce(nullif(f.progress, 'null'::jsonb), j.progress)
+    FROM owned o JOIN f ON f.id = o.id
     WHERE j.id = o.id
     RETURNING j.id, (j.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested
 )
@@ -2259,8 +2320,9 @@ WHERE j.state = 'running' AND j.claim_token = f.token AND j.locked_until > now()
 `
 
 type HeartbeatParams struct {
-	Ids    []int64
-	Tokens []uuid.UUID
+	Ids      []int64
+	Tokens   []uuid.UUID
+	Progress [][]byte
 }
 
 type HeartbeatRow struct {
@@ -2274,9 +2336,11 @@ type HeartbeatRow struct {
 // locked (an operator's or the application's open transaction) is skipped and returned with
 // extended = false, still owned as this statement's snapshot sees it; waiting would hold back
 // every other job of the batch until the lock is released. A job missing from the result has
-// lost its lease. cancel_requested tells the worker an operator asked to cancel it.
+// lost its lease. cancel_requested tells the worker an operator asked to cancel it. progress
+// (JSON null or a missing element: unchanged) is what the handler reported (worker.Progress)
+// since the last write: it rides on the heartbeat, fenced like the lease.
 func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) ([]HeartbeatRow, error) {
-	rows, err := q.db.Query(ctx, heartbeat, arg.Ids, arg.Tokens)
+	rows, err := q.db.Query(ctx, heartbeat, arg.Ids, arg.Tokens, arg.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -2346,14 +2410,14 @@ WITH k AS (
             $13::integer, $14::integer, $15::jsonb, $16::text[], (SELECT key FROM k), $17::smallint)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
     DO NOTHING
-    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress
 )
-SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, false AS duplicate FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.progress, false AS duplicate FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
                                               || (extract(epoch FROM i.run_at) * 1000000)::bigint)
                              FROM ins i WHERE $18::boolean) n) >= 0
 UNION ALL
-SELECT h.id, h.queue, h.kind, h.payload, h.payload_version, h.state, h.priority, h.run_at, h.attempts, h.max_attempts, h.lease_ms, h.locked_by, h.locked_until, h.claim_token, h.generation, h.attempted_at, h.last_error_code, h.errors, h.created_at, h.updated_at, h.finished_at, h.cancel_requested_at, h.metadata, h.unique_key, h.unique_states, h.tags, h.output, h.snoozes, h.limited, true AS duplicate FROM tenure.jobs h
+SELECT h.id, h.queue, h.kind, h.payload, h.payload_version, h.state, h.priority, h.run_at, h.attempts, h.max_attempts, h.lease_ms, h.locked_by, h.locked_until, h.claim_token, h.generation, h.attempted_at, h.last_error_code, h.errors, h.created_at, h.updated_at, h.finished_at, h.cancel_requested_at, h.metadata, h.unique_key, h.unique_states, h.tags, h.output, h.snoozes, h.limited, h.progress, true AS duplicate FROM tenure.jobs h
 WHERE NOT EXISTS (SELECT 1 FROM ins)
   AND h.unique_key = (SELECT key FROM k) AND h.unique_key IS NOT NULL
   AND tenure.unique_state_held(h.unique_states, h.state)
@@ -2410,6 +2474,7 @@ type InsertJobRow struct {
 	Output            []byte
 	Snoozes           int32
 	Limited           bool
+	Progress          []byte
 	Duplicate         bool
 }
 
@@ -2483,6 +2548,7 @@ func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJob
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.Progress,
 		&i.Duplicate,
 	)
 	return i, err
@@ -2506,9 +2572,9 @@ FROM (SELECT unnest($2::text[]) AS queue,
             unnest($10::integer[]) AS lease_ms,
             unnest($11::jsonb[]) AS metadata,
             unnest($12::jsonb[]) AS tags) AS i
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress
 )
-SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.progress FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) || d.priority || chr(31)
                                               || (extract(epoch FROM d.run_at) * 1000000)::bigint)
                              FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins
@@ -2562,6 +2628,7 @@ type InsertJobsRow struct {
 	Output            []byte
 	Snoozes           int32
 	Limited           bool
+	Progress          []byte
 }
 
 // Many jobs in one round trip, plus the new-job signal (as InsertJob's) for each queue in
@@ -2623,6 +2690,7 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]Inser
 			&i.Output,
 			&i.Snoozes,
 			&i.Limited,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}
@@ -2640,9 +2708,9 @@ WITH ins AS (
     VALUES ($2::text, $3::text, $4::jsonb, $5::integer, $6::smallint,
             coalesce($7::timestamptz, now() + $8::bigint * interval '1 microsecond'),
             $9::integer, $10::integer, $11::jsonb, $12::text[])
-    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress
 )
-SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.progress FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
                                               || (extract(epoch FROM i.run_at) * 1000000)::bigint)
                              FROM ins i WHERE $1::boolean) n) >= 0
@@ -2693,6 +2761,7 @@ type InsertPlainJobRow struct {
 	Output            []byte
 	Snoozes           int32
 	Limited           bool
+	Progress          []byte
 }
 
 // InsertJob for a job without a unique key: a plain INSERT, without the arbiter check and
@@ -2744,6 +2813,7 @@ func (q *Queries) InsertPlainJob(ctx context.Context, arg InsertPlainJobParams) 
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.Progress,
 	)
 	return i, err
 }
@@ -2914,7 +2984,7 @@ func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]TenureA
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress FROM tenure.jobs
 WHERE ($1::tenure.job_state IS NULL OR state = $1::tenure.job_state)
   AND ($2::text IS NULL OR kind = $2::text)
   AND ($3::text IS NULL OR queue = $3::text)
@@ -2980,6 +3050,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 			&i.Output,
 			&i.Snoozes,
 			&i.Limited,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}
@@ -2992,7 +3063,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 }
 
 const listJobsTagged = `-- name: ListJobsTagged :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress FROM tenure.jobs
 WHERE tags @> $1::text[] AND tags <> '{}'
   AND ($2::tenure.job_state IS NULL OR state = $2::tenure.job_state)
   AND ($3::text IS NULL OR kind = $3::text)
@@ -3062,6 +3133,7 @@ func (q *Queries) ListJobsTagged(ctx context.Context, arg ListJobsTaggedParams) 
 			&i.Output,
 			&i.Snoozes,
 			&i.Limited,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}
@@ -3412,7 +3484,7 @@ func (q *Queries) LockFinish(ctx context.Context, arg LockFinishParams) ([]int64
 
 const lockJob = `-- name: LockJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited FROM tenure.jobs WHERE id = $1 FOR UPDATE
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress FROM tenure.jobs WHERE id = $1 FOR UPDATE
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -3451,6 +3523,7 @@ func (q *Queries) LockJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.Progress,
 	)
 	return i, err
 }
@@ -3490,6 +3563,16 @@ SELECT pg_notify('tenure_cancel', to_char($1::bigint, 'FM99999999999999999999'))
 
 func (q *Queries) NotifyCancel(ctx context.Context, jobID int64) error {
 	_, err := q.db.Exec(ctx, notifyCancel, jobID)
+	return err
+}
+
+const notifyDone = `-- name: NotifyDone :exec
+SELECT pg_notify('tenure_done', $1::text)
+`
+
+// The done signal for jobs an operator ended or deleted (CompleteMany's payload: ids).
+func (q *Queries) NotifyDone(ctx context.Context, ids string) error {
+	_, err := q.db.Exec(ctx, notifyDone, ids)
 	return err
 }
 
@@ -4113,7 +4196,7 @@ SET state = 'ready', attempts = 0, run_at = now(), finished_at = NULL, claim_tok
     cancel_requested_at = NULL, updated_at = now(),
     max_attempts = coalesce($1::integer, max_attempts)
 WHERE id = $2 AND state IN ('dead', 'cancelled')
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress
 `
 
 type ReinjectParams struct {
@@ -4157,6 +4240,7 @@ func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (TenureJob, 
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.Progress,
 	)
 	return i, err
 }
@@ -4180,12 +4264,20 @@ WITH f AS (
         finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
         locked_by = NULL,
         locked_until = NULL,
+        progress = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.progress END,
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
     RETURNING j.id, j.state
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d WHERE d.state = 'cancelled') x
+          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy FROM done d CROSS JOIN notified
 UNION ALL
 SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
@@ -4232,7 +4324,7 @@ const requestCancel = `-- name: RequestCancel :one
 UPDATE tenure.jobs
 SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
 WHERE id = $1 AND state = 'running'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress
 `
 
 // running -> cancel requested; the owning worker cancels the handler and ends it cancelled.
@@ -4269,6 +4361,7 @@ func (q *Queries) RequestCancel(ctx context.Context, id int64) (TenureJob, error
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.Progress,
 	)
 	return i, err
 }
@@ -4277,7 +4370,7 @@ const runNow = `-- name: RunNow :one
 UPDATE tenure.jobs
 SET run_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress
 `
 
 // A ready job (scheduled, or waiting out a retry backoff) becomes due now.
@@ -4314,6 +4407,7 @@ func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
 		&i.Output,
 		&i.Snoozes,
 		&i.Limited,
+		&i.Progress,
 	)
 	return i, err
 }
@@ -4405,12 +4499,20 @@ WITH f AS (
         finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
         locked_by = NULL,
         locked_until = NULL,
+        progress = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.progress END,
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
     RETURNING j.id, j.state
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d WHERE d.state = 'cancelled') x
+          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy FROM done d CROSS JOIN notified
 UNION ALL
 SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
@@ -4556,6 +4658,90 @@ func (q *Queries) UnservedJobs(ctx context.Context, maxRows int32) ([]UnservedJo
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const waitFinal = `-- name: WaitFinal :many
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, progress FROM tenure.jobs
+WHERE id = ANY($1::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled')
+`
+
+// The given jobs that are in a final state, for jobs.Client.Wait (one statement for every
+// waiter the notification or the poll concerns).
+func (q *Queries) WaitFinal(ctx context.Context, ids []int64) ([]TenureJob, error) {
+	rows, err := q.db.Query(ctx, waitFinal, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureJob{}
+	for rows.Next() {
+		var i TenureJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+			&i.Limited,
+			&i.Progress,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const waitMissing = `-- name: WaitMissing :many
+SELECT i.id::bigint AS id FROM unnest($1::bigint[]) AS i(id)
+WHERE NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.id = i.id)
+`
+
+// The given ids no job has (deleted while waited for).
+func (q *Queries) WaitMissing(ctx context.Context, ids []int64) ([]int64, error) {
+	rows, err := q.db.Query(ctx, waitMissing, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
