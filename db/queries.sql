@@ -1398,6 +1398,12 @@ SELECT pg_notify('tenure_cancel', to_char(@job_id::bigint, 'FM999999999999999999
 -- The done signal for jobs an operator ended or deleted (CompleteMany's payload: ids).
 SELECT pg_notify('tenure_done', @ids::text);
 
+-- name: KindTimeout :one
+-- The handler timeout (ms) published for a kind (tenure.kinds): the given worker's when it
+-- publishes the kind, else the largest any worker publishes; 0 when none does.
+SELECT coalesce((SELECT coalesce(max(k.timeout_ms) FILTER (WHERE k.worker_id = @worker_id::text), max(k.timeout_ms))
+                 FROM tenure.kinds k WHERE k.kind = @kind::text), 0)::bigint AS timeout_ms;
+
 -- name: WaitFinal :many
 -- The given jobs that are in a final state, for jobs.Client.Wait (one statement for every
 -- waiter the notification or the poll concerns).

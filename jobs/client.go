@@ -818,6 +818,18 @@ func (c *Client) Get(ctx context.Context, id int64) (*generics.JobRow, error) {
 	return rowFromGen(j)
 }
 
+// AttemptTimeout is the handler timeout of j's kind as the workers publish it (tenure.kinds):
+// the timeout declared by the worker that runs j (j.LockedBy) when it publishes the kind, else
+// the largest any worker publishes; 0 when no worker publishes the kind. An attempt running
+// past it is cancelled by its worker (TIMEOUT).
+func (c *Client) AttemptTimeout(ctx context.Context, j *generics.JobRow) (time.Duration, error) {
+	ms, err := c.q.KindTimeout(ctx, gen.KindTimeoutParams{WorkerID: j.LockedBy, Kind: j.Kind})
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
 // ListParams filters and pages List. Zero fields match everything.
 type ListParams struct {
 	State     generics.JobState

@@ -2941,6 +2941,25 @@ func (q *Queries) InsertUniqueJobs(ctx context.Context, arg InsertUniqueJobsPara
 	return items, nil
 }
 
+const kindTimeout = `-- name: KindTimeout :one
+SELECT coalesce((SELECT coalesce(max(k.timeout_ms) FILTER (WHERE k.worker_id = $1::text), max(k.timeout_ms))
+                 FROM tenure.kinds k WHERE k.kind = $2::text), 0)::bigint AS timeout_ms
+`
+
+type KindTimeoutParams struct {
+	WorkerID string
+	Kind     string
+}
+
+// The handler timeout (ms) published for a kind (tenure.kinds): the given worker's when it
+// publishes the kind, else the largest any worker publishes; 0 when none does.
+func (q *Queries) KindTimeout(ctx context.Context, arg KindTimeoutParams) (int64, error) {
+	row := q.db.QueryRow(ctx, kindTimeout, arg.WorkerID, arg.Kind)
+	var timeout_ms int64
+	err := row.Scan(&timeout_ms)
+	return timeout_ms, err
+}
+
 const listAudit = `-- name: ListAudit :many
 SELECT id, at, actor, action, reason, job_id, detail FROM tenure.audit
 WHERE ($1::bigint IS NULL OR job_id = $1)
