@@ -2,14 +2,18 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/hist"
+	"github.com/tenureq/tenure/internal/plantest"
 	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker"
 )
@@ -72,4 +76,56 @@ func benchWaitLatency(b *testing.B, linger time.Duration) {
 	b.ReportMetric(float64(h.Quantile(0.99).Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(hs.Quantile(0.5).Microseconds())/1000, "settled-p50-ms")
 	b.ReportMetric(float64(hs.Quantile(0.99).Microseconds())/1000, "settled-p99-ms")
+}
+
+// BenchmarkFinishNotify: the cost of the done channel's NOTIFY in the finish statement.
+// CompleteMany of batches of 1, 16 and 100 running jobs, as db/queries.sql has it ("notify")
+// and with its notified CTE taken out ("plain"), alternating in one database so that both
+// see the same load. Reports the statement's mean time per batch (commit included: each
+// statement is its own transaction, and NOTIFY's cost is at commit).
+func BenchmarkFinishNotify(b *testing.B) {
+	withNotify, _ := plantest.SQL(b, "CompleteMany")
+	i := strings.Index(withNotify, "), notified AS (")
+	j := strings.Index(withNotify, "SELECT d.id, false AS busy FROM done d CROSS JOIN notified")
+	require.True(b, i > 0 && j > i, "the statement's notify CTE")
+	plain := withNotify[:i] + ")\n" + strings.Replace(withNotify[j:], " CROSS JOIN notified", "", 1)
+	pool := benchPool(b)
+	ctx := context.Background()
+	for _, batch := range []int{1, 16, 100} {
+		b.Run(fmt.Sprintf("batch%d", batch), func(b *testing.B) {
+			var took [2]time.Duration
+			var runs [2]int
+			for n := range b.N {
+				for v, sql := range []string{withNotify, plain} {
+					b.StopTimer()
+					rows, err := pool.Query(ctx, `WITH ins AS (INSERT INTO tenure.jobs (kind, payload, state, attempts, claim_token, generation, attempted_at, locked_by, locked_until)
+						SELECT 'noop', '{}', 'running', 1, gen_random_uuid(), 1, now(), 'w', now() + interval '1 minute' FROM generate_series(1, $1)
+						RETURNING id, claim_token) SELECT id, claim_token FROM ins ORDER BY id`, batch)
+					require.NoError(b, err)
+					var ids []int64
+					var tokens []uuid.UUID
+					for rows.Next() {
+						var id int64
+						var tok uuid.UUID
+						require.NoError(b, rows.Scan(&id, &tok))
+						ids, tokens = append(ids, id), append(tokens, tok)
+					}
+					require.NoError(b, rows.Err())
+					outputs := make([][]byte, batch)
+					for k := range outputs {
+						outputs[k] = []byte("null")
+					}
+					b.StartTimer()
+					start := time.Now()
+					tag, err := pool.Exec(ctx, sql, ids, tokens, outputs, nil)
+					took[v] += time.Since(start)
+					runs[v]++
+					require.NoError(b, err)
+					require.EqualValues(b, batch, tag.RowsAffected(), "run %d", n)
+				}
+			}
+			b.ReportMetric(float64(took[0].Microseconds())/float64(runs[0]), "notify-us/batch")
+			b.ReportMetric(float64(took[1].Microseconds())/float64(runs[1]), "plain-us/batch")
+		})
+	}
 }
