@@ -207,7 +207,7 @@ func (r *waitReg) run() {
 	var (
 		listening  bool
 		connLost   = make(chan error, 1)
-		conn       *pgx.Conn
+		conn       *listenConn
 		backoff    = 100 * time.Millisecond
 		nextDial   time.Time
 		idleSince  time.Time
@@ -216,9 +216,7 @@ func (r *waitReg) run() {
 	defer pollTicker.Stop()
 	closeConn := func() {
 		if conn != nil {
-			cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
-			_ = conn.Close(cctx)
-			ccancel()
+			conn.close()
 			conn = nil
 		}
 		listening = false
@@ -234,8 +232,7 @@ func (r *waitReg) run() {
 				backoff = min(backoff*2, 2*time.Second)
 				retry.Reset(backoff)
 			} else {
-				conn, listening, backoff = c, true, 100*time.Millisecond
-				go r.read(ctx, c, connLost)
+				conn, listening, backoff = r.startReader(ctx, c, connLost), true, 100*time.Millisecond
 				r.markAll() // notifications sent before the LISTEN are not ours: read every waited id
 			}
 		}
@@ -268,6 +265,33 @@ func (r *waitReg) run() {
 		case <-retry.C:
 		}
 	}
+}
+
+// listenConn is the registry's LISTEN connection and its reader.
+type listenConn struct {
+	conn   *pgx.Conn
+	cancel context.CancelFunc // ends the reader
+	done   chan struct{}      // closed when the reader returned
+}
+
+// startReader starts the reader of conn (read).
+func (r *waitReg) startReader(ctx context.Context, conn *pgx.Conn, lost chan<- error) *listenConn {
+	rctx, cancel := context.WithCancel(ctx)
+	lc := &listenConn{conn: conn, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(lc.done)
+		r.read(rctx, conn, lost)
+	}()
+	return lc
+}
+
+// close ends the reader, waits for it (it uses the connection), then closes the connection.
+func (lc *listenConn) close() {
+	lc.cancel()
+	<-lc.done
+	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = lc.conn.Close(cctx)
 }
 
 // listen opens the registry's LISTEN connection.
