@@ -67,4 +67,6 @@ func TestSucceededJobDoesNotReadLikeAFailure(t *testing.T) {
 	f.waitState(t, row.Job.ID, generics.JobStateSucceeded)
 	page = getPage(t, fmt.Sprintf("%s/jobs/%d", f.base, row.Job.ID))
 	require.Contains(t, page, `<td id="last-error">none; an earlier attempt failed with`)
+	list := getPage(t, f.base+"/jobs?state=succeeded&kind=flaky")
+	require.Contains(t, list, `earlier: `)
 }

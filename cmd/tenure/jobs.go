@@ -143,7 +143,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tPRIO\tATTEMPTS\tRUN_AT\tLAST_ERROR")
 		for _, j := range page.Jobs {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d/%d\t%s\t%s\n", j.ID, esc(j.Queue), esc(j.Kind), esc(string(j.State)), j.Priority,
-				j.Attempt, j.MaxAttempts, j.RunAt.Format(time.RFC3339), esc(j.LastErrorCode))
+				j.Attempt, j.MaxAttempts, j.RunAt.Format(time.RFC3339), lastErrorColumn(j))
 		}
 		if page.NextAfterID != 0 {
 			fmt.Fprintf(tw, "(more: -after %d)\n", page.NextAfterID)
@@ -389,4 +389,13 @@ func progressLine(p *generics.Progress) string {
 		s += ": " + esc(p.Msg)
 	}
 	return s + ", reported " + p.At.UTC().Format(time.RFC3339)
+}
+
+// lastErrorColumn is a job's LAST_ERROR in lists: a succeeded job's code is an earlier
+// attempt's, and says so.
+func lastErrorColumn(j *generics.JobRow) string {
+	if j.State == generics.JobStateSucceeded && j.LastErrorCode != "" {
+		return "(earlier " + esc(j.LastErrorCode) + ")"
+	}
+	return esc(j.LastErrorCode)
 }

@@ -289,4 +289,8 @@ func TestJobsGetProgressTimesAndEarlierErrors(t *testing.T) {
 	require.Contains(t, r.stdout, "finished")
 	require.Contains(t, r.stdout, "progress 5 of 10 (50%)")
 	require.Contains(t, r.stdout, `output {"partial": 1}`)
+
+	r = tenure(t, url, "jobs", "list", "-state", "succeeded")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "(earlier BOOM)")
 }
