@@ -469,7 +469,7 @@ func testHostilePayloads(t *testing.T, b *browser) {
 
 // testProgressAdvances: a job's page shows its progress advance, without a reload.
 func testProgressAdvances(t *testing.T, b *browser) {
-	f := newFixture(t, 200*time.Millisecond)
+	f := newFixture(t, time.Second)
 	ctx := context.Background()
 	row, err := f.client.Insert(ctx, Steps{N: 3}, nil)
 	require.NoError(t, err)
