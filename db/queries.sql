@@ -942,7 +942,8 @@ SELECT (SELECT count(*) FROM scanned)::integer AS scanned,
 WITH f AS (
     SELECT unnest(@ids::bigint[]) AS id,
            unnest(@tokens::uuid[]) AS token,
-           unnest(@outputs::jsonb[]) AS output
+           unnest(@outputs::jsonb[]) AS output,
+           unnest(sqlc.narg(progress)::jsonb[]) AS progress
 ), locked AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
@@ -951,12 +952,20 @@ WITH f AS (
 ), done AS (
     UPDATE tenure.jobs j
     SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
-        output = nullif(f.output, 'null'::jsonb)
+        output = nullif(f.output, 'null'::jsonb),
+        progress = coalesce(nullif(f.progress, 'null'::jsonb), j.progress)
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
     RETURNING j.id
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d) x
+          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, false AS busy FROM done d
+SELECT d.id, false AS busy FROM done d CROSS JOIN notified
 UNION ALL
 SELECT j.id, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
@@ -964,10 +973,23 @@ WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.clai
 -- name: CompleteOne :execrows
 -- running -> succeeded for one job, usable inside the caller's transaction, with the
 -- handler's recorded output (NULL: none).
-UPDATE tenure.jobs
-SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
-    output = sqlc.narg(output)::jsonb
-WHERE id = @id AND state = 'running' AND claim_token = @claim_token::uuid;
+-- It notifies the done channel (CompleteMany): delivered when the caller's transaction commits.
+WITH done AS (
+    UPDATE tenure.jobs
+    SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
+        output = sqlc.narg(output)::jsonb,
+        progress = coalesce(sqlc.narg(progress)::jsonb, progress)
+    WHERE id = @id AND state = 'running' AND claim_token = @claim_token::uuid
+    RETURNING id
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d) x
+          GROUP BY (x.rn - 1) / 350) c
+)
+SELECT d.id FROM done d CROSS JOIN notified;
 
 -- name: FailMany :many
 -- running -> ready (retry after delay_us), dead or cancelled, batched, with the error code and a
@@ -982,7 +1004,9 @@ WITH f AS (
            unnest(@states::text[]) AS state,
            unnest(@delay_us::bigint[]) AS delay_us,
            unnest(@codes::text[]) AS code,
-           unnest(@messages::text[]) AS message
+           unnest(@messages::text[]) AS message,
+           unnest(sqlc.narg(outputs)::jsonb[]) AS output,
+           unnest(sqlc.narg(progress)::jsonb[]) AS progress
 ), locked AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
@@ -1002,13 +1026,28 @@ WITH f AS (
         errors = (CASE WHEN jsonb_array_length(j.errors) >= 10 THEN j.errors - 0 ELSE j.errors END)
                  || jsonb_build_array(jsonb_build_object(
                         'attempt', j.attempts, 'generation', j.generation, 'code', f.code,
-                        'message', f.message, 'at', now())),
+                        'message', f.message, 'at', now())
+                    -- what the failed attempt recorded (worker.SetOutput, worker.Progress)
+                    || CASE WHEN nullif(f.output, 'null'::jsonb) IS NULL THEN '{}'::jsonb
+                            ELSE jsonb_build_object('output', f.output) END
+                    || CASE WHEN coalesce(nullif(f.progress, 'null'::jsonb), j.progress) IS NULL THEN '{}'::jsonb
+                            ELSE jsonb_build_object('progress', coalesce(nullif(f.progress, 'null'::jsonb), j.progress)) END),
+        -- a retry starts the next attempt without progress; a final state keeps the last one
+        progress = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL
+                        ELSE coalesce(nullif(f.progress, 'null'::jsonb), j.progress) END,
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
     RETURNING j.id, j.state
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d WHERE d.state IN ('dead', 'cancelled')) x
+          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy FROM done d CROSS JOIN notified
 UNION ALL
 SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
@@ -1037,12 +1076,20 @@ WITH f AS (
         finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
         locked_by = NULL,
         locked_until = NULL,
+        progress = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.progress END,
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
     RETURNING j.id, j.state
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d WHERE d.state = 'cancelled') x
+          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy FROM done d CROSS JOIN notified
 UNION ALL
 SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
@@ -1074,12 +1121,20 @@ WITH f AS (
         finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
         locked_by = NULL,
         locked_until = NULL,
+        progress = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.progress END,
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
     RETURNING j.id, j.state
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d WHERE d.state = 'cancelled') x
+          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy FROM done d CROSS JOIN notified
 UNION ALL
 SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
@@ -1115,8 +1170,11 @@ FOR UPDATE OF j;
 -- that index a path, and a generic plan made while nothing ran (a backlog analyzed before the
 -- workers started) walks every running job of the table through it for each heartbeat, and
 -- every queue of a worker sends its own (TestHeartbeatReadsOnlyItsJobsAmongManyRunning).
+-- progress (JSON null or a missing element: unchanged) is what the handler reported
+-- (worker.Progress) since the last write: it rides on the heartbeat, fenced like the lease.
 WITH f AS (
-    SELECT unnest(@ids::bigint[]) AS id, unnest(@tokens::uuid[]) AS token
+    SELECT unnest(@ids::bigint[]) AS id, unnest(@tokens::uuid[]) AS token,
+           unnest(sqlc.narg(progress)::jsonb[]) AS progress
 ), owned AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
@@ -1124,8 +1182,9 @@ WITH f AS (
     FOR UPDATE OF j SKIP LOCKED
 ), extended AS (
     UPDATE tenure.jobs j
-    SET locked_until = now() + j.lease_ms * interval '1 millisecond', updated_at = now()
-    FROM owned o
+    SET locked_until = now() + j.lease_ms * interval '1 millisecond', updated_at = now(),
+        progress = coalesce(nullif(f.progress, 'null'::jsonb), j.progress)
+    FROM owned o JOIN f ON f.id = o.id
     WHERE j.id = o.id
     RETURNING j.id, (j.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested
 )
@@ -1184,6 +1243,27 @@ RETURNING *;
 
 -- name: NotifyCancel :exec
 SELECT pg_notify('tenure_cancel', to_char(@job_id::bigint, 'FM99999999999999999999'));
+
+-- name: NotifyDone :exec
+-- The done signal for jobs an operator ended or deleted (CompleteMany's payload: ids).
+SELECT pg_notify('tenure_done', @ids::text);
+
+-- name: KindTimeout :one
+-- The handler timeout (ms) published for a kind (tenure.kinds): the given worker's when it
+-- publishes the kind, else the largest any worker publishes; 0 when none does.
+SELECT coalesce((SELECT coalesce(max(k.timeout_ms) FILTER (WHERE k.worker_id = @worker_id::text), max(k.timeout_ms))
+                 FROM tenure.kinds k WHERE k.kind = @kind::text), 0)::bigint AS timeout_ms;
+
+-- name: WaitFinal :many
+-- The given jobs that are in a final state, for jobs.Client.Wait (one statement for every
+-- waiter the notification or the poll concerns).
+SELECT * FROM tenure.jobs
+WHERE id = ANY(@ids::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled');
+
+-- name: WaitMissing :many
+-- The given ids no job has (deleted while waited for).
+SELECT i.id::bigint AS id FROM unnest(@ids::bigint[]) AS i(id)
+WHERE NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.id = i.id);
 
 -- name: Reinject :one
 -- dead (or cancelled) -> ready with a fresh attempt budget. Generation keeps growing, so

@@ -186,6 +186,9 @@ CREATE TABLE tenure.jobs (
     sequence_key        tenure.sequence_key,
     deps_pending        tenure.dep_count,
     has_dependents      boolean,
+    -- the running attempt's progress (worker.Progress: done, total, msg, at), written with its
+    -- heartbeats and finish (migration 0021); a retry clears it, the attempt's error entry keeps it
+    progress            jsonb,
 
     CONSTRAINT jobs_attempts_range CHECK (attempts >= 0 AND attempts <= max_attempts),
     -- a running job is owned: it has a token, an owner and a lease

@@ -46,6 +46,22 @@ type AttemptError struct {
 	Code       string    `json:"code"`
 	Message    string    `json:"message"`
 	At         time.Time `json:"at"`
+	// Output is what the failed attempt recorded with worker.SetOutput; nil when none.
+	Output json.RawMessage `json:"output,omitempty"`
+	// Progress is the failed attempt's last progress (worker.Progress); nil when none.
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress is a running attempt's progress as its handler reported it (worker.Progress) and
+// the engine wrote it with the attempt's heartbeat or finish.
+type Progress struct {
+	// Done of Total units (Total 0: unknown).
+	Done  int64 `json:"done"`
+	Total int64 `json:"total"`
+	// Msg is the handler's short message (may be empty).
+	Msg string `json:"msg,omitempty"`
+	// At is when the handler reported it (the worker's clock).
+	At time.Time `json:"at"`
 }
 
 // JobRow is a job as stored: the one public record of a job. jobs.Client's Insert*, Get and
@@ -106,6 +122,10 @@ type JobRow struct {
 	// Output is what the handler recorded with worker.SetOutput, written with its success;
 	// nil when none.
 	Output json.RawMessage
+	// Progress is the running (or last, for a final job) attempt's progress, written with its
+	// heartbeats and its finish (worker.Progress); nil when none was reported. A retry clears
+	// it; the failed attempt's entry in Errors keeps it.
+	Progress *Progress
 	// UniqueKey is the job's unique key (a SHA-256 digest) when it was inserted unique, and
 	// UniqueStates the states in which it holds that key; nil otherwise.
 	UniqueKey    []byte

@@ -85,6 +85,10 @@ type Config struct {
 	// name is refused by NewClient with a *migrations.InvalidSchemaError
 	// (migrations.ErrInvalidSchema).
 	Schema string
+	// WaitPoll is how often Wait re-reads every waited job besides the notifications (the
+	// fallback when a notification is lost, e.g. while the LISTEN connection is replaced).
+	// Default DefaultWaitPoll (1 s); it must not be negative.
+	WaitPoll time.Duration
 }
 
 // Client enqueues jobs and serves the read and operator side. It is safe for concurrent use.
@@ -99,6 +103,8 @@ type Client struct {
 	hook   func(ctx context.Context, kind string, opts *InsertOpts)
 	// sch is Config.Schema: every statement runs through sch.Wrap (qtx).
 	sch *dbschema.Schema
+	// waits is the registry of Wait's waiters (wait.go).
+	waits *waitReg
 }
 
 // qtx returns the generated queries on db (a transaction or a connection), in the client's
@@ -126,11 +132,18 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.WaitPoll < 0 {
+		return nil, &OptionError{Field: "WaitPoll", Msg: "must not be negative"}
+	}
+	if c.WaitPoll == 0 {
+		c.WaitPoll = DefaultWaitPoll
+	}
 	sch, err := dbschema.New(c.Schema)
 	if err != nil {
 		return nil, err
 	}
 	cl := &Client{pool: pool, q: gen.New(sch.Wrap(pool)), reg: c.Registry, max: c.MaxPayloadBytes, log: c.Logger, hook: c.BeforeInsert, sch: sch}
+	cl.waits = newWaitReg(cl, c.WaitPoll)
 	if len(c.Queues) > 0 {
 		cl.queues = make(map[string]bool, len(c.Queues))
 		for _, q := range c.Queues {
@@ -861,6 +874,18 @@ func (c *Client) Get(ctx context.Context, id int64) (*generics.JobRow, error) {
 		return nil, err
 	}
 	return rowFromGen(j)
+}
+
+// AttemptTimeout is the handler timeout of j's kind as the workers publish it (tenure.kinds):
+// the timeout declared by the worker that runs j (j.LockedBy) when it publishes the kind, else
+// the largest any worker publishes; 0 when no worker publishes the kind. An attempt running
+// past it is cancelled by its worker (TIMEOUT).
+func (c *Client) AttemptTimeout(ctx context.Context, j *generics.JobRow) (time.Duration, error) {
+	ms, err := c.q.KindTimeout(ctx, gen.KindTimeoutParams{WorkerID: j.LockedBy, Kind: j.Kind})
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // ListParams filters and pages List. Zero fields match everything.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -68,6 +69,9 @@ func (c *Client) Cancel(ctx context.Context, id int64, act Action) (CancelOutcom
 		switch generics.JobState(j.State) {
 		case generics.JobStateReady, generics.JobStateWaiting:
 			if _, err := q.CancelReady(ctx, id); err != nil {
+				return err
+			}
+			if err := q.NotifyDone(ctx, strconv.FormatInt(id, 10)); err != nil { // Wait
 				return err
 			}
 			out = Cancelled
@@ -235,6 +239,9 @@ func (c *Client) Delete(ctx context.Context, id int64, act Action) error {
 		}
 		if n != 1 {
 			return fmt.Errorf("tenure: delete job %d: %d rows deleted", id, n)
+		}
+		if err := q.NotifyDone(ctx, strconv.FormatInt(id, 10)); err != nil { // Wait: ErrNotFound
+			return err
 		}
 		return audit(ctx, q, act, "delete", &id, map[string]any{
 			"queue": j.Queue, "kind": j.Kind, "state": j.State, "attempts": j.Attempts,

@@ -95,7 +95,7 @@ type ClusterCollector struct {
 	last     *snapshot     // latest finished refresh; nil before the first
 	inflight chan struct{} // closed when the running refresh ends; nil when none runs
 
-	jobs, oldestReady, leaseExpired, cancelRequested, deadByCode,
+	jobs, oldestReady, oldestRunning, leaseExpired, cancelRequested, deadByCode,
 	workers, heartbeatAge, lastSuccessAge, workerExpired, workerJobs, scrapeDur, snapshotAge *prometheus.Desc
 	unserved *prometheus.Desc
 	// workflows and sequences (issue 30): jobs waiting on dependencies, and the oldest's age
@@ -151,6 +151,7 @@ func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollec
 		jobs: prometheus.NewDesc("tenure_queue_jobs", "Jobs by queue, kind, priority and state: ready (due), scheduled (ready, due later), running, dead.",
 			[]string{"queue", "kind", "priority", "state"}, nil),
 		oldestReady:     prometheus.NewDesc("tenure_queue_oldest_ready_age_seconds", "Age of the oldest due ready job (now - run_at on the database clock), by queue, kind and priority.", qkp, nil),
+		oldestRunning:   prometheus.NewDesc("tenure_queue_oldest_running_age_seconds", "Age of the oldest running attempt (now - its claim time, database clock), by queue, kind and priority: compare it with the kind's handler timeout.", qkp, nil),
 		leaseExpired:    prometheus.NewDesc("tenure_queue_lease_expired_jobs", "Running jobs whose lease already expired and that the sweep has not reclaimed yet.", qkp, nil),
 		cancelRequested: prometheus.NewDesc("tenure_queue_cancel_requested_jobs", "Running jobs an operator asked to cancel.", qkp, nil),
 		deadByCode:      prometheus.NewDesc("tenure_queue_dead_jobs_by_code", "Dead jobs by queue, kind and last error code.", []string{"queue", "kind", "code"}, nil),
@@ -172,7 +173,7 @@ func NewClusterCollector(pool *pgxpool.Pool, cfg *ClusterConfig) (*ClusterCollec
 
 // Describe sends every metric's descriptor.
 func (c *ClusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.jobs, c.oldestReady, c.leaseExpired, c.cancelRequested, c.deadByCode,
+	for _, d := range []*prometheus.Desc{c.jobs, c.oldestReady, c.oldestRunning, c.leaseExpired, c.cancelRequested, c.deadByCode,
 		c.workers, c.heartbeatAge, c.lastSuccessAge, c.workerExpired, c.workerJobs, c.scrapeDur, c.snapshotAge, c.unserved, c.waiting, c.oldestWaiting} {
 		ch <- d
 	}
@@ -314,7 +315,10 @@ func (c *ClusterCollector) collect(ctx context.Context, ch chan<- prometheus.Met
 		ready, scheduled int64
 		oldest           float64
 	}
-	type runningAgg struct{ running, leaseExpired, cancelRequested int64 }
+	type runningAgg struct {
+		running, leaseExpired, cancelRequested int64
+		oldest                                 float64
+	}
 	readyBy, runningBy := map[qkp]*readyAgg{}, map[qkp]*runningAgg{}
 	for _, r := range ready {
 		k := qkp{queueOf(r.Queue), kindOf(r.Kind), r.Priority}
@@ -343,12 +347,14 @@ func (c *ClusterCollector) collect(ctx context.Context, ch chan<- prometheus.Met
 		a.running += r.Running
 		a.leaseExpired += r.LeaseExpired
 		a.cancelRequested += r.CancelRequested
+		a.oldest = max(a.oldest, r.OldestRunningAgeS)
 	}
 	for k, a := range runningBy {
 		p := strconv.Itoa(int(k.prio))
 		gauge(c.jobs, float64(a.running), k.queue, k.kind, p, "running")
 		gauge(c.leaseExpired, float64(a.leaseExpired), k.queue, k.kind, p)
 		gauge(c.cancelRequested, float64(a.cancelRequested), k.queue, k.kind, p)
+		gauge(c.oldestRunning, a.oldest, k.queue, k.kind, p)
 	}
 	// Dead: per priority (all codes), and per code (all priorities), bounded.
 	type qkc struct{ queue, kind, code string }

@@ -32,7 +32,7 @@ INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at) VALUES
   ('default', 'ok', '{}', 3, now() + interval '1 hour'),
   ('mail', 'flaky', '{}', 5, now() - interval '5 seconds');
 INSERT INTO tenure.jobs (queue, kind, payload, priority, state, attempts, locked_by, locked_until, claim_token, attempted_at, generation, cancel_requested_at) VALUES
-  ('mail', 'flaky', '{}', 5, 'running', 1, 'w1', now() + interval '30 seconds', gen_random_uuid(), now(), 1, NULL),
+  ('mail', 'flaky', '{}', 5, 'running', 1, 'w1', now() + interval '30 seconds', gen_random_uuid(), now() - interval '120 seconds', 1, NULL),
   ('mail', 'flaky', '{}', 5, 'running', 1, 'w1', now() - interval '1 second', gen_random_uuid(), now(), 1, now());
 INSERT INTO tenure.jobs (queue, kind, payload, priority, state, attempts, max_attempts, claim_token, generation, attempted_at, finished_at, last_error_code)
 SELECT 'mail', 'flaky', '{}', p, 'dead', 3, 3, gen_random_uuid(), 3, now(), now(), c
@@ -93,6 +93,7 @@ INSERT INTO tenure.kinds (kind, worker_id, queue, priority, max_attempts, lease_
 	approx("tenure_queue_oldest_ready_age_seconds{kind=ok,priority=2,queue=default}", 90, 5)
 	approx("tenure_queue_oldest_ready_age_seconds{kind=ok,priority=3,queue=default}", 0, 0)
 	approx("tenure_queue_oldest_ready_age_seconds{kind=flaky,priority=5,queue=mail}", 5, 5)
+	approx("tenure_queue_oldest_running_age_seconds{kind=flaky,priority=5,queue=mail}", 120, 10)
 	approx("tenure_registered_worker_heartbeat_age_seconds{worker=w1}", 2, 2)
 	approx("tenure_registered_worker_heartbeat_age_seconds{worker=w-gone}", 3600, 10)
 	approx("tenure_registered_worker_last_success_age_seconds{worker=w1}", 12, 2)

@@ -258,6 +258,62 @@ func showValue(head string, stored int32, max int, raw string) shownValue {
 // shownError is one entry of a job's error history, every field cut to its budget.
 type shownError struct {
 	Attempt, Generation, Code, Message, At string
+	// Progress and Output are what the failed attempt recorded (worker.Progress,
+	// worker.SetOutput), as text cut to errorMsgBytes; empty when none.
+	Progress, Output string
+}
+
+// shownProgress is a job's progress (worker.Progress) as the page shows it.
+type shownProgress struct {
+	Done, Total int64
+	Msg, At     string
+	// Percent is Done of Total (0 when Total is unknown).
+	Percent int
+}
+
+// Progress is the job's progress, nil when none (or not what the engine writes).
+func (j jobRow) Progress() *shownProgress {
+	if j.ProgressHead == "" || headCut(j.ProgressHead) {
+		return nil
+	}
+	var p struct {
+		Done, Total int64
+		Msg         string
+		At          time.Time
+	}
+	if json.Unmarshal([]byte(j.ProgressHead), &p) != nil {
+		return nil
+	}
+	sp := &shownProgress{Done: p.Done, Total: p.Total, Msg: clip(p.Msg, shownText), At: p.At.UTC().Format("2006-01-02 15:04:05Z")}
+	if p.Total > 0 && p.Done >= 0 && p.Done <= p.Total {
+		sp.Percent = int(p.Done * 100 / p.Total)
+	}
+	return sp
+}
+
+// Elapsed is how long the current (running) or last (final) attempt ran; 0 before any.
+func (j jobRow) Elapsed() time.Duration {
+	if j.AttemptedAt == nil {
+		return 0
+	}
+	end := time.Now()
+	if j.State != uidb.TenureJobStateRunning {
+		if j.FinishedAt == nil {
+			return 0
+		}
+		end = *j.FinishedAt
+	}
+	return end.Sub(*j.AttemptedAt).Round(time.Second)
+}
+
+// Timeout is the handler timeout its worker declared for the job's kind; 0 when unknown.
+func (j jobRow) Timeout() time.Duration { return time.Duration(j.TimeoutMs) * time.Millisecond }
+
+// EarlierError reports whether the job's last error code belongs to an earlier attempt than
+// the one that ended it (a job that succeeded after failures): the page must not show it as
+// the job's error.
+func (j jobRow) EarlierError() bool {
+	return j.State == uidb.TenureJobStateSucceeded && j.LastErrorCode != nil
 }
 
 type shownPair struct{ Key, Value string }
@@ -289,9 +345,26 @@ func showErrors(head string) (out []shownError, omitted int, ok bool) {
 			at = t.UTC().Format("2006-01-02 15:04:05Z")
 		}
 		out = append(out, shownError{Attempt: field(e, "attempt", shownText), Generation: field(e, "generation", shownText),
-			Code: field(e, "code", errorCodeBytes), Message: field(e, "message", errorMsgBytes), At: at})
+			Code: field(e, "code", errorCodeBytes), Message: field(e, "message", errorMsgBytes), At: at,
+			Progress: progressText(e["progress"]), Output: field(e, "output", errorMsgBytes)})
 	}
 	return out, omitted, true
+}
+
+// progressText is a history entry's progress as "done/total msg", cut to errorMsgBytes.
+func progressText(v any) string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return ""
+	}
+	t := field(m, "done", shownText)
+	if tot := field(m, "total", shownText); tot != "" && tot != "0" {
+		t += "/" + tot
+	}
+	if msg := field(m, "msg", errorMsgBytes); msg != "" {
+		t += " " + msg
+	}
+	return clip(t, errorMsgBytes)
 }
 
 // field is m[k] as text (a string as it is, anything else as JSON), cut to max bytes.

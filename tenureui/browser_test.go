@@ -72,7 +72,16 @@ type Hostile struct {
 func (Hostile) Kind() string        { return "hostile" }
 func (Hostile) PayloadVersion() int { return 1 }
 
+// Steps reports its progress one step at a time (fixture.step advances it).
+type Steps struct {
+	N int64 `json:"n"`
+}
+
+func (Steps) Kind() string        { return "steps" }
+func (Steps) PayloadVersion() int { return 1 }
+
 type fixture struct {
+	step   chan struct{} // each receive lets a Steps job do one more step
 	pool   *pgxpool.Pool
 	client *jobs.Client
 	w      *worker.Worker
@@ -85,7 +94,7 @@ type fixture struct {
 // enabled, every action by "browser-test".
 func newFixture(t *testing.T, refresh time.Duration) *fixture {
 	t.Helper()
-	f := &fixture{pool: pgtest.NewPool(t)}
+	f := &fixture{pool: pgtest.NewPool(t), step: make(chan struct{})}
 	w, err := worker.New(f.pool, &worker.Config{
 		Queues:          map[string]worker.QueueConfig{"default": {Concurrency: 4}, "mail": {Concurrency: 2}},
 		QueueStateEvery: 100 * time.Millisecond, RegistryEvery: 200 * time.Millisecond,
@@ -99,6 +108,19 @@ func newFixture(t *testing.T, refresh time.Duration) *fixture {
 		return nil
 	}, &worker.HandlerOptions{MaxAttempts: 1})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[Noop]) error { return nil }, nil)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[Steps]) error {
+		for i := int64(1); i <= job.Args.N; i++ {
+			select {
+			case <-f.step:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+			if err := worker.Progress(ctx, i, job.Args.N, fmt.Sprintf("step %d", i)); err != nil {
+				return err
+			}
+		}
+		return worker.SetOutput(ctx, map[string]int64{"steps": job.Args.N})
+	}, &worker.HandlerOptions{Timeout: 10 * time.Minute})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[Mail]) error { f.mails.Add(1); return nil },
 		&worker.HandlerOptions{Queue: "mail"})
 	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[Hostile]) error {
@@ -233,6 +255,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("PauseQueue", func(t *testing.T) { t.Parallel(); testPauseQueue(t, b) })
 	t.Run("HostilePayloads", func(t *testing.T) { t.Parallel(); testHostilePayloads(t, b) })
 	t.Run("WorkflowView", func(t *testing.T) { t.Parallel(); testWorkflowView(t, b) })
+	t.Run("ProgressAdvances", func(t *testing.T) { t.Parallel(); testProgressAdvances(t, b) })
 }
 
 // testReinjectDeadJob: open the overview, find the dead job by filter, re-inject it with a
@@ -443,4 +466,26 @@ func testHostilePayloads(t *testing.T, b *browser) {
 	check(fmt.Sprintf("%s/jobs/%d", f.base, row.Job.ID), xssImg) // args, metadata, error message
 	check(fmt.Sprintf("%s/jobs/%d", f.base, raw), xssAttr)       // effects, audit reason and actor
 	check(fmt.Sprintf("%s/jobs?queue=%s", f.base, "%22%3E%3Cimg"), "Filter")
+}
+
+// testProgressAdvances: a job's page shows its progress advance, without a reload.
+func testProgressAdvances(t *testing.T, b *browser) {
+	f := newFixture(t, time.Second)
+	ctx := context.Background()
+	row, err := f.client.Insert(ctx, Steps{N: 3}, nil)
+	require.NoError(t, err)
+	f.step <- struct{}{}
+	tab := b.tab(t)
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", f.base, row.Job.ID)),
+		chromedp.Poll[chromedp.Void](`(document.getElementById('progress-text') || {}).textContent?.startsWith('1 of 3')`,
+			chromedp.WithPollingTimeout(20*time.Second))))
+	f.step <- struct{}{}
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Poll[chromedp.Void](`(document.getElementById('progress-text') || {}).textContent?.startsWith('2 of 3')`,
+			chromedp.WithPollingTimeout(20*time.Second))))
+	require.Contains(t, text(t, tab, "#timeout"), "10m")
+	screenshot(t, tab, "job-progress")
+	f.step <- struct{}{}
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Poll[chromedp.Void](`document.getElementById('state').textContent === 'succeeded'`, chromedp.WithPollingTimeout(20*time.Second))))
 }

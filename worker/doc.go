@@ -11,6 +11,7 @@
 //   - middleware.go: HandlerFunc and Middleware (what wraps every handler).
 //   - retry.go: RetryPolicy and FullJitter, the retry schedule decided in the application.
 //   - limits.go: Limit (flow control: max running, rate, per key) and the limited claims.
+//   - progress.go (Progress, ProgressEvery, ErrInvalidProgress): see the engine list below.
 //   - effect.go: Effect, SetOutput and the effect ledger (stable idempotency keys, fenced
 //     records); external.go: ExternalLedger, effects recorded in another engine's store.
 //   - metrics.go: Stats, Histogram, OutcomeCount (what tenureprom exports).
@@ -41,6 +42,9 @@
 //   - finish.go: the completion path: batched fenced finishes checked by affected rows,
 //     stale-write accounting, retry of writes the database did not answer, CompleteTx.
 //   - heartbeat.go: batched fenced lease extensions, lease loss, stuck handlers, cancel.
+//   - progress.go: Progress, a running job's progress, carried by the heartbeat statement
+//     (fenced like the lease) and written with the finish; unsent progress makes a job's
+//     heartbeat due at most once per ProgressEvery.
 //   - reclaim.go: the lease-expiry sweep (LEASE_EXPIRED) and retention pruning.
 //   - listener.go: LISTEN/NOTIFY wake-ups (new jobs, cancel requests, queue pause changes) on
 //     the channels of the worker's schema (Config.Schema, "tenure" by default; every statement,

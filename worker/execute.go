@@ -32,6 +32,7 @@ type execution struct {
 	output      atomic.Pointer[[]byte] // SetOutput (handler side) writes; finishers and CompleteTx read
 	txCompleted atomic.Bool            // CompleteTx changed the row inside the handler's transaction
 	finishFails atomic.Int32           // failed finish writes so far; finishers write, the loop reads
+	prog        progressState          // Progress (progress.go)
 
 	// Owned by the queue loop.
 	nextHB    time.Time

@@ -35,3 +35,6 @@ func UseFakeClock(w *Worker, start time.Time) *FakeClock {
 func ClaimBatchStats(w *Worker) (statements, requests int64) {
 	return w.m.claimBatches.Load(), w.m.claimBatchRequests.Load()
 }
+
+// CheckProgress is Progress's validation.
+var CheckProgress = checkProgress

@@ -222,19 +222,35 @@ func (r finishResult) add(id int64, busy bool) {
 
 func completeMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResult, error) {
 	ids, tokens := idsTokens(es)
-	outputs := make([][]byte, len(es))
-	for i, e := range es {
-		outputs[i] = jsonNull
-		if o := e.output.Load(); o != nil {
-			outputs[i] = *o
-		}
-	}
-	rows, err := q.CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens, Outputs: outputs})
+	outputs, progress := outputsProgress(es)
+	rows, err := q.CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens, Outputs: outputs, Progress: progress})
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
 		res.add(r.ID, r.Busy)
 	}
 	return res, err
+}
+
+// outputsProgress are the outputs (SetOutput) and last progress (Progress) of es for a batched
+// finish: JSON null for none; progress is nil when no job of es has any.
+func outputsProgress(es []*execution) (outputs, progress [][]byte) {
+	outputs = make([][]byte, len(es))
+	for i, e := range es {
+		outputs[i] = jsonNull
+		if o := e.output.Load(); o != nil {
+			outputs[i] = *o
+		}
+		if p := e.prog.last(); p != nil {
+			if progress == nil {
+				progress = make([][]byte, len(es))
+				for j := range progress {
+					progress[j] = jsonNull
+				}
+			}
+			progress[i] = p
+		}
+	}
+	return outputs, progress
 }
 
 func snoozeMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResult, error) {
@@ -282,6 +298,8 @@ func failMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResul
 		arg.Codes = append(arg.Codes, string(e.fin.code))
 		arg.Messages = append(arg.Messages, e.fin.msg)
 	}
+	// A failed attempt's output and last progress go to its entry of the error history.
+	arg.Outputs, arg.Progress = outputsProgress(es)
 	rows, err := q.FailMany(ctx, arg)
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
@@ -597,7 +615,7 @@ func CompleteTx(ctx context.Context, tx pgx.Tx, job *generics.JobRow) error {
 	// No check of the lease before the statement: the engine may cancel the handler's context
 	// for a lost lease at any moment, also while the statement is on its way or running, and
 	// one check after it covers every such moment (leaseLostErr).
-	n, err := e.q.w.qon(tx).CompleteOne(ctx, gen.CompleteOneParams{ID: e.c.ID, ClaimToken: e.c.token, Output: output})
+	n, err := e.q.w.qon(tx).CompleteOne(ctx, gen.CompleteOneParams{ID: e.c.ID, ClaimToken: e.c.token, Output: output, Progress: e.prog.last()})
 	if err == nil && n == 1 {
 		e.txCompleted.Store(true)
 		return nil
@@ -630,7 +648,8 @@ const MaxOutputBytes = generics.MaxOutputBytes
 // the job's success by the fenced completion (the engine's batched CompleteMany, or
 // CompleteTx, which takes the output recorded before it is called), never by a write of its
 // own, so a stale attempt's output can never land. A later call replaces an earlier one; a
-// nil v (or JSON null) records none. An attempt that does not succeed keeps no output. It
+// nil v (or JSON null) records none. An attempt that fails keeps its output in its entry of
+// the error history (generics.AttemptError.Output), not in the job's Output. It
 // returns ErrNotInHandler outside a running handler's context, ErrInvalidOutput (nothing
 // changed) when v does not encode, holds what a jsonb cannot (a NUL character), or is larger
 // than MaxOutputBytes as the database measures it (also errors.Is generics.ErrTooLarge).

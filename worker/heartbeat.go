@@ -90,7 +90,7 @@ func (q *queue) heartbeat(ctx context.Context, now time.Time) {
 		if e.txCompleted.Load() || e.finishFails.Load() >= maxHeartbeatedFinishFails {
 			continue
 		}
-		if all || !now.Before(e.nextHB) {
+		if all || !now.Before(e.nextHB) || e.prog.due(now) {
 			due = append(due, e)
 		} else {
 			q.hbAt(e.nextHB)
@@ -107,11 +107,25 @@ func (q *queue) heartbeat(ctx context.Context, now time.Time) {
 	q.hbInFlight = true
 	sortByID(due)
 	ids, tokens := idsTokens(due)
+	// The progress the handlers reported since the last write rides on this statement
+	// (progress.go); JSON null leaves a job's progress as it is.
+	var progress [][]byte
+	for i, e := range due {
+		if p := e.prog.take(now); string(p) != string(jsonNull) {
+			if progress == nil {
+				progress = make([][]byte, len(due))
+				for j := range progress {
+					progress[j] = jsonNull
+				}
+			}
+			progress[i] = p
+		}
+	}
 	w.spawn(func() {
 		hctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
 		var rows []gen.HeartbeatRow
 		err := w.retryStale(func() (err error) {
-			rows, err = w.q.Heartbeat(hctx, gen.HeartbeatParams{Ids: ids, Tokens: tokens})
+			rows, err = w.q.Heartbeat(hctx, gen.HeartbeatParams{Ids: ids, Tokens: tokens, Progress: progress})
 			return err
 		})
 		cancel()
@@ -135,6 +149,9 @@ func (q *queue) heartbeatDone(r hbResult) {
 		}
 	}()
 	w.m.heartbeats.Add(1)
+	for _, e := range r.due {
+		e.prog.settled(r.err != nil)
+	}
 	if r.err != nil {
 		if w.engCtx.Err() != nil {
 			return

@@ -50,8 +50,16 @@ func TestHeartbeatPlanAndLockedRows(t *testing.T) {
 	tokens[1] = uuid.New() // job 1 is someone else's now
 
 	sql, names := plantest.SQL(t, "Heartbeat")
-	require.Equal(t, []string{"ids", "tokens"}, names)
-	plan := plantest.Explain(t, pool, true, sql, ids, tokens)
+	require.Equal(t, []string{"ids", "tokens", "progress"}, names)
+	// Progress rides on the heartbeat (worker.Progress): jobs 1 (not ours any more) and 2
+	// carry some, the others JSON null (unchanged).
+	progress := make([][]byte, len(ids))
+	for i := range progress {
+		progress[i] = []byte("null")
+	}
+	progress[1] = []byte(`{"done":1,"total":2,"at":"2026-01-01T00:00:00Z"}`)
+	progress[2] = []byte(`{"done":3,"total":4,"at":"2026-01-01T00:00:00Z"}`)
+	plan := plantest.Explain(t, pool, true, sql, ids, tokens, progress)
 	require.True(t, plantest.Indexes(plan)["jobs_pkey"], "the heartbeat finds its jobs by id")
 	plantest.Walk(plan, func(n plantest.Node) {
 		require.NotEqual(t, "Seq Scan", n.NodeType, "no sequential scan of %s", n.Relation)
@@ -64,7 +72,7 @@ func TestHeartbeatPlanAndLockedRows(t *testing.T) {
 	_, err = locker.Exec(ctx, "SELECT 1 FROM tenure.jobs WHERE id = $1 FOR UPDATE", ids[0])
 	require.NoError(t, err)
 	got := map[int64]bool{}
-	hb, err := pool.Query(ctx, sql, ids, tokens)
+	hb, err := pool.Query(ctx, sql, ids, tokens, progress)
 	require.NoError(t, err)
 	for hb.Next() {
 		var id int64
@@ -81,4 +89,12 @@ func TestHeartbeatPlanAndLockedRows(t *testing.T) {
 	for _, id := range ids[2:] {
 		require.True(t, got[id], "job %d extended", id)
 	}
+	// Fenced: the progress of the job whose token changed is not written; the owned one's is.
+	// (The EXPLAIN ANALYZE above ran the statement too: its writes are the same.)
+	var p1, p2, p3 []byte
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT progress FROM tenure.jobs WHERE id = $1), (SELECT progress FROM tenure.jobs WHERE id = $2),
+		(SELECT progress FROM tenure.jobs WHERE id = $3)`, ids[1], ids[2], ids[3]).Scan(&p1, &p2, &p3))
+	require.Nil(t, p1, "a stale attempt's progress is never written")
+	require.JSONEq(t, string(progress[2]), string(p2))
+	require.Nil(t, p3, "JSON null leaves progress as it is")
 }

@@ -102,7 +102,12 @@
 //	    message, at}), created_at, updated_at, finished_at, cancel_requested_at, metadata (an
 //	    object of strings), tags (a list of strings), output, snoozes, unique_key (hex),
 //	    unique_states (a list of states), workflow_id, task_name, sequence_key (null when the job
-//	    is in no workflow or sequence), deps_pending (unresolved dependencies of a waiting job)
+//	    is in no workflow or sequence), deps_pending (unresolved dependencies of a waiting job),
+//	    progress ({done, total, msg, at}: the running or
+//	    last attempt's worker.Progress), elapsed_seconds (how long the running or last
+//	    attempt ran), timeout_seconds (the kind's handler timeout its workers publish; get only,
+//	    null in lists); each errors entry also has output and progress (what that failed
+//	    attempt recorded)
 //	list: {"jobs": [job...], "next_after_id": the -after of the next page, null on the last}
 //	stats: window_seconds, bands (a list of {queue, priority, ready, scheduled, running,
 //	    cancel_requested, dead, oldest_ready_age_seconds, ready_age_p50_seconds,

@@ -143,7 +143,7 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tPRIO\tATTEMPTS\tRUN_AT\tLAST_ERROR")
 		for _, j := range page.Jobs {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d/%d\t%s\t%s\n", j.ID, esc(j.Queue), esc(j.Kind), esc(string(j.State)), j.Priority,
-				j.Attempt, j.MaxAttempts, j.RunAt.Format(time.RFC3339), esc(j.LastErrorCode))
+				j.Attempt, j.MaxAttempts, j.RunAt.Format(time.RFC3339), lastErrorColumn(j))
 		}
 		if page.NextAfterID != 0 {
 			fmt.Fprintf(tw, "(more: -after %d)\n", page.NextAfterID)
@@ -153,8 +153,17 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 		if err != nil {
 			return exitCode(e, prefix, err)
 		}
+		timeout, err := c.AttemptTimeout(ctx, j)
+		if err != nil {
+			return exitCode(e, prefix, err)
+		}
 		if *asJSON {
-			return printJSON(e, prefix, jsonJobOf(j))
+			jj := jsonJobOf(j)
+			if timeout > 0 {
+				sec := timeout.Seconds()
+				jj.TimeoutSeconds = &sec
+			}
+			return printJSON(e, prefix, jj)
 		}
 		fmt.Fprintf(tw, "id\t%d\nqueue\t%s\nkind\t%s (payload v%d)\nstate\t%s\npriority\t%d\nattempts\t%d/%d\ngeneration\t%d\nrun_at\t%s\nlease\t%v\npayload\t%s\n",
 			j.ID, esc(j.Queue), esc(j.Kind), j.PayloadVersion, esc(string(j.State)), j.Priority, j.Attempt, j.MaxAttempts, j.Generation,
@@ -183,11 +192,42 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintf(tw, "snoozes\t%d\n", j.Snoozes)
 		}
 		printFlowLines(tw, j)
+		fmt.Fprintf(tw, "created\t%s\n", j.CreatedAt.Format(time.RFC3339Nano))
+		if j.AttemptedAt != nil {
+			fmt.Fprintf(tw, "attempted\t%s\n", j.AttemptedAt.Format(time.RFC3339Nano))
+		}
+		if j.FinishedAt != nil {
+			fmt.Fprintf(tw, "finished\t%s\n", j.FinishedAt.Format(time.RFC3339Nano))
+		}
+		if d, ok := attemptElapsed(j, time.Now()); ok {
+			what := "last attempt ran"
+			if j.State == generics.JobStateRunning {
+				what = "running for"
+			}
+			tmo := "unknown (no live worker publishes the kind)"
+			if timeout > 0 {
+				tmo = timeout.String()
+			}
+			fmt.Fprintf(tw, "elapsed\t%s %v, timeout %s\n", what, d.Round(time.Millisecond), tmo)
+		}
+		if p := j.Progress; p != nil {
+			fmt.Fprintf(tw, "progress\t%s\n", progressLine(p))
+		}
 		if j.Output != nil {
 			fmt.Fprintf(tw, "output\t%s\n", escBytes(j.Output))
 		}
+		if j.State == generics.JobStateSucceeded && j.LastErrorCode != "" {
+			// The history is of earlier attempts: the job itself succeeded.
+			fmt.Fprintf(tw, "note\tsucceeded at attempt %d; the errors below are earlier attempts'\n", j.Attempt)
+		}
 		for _, h := range j.Errors {
 			fmt.Fprintf(tw, "error\tattempt %d gen %d %s at %s: %s\n", h.Attempt, h.Generation, esc(h.Code), h.At.Format(time.RFC3339), esc(h.Message))
+			if h.Progress != nil {
+				fmt.Fprintf(tw, "\t  progress %s\n", progressLine(h.Progress))
+			}
+			if h.Output != nil {
+				fmt.Fprintf(tw, "\t  output %s\n", escBytes(h.Output))
+			}
 		}
 	case "stats":
 		s, err := c.Stats(ctx, *window)
@@ -338,4 +378,25 @@ func printJSON(e *env, prefix string, v any) int {
 		return exitCode(e, prefix, err)
 	}
 	return exitOK
+}
+
+// progressLine renders a progress: "done of total (pct%): msg, reported at".
+func progressLine(p *generics.Progress) string {
+	s := strconv.FormatInt(p.Done, 10)
+	if p.Total > 0 {
+		s += fmt.Sprintf(" of %d (%d%%)", p.Total, p.Done*100/p.Total)
+	}
+	if p.Msg != "" {
+		s += ": " + esc(p.Msg)
+	}
+	return s + ", reported " + p.At.UTC().Format(time.RFC3339)
+}
+
+// lastErrorColumn is a job's LAST_ERROR in lists: a succeeded job's code is an earlier
+// attempt's, and says so.
+func lastErrorColumn(j *generics.JobRow) string {
+	if j.State == generics.JobStateSucceeded && j.LastErrorCode != "" {
+		return "(earlier " + esc(j.LastErrorCode) + ")"
+	}
+	return esc(j.LastErrorCode)
 }

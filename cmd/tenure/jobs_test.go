@@ -237,3 +237,60 @@ func TestJobsStatsShowsJobsNoLiveWorkerCanRun(t *testing.T) {
 	require.Contains(t, r.stderr, `queue "mail", kind "mail": 2 ready jobs no live worker can run: no live worker serves the queue`)
 	require.Regexp(t, `(?m)^alpha\s+2\s+2\s+0\s+0\s+0\s+.*\syes\s+1\s*$`, r.stdout)
 }
+
+// TestJobsGetProgressTimesAndEarlierErrors: jobs get shows a running job's progress, elapsed
+// time and timeout, the created/finished times and metadata, and a succeeded job's error
+// history as its earlier attempts' (with their progress and output), in text and -json.
+func TestJobsGetProgressTimesAndEarlierErrors(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewMigratedDB(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.kinds (kind, worker_id, queue, priority, max_attempts, lease_ms, timeout_ms)
+		VALUES ('report', 'w1', 'default', 2, 25, 30000, 600000)`)
+	require.NoError(t, err)
+	var running, done int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO tenure.jobs (kind, payload, state, attempts, claim_token, generation, attempted_at, locked_by, locked_until, metadata, progress)
+		VALUES ('report', '{}', 'running', 1, gen_random_uuid(), 1, now() - interval '90 seconds', 'w1', now() + interval '30 seconds', '{"req":"r-1"}',
+		        '{"done":30,"total":120,"msg":"rows","at":"2026-01-02T03:04:05Z"}') RETURNING id`).Scan(&running))
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO tenure.jobs (kind, payload, state, attempts, claim_token, generation, attempted_at, finished_at, last_error_code, errors)
+		VALUES ('report', '{}', 'succeeded', 2, gen_random_uuid(), 2, now(), now(), 'BOOM',
+		        jsonb_build_array(jsonb_build_object('attempt', 1, 'generation', 1, 'code', 'BOOM', 'message', 'm', 'at', now(),
+		                          'output', '{"partial":1}'::jsonb, 'progress', '{"done":5,"total":10,"at":"2026-01-02T03:04:05Z"}'::jsonb))) RETURNING id`).Scan(&done))
+
+	r := tenure(t, url, "jobs", "get", itoa(running))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "progress")
+	require.Contains(t, r.stdout, "30 of 120 (25%): rows")
+	require.Contains(t, r.stdout, "timeout 10m0s")
+	require.Contains(t, r.stdout, "running for 1m3") // claimed 90 s ago (and the time the command took)
+	require.Contains(t, r.stdout, "metadata")
+	require.Contains(t, r.stdout, "req=r-1")
+	require.Contains(t, r.stdout, "created")
+	require.NotContains(t, r.stdout, "earlier attempts")
+
+	r = tenure(t, url, "jobs", "get", itoa(running), "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var doc struct {
+		Progress       *generics.Progress `json:"progress"`
+		TimeoutSeconds *float64           `json:"timeout_seconds"`
+		ElapsedSeconds *float64           `json:"elapsed_seconds"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.EqualValues(t, 30, doc.Progress.Done)
+	require.Equal(t, 600.0, *doc.TimeoutSeconds)
+	require.GreaterOrEqual(t, *doc.ElapsedSeconds, 90.0)
+
+	r = tenure(t, url, "jobs", "get", itoa(done))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "succeeded at attempt 2; the errors below are earlier attempts'")
+	require.Contains(t, r.stdout, "finished")
+	require.Contains(t, r.stdout, "progress 5 of 10 (50%)")
+	require.Contains(t, r.stdout, `output {"partial": 1}`)
+
+	r = tenure(t, url, "jobs", "list", "-state", "succeeded")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "(earlier BOOM)")
+}

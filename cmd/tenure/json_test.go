@@ -26,7 +26,8 @@ var (
 		"attempted_at", "last_error_code", "errors", "errors[].attempt", "errors[].generation", "errors[].code",
 		"errors[].message", "errors[].at", "created_at", "updated_at", "finished_at", "cancel_requested_at",
 		"metadata", "tags", "output", "snoozes", "unique_key", "unique_states",
-		"workflow_id", "task_name", "sequence_key", "deps_pending"}
+		"workflow_id", "task_name", "sequence_key", "deps_pending",
+		"progress", "elapsed_seconds", "timeout_seconds", "errors[].output", "errors[].progress"}
 	statsKeys = []string{"window_seconds", "bands", "bands[].queue", "bands[].priority", "bands[].ready",
 		"bands[].scheduled", "bands[].running", "bands[].cancel_requested", "bands[].dead",
 		"bands[].oldest_ready_age_seconds", "bands[].ready_age_p50_seconds", "bands[].ready_age_p95_seconds",

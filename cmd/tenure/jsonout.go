@@ -51,6 +51,13 @@ type jsonJob struct {
 	TaskName    *string `json:"task_name"`
 	SequenceKey *string `json:"sequence_key"`
 	DepsPending int     `json:"deps_pending"`
+	// Progress is the running (or last) attempt's progress (worker.Progress); null when none.
+	Progress *generics.Progress `json:"progress"`
+	// ElapsedSeconds is how long the running (or last) attempt ran; null before any attempt.
+	ElapsedSeconds *float64 `json:"elapsed_seconds"`
+	// TimeoutSeconds is the kind's handler timeout as its workers publish it (jobs get only;
+	// null in lists and when no worker publishes the kind).
+	TimeoutSeconds *float64 `json:"timeout_seconds"`
 }
 
 // jsonAttempt is one entry of a job's error history.
@@ -60,6 +67,9 @@ type jsonAttempt struct {
 	Code       string    `json:"code"`
 	Message    string    `json:"message"`
 	At         time.Time `json:"at"`
+	// Output and Progress are what the failed attempt recorded; null when none.
+	Output   json.RawMessage    `json:"output"`
+	Progress *generics.Progress `json:"progress"`
 }
 
 // jsonPage is tenure jobs list -json.
@@ -161,10 +171,20 @@ func jsonJobOf(r *generics.JobRow) jsonJob {
 		j.ClaimToken = &s
 	}
 	for _, e := range r.Errors {
-		j.Errors = append(j.Errors, jsonAttempt{Attempt: e.Attempt, Generation: e.Generation, Code: e.Code, Message: e.Message, At: utc(e.At)})
+		a := jsonAttempt{Attempt: e.Attempt, Generation: e.Generation, Code: e.Code, Message: e.Message, At: utc(e.At),
+			Output: e.Output, Progress: e.Progress}
+		if len(a.Output) == 0 {
+			a.Output = json.RawMessage("null")
+		}
+		j.Errors = append(j.Errors, a)
 	}
 	for k, v := range r.Metadata {
 		j.Metadata[k] = v
+	}
+	j.Progress = r.Progress
+	if d, ok := attemptElapsed(r, time.Now()); ok {
+		sec := d.Seconds()
+		j.ElapsedSeconds = &sec
 	}
 	j.Tags = append(j.Tags, r.Tags...)
 	if r.UniqueKey != nil {
@@ -219,4 +239,20 @@ func jsonStatsOf(s *jobs.Stats, unserved []unservedQueue) jsonStats {
 			QueueServed: u.QueueServed, KindRegistered: u.KindRegistered})
 	}
 	return out
+}
+
+// attemptElapsed is how long r's running (or last) attempt ran, by its claim time; false
+// before any attempt.
+func attemptElapsed(r *generics.JobRow, now time.Time) (time.Duration, bool) {
+	if r.AttemptedAt == nil {
+		return 0, false
+	}
+	end := now
+	if r.State != generics.JobStateRunning {
+		if r.FinishedAt == nil {
+			return 0, false
+		}
+		end = *r.FinishedAt
+	}
+	return max(end.Sub(*r.AttemptedAt), 0), true
 }

@@ -146,6 +146,7 @@ type TenureJob struct {
 	SequenceKey       *string
 	DepsPending       *int32
 	HasDependents     pgtype.Bool
+	Progress          []byte
 }
 
 type TenureJobDep struct {

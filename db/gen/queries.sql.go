@@ -17,7 +17,7 @@ const cancelReady = `-- name: CancelReady :one
 UPDATE tenure.jobs
 SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(), updated_at = now()
 WHERE id = $1 AND state IN ('ready', 'waiting')
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress
 `
 
 // ready (or waiting for dependencies) -> cancelled, at once.
@@ -59,6 +59,7 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 		&i.SequenceKey,
 		&i.DepsPending,
 		&i.HasDependents,
+		&i.Progress,
 	)
 	return i, err
 }
@@ -192,7 +193,7 @@ WITH seg AS (
     ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.rn, r.pos, r.run_at, r.id
     LIMIT $7
 ), upd AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $16::text, $15::text[], $17::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents, o.progress FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $16::text, $15::text[], $17::integer[]) o
 ), upto AS (
     SELECT k.priority,
            CASE WHEN bool_and(NOT k.keyless OR k.id IN (SELECT picked.id FROM picked))
@@ -201,7 +202,7 @@ WITH seg AS (
            END AS upto
     FROM kscan k GROUP BY k.priority
 ), claimed AS (
-    SELECT upd.id, upd.queue, upd.kind, upd.payload, upd.payload_version, upd.state, upd.priority, upd.run_at, upd.attempts, upd.max_attempts, upd.lease_ms, upd.locked_by, upd.locked_until, upd.claim_token, upd.generation, upd.attempted_at, upd.last_error_code, upd.errors, upd.created_at, upd.updated_at, upd.finished_at, upd.cancel_requested_at, upd.metadata, upd.unique_key, upd.unique_states, upd.tags, upd.output, upd.snoozes, upd.limited, upd.workflow_id, upd.task_name, upd.sequence_key, upd.deps_pending, upd.has_dependents, picked.pos AS fair_pos, picked.rn::integer AS fair_round FROM upd JOIN picked ON picked.id = upd.id
+    SELECT upd.id, upd.queue, upd.kind, upd.payload, upd.payload_version, upd.state, upd.priority, upd.run_at, upd.attempts, upd.max_attempts, upd.lease_ms, upd.locked_by, upd.locked_until, upd.claim_token, upd.generation, upd.attempted_at, upd.last_error_code, upd.errors, upd.created_at, upd.updated_at, upd.finished_at, upd.cancel_requested_at, upd.metadata, upd.unique_key, upd.unique_states, upd.tags, upd.output, upd.snoozes, upd.limited, upd.workflow_id, upd.task_name, upd.sequence_key, upd.deps_pending, upd.has_dependents, upd.progress, picked.pos AS fair_pos, picked.rn::integer AS fair_round FROM upd JOIN picked ON picked.id = upd.id
 ), flags AS (
     SELECT jsonb_build_object(
              'keyless_band', coalesce(array_agg(upto.priority) FILTER (WHERE upto.upto IS NOT NULL), '{}'),
@@ -491,7 +492,7 @@ WITH clk AS MATERIALIZED (
     RETURNING f.key
 ), upd AS MATERIALIZED (
     -- marked limited: the kinds a concurrency limit covers; attempted_at: the rate windows' clock
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $22::text, $16::text[], $23::integer[],
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents, o.progress FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $22::text, $16::text[], $23::integer[],
                                ARRAY(SELECT l.kind FROM lim l WHERE l.max_running > 0), (SELECT t FROM clk)) o
 ), flags AS (
     SELECT jsonb_build_object(
@@ -691,7 +692,7 @@ WITH seg AS (
     ) c
     LIMIT $8
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT id FROM picked), $9::text, $7::text[], $10::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents, o.progress FROM tenure.own(ARRAY(SELECT id FROM picked), $9::text, $7::text[], $10::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -820,7 +821,7 @@ WITH req AS (
         LIMIT r.batch
     ) p
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT id FROM picked), $11::text, $10::text[], $12::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents, o.progress FROM tenure.own(ARRAY(SELECT id FROM picked), $11::text, $10::text[], $12::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -987,7 +988,7 @@ WITH lim AS MATERIALIZED (
     LIMIT $9
 ), upd AS MATERIALIZED (
     -- marked limited: every permit limit is a concurrency limit
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $4::text, $10::text[], $13::integer[],
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents, o.progress FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $4::text, $10::text[], $13::integer[],
                                ARRAY(SELECT l.kind FROM lim l)) o
 ), ttl AS MATERIALIZED (
     -- (sqlc cannot place a parameter in the SET list of an UPDATE inside a WITH)
@@ -1160,7 +1161,7 @@ WITH seg AS (
     ORDER BY (rank > 0 AND band_rn > quota), rank, run_at, id
     LIMIT $11
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT id FROM picked), $12::text, $10::text[], $13::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents, o.progress FROM tenure.own(ARRAY(SELECT id FROM picked), $12::text, $10::text[], $13::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -1275,7 +1276,7 @@ WITH picked AS (
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents FROM tenure.own(ARRAY(SELECT id FROM picked), $5::text, $3::text[], $6::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents, o.progress FROM tenure.own(ARRAY(SELECT id FROM picked), $5::text, $3::text[], $6::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -1387,7 +1388,8 @@ const completeMany = `-- name: CompleteMany :many
 WITH f AS (
     SELECT unnest($1::bigint[]) AS id,
            unnest($2::uuid[]) AS token,
-           unnest($3::jsonb[]) AS output
+           unnest($3::jsonb[]) AS output,
+           unnest($4::jsonb[]) AS progress
 ), locked AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
@@ -1396,21 +1398,30 @@ WITH f AS (
 ), done AS (
     UPDATE tenure.jobs j
     SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
-        output = nullif(f.output, 'null'::jsonb)
+        output = nullif(f.output, 'null'::jsonb),
+        progress = coalesce(nullif(f.progress, 'null'::jsonb), j.progress)
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
     RETURNING j.id
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d) x
+          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, false AS busy FROM done d
+SELECT d.id, false AS busy FROM done d CROSS JOIN notified
 UNION ALL
 SELECT j.id, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
 `
 
 type CompleteManyParams struct {
-	Ids     []int64
-	Tokens  []uuid.UUID
-	Outputs [][]byte
+	Ids      []int64
+	Tokens   []uuid.UUID
+	Outputs  [][]byte
+	Progress [][]byte
 }
 
 type CompleteManyRow struct {
@@ -1430,7 +1441,12 @@ type CompleteManyRow struct {
 // rows are changed and returned with busy = false. A job missing from the result is a stale
 // write. (The lock costs each finished row a row-lock WAL record: measured in docs/design.md.)
 func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]CompleteManyRow, error) {
-	rows, err := q.db.Query(ctx, completeMany, arg.Ids, arg.Tokens, arg.Outputs)
+	rows, err := q.db.Query(ctx, completeMany,
+		arg.Ids,
+		arg.Tokens,
+		arg.Outputs,
+		arg.Progress,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -1450,22 +1466,41 @@ func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]C
 }
 
 const completeOne = `-- name: CompleteOne :execrows
-UPDATE tenure.jobs
-SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
-    output = $1::jsonb
-WHERE id = $2 AND state = 'running' AND claim_token = $3::uuid
+WITH done AS (
+    UPDATE tenure.jobs
+    SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
+        output = $1::jsonb,
+        progress = coalesce($2::jsonb, progress)
+    WHERE id = $3 AND state = 'running' AND claim_token = $4::uuid
+    RETURNING id
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d) x
+          GROUP BY (x.rn - 1) / 350) c
+)
+SELECT d.id FROM done d CROSS JOIN notified
 `
 
 type CompleteOneParams struct {
 	Output     []byte
+	Progress   []byte
 	ID         int64
 	ClaimToken uuid.UUID
 }
 
 // running -> succeeded for one job, usable inside the caller's transaction, with the
 // handler's recorded output (NULL: none).
+// It notifies the done channel (CompleteMany): delivered when the caller's transaction commits.
 func (q *Queries) CompleteOne(ctx context.Context, arg CompleteOneParams) (int64, error) {
-	result, err := q.db.Exec(ctx, completeOne, arg.Output, arg.ID, arg.ClaimToken)
+	result, err := q.db.Exec(ctx, completeOne,
+		arg.Output,
+		arg.Progress,
+		arg.ID,
+		arg.ClaimToken,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -1599,7 +1634,9 @@ WITH f AS (
            unnest($3::text[]) AS state,
            unnest($4::bigint[]) AS delay_us,
            unnest($5::text[]) AS code,
-           unnest($6::text[]) AS message
+           unnest($6::text[]) AS message,
+           unnest($7::jsonb[]) AS output,
+           unnest($8::jsonb[]) AS progress
 ), locked AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
@@ -1619,13 +1656,28 @@ WITH f AS (
         errors = (CASE WHEN jsonb_array_length(j.errors) >= 10 THEN j.errors - 0 ELSE j.errors END)
                  || jsonb_build_array(jsonb_build_object(
                         'attempt', j.attempts, 'generation', j.generation, 'code', f.code,
-                        'message', f.message, 'at', now())),
+                        'message', f.message, 'at', now())
+                    -- what the failed attempt recorded (worker.SetOutput, worker.Progress)
+                    || CASE WHEN nullif(f.output, 'null'::jsonb) IS NULL THEN '{}'::jsonb
+                            ELSE jsonb_build_object('output', f.output) END
+                    || CASE WHEN coalesce(nullif(f.progress, 'null'::jsonb), j.progress) IS NULL THEN '{}'::jsonb
+                            ELSE jsonb_build_object('progress', coalesce(nullif(f.progress, 'null'::jsonb), j.progress)) END),
+        -- a retry starts the next attempt without progress; a final state keeps the last one
+        progress = CASE WHEN f.state = 'ready' AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL THEN NULL
+                        ELSE coalesce(nullif(f.progress, 'null'::jsonb), j.progress) END,
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
     RETURNING j.id, j.state
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d WHERE d.state IN ('dead', 'cancelled')) x
+          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy FROM done d CROSS JOIN notified
 UNION ALL
 SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
@@ -1638,6 +1690,8 @@ type FailManyParams struct {
 	DelayUs  []int64
 	Codes    []string
 	Messages []string
+	Outputs  [][]byte
+	Progress [][]byte
 }
 
 type FailManyRow struct {
@@ -1660,6 +1714,8 @@ func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]FailManyR
 		arg.DelayUs,
 		arg.Codes,
 		arg.Messages,
+		arg.Outputs,
+		arg.Progress,
 	)
 	if err != nil {
 		return nil, err
@@ -1680,7 +1736,7 @@ func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]FailManyR
 }
 
 const findJobs = `-- name: FindJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress FROM tenure.jobs
 WHERE kind = $1::text
   AND ($2::text = '' OR queue = $2::text)
   AND ($3::integer = 0 OR priority = $3::integer)
@@ -1746,6 +1802,7 @@ func (q *Queries) FindJobs(ctx context.Context, arg FindJobsParams) ([]TenureJob
 			&i.SequenceKey,
 			&i.DepsPending,
 			&i.HasDependents,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}
@@ -1941,7 +1998,7 @@ func (q *Queries) GetEffect(ctx context.Context, key string) (TenureEffect, erro
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs WHERE id = $1
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress FROM tenure.jobs WHERE id = $1
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -1985,12 +2042,13 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.SequenceKey,
 		&i.DepsPending,
 		&i.HasDependents,
+		&i.Progress,
 	)
 	return i, err
 }
 
 const getJobs = `-- name: GetJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs WHERE id = ANY($1::bigint[]) ORDER BY id
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress FROM tenure.jobs WHERE id = ANY($1::bigint[]) ORDER BY id
 `
 
 // The rows of the given jobs, in id order: InsertUniqueJobs's inserted jobs and holders, read
@@ -2039,6 +2097,7 @@ func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]TenureJob, error)
 			&i.SequenceKey,
 			&i.DepsPending,
 			&i.HasDependents,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}
@@ -2052,7 +2111,8 @@ func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]TenureJob, error)
 
 const heartbeat = `-- name: Heartbeat :many
 WITH f AS (
-    SELECT unnest($1::bigint[]) AS id, unnest($2::uuid[]) AS token
+    SELECT unnest($1::bigint[]) AS id, unnest($2::uuid[]) AS token,
+           unnest($3::jsonb[]) AS progress
 ), owned AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
@@ -2060,8 +2120,9 @@ WITH f AS (
     FOR UPDATE OF j SKIP LOCKED
 ), extended AS (
     UPDATE tenure.jobs j
-    SET locked_until = now() + j.lease_ms * interval '1 millisecond', updated_at = now()
-    FROM owned o
+    SET locked_until = now() + j.lease_ms * interval '1 millisecond', updated_at = now(),
+        progress = coalesce(nullif(f.progress, 'null'::jsonb), j.progress)
+    FROM owned o JOIN f ON f.id = o.id
     WHERE j.id = o.id
     RETURNING j.id, (j.cancel_requested_at IS NOT NULL)::boolean AS cancel_requested
 )
@@ -2074,8 +2135,9 @@ WHERE j.state = 'running' AND j.claim_token = f.token AND coalesce(j.locked_unti
 `
 
 type HeartbeatParams struct {
-	Ids    []int64
-	Tokens []uuid.UUID
+	Ids      []int64
+	Tokens   []uuid.UUID
+	Progress [][]byte
 }
 
 type HeartbeatRow struct {
@@ -2095,8 +2157,10 @@ type HeartbeatRow struct {
 // that index a path, and a generic plan made while nothing ran (a backlog analyzed before the
 // workers started) walks every running job of the table through it for each heartbeat, and
 // every queue of a worker sends its own (TestHeartbeatReadsOnlyItsJobsAmongManyRunning).
+// progress (JSON null or a missing element: unchanged) is what the handler reported
+// (worker.Progress) since the last write: it rides on the heartbeat, fenced like the lease.
 func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) ([]HeartbeatRow, error) {
-	rows, err := q.db.Query(ctx, heartbeat, arg.Ids, arg.Tokens)
+	rows, err := q.db.Query(ctx, heartbeat, arg.Ids, arg.Tokens, arg.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -2196,9 +2260,9 @@ FROM (SELECT unnest($1::text[]) AS queue,
             unnest($15::uuid[]) AS workflow_id,
             unnest($16::text[]) AS task_name,
             unnest($17::text[]) AS sequence_key) AS i
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress
 )
-SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents, ins.progress FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) || d.priority || chr(31)
                                               || (extract(epoch FROM d.run_at) * 1000000)::bigint)
                              FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins
@@ -2262,6 +2326,7 @@ type InsertFlowJobsRow struct {
 	SequenceKey       *string
 	DepsPending       *int32
 	HasDependents     pgtype.Bool
+	Progress          []byte
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2336,6 +2401,7 @@ func (q *Queries) InsertFlowJobs(ctx context.Context, arg InsertFlowJobsParams) 
 			&i.SequenceKey,
 			&i.DepsPending,
 			&i.HasDependents,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}
@@ -2363,14 +2429,14 @@ WITH k AS (
             $13::integer, $14::integer, $15::jsonb, $16::text[], (SELECT key FROM k), $17::smallint)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND tenure.unique_state_held(unique_states, state)
     DO NOTHING
-    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
+    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress
 )
-SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents, false AS duplicate FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents, ins.progress, false AS duplicate FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
                                               || (extract(epoch FROM i.run_at) * 1000000)::bigint)
                              FROM ins i WHERE $18::boolean) n) >= 0
 UNION ALL
-SELECT h.id, h.queue, h.kind, h.payload, h.payload_version, h.state, h.priority, h.run_at, h.attempts, h.max_attempts, h.lease_ms, h.locked_by, h.locked_until, h.claim_token, h.generation, h.attempted_at, h.last_error_code, h.errors, h.created_at, h.updated_at, h.finished_at, h.cancel_requested_at, h.metadata, h.unique_key, h.unique_states, h.tags, h.output, h.snoozes, h.limited, h.workflow_id, h.task_name, h.sequence_key, h.deps_pending, h.has_dependents, true AS duplicate FROM tenure.jobs h
+SELECT h.id, h.queue, h.kind, h.payload, h.payload_version, h.state, h.priority, h.run_at, h.attempts, h.max_attempts, h.lease_ms, h.locked_by, h.locked_until, h.claim_token, h.generation, h.attempted_at, h.last_error_code, h.errors, h.created_at, h.updated_at, h.finished_at, h.cancel_requested_at, h.metadata, h.unique_key, h.unique_states, h.tags, h.output, h.snoozes, h.limited, h.workflow_id, h.task_name, h.sequence_key, h.deps_pending, h.has_dependents, h.progress, true AS duplicate FROM tenure.jobs h
 WHERE NOT EXISTS (SELECT 1 FROM ins)
   AND h.unique_key = (SELECT key FROM k) AND h.unique_key IS NOT NULL
   AND tenure.unique_state_held(h.unique_states, h.state)
@@ -2432,6 +2498,7 @@ type InsertJobRow struct {
 	SequenceKey       *string
 	DepsPending       *int32
 	HasDependents     pgtype.Bool
+	Progress          []byte
 	Duplicate         bool
 }
 
@@ -2510,6 +2577,7 @@ func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJob
 		&i.SequenceKey,
 		&i.DepsPending,
 		&i.HasDependents,
+		&i.Progress,
 		&i.Duplicate,
 	)
 	return i, err
@@ -2533,9 +2601,9 @@ FROM (SELECT unnest($2::text[]) AS queue,
             unnest($10::integer[]) AS lease_ms,
             unnest($11::jsonb[]) AS metadata,
             unnest($12::jsonb[]) AS tags) AS i
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress
 )
-SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents, ins.progress FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', d.queue || chr(31) || d.priority || chr(31)
                                               || (extract(epoch FROM d.run_at) * 1000000)::bigint)
                              FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins
@@ -2594,6 +2662,7 @@ type InsertJobsRow struct {
 	SequenceKey       *string
 	DepsPending       *int32
 	HasDependents     pgtype.Bool
+	Progress          []byte
 }
 
 // Many jobs in one round trip, plus the new-job signal (as InsertJob's) for each queue in
@@ -2660,6 +2729,7 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]Inser
 			&i.SequenceKey,
 			&i.DepsPending,
 			&i.HasDependents,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}
@@ -2677,9 +2747,9 @@ WITH ins AS (
     VALUES ($2::text, $3::text, $4::jsonb, $5::integer, $6::smallint,
             coalesce($7::timestamptz, now() + $8::bigint * interval '1 microsecond'),
             $9::integer, $10::integer, $11::jsonb, $12::text[])
-    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
+    RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress
 )
-SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents FROM ins
+SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents, ins.progress FROM ins
 WHERE (SELECT count(*) FROM (SELECT pg_notify('tenure_jobs', i.queue || chr(31) || i.priority || chr(31)
                                               || (extract(epoch FROM i.run_at) * 1000000)::bigint)
                              FROM ins i WHERE $1::boolean) n) >= 0
@@ -2735,6 +2805,7 @@ type InsertPlainJobRow struct {
 	SequenceKey       *string
 	DepsPending       *int32
 	HasDependents     pgtype.Bool
+	Progress          []byte
 }
 
 // InsertJob for a job without a unique key: a plain INSERT, without the arbiter check and
@@ -2791,6 +2862,7 @@ func (q *Queries) InsertPlainJob(ctx context.Context, arg InsertPlainJobParams) 
 		&i.SequenceKey,
 		&i.DepsPending,
 		&i.HasDependents,
+		&i.Progress,
 	)
 	return i, err
 }
@@ -2918,6 +2990,25 @@ func (q *Queries) InsertUniqueJobs(ctx context.Context, arg InsertUniqueJobsPara
 	return items, nil
 }
 
+const kindTimeout = `-- name: KindTimeout :one
+SELECT coalesce((SELECT coalesce(max(k.timeout_ms) FILTER (WHERE k.worker_id = $1::text), max(k.timeout_ms))
+                 FROM tenure.kinds k WHERE k.kind = $2::text), 0)::bigint AS timeout_ms
+`
+
+type KindTimeoutParams struct {
+	WorkerID string
+	Kind     string
+}
+
+// The handler timeout (ms) published for a kind (tenure.kinds): the given worker's when it
+// publishes the kind, else the largest any worker publishes; 0 when none does.
+func (q *Queries) KindTimeout(ctx context.Context, arg KindTimeoutParams) (int64, error) {
+	row := q.db.QueryRow(ctx, kindTimeout, arg.WorkerID, arg.Kind)
+	var timeout_ms int64
+	err := row.Scan(&timeout_ms)
+	return timeout_ms, err
+}
+
 const listAudit = `-- name: ListAudit :many
 SELECT id, at, actor, action, reason, job_id, detail FROM tenure.audit
 WHERE ($1::bigint IS NULL OR job_id = $1)
@@ -2961,7 +3052,7 @@ func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]TenureA
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress FROM tenure.jobs
 WHERE ($1::tenure.job_state IS NULL OR state = $1::tenure.job_state)
   AND ($2::text IS NULL OR kind = $2::text)
   AND ($3::text IS NULL OR queue = $3::text)
@@ -3032,6 +3123,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 			&i.SequenceKey,
 			&i.DepsPending,
 			&i.HasDependents,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}
@@ -3044,7 +3136,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 }
 
 const listJobsTagged = `-- name: ListJobsTagged :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress FROM tenure.jobs
 WHERE tags @> $1::text[] AND tags <> '{}'
   AND ($2::tenure.job_state IS NULL OR state = $2::tenure.job_state)
   AND ($3::text IS NULL OR kind = $3::text)
@@ -3119,6 +3211,7 @@ func (q *Queries) ListJobsTagged(ctx context.Context, arg ListJobsTaggedParams) 
 			&i.SequenceKey,
 			&i.DepsPending,
 			&i.HasDependents,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}
@@ -3469,7 +3562,7 @@ func (q *Queries) LockFinish(ctx context.Context, arg LockFinishParams) ([]int64
 
 const lockJob = `-- name: LockJob :one
 
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs WHERE id = $1 FOR UPDATE
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress FROM tenure.jobs WHERE id = $1 FOR UPDATE
 `
 
 // ---------------------------------------------------------------------------------------------
@@ -3513,6 +3606,7 @@ func (q *Queries) LockJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.SequenceKey,
 		&i.DepsPending,
 		&i.HasDependents,
+		&i.Progress,
 	)
 	return i, err
 }
@@ -3552,6 +3646,16 @@ SELECT pg_notify('tenure_cancel', to_char($1::bigint, 'FM99999999999999999999'))
 
 func (q *Queries) NotifyCancel(ctx context.Context, jobID int64) error {
 	_, err := q.db.Exec(ctx, notifyCancel, jobID)
+	return err
+}
+
+const notifyDone = `-- name: NotifyDone :exec
+SELECT pg_notify('tenure_done', $1::text)
+`
+
+// The done signal for jobs an operator ended or deleted (CompleteMany's payload: ids).
+func (q *Queries) NotifyDone(ctx context.Context, ids string) error {
+	_, err := q.db.Exec(ctx, notifyDone, ids)
 	return err
 }
 
@@ -4184,7 +4288,7 @@ SET state = 'ready', attempts = 0, run_at = now(), finished_at = NULL, claim_tok
     cancel_requested_at = NULL, updated_at = now(),
     max_attempts = coalesce($1::integer, max_attempts)
 WHERE id = $2 AND state IN ('dead', 'cancelled')
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress
 `
 
 type ReinjectParams struct {
@@ -4233,6 +4337,7 @@ func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (TenureJob, 
 		&i.SequenceKey,
 		&i.DepsPending,
 		&i.HasDependents,
+		&i.Progress,
 	)
 	return i, err
 }
@@ -4256,12 +4361,20 @@ WITH f AS (
         finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
         locked_by = NULL,
         locked_until = NULL,
+        progress = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.progress END,
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
     RETURNING j.id, j.state
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d WHERE d.state = 'cancelled') x
+          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy FROM done d CROSS JOIN notified
 UNION ALL
 SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
@@ -4308,7 +4421,7 @@ const requestCancel = `-- name: RequestCancel :one
 UPDATE tenure.jobs
 SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
 WHERE id = $1 AND state = 'running'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress
 `
 
 // running -> cancel requested; the owning worker cancels the handler and ends it cancelled.
@@ -4350,6 +4463,7 @@ func (q *Queries) RequestCancel(ctx context.Context, id int64) (TenureJob, error
 		&i.SequenceKey,
 		&i.DepsPending,
 		&i.HasDependents,
+		&i.Progress,
 	)
 	return i, err
 }
@@ -4386,7 +4500,7 @@ const runNow = `-- name: RunNow :one
 UPDATE tenure.jobs
 SET run_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'ready'
-RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents
+RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress
 `
 
 // A ready job (scheduled, or waiting out a retry backoff) becomes due now.
@@ -4428,12 +4542,13 @@ func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
 		&i.SequenceKey,
 		&i.DepsPending,
 		&i.HasDependents,
+		&i.Progress,
 	)
 	return i, err
 }
 
 const sequenceJobs = `-- name: SequenceJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs WHERE sequence_key = $1::text ORDER BY id
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress FROM tenure.jobs WHERE sequence_key = $1::text ORDER BY id
 `
 
 // The jobs of a sequence, in order.
@@ -4481,6 +4596,7 @@ func (q *Queries) SequenceJobs(ctx context.Context, key string) ([]TenureJob, er
 			&i.SequenceKey,
 			&i.DepsPending,
 			&i.HasDependents,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}
@@ -4612,12 +4728,20 @@ WITH f AS (
         finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
         locked_by = NULL,
         locked_until = NULL,
+        progress = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE j.progress END,
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
     RETURNING j.id, j.state
+), notified AS (
+    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    SELECT count(pg_notify('tenure_done', c.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d WHERE d.state = 'cancelled') x
+          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy FROM done d CROSS JOIN notified
 UNION ALL
 SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
@@ -4770,6 +4894,95 @@ func (q *Queries) UnservedJobs(ctx context.Context, maxRows int32) ([]UnservedJo
 	return items, nil
 }
 
+const waitFinal = `-- name: WaitFinal :many
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress FROM tenure.jobs
+WHERE id = ANY($1::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled')
+`
+
+// The given jobs that are in a final state, for jobs.Client.Wait (one statement for every
+// waiter the notification or the poll concerns).
+func (q *Queries) WaitFinal(ctx context.Context, ids []int64) ([]TenureJob, error) {
+	rows, err := q.db.Query(ctx, waitFinal, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenureJob{}
+	for rows.Next() {
+		var i TenureJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Payload,
+			&i.PayloadVersion,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.LeaseMs,
+			&i.LockedBy,
+			&i.LockedUntil,
+			&i.ClaimToken,
+			&i.Generation,
+			&i.AttemptedAt,
+			&i.LastErrorCode,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.CancelRequestedAt,
+			&i.Metadata,
+			&i.UniqueKey,
+			&i.UniqueStates,
+			&i.Tags,
+			&i.Output,
+			&i.Snoozes,
+			&i.Limited,
+			&i.WorkflowID,
+			&i.TaskName,
+			&i.SequenceKey,
+			&i.DepsPending,
+			&i.HasDependents,
+			&i.Progress,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const waitMissing = `-- name: WaitMissing :many
+SELECT i.id::bigint AS id FROM unnest($1::bigint[]) AS i(id)
+WHERE NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.id = i.id)
+`
+
+// The given ids no job has (deleted while waited for).
+func (q *Queries) WaitMissing(ctx context.Context, ids []int64) ([]int64, error) {
+	rows, err := q.db.Query(ctx, waitMissing, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const waitStats = `-- name: WaitStats :many
 SELECT queue, priority,
        count(*)::bigint AS finished,
@@ -4857,7 +5070,7 @@ func (q *Queries) WorkflowEdges(ctx context.Context, workflowID uuid.UUID) ([]Te
 }
 
 const workflowJobs = `-- name: WorkflowJobs :many
-SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents FROM tenure.jobs WHERE workflow_id = $1::uuid ORDER BY id
+SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress FROM tenure.jobs WHERE workflow_id = $1::uuid ORDER BY id
 `
 
 // The tasks of a workflow, in insertion order.
@@ -4905,6 +5118,7 @@ func (q *Queries) WorkflowJobs(ctx context.Context, workflowID uuid.UUID) ([]Ten
 			&i.SequenceKey,
 			&i.DepsPending,
 			&i.HasDependents,
+			&i.Progress,
 		); err != nil {
 			return nil, err
 		}

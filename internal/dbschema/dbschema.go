@@ -10,8 +10,8 @@
 // deployment sees no change):
 //
 //	schema-qualified names    tenure.jobs              S.jobs
-//	NOTIFY/LISTEN channels    tenure_jobs, _cancel,    S_jobs, S_cancel, S_queues
-//	                          _queues
+//	NOTIFY/LISTEN channels    tenure_jobs, _cancel,    S_jobs, S_cancel, S_queues,
+//	                          _queues, _done           S_done
 //	bigint advisory keys      internal/locks values     48-bit hash of S, then the same 16-bit
 //	                          ("tenure" + number)       number (never the "tenure" prefix)
 //	int4 lock classes         locks.LimitsClass..+3,    a 32-bit hash of S, then +0..+4 (never
@@ -196,6 +196,7 @@ const (
 	chanJobs   = "_jobs"   // a job became ready (queue, priority, run_at)
 	chanCancel = "_cancel" // an operator asked to cancel a running job (its id)
 	chanQueues = "_queues" // a queue was paused or resumed (its name)
+	chanDone   = "_done"   // jobs reached a final state (their ids, comma-separated)
 )
 
 // JobsChannel is the channel inserts notify ("tenure_jobs" for Default).
@@ -206,6 +207,10 @@ func (s *Schema) CancelChannel() string { return s.name + chanCancel }
 
 // QueuesChannel is the channel pause/resume notify ("tenure_queues" for Default).
 func (s *Schema) QueuesChannel() string { return s.name + chanQueues }
+
+// DoneChannel is the channel the finishes notify when jobs reach a final state, with their
+// ids, comma-separated ("tenure_done" for Default; jobs.Client.Wait listens on it).
+func (s *Schema) DoneChannel() string { return s.name + chanDone }
 
 // Key returns the schema's bigint advisory lock key for the purpose k names (a key of
 // internal/locks): k itself for Default.
@@ -285,6 +290,7 @@ func literalMap(schema string) (strs map[string]string, ints map[string]string) 
 	d, s := defaultSchema, Must(schema)
 	strs = map[string]string{
 		d.JobsChannel(): s.JobsChannel(), d.CancelChannel(): s.CancelChannel(), d.QueuesChannel(): s.QueuesChannel(),
+		d.DoneChannel(): s.DoneChannel(),
 	}
 	ints = map[string]string{}
 	for i := int32(0); i <= locks.FinishWaitClass-locks.LimitsClass; i++ {

@@ -193,7 +193,8 @@ func dollarTag(s string) (string, bool) {
 //     (quoted), as in tenure.jobs, tenure.enqueue(...) or CREATE SCHEMA tenure; Tenure's SQL
 //     has no other object of that name;
 //   - a string literal whose whole text is a NOTIFY channel of the default schema
-//     ('tenure_jobs', 'tenure_cancel', 'tenure_queues') into the schema's channel;
+//     ('tenure_jobs', 'tenure_cancel', 'tenure_queues',
+//     'tenure_done') into the schema's channel;
 //   - an integer literal that is one of the default schema's int4 lock classes (1952804469 ..
 //     1952804473) into the schema's class;
 //

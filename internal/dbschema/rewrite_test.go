@@ -66,6 +66,8 @@ func TestDerivedNames(t *testing.T) {
 	require.Equal(t, "tenure_jobs", d.JobsChannel())
 	require.Equal(t, "tenure_cancel", d.CancelChannel())
 	require.Equal(t, "tenure_queues", d.QueuesChannel())
+	require.Equal(t, "tenure_done", d.DoneChannel())
+	require.Equal(t, "app2_done", Rewrite("'tenure_done'", "app2")[1:10])
 	for _, k := range locks.All() {
 		require.Equal(t, int64(k.Key), d.Key(k.Key), "the default schema keeps %s", k.Name)
 	}

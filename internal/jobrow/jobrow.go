@@ -68,6 +68,12 @@ func FromGen(j gen.TenureJob, corrupt error) (*generics.JobRow, error) {
 			return nil, fmt.Errorf("%w: job %d: column metadata: %w", corrupt, j.ID, err)
 		}
 	}
+	if len(j.Progress) > 0 && string(j.Progress) != "null" {
+		r.Progress = new(generics.Progress)
+		if err := json.Unmarshal(j.Progress, r.Progress); err != nil {
+			return nil, fmt.Errorf("%w: job %d: column progress: %w", corrupt, j.ID, err)
+		}
+	}
 	if len(j.Errors) > 0 && string(j.Errors) != "[]" {
 		if err := json.Unmarshal(j.Errors, &r.Errors); err != nil {
 			return nil, fmt.Errorf("%w: job %d: column errors: %w", corrupt, j.ID, err)

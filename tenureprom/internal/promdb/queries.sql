@@ -22,11 +22,14 @@ GROUP BY queue, kind, priority;
 
 -- name: ClusterRunning :many
 -- Running jobs per queue, kind and priority (through jobs_running_idx's predicate): all, those
--- whose lease already expired (the sweep has not reclaimed them yet), cancel requests pending.
+-- whose lease already expired (the sweep has not reclaimed them yet), cancel requests pending,
+-- and the age of the oldest running attempt (now - attempted_at).
 SELECT queue, kind, priority,
        count(*)::bigint AS running,
        count(*) FILTER (WHERE locked_until < now())::bigint AS lease_expired,
-       count(*) FILTER (WHERE cancel_requested_at IS NOT NULL)::bigint AS cancel_requested
+       count(*) FILTER (WHERE cancel_requested_at IS NOT NULL)::bigint AS cancel_requested,
+       -- the running attempt claimed longest ago (a hung or slow handler shows here first)
+       coalesce(extract(epoch FROM now() - min(attempted_at)), 0)::float8 AS oldest_running_age_s
 FROM tenure.jobs
 WHERE locked_until IS NOT NULL
 GROUP BY queue, kind, priority;

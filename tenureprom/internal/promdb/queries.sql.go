@@ -114,23 +114,27 @@ const clusterRunning = `-- name: ClusterRunning :many
 SELECT queue, kind, priority,
        count(*)::bigint AS running,
        count(*) FILTER (WHERE locked_until < now())::bigint AS lease_expired,
-       count(*) FILTER (WHERE cancel_requested_at IS NOT NULL)::bigint AS cancel_requested
+       count(*) FILTER (WHERE cancel_requested_at IS NOT NULL)::bigint AS cancel_requested,
+       -- the running attempt claimed longest ago (a hung or slow handler shows here first)
+       coalesce(extract(epoch FROM now() - min(attempted_at)), 0)::float8 AS oldest_running_age_s
 FROM tenure.jobs
 WHERE locked_until IS NOT NULL
 GROUP BY queue, kind, priority
 `
 
 type ClusterRunningRow struct {
-	Queue           string
-	Kind            string
-	Priority        int16
-	Running         int64
-	LeaseExpired    int64
-	CancelRequested int64
+	Queue             string
+	Kind              string
+	Priority          int16
+	Running           int64
+	LeaseExpired      int64
+	CancelRequested   int64
+	OldestRunningAgeS float64
 }
 
 // Running jobs per queue, kind and priority (through jobs_running_idx's predicate): all, those
-// whose lease already expired (the sweep has not reclaimed them yet), cancel requests pending.
+// whose lease already expired (the sweep has not reclaimed them yet), cancel requests pending,
+// and the age of the oldest running attempt (now - attempted_at).
 func (q *Queries) ClusterRunning(ctx context.Context) ([]ClusterRunningRow, error) {
 	rows, err := q.db.Query(ctx, clusterRunning)
 	if err != nil {
@@ -147,6 +151,7 @@ func (q *Queries) ClusterRunning(ctx context.Context) ([]ClusterRunningRow, erro
 			&i.Running,
 			&i.LeaseExpired,
 			&i.CancelRequested,
+			&i.OldestRunningAgeS,
 		); err != nil {
 			return nil, err
 		}

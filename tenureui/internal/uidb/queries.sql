@@ -148,8 +148,13 @@ SELECT id, queue, kind, payload_version, state, priority, run_at, attempts, max_
        coalesce(left(output::text, sqlc.arg(value_chars)::int + 1), '')::text AS output_head,
        coalesce(pg_column_size(output), 0)::int AS output_stored,
        left(errors::text, sqlc.arg(value_chars)::int + 1)::text AS errors_head, pg_column_size(errors)::int AS errors_stored,
-       left(metadata::text, sqlc.arg(value_chars)::int + 1)::text AS metadata_head, pg_column_size(metadata)::int AS metadata_stored
-FROM tenure.jobs WHERE id = @id;
+       left(metadata::text, sqlc.arg(value_chars)::int + 1)::text AS metadata_head, pg_column_size(metadata)::int AS metadata_stored,
+       -- the attempt's progress (worker.Progress; bounded like the other values) and the
+       -- handler timeout its worker declared for the kind (tenure.kinds; 0 when unknown)
+       coalesce(left(progress::text, sqlc.arg(value_chars)::int + 1), '')::text AS progress_head,
+       coalesce((SELECT coalesce(max(k.timeout_ms) FILTER (WHERE k.worker_id = j.locked_by), max(k.timeout_ms))
+                 FROM tenure.kinds k WHERE k.kind = j.kind), 0)::bigint AS timeout_ms
+FROM tenure.jobs j WHERE id = @id;
 
 -- name: UIJobAudit :many
 -- A job's audit entries (through audit_job_idx), oldest first: actor and reason cut to

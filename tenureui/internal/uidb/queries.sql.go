@@ -163,8 +163,13 @@ SELECT id, queue, kind, payload_version, state, priority, run_at, attempts, max_
        coalesce(left(output::text, $2::int + 1), '')::text AS output_head,
        coalesce(pg_column_size(output), 0)::int AS output_stored,
        left(errors::text, $2::int + 1)::text AS errors_head, pg_column_size(errors)::int AS errors_stored,
-       left(metadata::text, $2::int + 1)::text AS metadata_head, pg_column_size(metadata)::int AS metadata_stored
-FROM tenure.jobs WHERE id = $3
+       left(metadata::text, $2::int + 1)::text AS metadata_head, pg_column_size(metadata)::int AS metadata_stored,
+       -- the attempt's progress (worker.Progress; bounded like the other values) and the
+       -- handler timeout its worker declared for the kind (tenure.kinds; 0 when unknown)
+       coalesce(left(progress::text, $2::int + 1), '')::text AS progress_head,
+       coalesce((SELECT coalesce(max(k.timeout_ms) FILTER (WHERE k.worker_id = j.locked_by), max(k.timeout_ms))
+                 FROM tenure.kinds k WHERE k.kind = j.kind), 0)::bigint AS timeout_ms
+FROM tenure.jobs j WHERE id = $3
 `
 
 type UIJobParams struct {
@@ -204,6 +209,8 @@ type UIJobRow struct {
 	ErrorsStored      int32
 	MetadataHead      string
 	MetadataStored    int32
+	ProgressHead      string
+	TimeoutMs         int64
 }
 
 // One job for the dashboard's job page (through the primary key), every value bounded: the
@@ -243,6 +250,8 @@ func (q *Queries) UIJob(ctx context.Context, arg UIJobParams) (UIJobRow, error) 
 		&i.ErrorsStored,
 		&i.MetadataHead,
 		&i.MetadataStored,
+		&i.ProgressHead,
+		&i.TimeoutMs,
 	)
 	return i, err
 }

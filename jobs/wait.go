@@ -1,0 +1,421 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/generics"
+)
+
+// This file is awaiting a job's end (Client.Wait, WaitOutput, InsertAndWait). The finishes
+// NOTIFY the schema's done channel ("tenure_done") with the ids of the jobs that reached a final
+// state, one notification per finish batch (db/queries.sql, CompleteMany). All the waiters of a
+// Client share one registry: one goroutine, one connection in LISTEN (taken out of the pool,
+// Hijack), and one re-read statement (WaitFinal) for every waited id a notification names or
+// the fallback poll covers. A waiter is checked against the row only after the LISTEN is
+// established, so a job that finished before the waiter started is found by that read, and one
+// that finishes after it by the notification: no wakeup is lost. A lost LISTEN connection is
+// replaced with backoff; meanwhile, and always, the poll re-reads every waited id each
+// WaitPoll, and after a reconnect every waited id is re-read at once.
+
+// DefaultWaitPoll is the default fallback poll interval of Wait (Config.WaitPoll).
+const DefaultWaitPoll = time.Second
+
+// waitIdle is how long the registry keeps its LISTEN connection without a waiter.
+const waitIdle = 2 * time.Second
+
+// waitChunk bounds the ids of one WaitFinal statement.
+const waitChunk = 5000
+
+// ErrNotSucceeded means an awaited job reached a final state other than succeeded (dead or
+// cancelled): WaitOutput and InsertAndWait return it as a *NotSucceededError with the row.
+var ErrNotSucceeded = errors.New("tenure: job did not succeed")
+
+// NotSucceededError reports the final state of an awaited job that did not succeed. It
+// unwraps to ErrNotSucceeded.
+type NotSucceededError struct {
+	ID    int64
+	State generics.JobState
+	// Code is the job's last error code (empty when none was recorded, e.g. a ready job
+	// cancelled by an operator).
+	Code string
+}
+
+func (e *NotSucceededError) Error() string {
+	if e.Code == "" {
+		return fmt.Sprintf("%v: job %d is %s", ErrNotSucceeded, e.ID, e.State)
+	}
+	return fmt.Sprintf("%v: job %d is %s (%s)", ErrNotSucceeded, e.ID, e.State, e.Code)
+}
+
+// Unwrap returns ErrNotSucceeded.
+func (e *NotSucceededError) Unwrap() error { return ErrNotSucceeded }
+
+// ErrOutputType means a succeeded job's output (worker.SetOutput) does not decode into the type
+// WaitOutput or InsertAndWait was asked for.
+var ErrOutputType = errors.New("tenure: job output does not decode into the requested type")
+
+type waitResult struct {
+	row *generics.JobRow
+	err error
+}
+
+type waiter struct{ ch chan waitResult }
+
+// waitReg is the registry of one Client's waiters.
+type waitReg struct {
+	c    *Client
+	poll time.Duration
+
+	mu      sync.Mutex
+	waiters map[int64][]*waiter
+	pending map[int64]bool // ids to re-read at the next check
+	running bool           // the registry goroutine runs
+	kick    chan struct{}  // cap 1: a check is due
+
+	listens  atomic.Int64 // LISTEN connections opened (tests)
+	checks   atomic.Int64 // WaitFinal statements run (tests)
+	connHook func(*pgx.Conn)
+}
+
+func newWaitReg(c *Client, poll time.Duration) *waitReg {
+	return &waitReg{c: c, poll: poll, waiters: map[int64][]*waiter{}, pending: map[int64]bool{}, kick: make(chan struct{}, 1)}
+}
+
+// Wait blocks until the job id is in a final state (succeeded, dead or cancelled) and returns
+// its row then, read after it got there (State, Output, Errors, FinishedAt). It returns
+// ErrNotFound when no job has the id (or it was deleted while waited for), and ctx's error
+// when ctx ends first. A job that is already final returns at once.
+//
+// Guarantee: a job that reaches a final state is seen, from any process or machine that writes
+// it, within about the notification's delivery (the finish's NOTIFY) or, when the notification
+// is lost (the LISTEN connection broke), within Config.WaitPoll. A job re-injected after it
+// was final may be returned in that earlier final state if the waiter read it before.
+//
+// Cost: all the waiters of a Client share one connection in LISTEN (outside the pool's
+// count, kept until no waiter is left for 2 s), and one statement re-reads the waited jobs a
+// notification names (or, every WaitPoll, all of them, plus a check that they still exist).
+// Each waiter costs a goroutine and a map entry; 10,000 waiters cost one statement of 10,000
+// primary-key reads per WaitPoll.
+func (c *Client) Wait(ctx context.Context, id int64) (*generics.JobRow, error) {
+	r := c.waits
+	w := &waiter{ch: make(chan waitResult, 1)}
+	r.add(id, w)
+	select {
+	case res := <-w.ch:
+		return res.row, res.err
+	case <-ctx.Done():
+		r.remove(id, w)
+		select {
+		case res := <-w.ch: // delivered in the meantime: the answer wins
+			return res.row, res.err
+		default:
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// WaitOutput waits for the job id (Client.Wait) and decodes the output its handler recorded
+// with worker.SetOutput into an R (R's zero value when it recorded none). A job that ended
+// dead or cancelled returns its row and a *NotSucceededError (ErrNotSucceeded); an output that
+// does not decode into R returns the row and an error wrapping ErrOutputType.
+func WaitOutput[R any](ctx context.Context, c *Client, id int64) (*generics.JobRow, R, error) {
+	var out R
+	row, err := c.Wait(ctx, id)
+	if err != nil {
+		return row, out, err
+	}
+	if row.State != generics.JobStateSucceeded {
+		return row, out, &NotSucceededError{ID: row.ID, State: row.State, Code: row.LastErrorCode}
+	}
+	if len(row.Output) > 0 {
+		if err := json.Unmarshal(row.Output, &out); err != nil {
+			return row, out, fmt.Errorf("%w: job %d: %w", ErrOutputType, row.ID, err)
+		}
+	}
+	return row, out, nil
+}
+
+// InsertAndWait enqueues args (Client.Insert) and waits for the job's end (WaitOutput),
+// returning its typed output. When ctx ends first the job stays enqueued: its error is
+// ctx's, and the job's id is in the returned row's ID (the row as inserted).
+func InsertAndWait[R any](ctx context.Context, c *Client, args generics.Args, opts *InsertOpts) (*generics.JobRow, R, error) {
+	var out R
+	res, err := c.Insert(ctx, args, opts)
+	if err != nil {
+		return nil, out, err
+	}
+	row, out, err := WaitOutput[R](ctx, c, res.Job.ID)
+	if row == nil {
+		row = res.Job
+	}
+	return row, out, err
+}
+
+func (r *waitReg) add(id int64, w *waiter) {
+	r.mu.Lock()
+	r.waiters[id] = append(r.waiters[id], w)
+	r.pending[id] = true
+	if !r.running {
+		r.running = true
+		go r.run()
+	}
+	r.mu.Unlock()
+	signalKick(r.kick)
+}
+
+func (r *waitReg) remove(id int64, w *waiter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := r.waiters[id]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(r.waiters, id)
+		delete(r.pending, id)
+	} else {
+		r.waiters[id] = ws
+	}
+}
+
+func signalKick(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// run is the registry goroutine: it keeps the LISTEN connection, and runs the checks (one at
+// a time: what becomes pending during a check is taken by the next one, in one statement).
+func (r *waitReg) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		listening  bool
+		connLost   = make(chan error, 1)
+		conn       *listenConn
+		backoff    = 100 * time.Millisecond
+		nextDial   time.Time
+		idleSince  time.Time
+		pollTicker = time.NewTicker(r.poll)
+	)
+	defer pollTicker.Stop()
+	closeConn := func() {
+		if conn != nil {
+			conn.close()
+			conn = nil
+		}
+		listening = false
+	}
+	defer closeConn()
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		if !listening && !time.Now().Before(nextDial) {
+			c, err := r.listen(ctx)
+			if err != nil {
+				nextDial = time.Now().Add(backoff)
+				backoff = min(backoff*2, 2*time.Second)
+				retry.Reset(backoff)
+			} else {
+				conn, listening, backoff = r.startReader(ctx, c, connLost), true, 100*time.Millisecond
+				r.markAll() // notifications sent before the LISTEN are not ours: read every waited id
+			}
+		}
+		if listening {
+			r.check(ctx)
+		}
+		// Stop when no waiter is left for waitIdle.
+		r.mu.Lock()
+		empty := len(r.waiters) == 0
+		if empty && !idleSince.IsZero() && time.Since(idleSince) >= waitIdle {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		if !empty {
+			idleSince = time.Time{}
+		} else if idleSince.IsZero() {
+			idleSince = time.Now()
+		}
+		select {
+		case <-r.kick:
+		case <-pollTicker.C:
+			r.markAll()
+			r.check(ctx)
+		case <-connLost:
+			closeConn()
+			nextDial = time.Now().Add(backoff)
+			retry.Reset(backoff)
+		case <-retry.C:
+		}
+	}
+}
+
+// listenConn is the registry's LISTEN connection and its reader.
+type listenConn struct {
+	conn   *pgx.Conn
+	cancel context.CancelFunc // ends the reader
+	done   chan struct{}      // closed when the reader returned
+}
+
+// startReader starts the reader of conn (read).
+func (r *waitReg) startReader(ctx context.Context, conn *pgx.Conn, lost chan<- error) *listenConn {
+	rctx, cancel := context.WithCancel(ctx)
+	lc := &listenConn{conn: conn, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(lc.done)
+		r.read(rctx, conn, lost)
+	}()
+	return lc
+}
+
+// close ends the reader, waits for it (it uses the connection), then closes the connection.
+func (lc *listenConn) close() {
+	lc.cancel()
+	<-lc.done
+	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = lc.conn.Close(cctx)
+}
+
+// listen opens the registry's LISTEN connection.
+func (r *waitReg) listen(ctx context.Context) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pc, err := r.c.pool.Acquire(cctx)
+	if err != nil {
+		return nil, err
+	}
+	conn := pc.Hijack() // a LISTENing session must never go back to the pool
+	if _, err := conn.Exec(cctx, "LISTEN "+r.c.sch.DoneChannel()); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, err
+	}
+	r.listens.Add(1)
+	if r.connHook != nil {
+		r.connHook(conn)
+	}
+	return conn, nil
+}
+
+// read forwards the notified ids that have waiters to the pending set. It pings after 5 s
+// without a notification, so a half-open connection is found and replaced.
+func (r *waitReg) read(ctx context.Context, conn *pgx.Conn, lost chan<- error) {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed() {
+				pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+				err = conn.Ping(pctx)
+				pcancel()
+				if err == nil {
+					continue
+				}
+			}
+			select {
+			case lost <- err:
+			default:
+			}
+			return
+		}
+		hit := false
+		r.mu.Lock()
+		for _, s := range strings.Split(n.Payload, ",") {
+			id, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				continue
+			}
+			if _, ok := r.waiters[id]; ok {
+				r.pending[id] = true
+				hit = true
+			}
+		}
+		r.mu.Unlock()
+		if hit {
+			signalKick(r.kick)
+		}
+	}
+}
+
+func (r *waitReg) markAll() {
+	r.mu.Lock()
+	for id := range r.waiters {
+		r.pending[id] = true
+	}
+	r.mu.Unlock()
+}
+
+// check re-reads the pending ids and answers the waiters of those in a final state, and of
+// those no job has (ErrNotFound). A statement that fails leaves its ids for the next poll.
+func (r *waitReg) check(ctx context.Context) {
+	r.mu.Lock()
+	ids := make([]int64, 0, len(r.pending))
+	for id := range r.pending {
+		if _, ok := r.waiters[id]; ok {
+			ids = append(ids, id)
+		}
+	}
+	clear(r.pending)
+	r.mu.Unlock()
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), waitChunk)]
+		ids = ids[len(chunk):]
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rows, err := r.c.q.WaitFinal(qctx, chunk)
+		r.checks.Add(1)
+		var gone []int64
+		if err == nil {
+			// Every newly registered id is read here once: a missing one is answered now.
+			gone, err = r.c.q.WaitMissing(qctx, chunk)
+		}
+		cancel()
+		if err != nil {
+			continue // the poll tries again
+		}
+		r.mu.Lock()
+		for _, j := range rows {
+			r.deliver(j.ID, j, nil)
+		}
+		for _, id := range gone {
+			r.deliver(id, gen.TenureJob{}, fmt.Errorf("%w: %d", ErrNotFound, id))
+		}
+		r.mu.Unlock()
+	}
+}
+
+// deliver answers and removes the waiters of id; r.mu is held.
+func (r *waitReg) deliver(id int64, j gen.TenureJob, err error) {
+	ws := r.waiters[id]
+	if len(ws) == 0 {
+		return
+	}
+	delete(r.waiters, id)
+	for _, w := range ws {
+		res := waitResult{err: err}
+		if err == nil {
+			res.row, res.err = rowFromGen(j) // each waiter its own copy
+		}
+		w.ch <- res
+	}
+}

@@ -1,0 +1,115 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker"
+)
+
+type awaitArgs struct {
+	N    int    `json:"n"`
+	Mode string `json:"mode"` // "", "fail", "block"
+}
+
+func (awaitArgs) Kind() string        { return "await_report" }
+func (awaitArgs) PayloadVersion() int { return 1 }
+
+type report struct {
+	Double int `json:"double"`
+}
+
+// TestWaitEachFinalState: Wait returns for succeeded (with the typed output), dead and
+// cancelled jobs that real workers finish, woken by the finish's NOTIFY alone (no poll).
+func TestWaitEachFinalState(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	w, err := worker.New(pool, fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 4}}))
+	require.NoError(t, err)
+	blocked := make(chan int64, 1)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[awaitArgs]) error {
+		switch job.Args.Mode {
+		case "fail":
+			return worker.Permanent(errors.New("no"))
+		case "block":
+			blocked <- job.ID
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
+		return worker.SetOutput(ctx, report{Double: 2 * job.Args.N})
+	}, nil)
+	c, err := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry(), WaitPoll: time.Hour})
+	require.NoError(t, err)
+	startWorker(t, w)
+
+	row, out, err := jobs.InsertAndWait[report](ctx, c, awaitArgs{N: 21}, nil)
+	require.NoError(t, err)
+	require.Equal(t, generics.JobStateSucceeded, row.State)
+	require.Equal(t, 42, out.Double)
+
+	row, _, err = jobs.InsertAndWait[report](ctx, c, awaitArgs{Mode: "fail"}, nil)
+	var ns *jobs.NotSucceededError
+	require.ErrorAs(t, err, &ns)
+	require.Equal(t, generics.JobStateDead, ns.State)
+	require.Equal(t, string(worker.CodePermanent), ns.Code)
+	require.Equal(t, generics.JobStateDead, row.State)
+
+	res, err := c.Insert(ctx, awaitArgs{Mode: "block"}, nil)
+	require.NoError(t, err)
+	got := make(chan *generics.JobRow, 1)
+	go func() {
+		row, err := c.Wait(ctx, res.Job.ID)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- row
+	}()
+	<-blocked
+	outcome, err := c.Cancel(ctx, res.Job.ID, jobs.Action{Actor: "t", Reason: "test"})
+	require.NoError(t, err)
+	require.Equal(t, jobs.CancelRequested, outcome)
+	row = <-got
+	require.Equal(t, generics.JobStateCancelled, row.State, "the running job ended cancelled by its worker's finish")
+
+	// A typed output that does not fit the asked type.
+	_, _, err = jobs.InsertAndWait[[]string](ctx, c, awaitArgs{N: 1}, nil)
+	require.ErrorIs(t, err, jobs.ErrOutputType)
+}
+
+// TestWaitCompleteTx: a job completed inside the handler's own transaction wakes its waiter
+// when that transaction commits.
+func TestWaitCompleteTx(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	w, err := worker.New(pool, fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 1}}))
+	require.NoError(t, err)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[awaitArgs]) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if err := worker.SetOutput(ctx, report{Double: 7}); err != nil {
+			return err
+		}
+		if err := worker.CompleteTx(ctx, tx, job.JobRow); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}, nil)
+	c, err := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry(), WaitPoll: time.Hour})
+	require.NoError(t, err)
+	startWorker(t, w)
+	_, out, err := jobs.InsertAndWait[report](ctx, c, awaitArgs{}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 7, out.Double)
+}
