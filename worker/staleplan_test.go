@@ -113,15 +113,20 @@ func TestMigrationUnderLoadRecoversAtOnce(t *testing.T) {
 			downSteps++
 		}
 	}
-	var gapErrors int64
+	var gapErrors, gapEngineErrors int64
+	engineErrors := func(st worker.Stats) int64 { return st.HeartbeatErrors + st.ReclaimErrors + st.FinishRetries + st.FinishAbandoned }
 	gap := func(change func()) {
-		before := w.Stats().ClaimErrors
+		st0 := w.Stats()
+		before := st0.ClaimErrors
 		change()
 		time.Sleep(100 * time.Millisecond)
 		st := w.Stats()
+		if n := engineErrors(st) - engineErrors(st0); n > 0 {
+			gapEngineErrors += n // (Stats keeps only the last error, a claim's as often as not)
+		}
 		if n := st.ClaimErrors - before; n > 0 {
 			gapErrors += n
-			require.Regexp(t, `tenure\.own|workflow_id|task_name|sequence_key|deps_pending|has_dependents`, st.LastError,
+			require.Regexp(t, `tenure\.own|workflow_id|task_name|sequence_key|deps_pending|has_dependents|progress`, st.LastError,
 				"a claim failed while tenure.own or 0020's columns were missing, for another reason")
 		}
 	}
@@ -155,23 +160,28 @@ func TestMigrationUnderLoadRecoversAtOnce(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tenure.jobs WHERE id = ANY($1) AND state = 'succeeded'", ids).Scan(&n))
 		return n == len(ids)
 	})
-	var twice int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tenure.jobs WHERE id = ANY($1) AND generation <> 1", ids).Scan(&twice))
-	require.Zero(t, twice, "jobs claimed more than once")
-	mu.Lock()
-	for _, id := range ids {
-		require.Equal(t, 1, runs[id], "job %d's handler runs", id)
-	}
-	mu.Unlock()
 	st := w.Stats()
 	t.Logf("%d jobs; stale statements re-run: %d; claim errors %d, heartbeat errors %d, sweep errors %d, finishes retried %d / abandoned %d",
 		len(ids), st.StalePlanRetries, st.ClaimErrors, st.HeartbeatErrors, st.ReclaimErrors, st.FinishRetries, st.FinishAbandoned)
 	require.Equal(t, gapErrors, st.ClaimErrors, "claim errors besides those while tenure.own was missing: %+v", st)
-	require.Zero(t, st.HeartbeatErrors, "%+v", st)
-	require.Zero(t, st.ReclaimErrors, "%+v", st)
-	require.Zero(t, st.FinishAbandoned, "%+v", st)
-	require.Zero(t, st.FinishRetries, "%+v", st)
-	require.Zero(t, st.LeasesLost, "%+v", st)
+	// Since 0021 the finishes, the heartbeat and the sweep write tenure.jobs.progress, which the
+	// rollback removes until the test puts it back: in the gaps they may fail too (code newer
+	// than its schema: migrate before deploying), so a job may then be reclaimed and run again.
+	// Outside the gaps nothing fails (gapEngineErrors counts what failed inside them).
+	require.Equal(t, gapEngineErrors, engineErrors(st),
+		"heartbeat, sweep or finish errors outside the schema gaps: %+v", st)
+	var twice int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tenure.jobs WHERE id = ANY($1) AND generation <> 1", ids).Scan(&twice))
+	require.LessOrEqual(t, int64(twice), st.FinishAbandoned+st.LeasesLost+st.Reclaimed,
+		"a job ran again without a finish abandoned or a lease lost in a gap: %+v", st)
+	if gapEngineErrors == 0 {
+		require.Zero(t, twice, "jobs claimed more than once with no error in the gaps")
+		mu.Lock()
+		for _, id := range ids {
+			require.Equal(t, 1, runs[id], "job %d's handler runs", id)
+		}
+		mu.Unlock()
+	}
 	require.Positive(t, st.StalePlanRetries, "the schema change made cached statements stale: %+v", st)
 }
 
@@ -179,7 +189,8 @@ func TestMigrationUnderLoadRecoversAtOnce(t *testing.T) {
 // them back below it.
 const (
 	flowColumnsUp = `ALTER TABLE tenure.jobs ADD COLUMN workflow_id uuid, ADD COLUMN task_name text,
-		ADD COLUMN sequence_key text, ADD COLUMN deps_pending integer, ADD COLUMN has_dependents boolean`
+		ADD COLUMN sequence_key text, ADD COLUMN deps_pending integer, ADD COLUMN has_dependents boolean,
+		ADD COLUMN progress jsonb`
 	flowColumnsDown = `ALTER TABLE tenure.jobs DROP COLUMN workflow_id, DROP COLUMN task_name,
-		DROP COLUMN sequence_key, DROP COLUMN deps_pending, DROP COLUMN has_dependents`
+		DROP COLUMN sequence_key, DROP COLUMN deps_pending, DROP COLUMN has_dependents, DROP COLUMN progress`
 )

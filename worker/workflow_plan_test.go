@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -53,4 +54,57 @@ func TestWaitingJobsStayOffTheClaimPath(t *testing.T) {
 	_, err = pool.Exec(ctx, `VACUUM ANALYZE tenure.jobs`)
 	require.NoError(t, err)
 	require.EqualValues(t, 11, indexTuples())
+}
+
+// TestFanOutReleaseIsNotQuadratic: the release of a 1 -> N -> 1 fan-out (the root's finish
+// releases N tasks in one statement of the trigger) reads its per-dependent rows once. With
+// statistics on tenure.job_deps (a fan-out analyzed, as autovacuum leaves it), the cached
+// generic plan of the trigger's UPDATE once joined the dependents found through
+// = ANY(ARRAY(SELECT ... FROM per_job)) to a rescan of per_job for each of them: N x N row
+// comparisons, 20,000 tasks past the 10 s finish deadline, so the root's finish was rolled back
+// and retried for ever (bench/cmd/workflows -fanout 20000 -analyze-deps).
+func TestFanOutReleaseIsNotQuadratic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const n = 3000
+	for _, q := range []string{
+		`INSERT INTO tenure.jobs (id, kind, payload, has_dependents) OVERRIDING SYSTEM VALUE VALUES (1, 'noop', '{}', true)`,
+		`INSERT INTO tenure.jobs (id, kind, payload, state, deps_pending, has_dependents) OVERRIDING SYSTEM VALUE
+			SELECT i, 'noop', '{}', 'waiting', 1, true FROM generate_series(2, $1::int + 1) i`,
+		`INSERT INTO tenure.jobs (id, kind, payload, state, deps_pending) OVERRIDING SYSTEM VALUE VALUES ($1::int + 2, 'noop', '{}', 'waiting', $1::int)`,
+		`INSERT INTO tenure.job_deps (dep_id, job_id) SELECT 1, i FROM generate_series(2, $1::int + 1) i`,
+		`INSERT INTO tenure.job_deps (dep_id, job_id) SELECT i, $1::int + 2 FROM generate_series(2, $1::int + 1) i`,
+	} {
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = append(args, n)
+		}
+		_, err := pool.Exec(ctx, q, args...)
+		require.NoError(t, err)
+	}
+	_, err := pool.Exec(ctx, `VACUUM ANALYZE tenure.jobs`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE tenure.job_deps`)
+	require.NoError(t, err)
+
+	// The root's final state, as an operator's cancel of a ready job writes it (the trigger
+	// fires on any move to a final state); the explained statement is rolled back.
+	_, nested := plantest.ExplainNested(t, pool, nil, `UPDATE tenure.jobs SET state = 'succeeded', finished_at = now() WHERE id = 1`)
+	released := false
+	for _, st := range nested {
+		if !strings.Contains(st.Query, "per_job") {
+			continue
+		}
+		released = true
+		plantest.Walk(st.Plan, func(x plantest.Node) {
+			if x.NodeType == "CTE Scan" && x.Loops > 1 {
+				t.Fatalf("the release rescans a CTE %d times (a nested loop over the dependents)", x.Loops)
+			}
+		})
+	}
+	require.True(t, released, "auto_explain logged the trigger's release statement")
+	var ready int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE state = 'ready' AND id > 1`).Scan(&ready))
+	require.Zero(t, ready, "the explained finish was rolled back")
 }

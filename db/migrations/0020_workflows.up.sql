@@ -79,9 +79,14 @@ CREATE INDEX jobs_sequence_idx ON tenure.jobs (sequence_key, id) WHERE sequence_
 --   left waiting for an edge that failed under on_failure = 'block'.
 -- Its statement runs on a cached generic plan (plan_cache_mode: the custom plans PL/pgSQL
 -- otherwise re-plans per call cost ~0.7 ms a release, 6x the statement itself).
--- Each round reads the edges and the dependents by primary key (= ANY of arrays: a join with
--- the unnested arrays lets the cached generic plan hash-join against a scan of the whole
--- table, measured at 0.7 ms a release with 2,000 edges, growing with the table). Under READ
+-- Each round reads the edges by primary key (= ANY of the array: a join with the unnested
+-- arrays lets the cached generic plan hash-join against a scan of the whole table, measured at
+-- 0.7 ms a release with 2,000 edges, growing with the table) and the dependents by joining
+-- per_job to the jobs' primary key. Not also by = ANY(ARRAY(SELECT ... FROM per_job)): with
+-- statistics on job_deps the generic plan then looked the dependents up by that array and
+-- rescanned per_job for each of them, N x N for a fan-out of N (20,000 tasks ran past the finish
+-- deadline, so the root's finish was rolled back and retried for ever:
+-- TestFanOutReleaseIsNotQuadratic). Under READ
 -- COMMITTED a concurrent finish of another dependency of the same dependent waits for the
 -- dependent's row lock and then decrements the committed count: counts are never lost.
 CREATE FUNCTION tenure.settle_dependents() RETURNS trigger
@@ -128,7 +133,7 @@ BEGIN
                               ELSE j.errors END,
                 updated_at = now()
             FROM per_job p
-            WHERE j.id = ANY (ARRAY(SELECT p2.job_id FROM per_job p2)) AND j.id = p.job_id
+            WHERE j.id = p.job_id
               AND j.state::text = 'waiting'
             RETURNING j.id, j.state::text AS state, j.has_dependents, j.queue, j.priority, j.run_at
         ), woken AS (

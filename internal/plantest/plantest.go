@@ -34,6 +34,12 @@ type Node struct {
 	Arbiters []string `json:"Conflict Arbiter Indexes"`
 	// Function is the function a Function Scan reads ("own" for tenure.own).
 	Function string `json:"Function Name"`
+	// Loops is how many times the node ran (EXPLAIN ANALYZE only): an inner side of a nested
+	// loop runs once per outer row.
+	Loops int64 `json:"Actual Loops"`
+	// IndexCond and Filter are the node's conditions as EXPLAIN prints them.
+	IndexCond string `json:"Index Cond"`
+	Filter    string `json:"Filter"`
 }
 
 // Nested is the plan of a statement run by a function the explained statement called (the
@@ -234,7 +240,8 @@ func ExplainNested(t testing.TB, pool *pgxpool.Pool, settings map[string]string,
 		t.Fatalf("plantest: load auto_explain: %v", err)
 	}
 	all := map[string]string{"auto_explain.log_min_duration": "0", "auto_explain.log_nested_statements": "on",
-		"auto_explain.log_format": "json", "auto_explain.log_level": "notice"}
+		"auto_explain.log_format": "json", "auto_explain.log_level": "notice",
+		"auto_explain.log_analyze": "on", "auto_explain.log_timing": "off"}
 	for k, v := range settings {
 		all[k] = v
 	}
