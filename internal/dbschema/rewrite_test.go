@@ -160,7 +160,7 @@ func TestTenureSQLRewritesCompletely(t *testing.T) {
 		require.Len(t, got, len(in), name)
 		for i := range in {
 			if in[i] != got[i] {
-				require.Contains(t, []string{"'tenure_jobs'", "'tenure_cancel'", "'tenure_queues'"}, in[i], name)
+				require.Contains(t, []string{"'tenure_jobs'", "'tenure_cancel'", "'tenure_queues'", "'tenure_done'"}, in[i], name)
 			}
 		}
 	}
@@ -219,7 +219,7 @@ func FuzzRewrite(f *testing.F) {
 		if len(in) != len(got) {
 			t.Fatalf("literal count changed: %q -> %q", sql, out)
 		}
-		channels := map[string]bool{"'tenure_jobs'": true, "'tenure_cancel'": true, "'tenure_queues'": true}
+		channels := map[string]bool{"'tenure_jobs'": true, "'tenure_cancel'": true, "'tenure_queues'": true, "'tenure_done'": true}
 		for i := range in {
 			if in[i] != got[i] && !(channels[in[i]] && got[i] == "'"+schema+in[i][len("'tenure"):]) {
 				t.Fatalf("literal or comment %q became %q (%q -> %q)", in[i], got[i], sql, out)

@@ -38,6 +38,8 @@ var Known = map[string]bool{
 	PayloadVersion: true, Jobs: true, Try: true, NotLogged: true,
 	// operator actions (jobs.Client)
 	"outcome": true, "actor": true, "reason": true, "state": true,
+	// workflow cancel (jobs.Client.CancelWorkflow): the workflow, tasks cancelled, cancels asked
+	"workflow_id": true, "cancelled": true, "cancel_requested": true,
 	// lifecycle and service records (worker)
 	"queues": true, "kinds": true, "served": true, "deadline_in": true, "handlers_cancelled_in": true,
 	"succeeded": true, "released": true, "stale_rejected": true, "abandoned": true, "dead": true,
