@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -495,6 +496,17 @@ func (c *Client) CancelWorkflow(ctx context.Context, id uuid.UUID, act Action) (
 		}
 		for _, jid := range out.Requested {
 			if err := q.NotifyCancel(ctx, jid); err != nil {
+				return err
+			}
+		}
+		// The done signal for the tasks cancelled before they ran (Wait), 350 ids a message
+		// as the finishes send it; the trigger sends it for the dependents it cancels.
+		for i := 0; i < len(out.Cancelled); i += 350 {
+			ids := make([]string, 0, 350)
+			for _, jid := range out.Cancelled[i:min(i+350, len(out.Cancelled))] {
+				ids = append(ids, strconv.FormatInt(jid, 10))
+			}
+			if err := q.NotifyDone(ctx, strings.Join(ids, ",")); err != nil {
 				return err
 			}
 		}

@@ -113,3 +113,73 @@ func TestWaitCompleteTx(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 7, out.Double)
 }
+
+// TestWaitWakesOnWorkflowCancellations: a task that ends cancelled without running (its
+// dependency died and the database's release cancelled it, two rounds deep; or the workflow was
+// cancelled before it ran) wakes its waiter by NOTIFY like any finish (no poll here).
+func TestWaitWakesOnWorkflowCancellations(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pool := pgtest.NewPool(t)
+	w, err := worker.New(pool, fastConfig(map[string]worker.QueueConfig{jobs.DefaultQueue: {Concurrency: 2}}))
+	require.NoError(t, err)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[stepArgs]) error {
+		if job.Args.Fail {
+			return worker.Permanent(errors.New("no"))
+		}
+		return nil
+	}, nil)
+	c, err := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry(), WaitPoll: time.Hour})
+	require.NoError(t, err)
+
+	// Cancelled by the release: a dies, b and then c are cancelled by a's finish.
+	wf := jobs.NewWorkflow("cascade", nil).
+		Add("a", stepArgs{Name: "a", Fail: true}, nil).
+		Add("b", stepArgs{Name: "b"}, &jobs.TaskOpts{DependsOn: []string{"a"}}).
+		Add("c", stepArgs{Name: "c"}, &jobs.TaskOpts{DependsOn: []string{"b"}})
+	res, err := c.InsertWorkflow(ctx, wf)
+	require.NoError(t, err)
+	got := make(chan *generics.JobRow, 2)
+	for _, task := range []string{"b", "c"} {
+		go func() {
+			row, err := c.Wait(ctx, res.Tasks[task].ID)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- row
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // the waiters are registered (a later one reads the row anyway)
+	startWorker(t, w)
+	for range 2 {
+		row := <-got
+		require.NotNil(t, row)
+		require.Equal(t, generics.JobStateCancelled, row.State)
+		require.Equal(t, string(worker.CodeDependencyFailed), row.LastErrorCode)
+	}
+
+	// Cancelled by CancelWorkflow before it ran: a task in a queue no worker serves.
+	wf2 := jobs.NewWorkflow("operator", nil).
+		Add("x", stepArgs{Name: "x"}, &jobs.TaskOpts{InsertOpts: jobs.InsertOpts{Queue: "nobody"}}).
+		Add("y", stepArgs{Name: "y"}, &jobs.TaskOpts{InsertOpts: jobs.InsertOpts{Queue: "nobody"}, DependsOn: []string{"x"}})
+	res2, err := c.InsertWorkflow(ctx, wf2)
+	require.NoError(t, err)
+	for _, task := range []string{"x", "y"} {
+		go func() {
+			row, err := c.Wait(ctx, res2.Tasks[task].ID)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- row
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	_, err = c.CancelWorkflow(ctx, wf2.ID(), jobs.Action{Actor: "t", Reason: "test"})
+	require.NoError(t, err)
+	for range 2 {
+		row := <-got
+		require.NotNil(t, row)
+		require.Equal(t, generics.JobStateCancelled, row.State)
+	}
+}

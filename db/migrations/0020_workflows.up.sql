@@ -143,11 +143,18 @@ BEGIN
             FROM (SELECT c.queue, c.priority, min(c.run_at) AS run_at FROM changed c
                   WHERE c.state = 'ready' AND c.run_at <= now()
                   GROUP BY c.queue, c.priority) r
+        ), ended AS (
+            -- the done signal (CompleteMany's payload: ids, 350 a message) for the dependents
+            -- this round cancelled: they reached a final state (jobs.Client.Wait)
+            SELECT count(pg_notify('tenure_done', e.ids)) AS n
+            FROM (SELECT string_agg(x.id::text, ',') AS ids
+                  FROM (SELECT c.id, row_number() OVER () AS rn FROM changed c WHERE c.state = 'cancelled') x
+                  GROUP BY (x.rn - 1) / 350) e
         )
         SELECT coalesce(array_agg(c.id) FILTER (WHERE c.state = 'cancelled' AND coalesce(c.has_dependents, false)), '{}'),
                coalesce(array_agg(c.state) FILTER (WHERE c.state = 'cancelled' AND coalesce(c.has_dependents, false)), '{}')
         INTO ids, states
-        FROM woken w LEFT JOIN changed c ON true;
+        FROM woken w CROSS JOIN ended LEFT JOIN changed c ON true;
     END LOOP;
     RETURN NULL;
 END
