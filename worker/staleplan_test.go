@@ -114,7 +114,9 @@ func TestMigrationUnderLoadRecoversAtOnce(t *testing.T) {
 		}
 	}
 	var gapErrors, gapEngineErrors int64
-	engineErrors := func(st worker.Stats) int64 { return st.HeartbeatErrors + st.ReclaimErrors + st.FinishRetries + st.FinishAbandoned }
+	engineErrors := func(st worker.Stats) int64 {
+		return st.HeartbeatErrors + st.ReclaimErrors + st.FinishRetries + st.FinishAbandoned
+	}
 	gap := func(change func()) {
 		st0 := w.Stats()
 		before := st0.ClaimErrors
