@@ -99,8 +99,14 @@ FROM tenure.jobs WHERE id = $1`, job.ID).Scan(&attempts32, &s.generation, &s.tok
 		require.Equal(t, a.db.token, row.ClaimToken)
 		require.Equal(t, a.db.lockedBy, &row.LockedBy)
 		require.Equal(t, w.ID(), row.LockedBy)
-		require.True(t, a.db.lockedUntil.Equal(*row.LockedUntil))
 		require.True(t, a.db.attemptedAt.Equal(*row.AttemptedAt))
+		// The row's lease is the claim's: the claim sets locked_until to its now() + the lease
+		// and attempted_at to the same now(). The stored lease may already be later, since a
+		// heartbeat (the listener's first connect heartbeats every running job at once) can
+		// run before the handler reads it; it is never earlier.
+		require.True(t, row.AttemptedAt.Add(row.Lease).Equal(*row.LockedUntil),
+			"attempt %d: locked_until %v is attempted_at %v + lease %v", i+1, *row.LockedUntil, *row.AttemptedAt, row.Lease)
+		require.False(t, a.db.lockedUntil.Before(*row.LockedUntil), "attempt %d: stored lease earlier than the claim's", i+1)
 	}
 	require.Equal(t, worker.OutcomeRetried, outcomes[0].Transition)
 	require.Equal(t, worker.OutcomeSucceeded, outcomes[1].Transition)
