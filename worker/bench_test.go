@@ -45,6 +45,14 @@ func insertNoops(b *testing.B, c *jobs.Client, n int, opts *jobs.InsertOpts) {
 	}
 }
 
+// xactCommits is the database's committed transactions so far (pg_stat_database: what the
+// backends have reported).
+func xactCommits(b *testing.B, pool *pgxpool.Pool) int64 {
+	var n int64
+	require.NoError(b, pool.QueryRow(context.Background(), "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&n))
+	return n
+}
+
 // insertTenants inserts n no-op jobs whose fair keys cycle through tenants keys.
 func insertTenants(b *testing.B, c *jobs.Client, n, tenants int) {
 	b.Helper()
@@ -71,21 +79,24 @@ func BenchmarkBurnDown(b *testing.B) {
 		limits []worker.Limit
 		// tenants > 0: the jobs carry fair keys t0..t<tenants-1> in turn
 		tenants int
+		// noRide: completions only through the finishers, never on claims (claim.go)
+		noRide bool
 	}{
-		{"strict", worker.Fairness{}, nil, 0},
-		{"aging", worker.Fairness{Aging: &worker.Aging{Step: 5 * time.Minute}}, nil, 0},
-		{"quota", worker.Fairness{Quotas: map[int]int{jobs.PriorityHigh: 12, jobs.PriorityNormal: 6, jobs.PriorityLow: 2}}, nil, 0},
+		{"strict", worker.Fairness{}, nil, 0, false},
+		{"strict-noride", worker.Fairness{}, nil, 0, true},
+		{"aging", worker.Fairness{Aging: &worker.Aging{Step: 5 * time.Minute}}, nil, 0, false},
+		{"quota", worker.Fairness{Quotas: map[int]int{jobs.PriorityHigh: 12, jobs.PriorityNormal: 6, jobs.PriorityLow: 2}}, nil, 0, false},
 		// Flow control configured but not binding: every claim is a permit claim (permits.go;
 		// before issue 28 a limit this large took grant claims), every job enters
 		// jobs_limited_idx, no limit ever holds a job back.
-		{"strict-limits", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 1_000_000}}, 0},
+		{"strict-limits", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 1_000_000}}, 0, false},
 		// A limit above the worker's 100 slots (never binding): the queue claims under permits
 		// (permits.go; before them every claim here was exclusive).
-		{"strict-limit150", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 150}}, 0},
+		{"strict-limit150", worker.Fairness{}, []worker.Limit{{Kind: "noop", MaxRunning: 150}}, 0, false},
 		// Fair share (fairshare.go): one tenant (the claim's round robin has nothing to
 		// share), and 100 tenants with 1,000 jobs each.
-		{"fair-1tenant", worker.Fairness{FairShare: true}, nil, 1},
-		{"fair-100tenants", worker.Fairness{FairShare: true}, nil, 100},
+		{"fair-1tenant", worker.Fairness{FairShare: true}, nil, 1, false},
+		{"fair-100tenants", worker.Fairness{FairShare: true}, nil, 100, false},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var rate float64
@@ -119,6 +130,10 @@ func BenchmarkBurnDown(b *testing.B) {
 					}})
 				require.NoError(b, err)
 				worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
+				if tc.noRide {
+					worker.NoRide(w)
+				}
+				commits0 := xactCommits(b, pool)
 				b.StartTimer()
 				start := time.Now()
 				require.NoError(b, w.Start(context.Background()))
@@ -126,11 +141,17 @@ func BenchmarkBurnDown(b *testing.B) {
 				elapsed := time.Since(start)
 				b.StopTimer()
 				require.NoError(b, stopWorker(b, w, 10*time.Second))
+				// The engine's backends report their counts as they exit (its private pool
+				// closed with Stop): every transaction of the run, whoever sent it.
+				time.Sleep(time.Second)
+				commits := xactCommits(b, pool) - commits0
 				st := w.Stats()
 				require.Zero(b, st.StaleRejected)
 				rate = float64(total) / elapsed.Seconds()
-				b.Logf("%s: %d jobs in %v = %.0f jobs/s; claims %d (asked %d, got %d), claim p50 %v p99 %v, finish p50 %v p99 %v",
-					tc.name, total, elapsed.Round(time.Millisecond), rate, st.Claims, st.ClaimAsked, st.Claimed, st.ClaimP50, st.ClaimP99, st.FinishP50, st.FinishP99)
+				b.Logf("%s: %d jobs in %v = %.0f jobs/s; claims %d (asked %d, got %d), claim p50 %v p99 %v, finish p50 %v p99 %v; commits %.1f per 1,000 jobs, %d completions on claims",
+					tc.name, total, elapsed.Round(time.Millisecond), rate, st.Claims, st.ClaimAsked, st.Claimed, st.ClaimP50, st.ClaimP99, st.FinishP50, st.FinishP99,
+					float64(commits)*1000/total, st.FinishedOnClaims)
+				b.ReportMetric(float64(commits)*1000/total, "commits/1kjobs")
 			}
 			b.ReportMetric(rate, "jobs/s")
 		})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
@@ -57,10 +58,11 @@ type claimPlan struct {
 	// claim that is not exclusive is striped on stripe (limits.go).
 	exclusive bool
 	stripe    int
-	// permit claims (permits.go): what the loop knows of this worker's share, and the
-	// successes of limited jobs the claim completes first, in its transaction.
+	// permit claims (permits.go): what the loop knows of this worker's share.
 	permit permitView
-	done   []*execution
+	// done: the successes the claim completes first, in its transaction ("Completions ride on
+	// claims", below); every mode carries them.
+	done []*execution
 	// fair-share claims (fairshare.go): each band's cursor and, with fairWatermarks, the
 	// tenants' watermarks (after holds the keyless jobs').
 	fair           bool
@@ -84,6 +86,7 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	p.after, p.full, p.prev = q.watermarks()
 	p.segs, p.quota, p.ranked = q.pol.plan(n)
 	q.mode.plan(q, &p)
+	p.done = q.takeRide()
 	mode := q.mode
 	q.w.spawn(func() {
 		start := time.Now()
@@ -107,6 +110,73 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 		case <-q.done:
 		}
 	})
+}
+
+// Completions ride on claims. A job's claim and its completion each cost a transaction (a round
+// trip, a commit, a WAL flush). So the successes of a queue's jobs wait, on the loop (q.ride),
+// for the queue's next claim, which completes them first, in its own transaction: the
+// CompleteMany the finishers would have sent (completeMany, fenced by id and claim token as
+// always) goes in the same pipeline as the claim statement, before it, and both commit at its
+// one Sync (afterLock; for the batched claims, the batch's CompleteMany carries every request's
+// completions). The claim's snapshot sees the rows it completed as finished (a limited claim
+// counts the room they freed).
+//
+// The loop owns which completions ride: a success (not already completed by CompleteTx) joins
+// q.ride when its handler returns, the next claim the loop starts takes them all (up to
+// MaxFinishBatch), and what no claim took goes to the finishers as before
+//   - at once when no claim of the queue is in flight (an idle queue: its claimers sleep, and
+//     the finishers' FinishLinger batches the completions as before), or the queue stops or is
+//     paused;
+//   - FinishLinger after the oldest joined while claims are in flight (a claim in flight takes
+//     none, and the next claim starts only when one returns): the finishers then write them
+//     without lingering again (execution.lingered).
+// So no completion waits longer than FinishLinger for a claim, and under load, when claims
+// follow each other, completions cost no transaction of their own.
+//
+// When the claim returns, the loop settles what it completed exactly as a finisher's write
+// would (settle: outcome, metrics, logs; the done NOTIFY and the release of dependents are the
+// statement's own): landed rows succeeded, rows it skipped because another session held them
+// (busy) go to the finishers, which wait for that row alone, and rows it did not change are
+// stale. A claim that failed rolled its completions back with it, unless its commit went
+// through and only the reply was lost: they go to the finishers, marked rideFailed, so that a
+// write of theirs that changes nothing reads the row back (readBack) before calling it stale.
+
+// rideOn makes db's query complete done first, in its pipeline and transaction (claim
+// goroutine). It returns the map that the query, once run, holds the result in: per completion,
+// true when it landed, false when another session held its row (busy, not written); a
+// completion missing from the map was not written (stale).
+func rideOn(ctx context.Context, db *afterLock, done []*execution) map[int64]bool {
+	if len(done) == 0 {
+		return nil
+	}
+	sortByID(done) // every multi-row fenced write locks its rows in id order
+	var cm capture
+	_, _ = completeMany(ctx, gen.New(&cm), done)
+	landed := make(map[int64]bool, len(done))
+	db.pre = &lockedStatement{cm.sql, cm.args}
+	db.preRows = func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id int64
+			var busy bool
+			if err := rows.Scan(&id, &busy); err != nil {
+				return err
+			}
+			landed[id] = !busy
+		}
+		return nil
+	}
+	return landed
+}
+
+// claimDB is what a claim's statements run on: the engine's queries, or, when the claim carries
+// completions, a pipeline that sends CompleteMany before the claim, in its transaction
+// (rideOn). landed is rideOn's.
+func (q *queue) claimDB(ctx context.Context, done []*execution) (db *gen.Queries, landed map[int64]bool) {
+	if len(done) == 0 {
+		return q.w.q, nil
+	}
+	a := &afterLock{pool: q.w.eng, sch: q.w.sch}
+	return gen.New(a), rideOn(ctx, a, done)
 }
 
 // recordClaim moves the watermarks and the fairness state, and counts the claim (loop).

@@ -187,6 +187,9 @@ type claimReq struct {
 	queue string
 	n     int
 	segs  []claimSeg
+	// done: the queue's completions the statement carries (claim.go, "Completions ride on
+	// claims").
+	done  []*execution
 	reply chan claimReply // 1-buffered: the batcher never blocks on it
 	// arrived: how many statements the batcher had started when the request reached it.
 	arrived int64
@@ -201,6 +204,9 @@ type claimSeg struct {
 type claimReply struct {
 	rows []claimRow
 	err  error
+	// landed: for the completions the statement carried (of every request: the map is the
+	// statement's), whether each landed or was busy (claimFeedback.doneLanded).
+	landed map[int64]bool
 	// behind: how many statements the batcher started after the request reached it and before
 	// the statement that carried it (the fairness bound above; tests read it).
 	behind int64
@@ -209,7 +215,7 @@ type claimReply struct {
 // useClaimBatch reports whether a plan goes through the batcher: plain ordered claims only,
 // on a worker serving more than one queue.
 func (q *queue) useClaimBatch(p *claimPlan) bool {
-	return q.w.claimReqCh != nil && !p.ranked && !p.fair && q.limits == nil && len(p.done) == 0
+	return q.w.claimReqCh != nil && !p.ranked && !p.fair && q.limits == nil
 }
 
 // claimBatched runs a plain ordered claim through the batcher (claim goroutine), leaving out
@@ -224,11 +230,16 @@ func (q *queue) claimBatched(ctx context.Context, n int, segs []claimSeg, full b
 
 // sendClaim is claimBatched, answering with the batcher's whole reply.
 func (q *queue) sendClaim(ctx context.Context, n int, segs []claimSeg, full bool) claimReply {
+	return q.sendClaimDone(ctx, n, segs, full, nil)
+}
+
+// sendClaimDone is sendClaim for a claim that carries completions (claimPlan.done).
+func (q *queue) sendClaimDone(ctx context.Context, n int, segs []claimSeg, full bool, done []*execution) claimReply {
 	start := q.w.clk.Now()
 	if !full {
 		segs = q.skip.filter(segs, start, q.plainNotified.Load())
 	}
-	r := &claimReq{ctx: ctx, queue: q.name, n: n, segs: segs, reply: make(chan claimReply, 1)}
+	r := &claimReq{ctx: ctx, queue: q.name, n: n, segs: segs, done: done, reply: make(chan claimReply, 1)}
 	select {
 	case q.w.claimReqCh <- r:
 	case <-ctx.Done():
@@ -330,7 +341,9 @@ var noBitmap = []lockedStatement{{sql: "SELECT set_config('enable_bitmapscan', '
 func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64) {
 	k := &w.kinds
 	arg := gen.ClaimOrderedManyParams{WorkerID: w.cfg.ID, Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
+	var done []*execution
 	for _, r := range reqs {
+		done = append(done, r.done...)
 		arg.ReqQueue = append(arg.ReqQueue, r.queue)
 		arg.ReqBatch = append(arg.ReqBatch, int32(r.n))
 		arg.ReqSegLo = append(arg.ReqSegLo, int32(len(arg.SegPriority)+1))
@@ -344,8 +357,12 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 	}
 	cctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	var got []gen.ClaimOrderedManyRow
+	var landed map[int64]bool
 	err := w.retryStale(func() (err error) {
-		got, err = gen.New(&afterLock{pool: w.eng, sch: w.sch, locks: noBitmap}).ClaimOrderedMany(cctx, arg)
+		// The requests' completions ride in the statement's transaction, in one CompleteMany.
+		db := &afterLock{pool: w.eng, sch: w.sch, locks: noBitmap}
+		landed = rideOn(cctx, db, done)
+		got, err = gen.New(db).ClaimOrderedMany(cctx, arg)
 		return err
 	})
 	cancel()
@@ -378,6 +395,6 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 		out[i] = append(out[i], g)
 	}
 	for i, r := range reqs {
-		r.reply <- claimReply{rows: out[i], behind: seq - r.arrived}
+		r.reply <- claimReply{rows: out[i], landed: landed, behind: seq - r.arrived}
 	}
 }

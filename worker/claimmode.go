@@ -64,13 +64,16 @@ type claimFeedback struct {
 	// counted (limits.go): far reports that the next limited claim need not be exclusive.
 	far bool
 
+	// Every mode: doneLanded, for the completions the claim carried (claimPlan.done), whether
+	// each landed (true) or was skipped because another session held its row (false); a
+	// completion missing from it was stale; nil when the claim failed (claim.go, "Completions
+	// ride on claims").
+	doneLanded map[int64]bool
+
 	// permit (permits.go): alloc is the last allocation that committed (nil: none ran);
-	// lostPermit, that the claim found no permit row for some limit; doneLanded, for the
-	// completions the claim carried (claimPlan.done), whether each landed (true) or was
-	// skipped because another session held its row (false); nil when the claim failed.
+	// lostPermit, that the claim found no permit row for some limit.
 	alloc      *permitAlloc
 	lostPermit bool
-	doneLanded map[int64]bool
 
 	// fair (fairshare.go): per band, the tenant the next claim starts after (where fairMoved)
 	// and how far the keyless jobs were read.
@@ -111,16 +114,17 @@ func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 		for i, s := range p.segs {
 			segs[i] = claimSeg{priority: int16(s.priority), afterUs: p.after[s.priority], minAgeUs: s.minAge.Microseconds(), maxUs: maxAgeUs(s.maxAge)}
 		}
-		rows, err := q.claimBatched(ctx, p.n, segs, p.full)
-		return rows, claimFeedback{}, err
+		rep := q.sendClaimDone(ctx, p.n, segs, p.full, p.done)
+		return rep.rows, claimFeedback{doneLanded: rep.landed}, rep.err
 	}
+	db, landed := q.claimDB(ctx, p.done)
 	if !p.ranked {
-		got, err := w.q.ClaimOrdered(ctx, orderedParams(q, p))
+		got, err := db.ClaimOrdered(ctx, orderedParams(q, p))
 		if err != nil {
 			return nil, claimFeedback{}, err
 		}
 		rows, _ := ownedRows(got)
-		return rows, claimFeedback{}, nil
+		return rows, claimFeedback{doneLanded: landed}, nil
 	}
 	arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 		Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
@@ -133,12 +137,12 @@ func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 		arg.SegRank = append(arg.SegRank, int32(s.rank))
 		arg.SegQuota = append(arg.SegQuota, int32(s.quota))
 	}
-	got, err := w.q.ClaimSegments(ctx, arg)
+	got, err := db.ClaimSegments(ctx, arg)
 	if err != nil {
 		return nil, claimFeedback{}, err
 	}
 	rows, _ := ownedRows(got)
-	return rows, claimFeedback{}, nil
+	return rows, claimFeedback{doneLanded: landed}, nil
 }
 
 // orderedParams are the arguments every ordered claim shares (ClaimOrdered's; the limited

@@ -43,6 +43,12 @@ type execution struct {
 	released  bool   // given back by Stop before its handler returned; a late return is dropped
 	limited   bool   // a concurrency limit covers its kind and it was claimed near the limit (limits.go); set by the loop when the claim returns
 	fin       finish // the write to make; set by the loop before the finishers get it
+	// Set by the loop before the finishers get it (claim.go, "Completions ride on claims"):
+	// rideFailed, its completion rode on a claim that failed, which may have committed although
+	// its reply was lost, so the finishers read the row back before calling a write that changes
+	// nothing stale; lingered, it already waited FinishLinger for a claim to carry it, so the
+	// finishers write it without lingering again.
+	rideFailed, lingered bool
 }
 
 // transition is the fenced write a finish makes.

@@ -11,6 +11,11 @@ import (
 // SkipDeregister makes Stop leave w's registry row behind, as a killed process would.
 func SkipDeregister(w *Worker) { w.skipDeregister = true }
 
+// NoRide makes w's completions go to the finishers only, as before they rode on claims
+// (claim.go, "Completions ride on claims"), for tests and benchmarks that compare. Call it
+// before Start.
+func NoRide(w *Worker) { w.noRide = true }
+
 // SeededRand is seededRand for the external tests.
 var SeededRand = seededRand
 

@@ -116,10 +116,12 @@ func (m *fairMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 		arg.KnownKey = append(arg.KnownKey, t.key)
 		arg.KnownAfterUs = append(arg.KnownAfterUs, p.knownAfter[i])
 	}
-	got, err := w.q.ClaimFair(ctx, arg)
+	db, landed := q.claimDB(ctx, p.done)
+	got, err := db.ClaimFair(ctx, arg)
 	if err != nil {
 		return nil, out, err
 	}
+	out.doneLanded = landed
 	// The feedback: per band, how far the keyless jobs were read (the statement's, on every
 	// row; the one row when nothing was claimed), and per claimed row its tenant's position
 	// and round. The band's last served tenant: the keyed row of the latest (round, position).

@@ -87,7 +87,8 @@ const finishLingerTarget = 16
 // batcher is the one goroutine that owns the finish batch being collected. It takes the
 // finishes the queue loops hand over (finishCh) and gives a batch to a free finisher (writeCh)
 // once it is worth writing: 16 finishes, FinishLinger after its first one, a limited job's
-// finish (it frees room: limits.go), or Stop has begun. While every finisher is writing it keeps
+// finish (it frees room: limits.go), a finish that already waited FinishLinger for a claim to
+// carry it (claim.go, "Completions ride on claims"), or Stop has begun. While every finisher is writing it keeps
 // collecting, up to MaxFinishBatch, so the next write takes everything that accumulated during
 // the previous ones. One collector means one lingering batch: with a lingering finisher each,
 // the finishers split a low rate between them and each wrote half as many jobs per statement.
@@ -118,7 +119,7 @@ func (w *Worker) batcher(ctx context.Context) {
 				lingerC = linger.C()
 			}
 			batch = append(batch, e)
-			urgent = urgent || e.limited
+			urgent = urgent || e.limited || e.lingered
 		case out <- batch:
 			batch, urgent, due = make([]*execution, 0, max), false, false
 			linger.Stop()
@@ -335,7 +336,8 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 	backoff := 50 * time.Millisecond
 	readBack := false
 	for _, e := range es {
-		readBack = readBack || e.txCompleted.Load()
+		// A completion that rode on a failed claim may have committed with it (claim.go).
+		readBack = readBack || e.txCompleted.Load() || e.rideFailed
 	}
 	for attempt := 1; ; attempt++ {
 		start := time.Now()

@@ -287,6 +287,8 @@ func (m *countedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimR
 		}
 	}
 	db := &afterLock{pool: q.w.eng, sch: q.w.sch, locks: []lockedStatement{lockStatement(ctx, q.name, first, last)}}
+	// The completions ride after the lock (claim.go): the claim's count sees the room they free.
+	landed := rideOn(ctx, db, p.done)
 	got, err := gen.New(db).ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: reserve, GroupCap: groupCap,
 		WorkerID: base.WorkerID, Queue: base.Queue, Batch: base.Batch, Scan: int32(scan),
 		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,
@@ -302,7 +304,7 @@ func (m *countedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimR
 	if err := decodeFeedback(feedback, &f); err != nil {
 		return nil, claimFeedback{}, err
 	}
-	return rows, claimFeedback{binding: f.Binding, skipped: f.Binding, far: f.far()}, nil
+	return rows, claimFeedback{binding: f.Binding, skipped: f.Binding, far: f.far(), doneLanded: landed}, nil
 }
 
 // limitedFeedback is ClaimLimited's feedback (its comment in db/queries.sql).

@@ -22,6 +22,7 @@ type metrics struct {
 	reclaimed, reclaimedDead, pruned, listenerReconnects   atomic.Int64
 	deferred, finishSplits, stillRunning                   atomic.Int64
 	finishBusy, stalePlanRetries                           atomic.Int64
+	finishedOnClaims                                       atomic.Int64
 	registryWrites                                         atomic.Int64
 	reclaimErrors, pruneErrors, registryErrors             atomic.Int64
 	permissionErrors                                       atomic.Int64
@@ -145,6 +146,10 @@ type Stats struct {
 	// FinishBusy: finishes a batched finish skipped because another session held the job's
 	// row locked; each was then written alone once the lock went.
 	FinishBusy int64
+	// FinishedOnClaims: completions that landed in the transaction of one of the queue's claims
+	// instead of a finish write of their own (Succeeded counts them too; docs/design.md,
+	// "Completions ride on claims").
+	FinishedOnClaims int64
 	// StalePlanRetries: engine statements re-run at once after PostgreSQL refused a cached
 	// statement whose result type a schema change altered (SQLSTATE 0A000).
 	StalePlanRetries int64

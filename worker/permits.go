@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/internal/dbschema"
 )
@@ -88,12 +86,13 @@ const (
 
 // permitMode is the claim mode of a queue in permit mode (claimmode.go). Its state, owned by
 // the queue loop, is its knowledge of this worker's permits (a hint: every claim reads the rows
-// themselves), updated from the allocations the claims report (claimFeedback.alloc), and the
-// successes of limited jobs the next permit claim completes (done). One permit claim of the
-// queue is in flight at a time (claimMore), so each plans from what the last one learnt.
+// themselves), updated from the allocations the claims report (claimFeedback.alloc). One permit
+// claim of the queue is in flight at a time (claimMore), so each plans from what the last one
+// learnt. Like every claim, a permit claim completes the queue's successes waiting for it first
+// (claimPlan.done; claim.go, "Completions ride on claims"): here the room they free in this
+// worker's share is used at once, in the same transaction.
 type permitMode struct {
 	permitView
-	done []*execution
 }
 
 // permitView is what the loop knows of this worker's share, as a claim's plan carries it.
@@ -107,13 +106,10 @@ type permitView struct {
 // permitAlloc is what an allocation granted (allocatePermit), for the loop to record.
 type permitAlloc = permitView
 
-// plan hands the claim the loop's view of the share and the completions waiting (loop).
+// plan hands the claim the loop's view of the share (loop).
 func (m *permitMode) plan(_ *queue, p *claimPlan) {
 	p.exclusive = true // near the limit by design: limited finishes do not linger
 	p.permit = m.permitView
-	if len(m.done) > 0 {
-		p.done, m.done = m.done, nil
-	}
 }
 
 // learn records the allocations the claim ran and whether it still has a permit (loop).
@@ -209,35 +205,9 @@ func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrde
 	var c capture
 	_ = gen.New(&c).PermitLock(ctx, gen.PermitLockParams{Queue: q.name, WorkerID: base.WorkerID})
 	db := &afterLock{pool: q.w.eng, sch: q.w.sch, locks: []lockedStatement{{c.sql, c.args}}}
-	var landed map[int64]bool
-	if len(done) > 0 {
-		sortByID(done)
-		ids, tokens := idsTokens(done)
-		outputs := make([][]byte, len(done))
-		for i, e := range done {
-			outputs[i] = jsonNull
-			if o := e.output.Load(); o != nil {
-				outputs[i] = *o
-			}
-		}
-		var cm capture
-		_, _ = gen.New(&cm).CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens, Outputs: outputs})
-		landed = make(map[int64]bool, len(done))
-		db.pre = &lockedStatement{cm.sql, cm.args}
-		db.preRows = func(rows pgx.Rows) error {
-			for rows.Next() {
-				var id int64
-				var busy bool
-				if err := rows.Scan(&id, &busy); err != nil {
-					return err
-				}
-				// busy: another session holds the row, so it was not written (false): the
-				// loop hands it to the finishers, which wait for that row alone.
-				landed[id] = !busy
-			}
-			return nil
-		}
-	}
+	// busy completions (another session holds the row: not written) go to the finishers,
+	// which wait for that row alone.
+	landed := rideOn(ctx, db, done)
 	got, err := gen.New(db).ClaimPermitted(ctx, gen.ClaimPermittedParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
 		Queue: base.Queue, WorkerID: base.WorkerID, Batch: int32(n), Scan: int32(min(n*limitScanFactor, 10000)),
 		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,

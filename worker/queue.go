@@ -55,12 +55,16 @@ type queue struct {
 	done          chan struct{} // closed when the loop returns
 
 	// Owned by the loop goroutine.
-	active     map[*execution]struct{} // a job can appear twice: a stuck attempt and its successor
-	running    int                     // handler slots in use (handlers running and not declared stuck)
-	reserved   int                     // slots reserved by claims in flight
-	claimers   []claimer
-	inFlight   int // claims in flight
-	pending    []*execution
+	active   map[*execution]struct{} // a job can appear twice: a stuck attempt and its successor
+	running  int                     // handler slots in use (handlers running and not declared stuck)
+	reserved int                     // slots reserved by claims in flight
+	claimers []claimer
+	inFlight int // claims in flight
+	pending  []*execution
+	// ride: successes waiting for the queue's next claim to complete them in its transaction,
+	// since rideSince (claim.go, "Completions ride on claims").
+	ride       []*execution
+	rideSince  time.Time
 	hbInFlight bool
 	hbAll      bool
 	hbDue      time.Time // the next heartbeat pass is due then (zero: none); heartbeat.go
@@ -172,6 +176,10 @@ func (q *queue) loop(ctx context.Context) {
 	var hbArmed time.Time // when hbTimer fires (zero: stopped)
 	claimTimer := time.NewTimer(time.Hour)
 	defer claimTimer.Stop()
+	rideTimer := time.NewTimer(time.Hour)
+	rideTimer.Stop()
+	defer rideTimer.Stop()
+	var rideArmed time.Time // when rideTimer fires (zero: stopped)
 	var hardC, releaseC <-chan time.Time
 	var plan stopPlan
 	hardDone, releaseDone := false, false
@@ -196,10 +204,15 @@ func (q *queue) loop(ctx context.Context) {
 			hbTimer.Reset(max(time.Until(at), 0))
 			hbArmed = at
 		}
-		if pm, ok := q.mode.(*permitMode); ok && len(pm.done) > 0 && (q.inFlight == 0 || q.stopping || q.paused) {
-			// No claim took them and none is in flight to take them when it returns: the
-			// finishers write them as usual.
-			q.pending, pm.done = append(q.pending, pm.done...), nil
+		if len(q.ride) > 0 {
+			if due := q.rideSince.Add(w.cfg.FinishLinger); q.inFlight == 0 || q.stopping || q.paused || !time.Now().Before(due) {
+				q.unride(!time.Now().Before(due))
+			} else if !due.Equal(rideArmed) {
+				// Claims are in flight: the next one started when one returns takes them, unless
+				// FinishLinger passes first.
+				rideTimer.Reset(time.Until(due))
+				rideArmed = due
+			}
 		}
 		q.handOver()
 		var out chan *execution
@@ -252,6 +265,8 @@ func (q *queue) loop(ctx context.Context) {
 		case <-q.wakeCh:
 			q.wakeOne()
 		case <-claimTimer.C:
+		case <-rideTimer.C:
+			rideArmed = time.Time{}
 		case now := <-hbTimer.C:
 			hbArmed = time.Time{}
 			q.heartbeat(ctx, now)
@@ -367,6 +382,32 @@ func (q *queue) sleep(c *claimer, d time.Duration, wakeable bool) {
 	c.sleepUntil, c.wakeable = time.Now().Add(d), wakeable
 }
 
+// takeRide returns the completions waiting for a claim (up to MaxFinishBatch, oldest first) for
+// the claim being planned (loop).
+func (q *queue) takeRide() []*execution {
+	if len(q.ride) == 0 {
+		return nil
+	}
+	n := min(len(q.ride), q.w.cfg.MaxFinishBatch)
+	done := q.ride[:n:n]
+	if n == len(q.ride) {
+		q.ride = nil
+	} else {
+		q.ride = append([]*execution(nil), q.ride[n:]...)
+		q.rideSince = time.Now() // an approximation for the rest: they rode on no claim yet
+	}
+	return done
+}
+
+// unride hands the completions no claim took to the finishers (loop); lingered: they waited
+// FinishLinger already, so the finishers write them without lingering again.
+func (q *queue) unride(lingered bool) {
+	for _, e := range q.ride {
+		e.lingered = lingered
+	}
+	q.pending, q.ride = append(q.pending, q.ride...), nil
+}
+
 // handOver gives the finishers every pending finish the channel's buffer takes, so that a
 // finisher's next batch holds everything that accumulated during its previous write.
 func (q *queue) handOver() {
@@ -404,8 +445,14 @@ func (q *queue) claimed(r claimResult) {
 		}
 	}
 	if len(r.plan.done) > 0 {
+		// The completions the claim carried (claim.go, "Completions ride on claims").
 		if r.err != nil {
-			q.pending = append(q.pending, r.plan.done...) // rolled back with the claim: the finishers write them
+			// Rolled back with the claim, or committed with a lost reply: the finishers write
+			// them, reading back what they find already written.
+			for _, e := range r.plan.done {
+				e.rideFailed, e.lingered = true, true
+			}
+			q.pending = append(q.pending, r.plan.done...)
 		} else {
 			ss := make([]settled, 0, len(r.plan.done))
 			for _, e := range r.plan.done {
@@ -413,6 +460,9 @@ func (q *queue) claimed(r claimResult) {
 				if seen && !landed {
 					q.pending = append(q.pending, e) // busy: the finishers wait for its row
 					continue
+				}
+				if landed {
+					w.m.finishedOnClaims.Add(1)
 				}
 				ss = append(ss, settled{e: e, landed: landed})
 			}
@@ -506,11 +556,18 @@ func (q *queue) handlerReturned(r handlerResult) {
 		q.running--
 	}
 	e.fin = f
-	if pm, ok := q.mode.(*permitMode); ok && e.limited && f.to == toSucceeded && !e.txCompleted.Load() && !q.stopping {
-		// Its finish frees room in this worker's share: the next permit claim completes it in
-		// its own transaction (permits.go), so the room is used at once, in one round trip.
-		pm.done = append(pm.done, e)
-		q.wakeOne()
+	if f.to == toSucceeded && !e.txCompleted.Load() && !q.stopping && !q.w.noRide {
+		// The queue's next claim completes it in its own transaction (claim.go, "Completions
+		// ride on claims"); the loop hands it to the finishers if no claim takes it in time.
+		if len(q.ride) == 0 {
+			q.rideSince = time.Now()
+		}
+		q.ride = append(q.ride, e)
+		if e.limited {
+			// Its finish frees room under a limit: a sleeping claimer claims now and uses it
+			// in the same transaction (permits.go).
+			q.wakeOne()
+		}
 		return
 	}
 	q.pending = append(q.pending, e)

@@ -84,6 +84,7 @@ type Worker struct {
 
 	started        time.Time // when Start ran, for the registry
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
+	noRide         bool      // tests and benchmarks: completions never ride on claims (claim.go)
 	noClaimBatch   bool      // tests: every claim runs its own statement (claimbatch.go)
 	// Repeated engine failures are logged at most once per errorLogEvery per source.
 	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog logThrottle
@@ -658,7 +659,7 @@ func (w *Worker) Stats() Stats {
 		Reclaimed: m.reclaimed.Load(), ReclaimedDead: m.reclaimedDead.Load(), Pruned: m.pruned.Load(),
 		ListenerReconnects: m.listenerReconnects.Load(), Running: int(m.owned.Load()),
 		Deferred: m.deferred.Load(), FinishSplits: m.finishSplits.Load(), StillRunning: m.stillRunning.Load(),
-		FinishBusy: m.finishBusy.Load(), StalePlanRetries: m.stalePlanRetries.Load(),
+		FinishBusy: m.finishBusy.Load(), FinishedOnClaims: m.finishedOnClaims.Load(), StalePlanRetries: m.stalePlanRetries.Load(),
 		ClaimP50: m.claimLatency.Quantile(0.5), ClaimP99: m.claimLatency.Quantile(0.99),
 		FinishP50: m.finishLatency.Quantile(0.5), FinishP99: m.finishLatency.Quantile(0.99),
 		ErrorCodes: map[ErrorCode]int64{},
