@@ -10,15 +10,21 @@ import (
 // path"). A queue has exactly one mode, chosen at New from its configuration (newClaimMode):
 //
 //	mode          configuration                              transactions (db/queries.sql)
-//	ordered       no limits, no fair share                   ClaimOrdered (or ClaimOrderedMany through
-//	                                                         the batcher); ClaimSegments with quotas or
-//	                                                         a deadline (ranked)
-//	fair          Fairness.FairShare                         ClaimFair
+//	ordered       no limits, no fair share                   [CompleteMany]+ClaimOrdered (or
+//	                                                         [CompleteMany]+ClaimOrderedMany through the
+//	                                                         batcher); [CompleteMany]+ClaimSegments with
+//	                                                         quotas or a deadline (ranked)
+//	fair          Fairness.FairShare                         [CompleteMany]+ClaimFair
 //	counted       limits permits do not hold (a PerKey or    ClaimLimitsLock (every stripe: exclusive;
-//	              Rate limit, or a ranked fairness)          one: striped) + ClaimLimited (limits.go)
+//	              Rate limit, or a ranked fairness)          one: striped) + [CompleteMany] +
+//	                                                         ClaimLimited (limits.go)
 //	permit        every limit a concurrency limit without    PermitLock+[CompleteMany]+ClaimPermitted;
 //	              PerKey/Rate, fairness not ranked           PermitAllocate when the share must change
 //	              (usesPermits)                              (permits.go)
+//
+// [CompleteMany]: the queue's successes waiting for a claim (claimPlan.done), completed first in
+// the claim's pipeline and transaction, when there are any (claim.go, "Completions ride on
+// claims"); the mode reports which landed (claimFeedback.doneLanded).
 //
 // Every transaction feeds the ids it chose to the one ownership statement (tenure.own) and
 // returns the one claim row shape (claimRow), converted once (fromClaimRow).

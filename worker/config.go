@@ -78,6 +78,10 @@ type Config struct {
 	// job; a job's final state lands at most FinishLinger later (its handler slot is free at
 	// once, and its lease is heartbeated meanwhile). Under load batches fill while the previous
 	// write is in flight and nothing waits. Default 20ms; negative disables it (every finish is written at once).
+	// A success first waits for its queue's next claim, which completes it in the claim's own
+	// transaction (one commit for both); it is handed to the finishers at once when no claim
+	// of the queue is in flight, and at the latest FinishLinger after its handler returned
+	// (then written without lingering again). Stats.FinishedOnClaims counts those that rode.
 	FinishLinger time.Duration
 
 	// HeartbeatDivisor sets how often running jobs are heartbeated, as a fraction of their lease:

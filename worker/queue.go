@@ -24,6 +24,8 @@ import (
 //	listener          --wake/cancel/resync--> loop
 //	queue state svc   --pauseCh-------> loop   (paused or not; pause.go)
 //	loop              --*execution-->    finishers (finishCh; never blocks the loop)
+//	loop              --claimPlan.done--> claim goroutine (successes riding on the claim, back
+//	                                      in its claimResult; claim.go)
 //
 // Stop sends the loop a stopPlan; the loop stops claiming, lets handlers finish, cancels them
 // at hardAt, releases what they still hold at releaseAt, and returns once it owns nothing (or
