@@ -277,6 +277,9 @@ func TestFinishLingerBatchesLowLoad(t *testing.T) {
 		cfg.FinishLinger, cfg.Finishers = linger, finishers
 		w, err := worker.New(pool, cfg)
 		require.NoError(t, err)
+		// The finishers' batching is what is measured: no completion rides on a claim
+		// (claim.go, "Completions ride on claims"; TestCompletionsRideOnClaims covers those).
+		worker.NoRide(w)
 		release := make([]chan struct{}, 9)
 		for i := range release {
 			release[i] = make(chan struct{})
