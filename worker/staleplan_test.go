@@ -128,7 +128,9 @@ func TestMigrationUnderLoadRecoversAtOnce(t *testing.T) {
 		}
 		if n := st.ClaimErrors - before; n > 0 {
 			gapErrors += n
-			require.Regexp(t, `tenure\.own|workflow_id|task_name|sequence_key|deps_pending|has_dependents|progress`, st.LastError,
+			// Stats keeps one last error for every engine statement: in the gap it may be the
+			// registry's or a heartbeat's as well as a claim's, each failing for the same lack.
+			require.Regexp(t, `tenure\.own|workflow_id|task_name|sequence_key|deps_pending|has_dependents|progress|does not exist`, st.LastError,
 				"a claim failed while tenure.own or 0020's columns were missing, for another reason")
 		}
 	}
