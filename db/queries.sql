@@ -1265,6 +1265,18 @@ WHERE id = ANY(@ids::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled');
 SELECT i.id::bigint AS id FROM unnest(@ids::bigint[]) AS i(id)
 WHERE NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.id = i.id);
 
+-- name: WaitAnnounce :one
+-- jobs.Client.Wait announces the jobs it waits for that are not final yet on the await
+-- channel (their ids, comma-separated, 350 per payload, as the done channel's), so that the
+-- worker that runs or will run one writes its finish at once instead of lingering
+-- (worker.Config.FinishLinger). Only latency depends on it: a lost announcement costs the
+-- linger, never a wakeup. Returns the number of notifications.
+SELECT count(pg_notify('tenure_await', c.ids))::bigint AS notified
+FROM (SELECT string_agg(x.id::text, ',') AS ids
+      FROM (SELECT j.id, row_number() OVER () AS rn FROM tenure.jobs j
+            WHERE j.id = ANY(@ids::bigint[]) AND j.state NOT IN ('succeeded', 'dead', 'cancelled')) x
+      GROUP BY (x.rn - 1) / 350) c;
+
 -- name: Reinject :one
 -- dead (or cancelled) -> ready with a fresh attempt budget. Generation keeps growing, so
 -- fencing still holds against any worker of an earlier life of this job. Callers check the

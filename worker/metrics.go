@@ -21,7 +21,7 @@ type metrics struct {
 	cancelSignals, stuck, lateFinishes, panics             atomic.Int64
 	reclaimed, reclaimedDead, pruned, listenerReconnects   atomic.Int64
 	deferred, finishSplits, stillRunning                   atomic.Int64
-	finishBusy, stalePlanRetries                           atomic.Int64
+	finishBusy, stalePlanRetries, awaitedFinishes          atomic.Int64
 	registryWrites                                         atomic.Int64
 	reclaimErrors, pruneErrors, registryErrors             atomic.Int64
 	permissionErrors                                       atomic.Int64
@@ -145,6 +145,9 @@ type Stats struct {
 	// FinishBusy: finishes a batched finish skipped because another session held the job's
 	// row locked; each was then written alone once the lock went.
 	FinishBusy int64
+	// AwaitedFinishes: finishes written without waiting for FinishLinger because a
+	// jobs.Client waits for the job (Client.Wait announced it on the await channel).
+	AwaitedFinishes int64
 	// StalePlanRetries: engine statements re-run at once after PostgreSQL refused a cached
 	// statement whose result type a schema change altered (SQLSTATE 0A000).
 	StalePlanRetries int64

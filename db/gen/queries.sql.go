@@ -4894,6 +4894,26 @@ func (q *Queries) UnservedJobs(ctx context.Context, maxRows int32) ([]UnservedJo
 	return items, nil
 }
 
+const waitAnnounce = `-- name: WaitAnnounce :one
+SELECT count(pg_notify('tenure_await', c.ids))::bigint AS notified
+FROM (SELECT string_agg(x.id::text, ',') AS ids
+      FROM (SELECT j.id, row_number() OVER () AS rn FROM tenure.jobs j
+            WHERE j.id = ANY($1::bigint[]) AND j.state NOT IN ('succeeded', 'dead', 'cancelled')) x
+      GROUP BY (x.rn - 1) / 350) c
+`
+
+// jobs.Client.Wait announces the jobs it waits for that are not final yet on the await
+// channel (their ids, comma-separated, 350 per payload, as the done channel's), so that the
+// worker that runs or will run one writes its finish at once instead of lingering
+// (worker.Config.FinishLinger). Only latency depends on it: a lost announcement costs the
+// linger, never a wakeup. Returns the number of notifications.
+func (q *Queries) WaitAnnounce(ctx context.Context, ids []int64) (int64, error) {
+	row := q.db.QueryRow(ctx, waitAnnounce, ids)
+	var notified int64
+	err := row.Scan(&notified)
+	return notified, err
+}
+
 const waitFinal = `-- name: WaitFinal :many
 SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress FROM tenure.jobs
 WHERE id = ANY($1::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled')
