@@ -438,9 +438,20 @@ func (r *waitReg) check(ctx context.Context) {
 		rows, err := r.c.q.WaitFinal(qctx, chunk)
 		r.checks.Add(1)
 		var gone []int64
-		if err == nil {
-			// Every newly registered id is read here once: a missing one is answered now.
-			gone, err = r.c.q.WaitMissing(qctx, chunk)
+		if err == nil && len(rows) < len(chunk) {
+			// Every newly registered id is read here once: a missing one is answered now. (The
+			// ids found final exist: a check of notified ids alone needs no second statement.)
+			final := make(map[int64]bool, len(rows))
+			for _, j := range rows {
+				final[j.ID] = true
+			}
+			rest := make([]int64, 0, len(chunk)-len(rows))
+			for _, id := range chunk {
+				if !final[id] {
+					rest = append(rest, id)
+				}
+			}
+			gone, err = r.c.q.WaitMissing(qctx, rest)
 		}
 		cancel()
 		if err != nil {
