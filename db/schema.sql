@@ -1159,7 +1159,7 @@ AS $$
         'flow_permit:SELECT, INSERT, UPDATE, DELETE', 'outbox:SELECT, INSERT, UPDATE, DELETE',
         'stream_effects:SELECT, INSERT, UPDATE, DELETE', 'schema_migrations:SELECT',
         'kinds:SELECT, INSERT, UPDATE, DELETE', 'job_deps:SELECT, UPDATE, DELETE',
-        'sequences:SELECT, DELETE'])
+        'sequences:SELECT, UPDATE, DELETE'])
 $$;
 
 CREATE OR REPLACE FUNCTION tenure.grant_operator(role name) RETURNS SETOF text

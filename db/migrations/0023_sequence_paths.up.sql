@@ -9,8 +9,8 @@
 --
 -- The retention pruning deletes the tenure.sequences rows whose last job is gone
 -- (PruneSequencesBatch): tenure.sequence_prev creates a row deleted under it again instead of
--- going on without the key's lock, and grant_worker gains SELECT, DELETE on sequences (the
--- worker's pruning; run it again for existing roles).
+-- going on without the key's lock, and grant_worker gains SELECT, UPDATE (the pruning's row
+-- locks) and DELETE on sequences (run it again for existing worker roles).
 CREATE OR REPLACE FUNCTION tenure.sequence_prev(seq_key text, on_failure text) RETURNS bigint
     LANGUAGE plpgsql VOLATILE
 AS $$
@@ -227,5 +227,5 @@ AS $$
         'flow_permit:SELECT, INSERT, UPDATE, DELETE', 'outbox:SELECT, INSERT, UPDATE, DELETE',
         'stream_effects:SELECT, INSERT, UPDATE, DELETE', 'schema_migrations:SELECT',
         'kinds:SELECT, INSERT, UPDATE, DELETE', 'job_deps:SELECT, UPDATE, DELETE',
-        'sequences:SELECT, DELETE'])
+        'sequences:SELECT, UPDATE, DELETE'])
 $$;
