@@ -107,6 +107,8 @@ func (a *awaitSet) add(id int64, now time.Time) {
 	a.cur[id] = struct{}{}
 }
 
+func (a *awaitSet) empty() bool { return len(a.cur) == 0 && len(a.prev) == 0 }
+
 // take reports whether id is awaited; a final finish forgets it (a retry's next attempt is
 // still awaited).
 func (a *awaitSet) take(id int64, final bool) bool {
@@ -126,7 +128,8 @@ func (t transition) final() bool { return t == toSucceeded || t == toDead || t =
 // finishes the queue loops hand over (finishCh) and gives a batch to a free finisher (writeCh)
 // once it is worth writing: 16 finishes, FinishLinger after its first one, a limited job's
 // finish (it frees room: limits.go), the finish of a job a jobs.Client waits for (announced on
-// the await channel, awaitCh: a waiter does not pay the linger), or Stop has begun. While every finisher is writing it keeps
+// the await channel, awaitCh: a waiter does not pay the linger), or Stop has begun. While
+// every finisher is writing it keeps
 // collecting, up to MaxFinishBatch, so the next write takes everything that accumulated during
 // the previous ones. One collector means one lingering batch: with a lingering finisher each,
 // the finishers split a low rate between them and each wrote half as many jobs per statement.
@@ -159,7 +162,7 @@ func (w *Worker) batcher(ctx context.Context) {
 			}
 			batch = append(batch, e)
 			urgent = urgent || e.limited
-			if awaited.take(e.c.ID, e.fin.to.final()) {
+			if !awaited.empty() && awaited.take(e.c.ID, e.fin.to.final()) {
 				urgent = true
 				w.m.awaitedFinishes.Add(1)
 			}
