@@ -1265,6 +1265,18 @@ WHERE id = ANY(@ids::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled');
 SELECT i.id::bigint AS id FROM unnest(@ids::bigint[]) AS i(id)
 WHERE NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.id = i.id);
 
+-- name: WaitAnnounce :one
+-- jobs.Client.Wait announces the jobs it waits for that are not final yet on the await
+-- channel (their ids, comma-separated, 350 per payload, as the done channel's), so that the
+-- worker that runs or will run one writes its finish at once instead of lingering
+-- (worker.Config.FinishLinger). Only latency depends on it: a lost announcement costs the
+-- linger, never a wakeup. Returns the number of notifications.
+SELECT count(pg_notify('tenure_await', c.ids))::bigint AS notified
+FROM (SELECT string_agg(x.id::text, ',') AS ids
+      FROM (SELECT j.id, row_number() OVER () AS rn FROM tenure.jobs j
+            WHERE j.id = ANY(@ids::bigint[]) AND j.state NOT IN ('succeeded', 'dead', 'cancelled')) x
+      GROUP BY (x.rn - 1) / 350) c;
+
 -- name: Reinject :one
 -- dead (or cancelled) -> ready with a fresh attempt budget. Generation keeps growing, so
 -- fencing still holds against any worker of an earlier life of this job. Callers check the
@@ -1379,6 +1391,34 @@ WITH picked AS (
 SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
        (SELECT count(*) FROM effects)::bigint AS effects,
        coalesce((SELECT max(finished_at) FROM gone), @after::timestamptz)::timestamptz AS last_finished_at;
+
+-- name: PruneSequencesBatch :one
+-- One batch of the retention pruning of tenure.sequences: of the keys after @after (key
+-- order, at most @max_keys, last written before @before), deletes those whose last job is gone
+-- (pruned or deleted), so that the table holds only sequences with a job left. Such a key's
+-- next insert finds no previous job either way (tenure.sequence_prev: a missing job is none)
+-- and creates the row again. Rows another transaction holds (an insert into the key) are
+-- skipped; a row whose last job changed after this statement's snapshot is kept (the lock's
+-- recheck compares last_job_id with the value the snapshot saw, not the jobs the snapshot
+-- cannot see). Returns the keys read, the rows deleted and the last key read (@after when none).
+WITH scanned AS (
+    SELECT s.key, s.last_job_id FROM tenure.sequences s
+    WHERE s.key > @after::text AND s.updated_at < @before::timestamptz
+    ORDER BY s.key
+    LIMIT @max_keys
+), idle AS (
+    SELECT c.key, c.last_job_id FROM scanned c
+    WHERE NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.id = c.last_job_id)
+), locked AS (
+    SELECT s.key FROM tenure.sequences s JOIN idle i ON s.key = i.key AND s.last_job_id = i.last_job_id
+    FOR UPDATE OF s SKIP LOCKED
+), gone AS (
+    DELETE FROM tenure.sequences s WHERE s.key IN (SELECT l.key FROM locked l)
+    RETURNING s.key
+)
+SELECT (SELECT count(*) FROM scanned)::bigint AS keys,
+       (SELECT count(*) FROM gone)::bigint AS deleted,
+       coalesce((SELECT max(c.key) FROM scanned c), @after::text)::text AS last_key;
 
 -- name: TryLockSession :one
 -- Takes a session-level advisory lock without waiting (held until UnlockSession or the end of
@@ -1752,6 +1792,19 @@ SELECT tenure.sequence_prev(@key::text, @on_failure::text)::bigint AS prev;
 -- name: SequenceSetLast :exec
 -- Records the sequence's newest job (after SequencePrev, in the same transaction).
 UPDATE tenure.sequences SET last_job_id = @job_id::bigint, updated_at = now() WHERE key = @key::text;
+
+-- name: SequencePrevMany :many
+-- SequencePrev for several keys (InsertMany), called in the order given (callers sort the
+-- keys, so two transactions taking the same keys take them in the same order and cannot
+-- deadlock); on_failure[i] is the policy of the first new job of keys[i].
+SELECT k.key::text AS key, tenure.sequence_prev(k.key, k.on_failure)::bigint AS prev
+FROM (SELECT unnest(@keys::text[]) AS key, unnest(@on_failure::text[]) AS on_failure) AS k;
+
+-- name: SequenceSetLastMany :exec
+-- SequenceSetLast for several keys (after SequencePrevMany, in the same transaction).
+UPDATE tenure.sequences s SET last_job_id = v.job_id, updated_at = now()
+FROM (SELECT unnest(@keys::text[]) AS key, unnest(@job_ids::bigint[]) AS job_id) AS v
+WHERE s.key = v.key;
 
 -- name: WorkflowJobs :many
 -- The tasks of a workflow, in insertion order.

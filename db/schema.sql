@@ -417,7 +417,9 @@ CREATE TABLE tenure.workers (
 -- running). Returns the job's id and whether it was a duplicate (the existing job's id).
 -- queue, priority, max_attempts and lease_ms default to NULL, meaning "the kind's published
 -- defaults" (tenure.kinds, migration 0018), then 'default', 2, 25, 30000. Limits and the
--- job-time window are migration 0016's.
+-- job-time window are migration 0016's. sequence (migration 0023) puts the job in a sequence
+-- as InsertOpts.Sequence does (sequence_on_failure 'block', the default, or 'skip'); not with
+-- the unique_* arguments.
 CREATE FUNCTION tenure.enqueue(
     kind            text,
     payload         jsonb,
@@ -432,7 +434,9 @@ CREATE FUNCTION tenure.enqueue(
     unique_args     text[]              DEFAULT NULL,
     unique_by_queue boolean             DEFAULT false,
     unique_period   interval            DEFAULT NULL,
-    unique_states   tenure.job_state[]  DEFAULT NULL
+    unique_states   tenure.job_state[]  DEFAULT NULL,
+    sequence        text                DEFAULT NULL,
+    sequence_on_failure text            DEFAULT 'block'
 ) RETURNS TABLE (id bigint, duplicate boolean)
     LANGUAGE plpgsql VOLATILE
 AS $$
@@ -443,6 +447,8 @@ DECLARE
     v_id     bigint;
     v_tries  integer := 0;
     v_def    record;
+    v_prev   bigint := 0;
+    v_edge   text;
 BEGIN
     -- Arguments left NULL take the kind's published defaults (tenure.kinds, the latest
     -- published: publishing deletes the kind's rows of workers no longer live), then the
@@ -516,6 +522,40 @@ BEGIN
         v_key := tenure.unique_key(enqueue.kind, CASE WHEN enqueue.unique_by_queue THEN enqueue.queue END,
                                    enqueue.payload, enqueue.unique_args IS NOT NULL, enqueue.unique_args,
                                    (extract(epoch FROM enqueue.unique_period) * 1000)::bigint);
+    END IF;
+    IF enqueue.sequence IS NOT NULL THEN
+        -- A job of a sequence (migration 0023): what jobs.Client.Insert does with
+        -- InsertOpts.Sequence (jobs/workflow.go, insertSequenced), in the caller's transaction.
+        IF octet_length(enqueue.sequence) NOT BETWEEN 1 AND 200 THEN
+            RAISE EXCEPTION 'tenure.enqueue: sequence must be 1..200 bytes' USING ERRCODE = '22023';
+        END IF;
+        IF v_key IS NOT NULL THEN
+            RAISE EXCEPTION 'tenure.enqueue: a job in a sequence cannot be unique' USING ERRCODE = '22023';
+        END IF;
+        IF enqueue.sequence_on_failure IS NULL OR enqueue.sequence_on_failure NOT IN ('block', 'skip') THEN
+            RAISE EXCEPTION 'tenure.enqueue: sequence_on_failure must be block or skip' USING ERRCODE = '22023';
+        END IF;
+        v_edge := CASE enqueue.sequence_on_failure WHEN 'skip' THEN 'run' ELSE 'block' END;
+        v_prev := tenure.sequence_prev(enqueue.sequence, v_edge);
+        INSERT INTO tenure.jobs AS j (queue, kind, payload, payload_version, priority, run_at, max_attempts,
+                                      lease_ms, metadata, tags, state, deps_pending, has_dependents, sequence_key)
+        VALUES (enqueue.queue, enqueue.kind, enqueue.payload, enqueue.payload_version, enqueue.priority,
+                coalesce(enqueue.run_at, now()), enqueue.max_attempts, enqueue.lease_ms,
+                coalesce(enqueue.metadata, '{}'), coalesce(enqueue.tags, '{}'),
+                CASE WHEN v_prev <> 0 THEN 'waiting' ELSE 'ready' END::tenure.job_state,
+                CASE WHEN v_prev <> 0 THEN 1 ELSE 0 END, true, enqueue.sequence)
+        RETURNING j.id INTO v_id;
+        IF v_prev <> 0 THEN
+            INSERT INTO tenure.job_deps (dep_id, job_id, on_failure) VALUES (v_prev, v_id, v_edge);
+        ELSIF enqueue.run_at IS NULL OR enqueue.run_at <= now() THEN
+            PERFORM pg_notify('tenure_jobs', enqueue.queue || chr(31) || enqueue.priority || chr(31)
+                              || (extract(epoch FROM coalesce(enqueue.run_at, now())) * 1000000)::bigint);
+        END IF;
+        UPDATE tenure.sequences s SET last_job_id = v_id, updated_at = now() WHERE s.key = enqueue.sequence;
+        RETURN QUERY SELECT v_id, false;
+        RETURN;
+    ELSIF enqueue.sequence_on_failure IS DISTINCT FROM 'block' THEN
+        RAISE EXCEPTION 'tenure.enqueue: sequence_on_failure needs a sequence' USING ERRCODE = '22023';
     END IF;
     LOOP
         INSERT INTO tenure.jobs AS j (queue, kind, payload, payload_version, priority, run_at, max_attempts,
@@ -1064,8 +1104,14 @@ DECLARE
     prev bigint;
     st   text;
 BEGIN
-    INSERT INTO tenure.sequences AS s (key) VALUES (seq_key) ON CONFLICT (key) DO NOTHING;
-    SELECT s.last_job_id INTO prev FROM tenure.sequences s WHERE s.key = seq_key FOR UPDATE;
+    -- Create or lock the key's row. The retention pruning deletes the rows of keys whose last
+    -- job is gone (PruneSequencesBatch, migration 0023): a row deleted between the INSERT
+    -- (which found it) and the lock is created again, so the key is always locked here.
+    LOOP
+        INSERT INTO tenure.sequences AS s (key) VALUES (seq_key) ON CONFLICT (key) DO NOTHING;
+        SELECT s.last_job_id INTO prev FROM tenure.sequences s WHERE s.key = seq_key FOR UPDATE;
+        EXIT WHEN FOUND;
+    END LOOP;
     IF coalesce(prev, 0) = 0 THEN
         RETURN 0;
     END IF;
@@ -1112,7 +1158,8 @@ AS $$
         'flow:SELECT, INSERT, UPDATE, DELETE', 'flow_grant:SELECT, INSERT, UPDATE',
         'flow_permit:SELECT, INSERT, UPDATE, DELETE', 'outbox:SELECT, INSERT, UPDATE, DELETE',
         'stream_effects:SELECT, INSERT, UPDATE, DELETE', 'schema_migrations:SELECT',
-        'kinds:SELECT, INSERT, UPDATE, DELETE', 'job_deps:SELECT, UPDATE, DELETE'])
+        'kinds:SELECT, INSERT, UPDATE, DELETE', 'job_deps:SELECT, UPDATE, DELETE',
+        'sequences:SELECT, UPDATE, DELETE'])
 $$;
 
 CREATE OR REPLACE FUNCTION tenure.grant_operator(role name) RETURNS SETOF text

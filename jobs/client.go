@@ -625,11 +625,11 @@ func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]*
 	if err != nil || len(all) == 0 {
 		return nil, err
 	}
-	var unique bool
+	var several bool // statements that must commit together: unique or sequenced jobs
 	for _, p := range all {
-		unique = unique || p.unique != nil
+		several = several || p.unique != nil || p.sequence != ""
 	}
-	if len(all) <= insertChunk && !unique {
+	if len(all) <= insertChunk && !several {
 		return c.insertMany(ctx, c.q, all)
 	}
 	var res []*InsertResult
@@ -659,9 +659,6 @@ func (c *Client) prepareMany(ctx context.Context, params []InsertManyParams) ([]
 	all := make([]prepared, len(params))
 	for i, p := range params {
 		pp, err := c.prepare(ctx, p.Args, p.Opts)
-		if err == nil && pp.sequence != "" {
-			err = &OptionError{Field: "Sequence", Msg: "not supported by InsertMany and InsertManyFast: use Insert or InsertTx"}
-		}
 		if err != nil {
 			return nil, fmt.Errorf("job %d of %d: %w", i, len(params), err)
 		}
@@ -670,16 +667,25 @@ func (c *Client) prepareMany(ctx context.Context, params []InsertManyParams) ([]
 	return all, nil
 }
 
-// insertMany writes the plain jobs with InsertJobs and the unique ones with InsertUniqueJobs.
-// With unique jobs q runs inside a transaction, so the call stays all or nothing.
+// insertMany writes the plain jobs with InsertJobs, the unique ones with InsertUniqueJobs and
+// the sequenced ones with insertSequencedMany. With unique or sequenced jobs q runs inside a
+// transaction, so the call stays all or nothing.
 func (c *Client) insertMany(ctx context.Context, q *gen.Queries, all []prepared) ([]*InsertResult, error) {
 	res := make([]*InsertResult, len(all))
-	var plain, unique []int // indexes into all
+	var plain, unique, sequenced []int // indexes into all
 	for i, p := range all {
-		if p.unique != nil {
+		switch {
+		case p.sequence != "":
+			sequenced = append(sequenced, i)
+		case p.unique != nil:
 			unique = append(unique, i)
-		} else {
+		default:
 			plain = append(plain, i)
+		}
+	}
+	if len(sequenced) > 0 {
+		if err := c.insertSequencedMany(ctx, q, all, sequenced, res); err != nil {
+			return nil, err
 		}
 	}
 	for start := 0; start < len(plain); start += insertChunk {

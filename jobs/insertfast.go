@@ -77,7 +77,10 @@ func (c *Client) insertManyFast(ctx context.Context, tx pgx.Tx, params []InsertM
 	for i := range all {
 		p := &all[i]
 		if p.sequence != "" {
-			return 0, &OptionError{Field: "Sequence", Msg: "not supported by InsertMany and InsertManyFast: use Insert or InsertTx"}
+			// COPY writes rows only: it cannot take a sequence's key, wait for its previous
+			// job or record the new one. Refused rather than inserted outside the sequence.
+			return 0, fmt.Errorf("job %d of %d: %w", i, len(all), &OptionError{Field: "Sequence",
+				Msg: "InsertManyFast cannot insert jobs of a sequence (COPY cannot take the sequence's key): use InsertMany, Insert or InsertTx"})
 		}
 		if p.unique != nil || p.uniqueOpts != nil {
 			return 0, &OptionError{Field: "Unique", Msg: "InsertManyFast cannot insert unique jobs (COPY has no ON CONFLICT): use InsertMany"}

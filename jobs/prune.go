@@ -48,7 +48,11 @@ type PruneResult struct {
 	Finished, Dead int64
 	// Effects counts the effect-ledger rows of those jobs deleted with them.
 	Effects int64
-	// Batches is the number of batch statements run.
+	// Sequences counts the rows of tenure.sequences deleted: sequences (InsertOpts.Sequence)
+	// with no job left.
+	Sequences int64
+	// Batches is the number of job batch statements run (the sequences' batches are not
+	// counted).
 	Batches int
 	// Drained is true when every class ended on a batch that came back short: nothing more
 	// was due (rows locked by other transactions are skipped and left for the next call).
@@ -62,7 +66,11 @@ type PruneResult struct {
 // those jobs, in batches of BatchSize per class (succeeded+cancelled, dead), each batch one
 // autocommitted statement, alternating between the classes until both come back short, the
 // Budget is spent or ctx ends. No audit row is written (routine housekeeping, not an operator
-// action).
+// action). Once the jobs are drained it deletes, in batches of BatchSize keys, the
+// tenure.sequences rows of sequences whose last job is gone (pruned or deleted), so that the
+// table holds only sequences with a job left; a later insert into such a key starts it again,
+// as it would have (a missing previous job is none). It needs SELECT and DELETE on
+// tenure.sequences (tenure.grant_worker, migration 0023).
 //
 // One pruner runs at a time across processes: the call takes the session-level advisory lock
 // locks.Prune with pg_try_advisory_lock on one connection it holds for the whole loop and
@@ -143,6 +151,28 @@ func (c *Client) PruneExpired(ctx context.Context, p PruneParams) (res PruneResu
 		}
 		active = next
 		if len(active) > 0 && (time.Since(start) >= p.Budget || ctx.Err() != nil) {
+			return res, nil
+		}
+	}
+	// A sequence's row is written when a job is inserted into it, so the row of a key whose
+	// last job was pruned here was written before that job's class cutoff: the latest cutoff
+	// bounds the rows worth reading.
+	before := p.FinishedBefore
+	if p.DeadBefore.After(before) {
+		before = p.DeadBefore
+	}
+	after := ""
+	for {
+		b, berr := q.PruneSequencesBatch(ctx, gen.PruneSequencesBatchParams{After: after, Before: before, MaxKeys: int32(p.BatchSize)})
+		if berr != nil {
+			return res, fmt.Errorf("tenure: prune sequences: %w", berr)
+		}
+		res.Sequences += b.Deleted
+		after = b.LastKey
+		if b.Keys < int64(p.BatchSize) {
+			break
+		}
+		if time.Since(start) >= p.Budget || ctx.Err() != nil {
 			return res, nil
 		}
 	}

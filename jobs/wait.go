@@ -27,6 +27,14 @@ import (
 // that finishes after it by the notification: no wakeup is lost. A lost LISTEN connection is
 // replaced with backoff; meanwhile, and always, the poll re-reads every waited id each
 // WaitPoll, and after a reconnect every waited id is re-read at once.
+//
+// The waiters also announce their jobs to the workers: the first check of a newly waited id,
+// and every awaitReannounce while it is still waited, runs WaitAnnounce, which notifies the
+// schema's await channel ("tenure_await") with the ids that are not final yet. A worker that
+// runs (or later claims) such a job writes its finish at once instead of holding it for
+// worker.Config.FinishLinger (worker/finish.go, batcher), so a waiter does not pay the linger.
+// The announcement is a hint about latency only: the wakeup itself is the done channel's, so a
+// lost or late announcement costs at most the linger.
 
 // DefaultWaitPoll is the default fallback poll interval of Wait (Config.WaitPoll).
 const DefaultWaitPoll = time.Second
@@ -36,6 +44,11 @@ const waitIdle = 2 * time.Second
 
 // waitChunk bounds the ids of one WaitFinal statement.
 const waitChunk = 5000
+
+// awaitReannounce is how often the ids still waited for are announced again on the await
+// channel. Workers keep an announced id for at least 30 s (worker/finish.go, awaitKeep), so
+// a job that waits longer than that to be claimed is still known as awaited when it finishes.
+const awaitReannounce = 20 * time.Second
 
 // ErrNotSucceeded means an awaited job reached a final state other than succeeded (dead or
 // cancelled): WaitOutput and InsertAndWait return it as a *NotSucceededError with the row.
@@ -80,16 +93,19 @@ type waitReg struct {
 	mu      sync.Mutex
 	waiters map[int64][]*waiter
 	pending map[int64]bool // ids to re-read at the next check
+	fresh   map[int64]bool // ids to announce (WaitAnnounce) at the next check
 	running bool           // the registry goroutine runs
 	kick    chan struct{}  // cap 1: a check is due
 
 	listens  atomic.Int64 // LISTEN connections opened (tests)
 	checks   atomic.Int64 // WaitFinal statements run (tests)
+	announce atomic.Int64 // WaitAnnounce statements run (tests)
 	connHook func(*pgx.Conn)
 }
 
 func newWaitReg(c *Client, poll time.Duration) *waitReg {
-	return &waitReg{c: c, poll: poll, waiters: map[int64][]*waiter{}, pending: map[int64]bool{}, kick: make(chan struct{}, 1)}
+	return &waitReg{c: c, poll: poll, waiters: map[int64][]*waiter{}, pending: map[int64]bool{}, fresh: map[int64]bool{},
+		kick: make(chan struct{}, 1)}
 }
 
 // Wait blocks until the job id is in a final state (succeeded, dead or cancelled) and returns
@@ -164,6 +180,9 @@ func InsertAndWait[R any](ctx context.Context, c *Client, args generics.Args, op
 
 func (r *waitReg) add(id int64, w *waiter) {
 	r.mu.Lock()
+	if len(r.waiters[id]) == 0 {
+		r.fresh[id] = true
+	}
 	r.waiters[id] = append(r.waiters[id], w)
 	r.pending[id] = true
 	if !r.running {
@@ -187,6 +206,7 @@ func (r *waitReg) remove(id int64, w *waiter) {
 	if len(ws) == 0 {
 		delete(r.waiters, id)
 		delete(r.pending, id)
+		delete(r.fresh, id)
 	} else {
 		r.waiters[id] = ws
 	}
@@ -212,8 +232,10 @@ func (r *waitReg) run() {
 		nextDial   time.Time
 		idleSince  time.Time
 		pollTicker = time.NewTicker(r.poll)
+		announce   = time.NewTicker(awaitReannounce)
 	)
 	defer pollTicker.Stop()
+	defer announce.Stop()
 	closeConn := func() {
 		if conn != nil {
 			conn.close()
@@ -258,6 +280,11 @@ func (r *waitReg) run() {
 		case <-pollTicker.C:
 			r.markAll()
 			r.check(ctx)
+		case <-announce.C:
+			r.markFresh()
+			if listening {
+				r.check(ctx)
+			}
 		case <-connLost:
 			closeConn()
 			nextDial = time.Now().Add(backoff)
@@ -358,6 +385,15 @@ func (r *waitReg) read(ctx context.Context, conn *pgx.Conn, lost chan<- error) {
 	}
 }
 
+// markFresh makes every waited id announced again at the next check.
+func (r *waitReg) markFresh() {
+	r.mu.Lock()
+	for id := range r.waiters {
+		r.fresh[id] = true
+	}
+	r.mu.Unlock()
+}
+
 func (r *waitReg) markAll() {
 	r.mu.Lock()
 	for id := range r.waiters {
@@ -377,7 +413,24 @@ func (r *waitReg) check(ctx context.Context) {
 		}
 	}
 	clear(r.pending)
+	fresh := make([]int64, 0, len(r.fresh))
+	for id := range r.fresh {
+		if _, ok := r.waiters[id]; ok {
+			fresh = append(fresh, id)
+		}
+	}
+	clear(r.fresh)
 	r.mu.Unlock()
+	// Announce first, so that a job finishing meanwhile is written without its linger. A
+	// failed announcement is not retried: it costs latency only.
+	for len(fresh) > 0 {
+		chunk := fresh[:min(len(fresh), waitChunk)]
+		fresh = fresh[len(chunk):]
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, _ = r.c.q.WaitAnnounce(qctx, chunk)
+		cancel()
+		r.announce.Add(1)
+	}
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), waitChunk)]
 		ids = ids[len(chunk):]
@@ -385,9 +438,20 @@ func (r *waitReg) check(ctx context.Context) {
 		rows, err := r.c.q.WaitFinal(qctx, chunk)
 		r.checks.Add(1)
 		var gone []int64
-		if err == nil {
-			// Every newly registered id is read here once: a missing one is answered now.
-			gone, err = r.c.q.WaitMissing(qctx, chunk)
+		if err == nil && len(rows) < len(chunk) {
+			// Every newly registered id is read here once: a missing one is answered now. (The
+			// ids found final exist: a check of notified ids alone needs no second statement.)
+			final := make(map[int64]bool, len(rows))
+			for _, j := range rows {
+				final[j.ID] = true
+			}
+			rest := make([]int64, 0, len(chunk)-len(rows))
+			for _, id := range chunk {
+				if !final[id] {
+					rest = append(rest, id)
+				}
+			}
+			gone, err = r.c.q.WaitMissing(qctx, rest)
 		}
 		cancel()
 		if err != nil {

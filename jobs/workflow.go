@@ -565,3 +565,98 @@ func (c *Client) insertSequenced(ctx context.Context, q *gen.Queries, p prepared
 	}
 	return &InsertResult{Job: r}, nil
 }
+
+// insertSequencedMany inserts the sequenced jobs of an InsertMany call (idx, in input order)
+// inside the transaction q runs in, as insertSequenced does for one, in a few statements for
+// all of them: SequencePrevMany takes each key of the call and finds the job before it (keys in
+// sorted order, so two calls taking the same keys take them in the same order and cannot
+// deadlock; the policy of a key's first job of the call decides for a dead or cancelled
+// previous job, as insertSequenced's); InsertFlowJobs inserts the jobs in input order, each
+// waiting for the job of its key before it (the key's previous job for the first of the
+// call); InsertDeps writes those edges, and SequenceSetLastMany records each key's last job.
+// So the jobs of one key run one at a time in input order, after the jobs of the key inserted
+// before the call.
+func (c *Client) insertSequencedMany(ctx context.Context, q *gen.Queries, all []prepared, idx []int, res []*InsertResult) error {
+	firstPolicy := map[string]string{}
+	var keys []string
+	for _, k := range idx {
+		p := &all[k]
+		if _, ok := firstPolicy[p.sequence]; !ok {
+			firstPolicy[p.sequence] = p.seqOnFail
+			keys = append(keys, p.sequence)
+		}
+	}
+	slices.Sort(keys)
+	policies := make([]string, len(keys))
+	for i, k := range keys {
+		policies[i] = firstPolicy[k]
+	}
+	prevs, err := q.SequencePrevMany(ctx, gen.SequencePrevManyParams{Keys: keys, OnFailure: policies})
+	if err != nil {
+		return migrations.WrapNotMigrated(fmt.Errorf("tenure: insert many: sequences: %w", err))
+	}
+	if len(prevs) != len(keys) {
+		return fmt.Errorf("tenure: insert many: %d sequences taken, %d expected", len(prevs), len(keys))
+	}
+	last := make(map[string]int64, len(keys)) // the job the key's next job waits for (0: none)
+	for _, r := range prevs {
+		last[r.Key] = r.Prev
+	}
+	for start := 0; start < len(idx); start += insertChunk {
+		chunk := idx[start:min(start+insertChunk, len(idx))]
+		a, err := buildManyArgs(all, chunk)
+		if err != nil {
+			return err
+		}
+		n := len(chunk)
+		states, pending, hasDeps := make([]string, n), make([]int32, n), make([]bool, n)
+		wfIDs, names, seqKeys := make([]uuid.UUID, n), make([]string, n), make([]string, n)
+		waits := make(map[string]bool, len(keys)) // a job of the key comes before, in this chunk
+		for i, k := range chunk {
+			key := all[k].sequence
+			states[i], hasDeps[i], seqKeys[i] = string(generics.JobStateReady), true, key // its successor, if any
+			if last[key] != 0 || waits[key] {
+				states[i], pending[i] = string(generics.JobStateWaiting), 1
+			}
+			waits[key] = true
+		}
+		got, err := q.InsertFlowJobs(ctx, gen.InsertFlowJobsParams{Queues: a.queues, Kinds: a.kinds, Payloads: a.payloads,
+			PayloadVersions: a.versions, Priorities: a.priorities, RunAtUs: a.runAtUs, DelayUs: a.delayUs,
+			MaxAttempts: a.maxAttempts, LeaseMs: a.leases, Metadata: a.metadata, Tags: a.tags,
+			States: states, DepsPending: pending, HasDependents: hasDeps,
+			WorkflowIds: wfIDs, TaskNames: names, SequenceKeys: seqKeys})
+		if err != nil {
+			return migrations.WrapNotMigrated(fmt.Errorf("tenure: insert many: %w", err))
+		}
+		if len(got) != n {
+			return fmt.Errorf("tenure: insert many: %d rows inserted, %d expected", len(got), n)
+		}
+		var deps gen.InsertDepsParams
+		for i, k := range chunk {
+			p := &all[k]
+			if prev := last[p.sequence]; prev != 0 {
+				deps.DepIds, deps.JobIds = append(deps.DepIds, prev), append(deps.JobIds, got[i].ID)
+				deps.OnFailure = append(deps.OnFailure, p.seqOnFail)
+			}
+			last[p.sequence] = got[i].ID
+			r, err := rowFromGen(gen.TenureJob(got[i]))
+			if err != nil {
+				return err
+			}
+			res[k] = &InsertResult{Job: r}
+		}
+		if len(deps.DepIds) > 0 {
+			if err := q.InsertDeps(ctx, deps); err != nil {
+				return fmt.Errorf("tenure: insert many: sequence edges: %w", err)
+			}
+		}
+	}
+	ids := make([]int64, len(keys))
+	for i, k := range keys {
+		ids[i] = last[k]
+	}
+	if err := q.SequenceSetLastMany(ctx, gen.SequenceSetLastManyParams{Keys: keys, JobIds: ids}); err != nil {
+		return fmt.Errorf("tenure: insert many: sequences: %w", err)
+	}
+	return nil
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/generics"
@@ -178,7 +179,7 @@ func getState(t *testing.T, c *jobs.Client, id int64) generics.JobState {
 }
 
 // TestSequenceOptions: sequence keys are validated like concurrency keys, and a sequence job
-// is neither unique nor inserted in bulk.
+// is neither unique nor inserted by COPY (InsertManyFast).
 func TestSequenceOptions(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
@@ -195,8 +196,6 @@ func TestSequenceOptions(t *testing.T) {
 		_, err := c.Insert(ctx, blobArgs{}, o)
 		require.ErrorIs(t, err, jobs.ErrInvalidOptions, "%+v", o)
 	}
-	_, err = c.InsertMany(ctx, []jobs.InsertManyParams{{Args: blobArgs{}, Opts: &jobs.InsertOpts{Sequence: "k"}}})
-	require.ErrorIs(t, err, jobs.ErrInvalidOptions)
 	_, err = c.InsertManyFast(ctx, []jobs.InsertManyParams{{Args: blobArgs{}, Opts: &jobs.InsertOpts{Sequence: "k"}}})
 	require.ErrorIs(t, err, jobs.ErrInvalidOptions)
 	require.Zero(t, count(t, c))
@@ -271,4 +270,184 @@ func TestReleaseKeepsRunAtAndCountsOnce(t *testing.T) {
 	r := row("late")
 	require.Equal(t, generics.JobStateReady, r.State)
 	require.True(t, r.RunAt.Equal(later), "released, due at its own run_at %v, got %v", later, r.RunAt)
+}
+
+// TestSequencePathsHoldOnFailure: InsertMany and tenure.enqueue treat a sequence's dead
+// previous job as Insert does: the new job waits under SequenceBlock (and is released when
+// that job succeeds after a retry) and is ready at once under SequenceSkip; within one
+// InsertMany call the jobs of a key wait for each other in input order, each edge with its
+// own policy. tenure.enqueue refuses a bad sequence, a unique sequenced job and a policy
+// without a sequence (22023), writing nothing.
+func TestSequencePathsHoldOnFailure(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	c, err := jobs.NewClient(pool, nil)
+	require.NoError(t, err)
+	set := func(id int64, state string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `UPDATE tenure.jobs SET state = $2::tenure.job_state,
+			finished_at = CASE WHEN $2 IN ('succeeded', 'dead', 'cancelled') THEN now() END WHERE id = $1`, id, state)
+		require.NoError(t, err)
+	}
+	edges := func(id int64) (deps []int64, policies []string) {
+		t.Helper()
+		rows, err := pool.Query(ctx, "SELECT dep_id, on_failure FROM tenure.job_deps WHERE job_id = $1 ORDER BY dep_id", id)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var d int64
+			var p string
+			require.NoError(t, rows.Scan(&d, &p))
+			deps, policies = append(deps, d), append(policies, p)
+		}
+		require.NoError(t, rows.Err())
+		return deps, policies
+	}
+	insert := func(path, key string, pol jobs.SequenceOnFailure) int64 {
+		t.Helper()
+		switch path {
+		case "many":
+			res, err := c.InsertMany(ctx, []jobs.InsertManyParams{{Args: blobArgs{}, Opts: &jobs.InsertOpts{Sequence: key, SequenceOnFailure: pol}}})
+			require.NoError(t, err)
+			return res[0].Job.ID
+		default:
+			var id int64
+			require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM tenure.enqueue('blob', '{}', sequence => $1, sequence_on_failure => $2)`,
+				key, string(pol)).Scan(&id))
+			return id
+		}
+	}
+	for _, path := range []string{"many", "sql"} {
+		for _, pol := range []jobs.SequenceOnFailure{jobs.SequenceBlock, jobs.SequenceSkip} {
+			key := path + "-" + string(pol)
+			first := insert(path, key, pol)
+			require.Equal(t, generics.JobStateReady, getState(t, c, first), key)
+			second := insert(path, key, pol)
+			require.Equal(t, generics.JobStateWaiting, getState(t, c, second), key)
+			deps, _ := edges(second)
+			require.Equal(t, []int64{first}, deps, key)
+			set(first, "dead") // second: blocked, or released
+			set(second, "dead")
+			third := insert(path, key, pol)
+			if pol == jobs.SequenceBlock {
+				require.Equal(t, generics.JobStateWaiting, getState(t, c, third), "%s: a dead previous job blocks", key)
+				set(second, "ready")
+				set(second, "succeeded")
+				require.Equal(t, generics.JobStateReady, getState(t, c, third), "%s: released by the retried job's success", key)
+			} else {
+				require.Equal(t, generics.JobStateReady, getState(t, c, third), "%s: skips a dead previous job", key)
+			}
+		}
+	}
+
+	// One InsertMany call: two keys interleaved, each job waiting for the one before it with
+	// its own policy; the first waits for the key's previous job.
+	before, err := c.Insert(ctx, blobArgs{}, &jobs.InsertOpts{Sequence: "a"})
+	require.NoError(t, err)
+	res, err := c.InsertMany(ctx, []jobs.InsertManyParams{
+		{Args: blobArgs{}, Opts: &jobs.InsertOpts{Sequence: "b"}},
+		{Args: blobArgs{}, Opts: &jobs.InsertOpts{Sequence: "a", SequenceOnFailure: jobs.SequenceSkip}},
+		{Args: blobArgs{}, Opts: &jobs.InsertOpts{Sequence: "b", SequenceOnFailure: jobs.SequenceSkip}},
+		{Args: blobArgs{}, Opts: &jobs.InsertOpts{Sequence: "a"}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, generics.JobStateReady, res[0].Job.State)
+	for i, want := range []struct {
+		dep    int64
+		policy string
+	}{{0, ""}, {before.Job.ID, "run"}, {res[0].Job.ID, "run"}, {res[1].Job.ID, "block"}} {
+		deps, policies := edges(res[i].Job.ID)
+		if want.dep == 0 {
+			require.Empty(t, deps)
+			continue
+		}
+		require.Equal(t, []int64{want.dep}, deps, "job %d", i)
+		require.Equal(t, []string{want.policy}, policies, "job %d", i)
+		require.Equal(t, generics.JobStateWaiting, res[i].Job.State, "job %d", i)
+	}
+	last := map[string]int64{}
+	rows, err := pool.Query(ctx, "SELECT key, last_job_id FROM tenure.sequences WHERE key IN ('a', 'b')")
+	require.NoError(t, err)
+	for rows.Next() {
+		var k string
+		var id int64
+		require.NoError(t, rows.Scan(&k, &id))
+		last[k] = id
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]int64{"a": res[3].Job.ID, "b": res[2].Job.ID}, last)
+
+	n := count(t, c)
+	for _, q := range []string{
+		`SELECT tenure.enqueue('blob', '{}', sequence => '')`,
+		`SELECT tenure.enqueue('blob', '{}', sequence => repeat('k', 201))`,
+		`SELECT tenure.enqueue('blob', '{}', sequence => 'k', unique_args => '{}')`,
+		`SELECT tenure.enqueue('blob', '{}', sequence => 'k', sequence_on_failure => 'later')`,
+		`SELECT tenure.enqueue('blob', '{}', sequence_on_failure => 'skip')`,
+	} {
+		_, err := pool.Exec(ctx, q)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, q)
+		require.Equal(t, "22023", pgErr.Code, q)
+	}
+	require.Equal(t, n, count(t, c), "refused enqueues write nothing")
+}
+
+// TestPruneExpiredPrunesIdleSequences: PruneExpired deletes the tenure.sequences rows whose
+// last job it pruned (or that was deleted), keeps those of sequences with a job left, and a
+// later insert into a pruned key starts it again, ready at once.
+func TestPruneExpiredPrunesIdleSequences(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	c, err := jobs.NewClient(pool, nil)
+	require.NoError(t, err)
+	var done, live []int64
+	for i := range 30 {
+		key := fmt.Sprintf("k%02d", i)
+		for range 2 {
+			r, err := c.Insert(ctx, blobArgs{}, &jobs.InsertOpts{Sequence: key})
+			require.NoError(t, err)
+			if i < 25 {
+				done = append(done, r.Job.ID)
+			} else {
+				live = append(live, r.Job.ID)
+			}
+		}
+	}
+	// The first 25 keys' jobs succeeded an hour ago (in order, as the engine would have run
+	// them); the last 5 keys' jobs have not run.
+	for _, id := range done {
+		_, err := pool.Exec(ctx, `UPDATE tenure.jobs SET state = 'ready' WHERE id = $1 AND state = 'waiting'`, id)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `UPDATE tenure.jobs SET state = 'succeeded', finished_at = now() - interval '1 hour' WHERE id = $1`, id)
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, `UPDATE tenure.sequences SET updated_at = now() - interval '2 hours'`)
+	require.NoError(t, err)
+	require.EqualValues(t, 30, countWhere(t, pool, "SELECT count(*) FROM tenure.sequences"))
+
+	res, err := c.PruneExpired(ctx, jobs.PruneParams{FinishedBefore: time.Now().Add(-time.Minute), DeadBefore: time.Now().Add(-time.Minute), BatchSize: 7})
+	require.NoError(t, err)
+	require.True(t, res.Drained)
+	require.EqualValues(t, 50, res.Finished)
+	require.EqualValues(t, 25, res.Sequences, "the keys with nothing left")
+	require.EqualValues(t, 5, countWhere(t, pool, "SELECT count(*) FROM tenure.sequences"))
+	require.Zero(t, countWhere(t, pool, `SELECT count(*) FROM tenure.sequences s
+		WHERE NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.id = s.last_job_id)`))
+
+	// A pruned key starts again; a live one goes on waiting for its last job.
+	r, err := c.Insert(ctx, blobArgs{}, &jobs.InsertOpts{Sequence: "k00"})
+	require.NoError(t, err)
+	require.Equal(t, generics.JobStateReady, r.Job.State)
+	r, err = c.Insert(ctx, blobArgs{}, &jobs.InsertOpts{Sequence: "k29"})
+	require.NoError(t, err)
+	require.Equal(t, generics.JobStateWaiting, r.Job.State)
+
+	// A row written after the cutoff is not read (k00 again, live or not).
+	res, err = c.PruneExpired(ctx, jobs.PruneParams{FinishedBefore: time.Now().Add(-time.Minute)})
+	require.NoError(t, err)
+	require.Zero(t, res.Sequences)
+	require.EqualValues(t, 6, countWhere(t, pool, "SELECT count(*) FROM tenure.sequences"))
 }

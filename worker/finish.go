@@ -84,11 +84,53 @@ func landedEarlier(e *execution, r gen.FinishStatesRow) bool {
 // finishLingerTarget is the batch size at which the batcher stops lingering (FinishLinger).
 const finishLingerTarget = 16
 
+// Awaited jobs: the ids a jobs.Client announced on the await channel (jobs/wait.go; the
+// listener forwards them on awaitCh). The batcher keeps them for at least awaitKeep (at most
+// twice as long: two generations of a map, the older dropped when the newer is awaitKeep old or
+// holds awaitMax ids); a client re-announces the ids it still waits for every 20 s.
+const (
+	awaitKeep   = 30 * time.Second
+	awaitMax    = 100_000
+	awaitBuffer = 64 // announcements (of up to 350 ids each) the listener may hold for the batcher
+)
+
+// awaitSet is the batcher's memory of awaited ids (owned by the batcher goroutine alone).
+type awaitSet struct {
+	cur, prev map[int64]struct{}
+	since     time.Time // when cur began
+}
+
+func (a *awaitSet) add(id int64, now time.Time) {
+	if a.cur == nil || now.Sub(a.since) >= awaitKeep || len(a.cur) >= awaitMax {
+		a.prev, a.cur, a.since = a.cur, make(map[int64]struct{}), now
+	}
+	a.cur[id] = struct{}{}
+}
+
+func (a *awaitSet) empty() bool { return len(a.cur) == 0 && len(a.prev) == 0 }
+
+// take reports whether id is awaited; a final finish forgets it (a retry's next attempt is
+// still awaited).
+func (a *awaitSet) take(id int64, final bool) bool {
+	_, inCur := a.cur[id]
+	_, inPrev := a.prev[id]
+	if final {
+		delete(a.cur, id)
+		delete(a.prev, id)
+	}
+	return inCur || inPrev
+}
+
+// final reports whether the transition ends the job (what a waiter waits for).
+func (t transition) final() bool { return t == toSucceeded || t == toDead || t == toCancelled }
+
 // batcher is the one goroutine that owns the finish batch being collected. It takes the
 // finishes the queue loops hand over (finishCh) and gives a batch to a free finisher (writeCh)
 // once it is worth writing: 16 finishes, FinishLinger after its first one, a limited job's
 // finish (it frees room: limits.go), a finish that already waited FinishLinger for a claim to
-// carry it (claim.go, "Completions ride on claims"), or Stop has begun. While every finisher is writing it keeps
+// carry it (claim.go, "Completions ride on claims"), the finish of a job a jobs.Client waits
+// for (announced on the await channel, awaitCh: a waiter does not pay the linger), or Stop has
+// begun. While every finisher is writing it keeps
 // collecting, up to MaxFinishBatch, so the next write takes everything that accumulated during
 // the previous ones. One collector means one lingering batch: with a lingering finisher each,
 // the finishers split a low rate between them and each wrote half as many jobs per statement.
@@ -100,6 +142,7 @@ func (w *Worker) batcher(ctx context.Context) {
 	linger := w.clk.NewTimer(time.Hour)
 	linger.Stop()
 	var lingerC <-chan time.Time
+	var awaited awaitSet
 	for {
 		in := w.finishCh
 		if len(batch) >= max {
@@ -120,6 +163,25 @@ func (w *Worker) batcher(ctx context.Context) {
 			}
 			batch = append(batch, e)
 			urgent = urgent || e.limited || e.lingered
+			if !awaited.empty() && awaited.take(e.c.ID, e.fin.to.final()) {
+				urgent = true
+				w.m.awaitedFinishes.Add(1)
+			}
+		case ids := <-w.awaitCh:
+			now := w.clk.Now()
+			for _, id := range ids {
+				awaited.add(id, now)
+			}
+			// A finish already collected (its job announced after its handler returned)
+			// leaves now. Past finishLingerTarget the batch leaves anyway.
+			if len(batch) < finishLingerTarget {
+				for _, e := range batch {
+					if awaited.take(e.c.ID, e.fin.to.final()) {
+						urgent = true
+						w.m.awaitedFinishes.Add(1)
+					}
+				}
+			}
 		case out <- batch:
 			batch, urgent, due = make([]*execution, 0, max), false, false
 			linger.Stop()

@@ -15,7 +15,9 @@ import (
 // listenService holds one connection in LISTEN on the new-job channel (payload: a queue name,
 // sent by the insert statements inside the inserting transaction) and the cancel channel
 // (payload: a job id), and the queue state channel (payload: a queue an operator paused or
-// resumed; forwarded to the queue state service). The connection is taken out of the engine pool (Hijack) and closed by
+// resumed; forwarded to the queue state service), and the await channel (payload: ids of jobs a
+// jobs.Client waits for; forwarded to the finish batcher, which writes their finishes without
+// lingering: finish.go). The connection is taken out of the engine pool (Hijack) and closed by
 // this service alone. It proves it is alive: after listenIdle without a notification it pings
 // with a deadline, so a half-open connection (a network that drops packets without a reset)
 // is found within listenIdle + listenPingTimeout and replaced. A broken connection is replaced
@@ -85,8 +87,8 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 	}()
 	// The schema's channels (tenure_jobs, tenure_cancel, tenure_queues for the default schema;
 	// internal/dbschema): a worker never hears another schema's inserts, pauses or cancels.
-	jobsCh, cancelCh, queuesCh := w.sch.JobsChannel(), w.sch.CancelChannel(), w.sch.QueuesChannel()
-	if _, err := conn.Exec(cctx, "LISTEN "+jobsCh+"; LISTEN "+cancelCh+"; LISTEN "+queuesCh); err != nil {
+	jobsCh, cancelCh, queuesCh, awaitCh := w.sch.JobsChannel(), w.sch.CancelChannel(), w.sch.QueuesChannel(), w.sch.AwaitChannel()
+	if _, err := conn.Exec(cctx, "LISTEN "+jobsCh+"; LISTEN "+cancelCh+"; LISTEN "+queuesCh+"; LISTEN "+awaitCh); err != nil {
 		return err
 	}
 	connected()
@@ -121,6 +123,13 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 			if _, ok := w.queues[n.Payload]; ok {
 				signal(w.queueStateCh)
 			}
+		case awaitCh:
+			if ids := parseIDs(n.Payload); len(ids) > 0 {
+				select {
+				case w.awaitCh <- ids:
+				default: // the batcher is far behind: these finishes linger, nothing else
+				}
+			}
 		case cancelCh:
 			if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
 				for _, q := range w.queues {
@@ -132,6 +141,18 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 			}
 		}
 	}
+}
+
+// parseIDs reads a comma-separated list of job ids (the await channel's payload); what does
+// not parse is skipped.
+func parseIDs(p string) []int64 {
+	ids := make([]int64, 0, strings.Count(p, ",")+1)
+	for _, f := range strings.Split(p, ",") {
+		if id, err := strconv.ParseInt(f, 10, 64); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 func ping(ctx context.Context, conn *pgx.Conn) error {

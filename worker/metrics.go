@@ -21,7 +21,7 @@ type metrics struct {
 	cancelSignals, stuck, lateFinishes, panics             atomic.Int64
 	reclaimed, reclaimedDead, pruned, listenerReconnects   atomic.Int64
 	deferred, finishSplits, stillRunning                   atomic.Int64
-	finishBusy, stalePlanRetries                           atomic.Int64
+	finishBusy, stalePlanRetries, awaitedFinishes          atomic.Int64
 	finishedOnClaims                                       atomic.Int64
 	registryWrites                                         atomic.Int64
 	reclaimErrors, pruneErrors, registryErrors             atomic.Int64
@@ -150,6 +150,9 @@ type Stats struct {
 	// instead of a finish write of their own (Succeeded counts them too; docs/design.md,
 	// "Completions ride on claims").
 	FinishedOnClaims int64
+	// AwaitedFinishes: finishes written without waiting for FinishLinger because a
+	// jobs.Client waits for the job (Client.Wait announced it on the await channel).
+	AwaitedFinishes int64
 	// StalePlanRetries: engine statements re-run at once after PostgreSQL refused a cached
 	// statement whose result type a schema change altered (SQLSTATE 0A000).
 	StalePlanRetries int64

@@ -70,6 +70,7 @@ func (w *Worker) neededPrivileges() []tablePrivilege {
 		add("jobs", "retention pruning", "DELETE")
 		add("effects", "retention pruning", "DELETE")
 		add("job_deps", "retention pruning", "DELETE")
+		add("sequences", "retention pruning", "SELECT", "UPDATE", "DELETE") // UPDATE: its row locks
 	}
 	if w.cfg.RegistryEvery > 0 {
 		add("workers", "the worker registry", "SELECT", "INSERT", "UPDATE", "DELETE")

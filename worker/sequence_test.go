@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -269,4 +271,156 @@ func TestSequenceOpenInsertDoesNotHoldUpFinishes(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []int{1, 2, 3}, order)
+}
+
+// TestSequenceEveryInsertPath: the jobs of one key inserted through every path — Insert,
+// InsertMany (several keys and plain jobs in one call), InsertManyTx (two calls in one
+// transaction), tenure.enqueue from SQL — run one at a time in insertion order through real
+// claims of two workers, also when a job fails its first attempt (its retry holds the
+// sequence); a key filled through InsertMany alone and one through SQL alone as well. A
+// sampler reads the table every 10 ms, as in TestSequenceOneAtATimeInOrder. InsertManyFast
+// (COPY) refuses a sequenced job with *jobs.OptionError and writes nothing.
+func TestSequenceEveryInsertPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) { c.MaxConns = 12 })
+	c, err := jobs.NewClient(pool, nil)
+	require.NoError(t, err)
+
+	_, err = c.InsertManyFast(ctx, []jobs.InsertManyParams{{Args: seqArgs{Key: "x"}}, {Args: seqArgs{Key: "x"}, Opts: &jobs.InsertOpts{Sequence: "x"}}})
+	var oe *jobs.OptionError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "Sequence", oe.Field)
+	require.Zero(t, countState(t, pool, "ready"), "a refused InsertManyFast writes nothing")
+
+	want := map[string][]int{} // per key, the Ns in insertion order
+	many := func(ps ...jobs.InsertManyParams) []jobs.InsertManyParams {
+		for _, p := range ps {
+			if p.Opts != nil && p.Opts.Sequence != "" {
+				a := p.Args.(seqArgs)
+				want[a.Key] = append(want[a.Key], a.N)
+			}
+		}
+		return ps
+	}
+	seq := func(key string, n int, failOnce bool) jobs.InsertManyParams {
+		return jobs.InsertManyParams{Args: seqArgs{Key: key, N: n, FailOnce: failOnce}, Opts: &jobs.InsertOpts{Sequence: key}}
+	}
+	sqlEnqueue := func(q interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, key string, n int) {
+		_, err := q.Exec(ctx, `SELECT tenure.enqueue('seq_step', jsonb_build_object('key', $1::text, 'n', $2::int), sequence => $1)`, key, n)
+		require.NoError(t, err)
+		want[key] = append(want[key], n)
+	}
+	n := 0
+	next := func() int { n++; return n }
+	// "mix": every path in turn on one key.
+	for round := 0; round < 3; round++ {
+		v := next()
+		_, err := c.Insert(ctx, seqArgs{Key: "mix", N: v, FailOnce: round == 1}, &jobs.InsertOpts{Sequence: "mix"})
+		require.NoError(t, err)
+		want["mix"] = append(want["mix"], v)
+		if round == 1 {
+			want["mix"] = append(want["mix"], v) // its retry, before the next one
+		}
+		res, err := c.InsertMany(ctx, many(seq("mix", next(), false), jobs.InsertManyParams{Args: seqArgs{Key: "plain", N: -1}},
+			seq("many", next(), false), seq("mix", next(), false), seq("many", next(), false)))
+		require.NoError(t, err)
+		require.Len(t, res, 5)
+		require.Equal(t, "mix", res[0].Job.SequenceKey)
+		require.Empty(t, res[1].Job.SequenceKey)
+		require.Equal(t, generics.JobStateWaiting, res[3].Job.State, "the second job of a key in one call waits for the first")
+		sqlEnqueue(pool, "mix", next())
+		sqlEnqueue(pool, "sql", next())
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = c.InsertManyTx(ctx, tx, many(seq("mix", next(), false), seq("manytx", next(), round == 2)))
+		require.NoError(t, err)
+		sqlEnqueue(tx, "sql", next())
+		_, err = c.InsertManyTx(ctx, tx, many(seq("manytx", next(), false), seq("mix", next(), false)))
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+	}
+	want["manytx"] = slices.Insert(want["manytx"], 5, want["manytx"][4]) // round 2's first manytx job fails once
+	total := 0
+	for _, ns := range want {
+		total += len(ns)
+	}
+	total += 3 - 2 // three plain jobs; two retries counted twice in want
+
+	var (
+		mu      sync.Mutex
+		running = map[string]int{}
+		order   = map[string][]int{}
+		overlap []string
+	)
+	handler := func(ctx context.Context, job *generics.Job[seqArgs]) error {
+		if job.Args.N < 0 {
+			return nil
+		}
+		mu.Lock()
+		running[job.Args.Key]++
+		if running[job.Args.Key] > 1 {
+			overlap = append(overlap, fmt.Sprintf("%s/%d", job.Args.Key, job.Args.N))
+		}
+		order[job.Args.Key] = append(order[job.Args.Key], job.Args.N)
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		mu.Lock()
+		running[job.Args.Key]--
+		mu.Unlock()
+		if job.Args.FailOnce && job.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}
+	for i := 0; i < 2; i++ {
+		w, err := worker.New(pool, fastConfig(map[string]worker.QueueConfig{jobs.DefaultQueue: {Concurrency: 6}}))
+		require.NoError(t, err)
+		worker.MustRegister(w, handler, &worker.HandlerOptions{Retry: fastRetry})
+		startWorker(t, w)
+	}
+	var samples atomic.Int64
+	stop := make(chan struct{})
+	bad := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			var key string
+			err := pool.QueryRow(ctx, `SELECT r.sequence_key FROM tenure.jobs r
+				WHERE r.state = 'running' AND r.sequence_key IS NOT NULL
+				  AND (EXISTS (SELECT 1 FROM tenure.jobs o WHERE o.sequence_key = r.sequence_key AND o.state = 'running' AND o.id <> r.id)
+				       OR EXISTS (SELECT 1 FROM tenure.jobs o WHERE o.sequence_key = r.sequence_key AND o.id < r.id AND o.state <> 'succeeded'))
+				LIMIT 1`).Scan(&key)
+			if err == nil {
+				select {
+				case bad <- key:
+				default:
+				}
+			}
+			samples.Add(1)
+		}
+	}()
+	waitFor(t, 60*time.Second, "every job succeeded", func() bool { return countState(t, pool, "succeeded") == total })
+	close(stop)
+	<-done
+	select {
+	case k := <-bad:
+		t.Fatalf("sequence %s had two running jobs, or one running ahead of an unfinished earlier job", k)
+	default:
+	}
+	require.Positive(t, samples.Load())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, overlap)
+	for _, k := range []string{"mix", "many", "manytx", "sql"} {
+		require.Equal(t, want[k], order[k], k)
+	}
 }

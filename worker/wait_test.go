@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,4 +183,74 @@ func TestWaitWakesOnWorkflowCancellations(t *testing.T) {
 		require.NotNil(t, row)
 		require.Equal(t, generics.JobStateCancelled, row.State)
 	}
+}
+
+// TestWaitedFinishIsNotHeldByTheLinger: the finish of a job nobody waits for is held by
+// FinishLinger (batching at low load); the finish of a job a jobs.Client waits for is written
+// at once, whether the waiter announced it after the handler returned (the held finish leaves
+// when the announcement arrives), while it ran (InsertAndWait) or before it was claimed. The
+// worker's linger is on a fake clock that the test never advances: a finish that waited for
+// the linger would never be written, so each waiter returning shows the mechanism, not pace.
+func TestWaitedFinishIsNotHeldByTheLinger(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 4}})
+	cfg.FinishLinger = time.Second
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.UseFakeClock(w, time.Now()) // the linger never ends by itself
+	var returned atomic.Int64
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[awaitArgs]) error {
+		defer returned.Add(1)
+		if job.Args.Mode == "fail" {
+			return worker.Permanent(errors.New("no"))
+		}
+		return worker.SetOutput(ctx, report{Double: 2 * job.Args.N})
+	}, nil)
+	c, err := jobs.NewClient(pool, &jobs.Config{Registry: w.Registry(), WaitPoll: time.Hour})
+	require.NoError(t, err)
+	startWorker(t, w)
+	state := func(id int64) string {
+		var s string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT state::text FROM tenure.jobs WHERE id = $1", id).Scan(&s))
+		return s
+	}
+	waitCtx := func() context.Context {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		t.Cleanup(cancel)
+		return wctx
+	}
+
+	// Nobody waits: the finish is held (the batching of low load is kept).
+	held, err := c.Insert(ctx, awaitArgs{N: 1}, nil)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the handler's return", func() bool { return returned.Load() == 1 })
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, "running", state(held.Job.ID), "a finish nobody waits for lingers")
+
+	// A waiter comes after the handler returned: the held finish leaves on its announcement.
+	row, err := c.Wait(waitCtx(), held.Job.ID)
+	require.NoError(t, err, "the waiter's announcement flushes the held finish")
+	require.Equal(t, generics.JobStateSucceeded, row.State)
+
+	// InsertAndWait: announced while the job is ready or running.
+	row, out, err := jobs.InsertAndWait[report](waitCtx(), c, awaitArgs{N: 21}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 42, out.Double)
+	require.Equal(t, generics.JobStateSucceeded, row.State)
+
+	// Announced before the claim: the worker remembers the id until the job finishes.
+	later, err := c.Insert(ctx, awaitArgs{N: 3}, &jobs.InsertOpts{Delay: time.Second})
+	require.NoError(t, err)
+	row, err = c.Wait(waitCtx(), later.Job.ID)
+	require.NoError(t, err)
+	require.Equal(t, generics.JobStateSucceeded, row.State)
+
+	// A job that ends dead is final too.
+	row, _, err = jobs.InsertAndWait[report](waitCtx(), c, awaitArgs{Mode: "fail"}, nil)
+	var ns *jobs.NotSucceededError
+	require.ErrorAs(t, err, &ns)
+	require.Equal(t, generics.JobStateDead, row.State)
+	require.GreaterOrEqual(t, w.Stats().AwaitedFinishes, int64(4))
 }

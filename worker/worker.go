@@ -62,6 +62,7 @@ type Worker struct {
 	queues   map[string]*queue
 	finishCh chan *execution
 	writeCh  chan []*execution // batcher → finishers (unbuffered: a batch goes only to a free finisher)
+	awaitCh  chan []int64      // listener → batcher: ids of jobs a jobs.Client waits for (finish.go)
 	lockWait chan struct{}     // lockWaiters tokens: finishes waiting on another session's row lock
 	periodic []*PeriodicJob    // Config.Periodic, validated
 
@@ -371,6 +372,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.state = 1
 	w.started = time.Now()
 	w.finishCh = make(chan *execution, finishBuffer)
+	w.awaitCh = make(chan []int64, awaitBuffer)
 	w.base = context.WithoutCancel(ctx)
 	w.engCtx, w.cancelEng = context.WithCancel(w.base)
 	w.svcCtx, w.cancelSvc = context.WithCancel(w.engCtx)
@@ -660,7 +662,8 @@ func (w *Worker) Stats() Stats {
 		ListenerReconnects: m.listenerReconnects.Load(), Running: int(m.owned.Load()),
 		Deferred: m.deferred.Load(), FinishSplits: m.finishSplits.Load(), StillRunning: m.stillRunning.Load(),
 		FinishBusy: m.finishBusy.Load(), FinishedOnClaims: m.finishedOnClaims.Load(), StalePlanRetries: m.stalePlanRetries.Load(),
-		ClaimP50: m.claimLatency.Quantile(0.5), ClaimP99: m.claimLatency.Quantile(0.99),
+		AwaitedFinishes: m.awaitedFinishes.Load(),
+		ClaimP50:        m.claimLatency.Quantile(0.5), ClaimP99: m.claimLatency.Quantile(0.99),
 		FinishP50: m.finishLatency.Quantile(0.5), FinishP99: m.finishLatency.Quantile(0.99),
 		ErrorCodes: map[ErrorCode]int64{},
 	}

@@ -4127,6 +4127,54 @@ func (q *Queries) PruneFinishedBatch(ctx context.Context, arg PruneFinishedBatch
 	return i, err
 }
 
+const pruneSequencesBatch = `-- name: PruneSequencesBatch :one
+WITH scanned AS (
+    SELECT s.key, s.last_job_id FROM tenure.sequences s
+    WHERE s.key > $1::text AND s.updated_at < $2::timestamptz
+    ORDER BY s.key
+    LIMIT $3
+), idle AS (
+    SELECT c.key, c.last_job_id FROM scanned c
+    WHERE NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.id = c.last_job_id)
+), locked AS (
+    SELECT s.key FROM tenure.sequences s JOIN idle i ON s.key = i.key AND s.last_job_id = i.last_job_id
+    FOR UPDATE OF s SKIP LOCKED
+), gone AS (
+    DELETE FROM tenure.sequences s WHERE s.key IN (SELECT l.key FROM locked l)
+    RETURNING s.key
+)
+SELECT (SELECT count(*) FROM scanned)::bigint AS keys,
+       (SELECT count(*) FROM gone)::bigint AS deleted,
+       coalesce((SELECT max(c.key) FROM scanned c), $1::text)::text AS last_key
+`
+
+type PruneSequencesBatchParams struct {
+	After   string
+	Before  time.Time
+	MaxKeys int32
+}
+
+type PruneSequencesBatchRow struct {
+	Keys    int64
+	Deleted int64
+	LastKey string
+}
+
+// One batch of the retention pruning of tenure.sequences: of the keys after @after (key
+// order, at most @max_keys, last written before @before), deletes those whose last job is gone
+// (pruned or deleted), so that the table holds only sequences with a job left. Such a key's
+// next insert finds no previous job either way (tenure.sequence_prev: a missing job is none)
+// and creates the row again. Rows another transaction holds (an insert into the key) are
+// skipped; a row whose last job changed after this statement's snapshot is kept (the lock's
+// recheck compares last_job_id with the value the snapshot saw, not the jobs the snapshot
+// cannot see). Returns the keys read, the rows deleted and the last key read (@after when none).
+func (q *Queries) PruneSequencesBatch(ctx context.Context, arg PruneSequencesBatchParams) (PruneSequencesBatchRow, error) {
+	row := q.db.QueryRow(ctx, pruneSequencesBatch, arg.After, arg.Before, arg.MaxKeys)
+	var i PruneSequencesBatchRow
+	err := row.Scan(&i.Keys, &i.Deleted, &i.LastKey)
+	return i, err
+}
+
 const publishKinds = `-- name: PublishKinds :exec
 WITH input AS (
     SELECT unnest($2::text[]) AS kind, unnest($3::text[]) AS queue,
@@ -4626,6 +4674,44 @@ func (q *Queries) SequencePrev(ctx context.Context, arg SequencePrevParams) (int
 	return prev, err
 }
 
+const sequencePrevMany = `-- name: SequencePrevMany :many
+SELECT k.key::text AS key, tenure.sequence_prev(k.key, k.on_failure)::bigint AS prev
+FROM (SELECT unnest($1::text[]) AS key, unnest($2::text[]) AS on_failure) AS k
+`
+
+type SequencePrevManyParams struct {
+	Keys      []string
+	OnFailure []string
+}
+
+type SequencePrevManyRow struct {
+	Key  string
+	Prev int64
+}
+
+// SequencePrev for several keys (InsertMany), called in the order given (callers sort the
+// keys, so two transactions taking the same keys take them in the same order and cannot
+// deadlock); on_failure[i] is the policy of the first new job of keys[i].
+func (q *Queries) SequencePrevMany(ctx context.Context, arg SequencePrevManyParams) ([]SequencePrevManyRow, error) {
+	rows, err := q.db.Query(ctx, sequencePrevMany, arg.Keys, arg.OnFailure)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SequencePrevManyRow{}
+	for rows.Next() {
+		var i SequencePrevManyRow
+		if err := rows.Scan(&i.Key, &i.Prev); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sequenceSetLast = `-- name: SequenceSetLast :exec
 UPDATE tenure.sequences SET last_job_id = $1::bigint, updated_at = now() WHERE key = $2::text
 `
@@ -4638,6 +4724,23 @@ type SequenceSetLastParams struct {
 // Records the sequence's newest job (after SequencePrev, in the same transaction).
 func (q *Queries) SequenceSetLast(ctx context.Context, arg SequenceSetLastParams) error {
 	_, err := q.db.Exec(ctx, sequenceSetLast, arg.JobID, arg.Key)
+	return err
+}
+
+const sequenceSetLastMany = `-- name: SequenceSetLastMany :exec
+UPDATE tenure.sequences s SET last_job_id = v.job_id, updated_at = now()
+FROM (SELECT unnest($1::text[]) AS key, unnest($2::bigint[]) AS job_id) AS v
+WHERE s.key = v.key
+`
+
+type SequenceSetLastManyParams struct {
+	Keys   []string
+	JobIds []int64
+}
+
+// SequenceSetLast for several keys (after SequencePrevMany, in the same transaction).
+func (q *Queries) SequenceSetLastMany(ctx context.Context, arg SequenceSetLastManyParams) error {
+	_, err := q.db.Exec(ctx, sequenceSetLastMany, arg.Keys, arg.JobIds)
 	return err
 }
 
@@ -4892,6 +4995,26 @@ func (q *Queries) UnservedJobs(ctx context.Context, maxRows int32) ([]UnservedJo
 		return nil, err
 	}
 	return items, nil
+}
+
+const waitAnnounce = `-- name: WaitAnnounce :one
+SELECT count(pg_notify('tenure_await', c.ids))::bigint AS notified
+FROM (SELECT string_agg(x.id::text, ',') AS ids
+      FROM (SELECT j.id, row_number() OVER () AS rn FROM tenure.jobs j
+            WHERE j.id = ANY($1::bigint[]) AND j.state NOT IN ('succeeded', 'dead', 'cancelled')) x
+      GROUP BY (x.rn - 1) / 350) c
+`
+
+// jobs.Client.Wait announces the jobs it waits for that are not final yet on the await
+// channel (their ids, comma-separated, 350 per payload, as the done channel's), so that the
+// worker that runs or will run one writes its finish at once instead of lingering
+// (worker.Config.FinishLinger). Only latency depends on it: a lost announcement costs the
+// linger, never a wakeup. Returns the number of notifications.
+func (q *Queries) WaitAnnounce(ctx context.Context, ids []int64) (int64, error) {
+	row := q.db.QueryRow(ctx, waitAnnounce, ids)
+	var notified int64
+	err := row.Scan(&notified)
+	return notified, err
 }
 
 const waitFinal = `-- name: WaitFinal :many

@@ -11,7 +11,7 @@
 //
 //	schema-qualified names    tenure.jobs              S.jobs
 //	NOTIFY/LISTEN channels    tenure_jobs, _cancel,    S_jobs, S_cancel, S_queues,
-//	                          _queues, _done           S_done
+//	                          _queues, _done, _await   S_done, S_await
 //	bigint advisory keys      internal/locks values     48-bit hash of S, then the same 16-bit
 //	                          ("tenure" + number)       number (never the "tenure" prefix)
 //	int4 lock classes         locks.LimitsClass..+3,    a 32-bit hash of S, then +0..+4 (never
@@ -197,6 +197,7 @@ const (
 	chanCancel = "_cancel" // an operator asked to cancel a running job (its id)
 	chanQueues = "_queues" // a queue was paused or resumed (its name)
 	chanDone   = "_done"   // jobs reached a final state (their ids, comma-separated)
+	chanAwait  = "_await"  // a client waits for these jobs (their ids, comma-separated)
 )
 
 // JobsChannel is the channel inserts notify ("tenure_jobs" for Default).
@@ -211,6 +212,11 @@ func (s *Schema) QueuesChannel() string { return s.name + chanQueues }
 // DoneChannel is the channel the finishes notify when jobs reach a final state, with their
 // ids, comma-separated ("tenure_done" for Default; jobs.Client.Wait listens on it).
 func (s *Schema) DoneChannel() string { return s.name + chanDone }
+
+// AwaitChannel is the channel jobs.Client.Wait announces the jobs it waits for on, with their
+// ids, comma-separated ("tenure_await" for Default; the workers listen on it and write those
+// jobs' finishes without lingering).
+func (s *Schema) AwaitChannel() string { return s.name + chanAwait }
 
 // Key returns the schema's bigint advisory lock key for the purpose k names (a key of
 // internal/locks): k itself for Default.
@@ -290,7 +296,7 @@ func literalMap(schema string) (strs map[string]string, ints map[string]string) 
 	d, s := defaultSchema, Must(schema)
 	strs = map[string]string{
 		d.JobsChannel(): s.JobsChannel(), d.CancelChannel(): s.CancelChannel(), d.QueuesChannel(): s.QueuesChannel(),
-		d.DoneChannel(): s.DoneChannel(),
+		d.DoneChannel(): s.DoneChannel(), d.AwaitChannel(): s.AwaitChannel(),
 	}
 	ints = map[string]string{}
 	for i := int32(0); i <= locks.FinishWaitClass-locks.LimitsClass; i++ {

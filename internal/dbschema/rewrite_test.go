@@ -67,6 +67,8 @@ func TestDerivedNames(t *testing.T) {
 	require.Equal(t, "tenure_cancel", d.CancelChannel())
 	require.Equal(t, "tenure_queues", d.QueuesChannel())
 	require.Equal(t, "tenure_done", d.DoneChannel())
+	require.Equal(t, "tenure_await", d.AwaitChannel())
+	require.Equal(t, "'app2_await'", Rewrite("'tenure_await'", "app2"))
 	require.Equal(t, "app2_done", Rewrite("'tenure_done'", "app2")[1:10])
 	for _, k := range locks.All() {
 		require.Equal(t, int64(k.Key), d.Key(k.Key), "the default schema keeps %s", k.Name)
@@ -160,7 +162,7 @@ func TestTenureSQLRewritesCompletely(t *testing.T) {
 		require.Len(t, got, len(in), name)
 		for i := range in {
 			if in[i] != got[i] {
-				require.Contains(t, []string{"'tenure_jobs'", "'tenure_cancel'", "'tenure_queues'", "'tenure_done'"}, in[i], name)
+				require.Contains(t, []string{"'tenure_jobs'", "'tenure_cancel'", "'tenure_queues'", "'tenure_done'", "'tenure_await'"}, in[i], name)
 			}
 		}
 	}
@@ -219,7 +221,7 @@ func FuzzRewrite(f *testing.F) {
 		if len(in) != len(got) {
 			t.Fatalf("literal count changed: %q -> %q", sql, out)
 		}
-		channels := map[string]bool{"'tenure_jobs'": true, "'tenure_cancel'": true, "'tenure_queues'": true, "'tenure_done'": true}
+		channels := map[string]bool{"'tenure_jobs'": true, "'tenure_cancel'": true, "'tenure_queues'": true, "'tenure_done'": true, "'tenure_await'": true}
 		for i := range in {
 			if in[i] != got[i] && !(channels[in[i]] && got[i] == "'"+schema+in[i][len("'tenure"):]) {
 				t.Fatalf("literal or comment %q became %q (%q -> %q)", in[i], got[i], sql, out)
