@@ -221,7 +221,7 @@ func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrde
 			}
 		}
 		var cm capture
-		_, _ = gen.New(&cm).CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens, Outputs: outputs})
+		_, _ = gen.New(&cm).CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens, Outputs: outputs, Deletes: deletes(done)})
 		landed = make(map[int64]bool, len(done))
 		db.pre = &lockedStatement{cm.sql, cm.args}
 		db.preRows = func(rows pgx.Rows) error {
