@@ -953,7 +953,7 @@ WITH f AS (
            unnest(sqlc.narg(deletes)::boolean[]) AS del
 ), locked AS (
     SELECT j.id,
-           (coalesce(f.del, false) AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND NOT j.has_dependents
+           (coalesce(f.del, false) AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND j.has_dependents IS NOT TRUE
             AND NOT (j.unique_key IS NOT NULL AND tenure.unique_state_held(j.unique_states, 'succeeded'))) AS del
     FROM tenure.jobs j JOIN f ON j.id = f.id
     WHERE j.state = 'running' AND j.claim_token = f.token
@@ -997,7 +997,7 @@ WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.clai
 -- It notifies the done channel (CompleteMany): delivered when the caller's transaction commits.
 WITH me AS (
     SELECT j.id,
-           (sqlc.arg(delete)::boolean AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND NOT j.has_dependents
+           (sqlc.arg(delete)::boolean AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND j.has_dependents IS NOT TRUE
             AND NOT (j.unique_key IS NOT NULL AND tenure.unique_state_held(j.unique_states, 'succeeded'))) AS del
     FROM tenure.jobs j
     WHERE j.id = @id AND j.state = 'running' AND j.claim_token = @claim_token::uuid

@@ -1393,7 +1393,7 @@ WITH f AS (
            unnest($5::boolean[]) AS del
 ), locked AS (
     SELECT j.id,
-           (coalesce(f.del, false) AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND NOT j.has_dependents
+           (coalesce(f.del, false) AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND j.has_dependents IS NOT TRUE
             AND NOT (j.unique_key IS NOT NULL AND tenure.unique_state_held(j.unique_states, 'succeeded'))) AS del
     FROM tenure.jobs j JOIN f ON j.id = f.id
     WHERE j.state = 'running' AND j.claim_token = f.token
@@ -1488,7 +1488,7 @@ func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]C
 const completeOne = `-- name: CompleteOne :one
 WITH me AS (
     SELECT j.id,
-           ($1::boolean AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND NOT j.has_dependents
+           ($1::boolean AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND j.has_dependents IS NOT TRUE
             AND NOT (j.unique_key IS NOT NULL AND tenure.unique_state_held(j.unique_states, 'succeeded'))) AS del
     FROM tenure.jobs j
     WHERE j.id = $2 AND j.state = 'running' AND j.claim_token = $3::uuid
