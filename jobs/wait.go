@@ -115,9 +115,10 @@ type waitReg struct {
 	listening atomic.Bool        // the LISTEN connection is up
 	recheck   atomic.Pointer[time.Timer]
 
-	listens  atomic.Int64 // LISTEN connections opened (tests)
-	checks   atomic.Int64 // WaitFinal statements run (tests)
-	connHook func(*pgx.Conn)
+	listens     atomic.Int64 // LISTEN connections opened (tests)
+	checks      atomic.Int64 // WaitFinal statements run (tests)
+	connHook    func(*pgx.Conn)
+	afterInsert func(id int64) // InsertAndWait, between the insert and the wait (tests)
 }
 
 func newWaitReg(c *Client, poll time.Duration) *waitReg {
@@ -208,6 +209,9 @@ func InsertAndWait[R any](ctx context.Context, c *Client, args generics.Args, op
 	res, err := c.Insert(ctx, args, opts)
 	if err != nil {
 		return nil, out, err
+	}
+	if c.waits.afterInsert != nil {
+		c.waits.afterInsert(res.Job.ID)
 	}
 	row, out, err := WaitOutput[R](ctx, c, res.Job.ID)
 	if row == nil {
