@@ -242,7 +242,6 @@ func readStats(ctx context.Context, conn *pgx.Conn) (tableStats, error) {
 	return t, err
 }
 
-
 func report(out io.Writer, info pgutil.ServerInfo, n, reps, conc int, rs []result) {
 	fmt.Fprintf(out, "# Delete on success vs keep-then-prune\n\n")
 	fmt.Fprintf(out, "%d jobs per run, %d repetitions, worker Concurrency %d, handlers return at once; server: %s\n\n", n, reps, conc, info.Version)
