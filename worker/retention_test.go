@@ -367,4 +367,3 @@ func TestWaitOnDeleteOnSuccess(t *testing.T) {
 	_, err = newClient(t, pool, w).Wait(ctx, late.Job.ID)
 	require.ErrorIs(t, err, jobs.ErrNotFound)
 }
-
