@@ -939,13 +939,22 @@ SELECT (SELECT count(*) FROM scanned)::integer AS scanned,
 -- delays only its own finish (the engine then waits for that row alone: LockFinish). The other
 -- rows are changed and returned with busy = false. A job missing from the result is a stale
 -- write. (The lock costs each finished row a row-lock WAL record: measured in docs/design.md.)
+-- Delete on success (deletes[i], HandlerOptions.DeleteOnSuccess, docs/guide.md §28): the job's
+-- row is deleted instead, with its effect-ledger rows, fenced exactly like the update (same
+-- locked rows, id + state + claim token), unless the row must stay: a workflow task or sequence
+-- job (its dependents and DependencyOutput read it), or a unique job whose unique states hold
+-- the key in succeeded (deleting it would free the key). The done signal names a deleted job
+-- as s<id> (jobs.Client.Wait: succeeded, row gone).
 WITH f AS (
     SELECT unnest(@ids::bigint[]) AS id,
            unnest(@tokens::uuid[]) AS token,
            unnest(@outputs::jsonb[]) AS output,
-           unnest(sqlc.narg(progress)::jsonb[]) AS progress
+           unnest(sqlc.narg(progress)::jsonb[]) AS progress,
+           unnest(sqlc.narg(deletes)::boolean[]) AS del
 ), locked AS (
-    SELECT j.id
+    SELECT j.id,
+           (coalesce(f.del, false) AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND j.has_dependents IS NOT TRUE
+            AND NOT (j.unique_key IS NOT NULL AND tenure.unique_state_held(j.unique_states, 'succeeded'))) AS del
     FROM tenure.jobs j JOIN f ON j.id = f.id
     WHERE j.state = 'running' AND j.claim_token = f.token
     FOR UPDATE OF j SKIP LOCKED
@@ -955,41 +964,68 @@ WITH f AS (
         output = nullif(f.output, 'null'::jsonb),
         progress = coalesce(nullif(f.progress, 'null'::jsonb), j.progress)
     FROM f JOIN locked l ON l.id = f.id
-    WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
+    WHERE j.id = f.id AND NOT l.del AND j.state = 'running' AND j.claim_token = f.token
     RETURNING j.id
+), gone AS (
+    DELETE FROM tenure.jobs j
+    USING f JOIN locked l ON l.id = f.id
+    WHERE j.id = f.id AND l.del AND j.state = 'running' AND j.claim_token = f.token
+    RETURNING j.id
+), gone_effects AS (
+    DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT g.id FROM gone g)
 ), notified AS (
     -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
-    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
+    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes); a
+    -- deleted job's id prefixed with s.
     SELECT count(pg_notify('tenure_done', c.ids)) AS n
-    FROM (SELECT string_agg(x.id::text, ',') AS ids
-          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d) x
+    FROM (SELECT string_agg(x.id, ',') AS ids
+          FROM (SELECT a.id, row_number() OVER () AS rn
+                FROM (SELECT d.id::text AS id FROM done d UNION ALL SELECT 's' || g.id::text FROM gone g) a) x
           GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, false AS busy FROM done d CROSS JOIN notified
+SELECT a.id, false AS busy FROM (SELECT d.id FROM done d UNION ALL SELECT g.id FROM gone g) a CROSS JOIN notified
 UNION ALL
 SELECT j.id, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
 
--- name: CompleteOne :execrows
+-- name: CompleteOne :one
 -- running -> succeeded for one job, usable inside the caller's transaction, with the
--- handler's recorded output (NULL: none).
+-- handler's recorded output (NULL: none); with delete (delete on success, CompleteMany) the
+-- row is deleted instead, under the same conditions and fence as there. It returns the rows
+-- changed (0 or 1) and, when 1, the caller's transaction id (txid_current): after a delete the
+-- engine asks txid_status whether that transaction committed (the row cannot tell it).
 -- It notifies the done channel (CompleteMany): delivered when the caller's transaction commits.
-WITH done AS (
-    UPDATE tenure.jobs
+WITH me AS (
+    SELECT j.id,
+           (sqlc.arg(delete)::boolean AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND j.has_dependents IS NOT TRUE
+            AND NOT (j.unique_key IS NOT NULL AND tenure.unique_state_held(j.unique_states, 'succeeded'))) AS del
+    FROM tenure.jobs j
+    WHERE j.id = @id AND j.state = 'running' AND j.claim_token = @claim_token::uuid
+    FOR UPDATE OF j
+), done AS (
+    UPDATE tenure.jobs j
     SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
         output = sqlc.narg(output)::jsonb,
-        progress = coalesce(sqlc.narg(progress)::jsonb, progress)
-    WHERE id = @id AND state = 'running' AND claim_token = @claim_token::uuid
-    RETURNING id
+        progress = coalesce(sqlc.narg(progress)::jsonb, j.progress)
+    FROM me
+    WHERE j.id = me.id AND NOT me.del AND j.state = 'running' AND j.claim_token = @claim_token::uuid
+    RETURNING j.id
+), gone AS (
+    DELETE FROM tenure.jobs j
+    USING me
+    WHERE j.id = me.id AND me.del AND j.state = 'running' AND j.claim_token = @claim_token::uuid
+    RETURNING j.id
+), gone_effects AS (
+    DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT g.id FROM gone g)
 ), notified AS (
-    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
-    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
-    SELECT count(pg_notify('tenure_done', c.ids)) AS n
-    FROM (SELECT string_agg(x.id::text, ',') AS ids
-          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d) x
-          GROUP BY (x.rn - 1) / 350) c
+    -- The done signal (CompleteMany): the id, or s<id> when the row was deleted.
+    SELECT count(pg_notify('tenure_done', a.id)) AS n
+    FROM (SELECT d.id::text AS id FROM done d UNION ALL SELECT 's' || g.id::text FROM gone g) a
 )
-SELECT d.id FROM done d CROSS JOIN notified;
+SELECT count(a.id)::bigint AS changed,
+       (count(a.id) > 0 AND bool_or(a.deleted))::boolean AS deleted,
+       (CASE WHEN count(a.id) > 0 THEN txid_current() ELSE 0 END)::bigint AS xid
+FROM (SELECT d.id, false AS deleted FROM done d UNION ALL SELECT g.id, true FROM gone g) a CROSS JOIN notified;
 
 -- name: FailMany :many
 -- running -> ready (retry after delay_us), dead or cancelled, batched, with the error code and a
@@ -1525,6 +1561,12 @@ RETURNING *;
 -- ---------------------------------------------------------------------------------------------
 -- Engine bookkeeping
 -- ---------------------------------------------------------------------------------------------
+
+-- name: TxStatus :one
+-- Whether the transaction xid (txid_current) committed: 'committed', 'aborted', 'in progress',
+-- or NULL when it is too old to tell. The engine asks it about the application's transaction
+-- that ran CompleteOne with delete, whose row no longer exists to tell.
+SELECT coalesce(txid_status(@xid::bigint), '')::text AS status;
 
 -- name: FinishStates :many
 -- After a finish write whose reply was lost, the engine reads back the rows the retry did not

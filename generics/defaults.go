@@ -66,6 +66,12 @@ type UniqueDefaults struct {
 	States   []string
 }
 
+// HoldsSucceeded reports whether u keeps the key while a job is succeeded (States names
+// "succeeded").
+func (u *UniqueDefaults) HoldsSucceeded() bool {
+	return u != nil && slices.Contains(u.States, "succeeded")
+}
+
 var defaultsQueueRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 
 // Check reports the first field of d outside its range (zero fields are "not set" and
@@ -90,6 +96,9 @@ func (d KindDefaults) Check() error {
 			if s != "succeeded" && s != "dead" && s != "cancelled" {
 				return fmt.Errorf("Unique.States: %q is not one of succeeded, dead, cancelled", s)
 			}
+		}
+		if d.DeleteOnSuccess && u.HoldsSucceeded() {
+			return fmt.Errorf("%w: DeleteOnSuccess with Unique.States %v", ErrDeleteOnSuccessUnique, u.States)
 		}
 		if u.ByPeriod != 0 && u.ByPeriod < time.Second {
 			return fmt.Errorf("Unique.ByPeriod %v is below 1s", u.ByPeriod)
@@ -125,6 +134,7 @@ func (d KindDefaults) Or(under KindDefaults) KindDefaults {
 	if d.Unique == nil {
 		d.Unique = under.Unique
 	}
+	d.DeleteOnSuccess = d.DeleteOnSuccess || under.DeleteOnSuccess
 	return d
 }
 

@@ -1,6 +1,7 @@
 package generics_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -61,4 +62,20 @@ func TestKindDefaultsCheckOrConflicts(t *testing.T) {
 	u1 := &generics.UniqueDefaults{Fields: []string{"x"}}
 	require.Empty(t, generics.KindDefaults{Unique: u1}.Conflicts(generics.KindDefaults{Unique: &generics.UniqueDefaults{Fields: []string{"x"}}}))
 	require.Len(t, generics.KindDefaults{Unique: u1}.Conflicts(generics.KindDefaults{Unique: &generics.UniqueDefaults{ByArgs: true}}), 1)
+}
+
+// Delete on success cannot be declared with a unique key held in succeeded: the deleted row
+// could not hold it.
+func TestDefaultsDeleteOnSuccessWithUniqueSucceeded(t *testing.T) {
+	d := generics.KindDefaults{DeleteOnSuccess: true, Unique: &generics.UniqueDefaults{States: []string{"dead"}}}
+	if err := d.Check(); err != nil {
+		t.Fatalf("unique over dead with delete on success: %v", err)
+	}
+	d.Unique.States = append(d.Unique.States, "succeeded")
+	if err := d.Check(); !errors.Is(err, generics.ErrDeleteOnSuccessUnique) {
+		t.Fatalf("got %v, want ErrDeleteOnSuccessUnique", err)
+	}
+	if got := (generics.KindDefaults{}).Or(generics.KindDefaults{DeleteOnSuccess: true}); !got.DeleteOnSuccess {
+		t.Fatal("Or dropped DeleteOnSuccess")
+	}
 }

@@ -73,3 +73,10 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string { return fmt.Sprintf("field %s: %s", e.Field, e.Msg) }
+
+// ErrDeleteOnSuccessUnique means a kind declares both delete on success
+// (KindDefaults.DeleteOnSuccess, worker.HandlerOptions.DeleteOnSuccess) and uniqueness that
+// holds the key in the succeeded state (UniqueDefaults.States with "succeeded"): the deleted
+// row could not hold the key. worker.Register refuses the combination (docs/guide.md §28); a
+// per-insert unique option over succeeded keeps its job's row instead.
+var ErrDeleteOnSuccessUnique = errors.New("tenure: delete on success cannot keep a unique key in the succeeded state")

@@ -63,6 +63,11 @@ type KindDefaults struct {
 	// Unique, when set, makes the kind's jobs unique unless the insert's own Unique says
 	// otherwise (the Go insert paths; tenure.enqueue takes uniqueness from its arguments only).
 	Unique *UniqueDefaults
+	// DeleteOnSuccess makes the engine delete a job of the kind when it succeeds, in its
+	// fenced finish, instead of keeping a succeeded row until pruning
+	// (worker.HandlerOptions.DeleteOnSuccess; docs/guide.md §28). It cannot be combined with
+	// a Unique whose States include "succeeded" (ErrDeleteOnSuccessUnique).
+	DeleteOnSuccess bool
 }
 
 // KindInfo is what the registry knows about one kind.

@@ -21,3 +21,6 @@ func Waiters(c *Client) int {
 
 // SetWaitConnHook calls f with every LISTEN connection c's registry opens (before any Wait).
 func SetWaitConnHook(c *Client, f func(*pgx.Conn)) { c.waits.connHook = f }
+
+// SetInsertAndWaitHook calls f in InsertAndWait between the insert and the wait.
+func SetInsertAndWaitHook(c *Client, f func(id int64)) { c.waits.afterInsert = f }

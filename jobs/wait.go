@@ -35,6 +35,13 @@ import (
 // worker.Config.FinishLinger (worker/finish.go, batcher), so a waiter does not pay the linger.
 // The announcement is a hint about latency only: the wakeup itself is the done channel's, so a
 // lost or late announcement costs at most the linger.
+//
+// Delete on success (worker.HandlerOptions.DeleteOnSuccess): the finish deletes the job's row
+// and names it s<id> in the done signal. The reader remembers the last deletedMemory such ids
+// it saw (whether or not they were waited for), so a waiter answered "no such row" while the
+// registry listened learns that its job succeeded. An id no row has is answered ErrNotFound
+// only when a second read, missingRecheck later, still finds no row and no signal named it:
+// the signal of a delete that committed before the first read may still be on its way.
 
 // DefaultWaitPoll is the default fallback poll interval of Wait (Config.WaitPoll).
 const DefaultWaitPoll = time.Second
@@ -49,6 +56,22 @@ const waitChunk = 5000
 // channel. Workers keep an announced id for at least 30 s (worker/finish.go, awaitKeep), so
 // a job that waits longer than that to be claimed is still known as awaited when it finishes.
 const awaitReannounce = 20 * time.Second
+
+// deletedMemory bounds the ids of jobs deleted on success that the registry remembers.
+const deletedMemory = 1 << 16
+
+// missingRecheck is how long after a first "no such row" a waited id is read again before
+// its waiters are answered ErrNotFound.
+const missingRecheck = 100 * time.Millisecond
+
+// holdListenWait bounds how long InsertAndWait waits for the registry's LISTEN before it
+// inserts anyway (falling back to what a waiter that starts after the job's end sees).
+const holdListenWait = 5 * time.Second
+
+// ErrOutputNotKept means the awaited job succeeded but its row was deleted by its finish
+// (worker.HandlerOptions.DeleteOnSuccess), so no output is stored: WaitOutput and
+// InsertAndWait return it with a row whose ID and State (succeeded) are set, nothing else.
+var ErrOutputNotKept = errors.New("tenure: job succeeded and was deleted on success; its output is not kept")
 
 // ErrNotSucceeded means an awaited job reached a final state other than succeeded (dead or
 // cancelled): WaitOutput and InsertAndWait return it as a *NotSucceededError with the row.
@@ -79,8 +102,9 @@ func (e *NotSucceededError) Unwrap() error { return ErrNotSucceeded }
 var ErrOutputType = errors.New("tenure: job output does not decode into the requested type")
 
 type waitResult struct {
-	row *generics.JobRow
-	err error
+	row     *generics.JobRow
+	deleted bool // the job succeeded and its row was deleted (row has ID and State only)
+	err     error
 }
 
 type waiter struct{ ch chan waitResult }
@@ -97,21 +121,36 @@ type waitReg struct {
 	running bool           // the registry goroutine runs
 	kick    chan struct{}  // cap 1: a check is due
 
-	listens  atomic.Int64 // LISTEN connections opened (tests)
-	checks   atomic.Int64 // WaitFinal statements run (tests)
-	announce atomic.Int64 // WaitAnnounce statements run (tests)
-	connHook func(*pgx.Conn)
+	missing   map[int64]bool     // ids read once with no row (answered ErrNotFound at the next read)
+	deleted   map[int64]struct{} // ids the done signal named deleted on success (at most deletedMemory)
+	delOrder  []int64            // deleted's ids, oldest first (a ring once full)
+	delNext   int                // the ring's oldest entry once full
+	holds     int                // InsertAndWait calls keeping the registry listening
+	listening atomic.Bool        // the LISTEN connection is up
+	recheck   atomic.Pointer[time.Timer]
+
+	listens     atomic.Int64 // LISTEN connections opened (tests)
+	checks      atomic.Int64 // WaitFinal statements run (tests)
+	announce    atomic.Int64 // WaitAnnounce statements run (tests)
+	connHook    func(*pgx.Conn)
+	afterInsert func(id int64) // InsertAndWait, between the insert and the wait (tests)
 }
 
 func newWaitReg(c *Client, poll time.Duration) *waitReg {
 	return &waitReg{c: c, poll: poll, waiters: map[int64][]*waiter{}, pending: map[int64]bool{}, fresh: map[int64]bool{},
-		kick: make(chan struct{}, 1)}
+		kick: make(chan struct{}, 1), missing: map[int64]bool{}, deleted: map[int64]struct{}{}}
 }
 
 // Wait blocks until the job id is in a final state (succeeded, dead or cancelled) and returns
 // its row then, read after it got there (State, Output, Errors, FinishedAt). It returns
 // ErrNotFound when no job has the id (or it was deleted while waited for), and ctx's error
 // when ctx ends first. A job that is already final returns at once.
+//
+// A job of a kind that deletes on success (worker.HandlerOptions.DeleteOnSuccess) has no row
+// once it succeeded: a waiter registered before that (or while this Client's registry was
+// listening) gets a row with only ID and State (succeeded) set and a nil error; one that starts
+// after the row is gone, with no waiter of this Client listening then, gets ErrNotFound, as for
+// a job pruned after its retention (docs/guide.md §28). InsertAndWait listens before it inserts.
 //
 // Guarantee: a job that reaches a final state is seen, from any process or machine that writes
 // it, within about the notification's delivery (the finish's NOTIFY) or, when the notification
@@ -124,32 +163,43 @@ func newWaitReg(c *Client, poll time.Duration) *waitReg {
 // Each waiter costs a goroutine and a map entry; 10,000 waiters cost one statement of 10,000
 // primary-key reads per WaitPoll.
 func (c *Client) Wait(ctx context.Context, id int64) (*generics.JobRow, error) {
+	res := c.wait(ctx, id)
+	return res.row, res.err
+}
+
+func (c *Client) wait(ctx context.Context, id int64) waitResult {
 	r := c.waits
 	w := &waiter{ch: make(chan waitResult, 1)}
 	r.add(id, w)
 	select {
 	case res := <-w.ch:
-		return res.row, res.err
+		return res
 	case <-ctx.Done():
 		r.remove(id, w)
 		select {
 		case res := <-w.ch: // delivered in the meantime: the answer wins
-			return res.row, res.err
+			return res
 		default:
 		}
-		return nil, ctx.Err()
+		return waitResult{err: ctx.Err()}
 	}
 }
 
 // WaitOutput waits for the job id (Client.Wait) and decodes the output its handler recorded
 // with worker.SetOutput into an R (R's zero value when it recorded none). A job that ended
 // dead or cancelled returns its row and a *NotSucceededError (ErrNotSucceeded); an output that
-// does not decode into R returns the row and an error wrapping ErrOutputType.
+// does not decode into R returns the row and an error wrapping ErrOutputType. A job deleted
+// on success (worker.HandlerOptions.DeleteOnSuccess) returns a row with ID and State
+// (succeeded) and ErrOutputNotKept: it succeeded, and its output, if any, is gone.
 func WaitOutput[R any](ctx context.Context, c *Client, id int64) (*generics.JobRow, R, error) {
 	var out R
-	row, err := c.Wait(ctx, id)
+	res := c.wait(ctx, id)
+	row, err := res.row, res.err
 	if err != nil {
 		return row, out, err
+	}
+	if res.deleted {
+		return row, out, fmt.Errorf("%w: job %d", ErrOutputNotKept, id)
 	}
 	if row.State != generics.JobStateSucceeded {
 		return row, out, &NotSucceededError{ID: row.ID, State: row.State, Code: row.LastErrorCode}
@@ -167,9 +217,16 @@ func WaitOutput[R any](ctx context.Context, c *Client, id int64) (*generics.JobR
 // ctx's, and the job's id is in the returned row's ID (the row as inserted).
 func InsertAndWait[R any](ctx context.Context, c *Client, args generics.Args, opts *InsertOpts) (*generics.JobRow, R, error) {
 	var out R
+	// Listen first: a job deleted on success may end before Wait registers; the registry then
+	// remembers its done signal.
+	release := c.waits.hold(ctx)
+	defer release()
 	res, err := c.Insert(ctx, args, opts)
 	if err != nil {
 		return nil, out, err
+	}
+	if c.waits.afterInsert != nil {
+		c.waits.afterInsert(res.Job.ID)
 	}
 	row, out, err := WaitOutput[R](ctx, c, res.Job.ID)
 	if row == nil {
@@ -193,6 +250,42 @@ func (r *waitReg) add(id int64, w *waiter) {
 	signalKick(r.kick)
 }
 
+// hold keeps the registry running and listening until the returned func is called, and waits
+// (at most holdListenWait, or until ctx ends) until its LISTEN is up.
+func (r *waitReg) hold(ctx context.Context) func() {
+	r.mu.Lock()
+	r.holds++
+	if !r.running {
+		r.running = true
+		go r.run()
+	}
+	r.mu.Unlock()
+	deadline := time.Now().Add(holdListenWait)
+	for !r.listening.Load() && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(2 * time.Millisecond)
+	}
+	return func() {
+		r.mu.Lock()
+		r.holds--
+		r.mu.Unlock()
+	}
+}
+
+// rememberDeleted records id as deleted on success; r.mu is held.
+func (r *waitReg) rememberDeleted(id int64) {
+	if _, ok := r.deleted[id]; ok {
+		return
+	}
+	if len(r.delOrder) < deletedMemory {
+		r.delOrder = append(r.delOrder, id)
+	} else {
+		delete(r.deleted, r.delOrder[r.delNext])
+		r.delOrder[r.delNext] = id
+		r.delNext = (r.delNext + 1) % deletedMemory
+	}
+	r.deleted[id] = struct{}{}
+}
+
 func (r *waitReg) remove(id int64, w *waiter) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -207,6 +300,7 @@ func (r *waitReg) remove(id int64, w *waiter) {
 		delete(r.waiters, id)
 		delete(r.pending, id)
 		delete(r.fresh, id)
+		delete(r.missing, id)
 	} else {
 		r.waiters[id] = ws
 	}
@@ -242,6 +336,7 @@ func (r *waitReg) run() {
 			conn = nil
 		}
 		listening = false
+		r.listening.Store(false)
 	}
 	defer closeConn()
 	retry := time.NewTimer(0)
@@ -255,6 +350,7 @@ func (r *waitReg) run() {
 				retry.Reset(backoff)
 			} else {
 				conn, listening, backoff = r.startReader(ctx, c, connLost), true, 100*time.Millisecond
+				r.listening.Store(true)
 				r.markAll() // notifications sent before the LISTEN are not ours: read every waited id
 			}
 		}
@@ -263,7 +359,7 @@ func (r *waitReg) run() {
 		}
 		// Stop when no waiter is left for waitIdle.
 		r.mu.Lock()
-		empty := len(r.waiters) == 0
+		empty := len(r.waiters) == 0 && r.holds == 0
 		if empty && !idleSince.IsZero() && time.Since(idleSince) >= waitIdle {
 			r.running = false
 			r.mu.Unlock()
@@ -369,9 +465,13 @@ func (r *waitReg) read(ctx context.Context, conn *pgx.Conn, lost chan<- error) {
 		hit := false
 		r.mu.Lock()
 		for _, s := range strings.Split(n.Payload, ",") {
-			id, err := strconv.ParseInt(s, 10, 64)
+			del := strings.HasPrefix(s, "s") // deleted on success
+			id, err := strconv.ParseInt(strings.TrimPrefix(s, "s"), 10, 64)
 			if err != nil {
 				continue
+			}
+			if del {
+				r.rememberDeleted(id)
 			}
 			if _, ok := r.waiters[id]; ok {
 				r.pending[id] = true
@@ -461,10 +561,49 @@ func (r *waitReg) check(ctx context.Context) {
 		for _, j := range rows {
 			r.deliver(j.ID, j, nil)
 		}
+		again := false
 		for _, id := range gone {
-			r.deliver(id, gen.TenureJob{}, fmt.Errorf("%w: %d", ErrNotFound, id))
+			switch _, del := r.deleted[id]; {
+			case del:
+				r.deliverDeleted(id)
+			case !r.missing[id] && len(r.waiters[id]) > 0:
+				// Its delete's done signal may still be on its way: read it once more.
+				r.missing[id], again = true, true
+			default:
+				r.deliver(id, gen.TenureJob{}, fmt.Errorf("%w: %d", ErrNotFound, id))
+			}
 		}
 		r.mu.Unlock()
+		if again {
+			r.recheckLater()
+		}
+	}
+}
+
+// recheckLater marks the ids read once with no row pending after missingRecheck.
+func (r *waitReg) recheckLater() {
+	t := time.AfterFunc(missingRecheck, func() {
+		r.mu.Lock()
+		for id := range r.missing {
+			if _, ok := r.waiters[id]; ok {
+				r.pending[id] = true
+			}
+		}
+		r.mu.Unlock()
+		signalKick(r.kick)
+	})
+	if old := r.recheck.Swap(t); old != nil {
+		old.Stop()
+	}
+}
+
+// deliverDeleted answers the waiters of a job deleted on success: a row with ID and State.
+func (r *waitReg) deliverDeleted(id int64) {
+	ws := r.waiters[id]
+	delete(r.waiters, id)
+	delete(r.missing, id)
+	for _, w := range ws {
+		w.ch <- waitResult{row: &generics.JobRow{ID: id, State: generics.JobStateSucceeded}, deleted: true}
 	}
 }
 
@@ -475,6 +614,7 @@ func (r *waitReg) deliver(id int64, j gen.TenureJob, err error) {
 		return
 	}
 	delete(r.waiters, id)
+	delete(r.missing, id)
 	for _, w := range ws {
 		res := waitResult{err: err}
 		if err == nil {

@@ -213,3 +213,35 @@ func TestWaitListenConnectionLost(t *testing.T) {
 	default:
 	}
 }
+
+// A job deleted on success (worker.HandlerOptions.DeleteOnSuccess) between InsertAndWait's
+// insert and its wait, as its finish does it (the row deleted, s<id> on the done channel): the
+// registry listened before the insert, so InsertAndWait reports the success (ErrOutputNotKept),
+// not ErrNotFound. A Wait that starts after the delete, with no listener up then, gets
+// ErrNotFound.
+func TestInsertAndWaitSeesDeleteOnSuccess(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	finish := func(id int64) {
+		_, err := pool.Exec(ctx, `WITH g AS (DELETE FROM tenure.jobs WHERE id = $1 RETURNING id)
+			SELECT pg_notify('tenure_done', 's' || g.id::text) FROM g`, id)
+		require.NoError(t, err)
+	}
+	for range 3 {
+		c, err := jobs.NewClient(pool, &jobs.Config{WaitPoll: time.Hour})
+		require.NoError(t, err)
+		jobs.SetInsertAndWaitHook(c, finish)
+		row, _, err := jobs.InsertAndWait[int](ctx, c, emailArgs{To: "a@b"}, nil)
+		require.ErrorIs(t, err, jobs.ErrOutputNotKept)
+		require.Equal(t, generics.JobStateSucceeded, row.State)
+	}
+	c, err := jobs.NewClient(pool, &jobs.Config{WaitPoll: time.Hour})
+	require.NoError(t, err)
+	res, err := c.Insert(ctx, emailArgs{To: "a@b"}, nil)
+	require.NoError(t, err)
+	finish(res.Job.ID)
+	_, err = c.Wait(ctx, res.Job.ID)
+	require.ErrorIs(t, err, jobs.ErrNotFound)
+}

@@ -206,6 +206,18 @@ type HandlerOptions struct {
 	// while attempts remain, then dead), so a job cannot snooze forever. Default
 	// DefaultMaxSnoozes; at most 1,000,000.
 	MaxSnoozes int
+	// DeleteOnSuccess deletes a job of the kind when it succeeds: its fenced finish (the
+	// batched CompleteMany, or CompleteTx) deletes the row, with its effect-ledger rows,
+	// instead of writing a succeeded row for pruning to delete later. Failed attempts, dead and
+	// cancelled jobs keep their rows. Workflow tasks, sequence jobs and jobs whose unique
+	// states include succeeded keep their rows too (their dependents, DependencyOutput and the
+	// unique key read them). A deleted job has no stored output: jobs.Client.Wait reports it
+	// succeeded, jobs.WaitOutput returns jobs.ErrOutputNotKept. Chosen per kind, not per
+	// queue: whether anyone needs a succeeded job's row (its output, its history) is a
+	// property of the kind. Default false (docs/guide.md §28). The args type can declare it
+	// (generics.KindDefaults.DeleteOnSuccess); Register refuses it with a declared unique
+	// over succeeded (generics.ErrDeleteOnSuccessUnique).
+	DeleteOnSuccess bool
 }
 
 // DefaultMaxSnoozes is HandlerOptions.MaxSnoozes's default.

@@ -31,6 +31,8 @@ type execution struct {
 	leaseUntil  atomic.Int64           // unix nanos, local estimate of the lease end; loop writes, finishers read
 	output      atomic.Pointer[[]byte] // SetOutput (handler side) writes; finishers and CompleteTx read
 	txCompleted atomic.Bool            // CompleteTx changed the row inside the handler's transaction
+	txDeleted   atomic.Bool            // that change was a delete (DeleteOnSuccess); txXid is its transaction
+	txXid       atomic.Int64           // txid_current of the handler's transaction that ran CompleteTx
 	finishFails atomic.Int32           // failed finish writes so far; finishers write, the loop reads
 	prog        progressState          // Progress (progress.go)
 
@@ -74,6 +76,11 @@ type finish struct {
 	msg   string
 	delay time.Duration
 	err   error // the handler's error, for the outcome hook
+}
+
+// deleteOnSuccess reports whether e's success deletes its row (HandlerOptions.DeleteOnSuccess).
+func (e *execution) deleteOnSuccess() bool {
+	return e.h != nil && e.h.opts.DeleteOnSuccess
 }
 
 type execKey struct{}

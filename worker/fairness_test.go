@@ -503,7 +503,7 @@ func TestEngineStatementsPlanIndexPathsOnATinyTable(t *testing.T) {
 		"ClaimOrdered": append([]any{[]int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, make([]int64, 9), make([]int64, 9), nine}, kinds...),
 		"ClaimSegments": append([]any{[]int16{3, 2}, []int64{0, 0}, []int64{0, 0}, []int64{3e15, 3e15},
 			[]int32{10, 10}, []int32{1, 2}, []int32{5, 5}}, kinds...),
-		"CompleteMany": {ids, tokens, [][]byte{[]byte("null"), []byte("null")}, [][]byte{[]byte("null"), []byte("null")}},
+		"CompleteMany": {ids, tokens, [][]byte{[]byte("null"), []byte("null")}, [][]byte{[]byte("null"), []byte("null")}, []bool{true, false}},
 		"Heartbeat":    {ids, tokens, [][]byte{[]byte("null"), []byte("null")}},
 		"FailMany": {ids, tokens, []string{"ready", "dead"}, []int64{0, 0}, []string{"HANDLER_ERROR", "PERMANENT"},
 			[]string{"m", "m"}, [][]byte{[]byte("null"), []byte("null")}, [][]byte{[]byte("null"), []byte("null")}},

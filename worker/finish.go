@@ -286,12 +286,28 @@ func (r finishResult) add(id int64, busy bool) {
 func completeMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResult, error) {
 	ids, tokens := idsTokens(es)
 	outputs, progress := outputsProgress(es)
-	rows, err := q.CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens, Outputs: outputs, Progress: progress})
+	rows, err := q.CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens, Outputs: outputs, Progress: progress,
+		Deletes: deletes(es)})
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
 		res.add(r.ID, r.Busy)
 	}
 	return res, err
+}
+
+// deletes are the delete-on-success flags of es for CompleteMany (HandlerOptions.DeleteOnSuccess),
+// nil when no job of es deletes.
+func deletes(es []*execution) []bool {
+	var out []bool
+	for i, e := range es {
+		if e.deleteOnSuccess() {
+			if out == nil {
+				out = make([]bool, len(es))
+			}
+			out[i] = true
+		}
+	}
+	return out
 }
 
 // outputsProgress are the outputs (SetOutput) and last progress (Progress) of es for a batched
@@ -635,6 +651,25 @@ func (w *Worker) readBack(ctx context.Context, es []*execution, res finishResult
 		if landedEarlier(byID[r.ID], r) {
 			res.landed[r.ID] = true
 		}
+		delete(byID, r.ID)
+	}
+	// The rows gone. A CompleteTx that deleted the row (delete on success) landed when the
+	// handler's transaction committed, which txid_status tells. Any other missing row is not
+	// reported as success: after a lost reply, a delete of this attempt's own earlier try
+	// cannot be told from another attempt's (after this one's lease ran out), so it counts
+	// as a stale write (docs/design.md "Delete on success").
+	for id, e := range byID {
+		if !e.txCompleted.Load() || !e.txDeleted.Load() {
+			continue
+		}
+		st, err := w.q.TxStatus(ctx, e.txXid.Load())
+		if err != nil {
+			return err
+		}
+		if st == "committed" {
+			e.fin = finish{to: toSucceeded}
+			res.landed[id] = true
+		}
 	}
 	return nil
 }
@@ -679,8 +714,13 @@ func CompleteTx(ctx context.Context, tx pgx.Tx, job *generics.JobRow) error {
 	// No check of the lease before the statement: the engine may cancel the handler's context
 	// for a lost lease at any moment, also while the statement is on its way or running, and
 	// one check after it covers every such moment (leaseLostErr).
-	n, err := e.q.w.qon(tx).CompleteOne(ctx, gen.CompleteOneParams{ID: e.c.ID, ClaimToken: e.c.token, Output: output, Progress: e.prog.last()})
-	if err == nil && n == 1 {
+	r, err := e.q.w.qon(tx).CompleteOne(ctx, gen.CompleteOneParams{ID: e.c.ID, ClaimToken: e.c.token, Output: output,
+		Progress: e.prog.last(), Delete: e.deleteOnSuccess()})
+	if err == nil && r.Changed == 1 {
+		// A deleted row cannot tell the engine later whether tx committed: its transaction id
+		// can (readBack asks txid_status).
+		e.txXid.Store(r.Xid)
+		e.txDeleted.Store(r.Deleted)
 		e.txCompleted.Store(true)
 		return nil
 	}

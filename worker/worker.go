@@ -203,7 +203,7 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 		return fmt.Errorf("%w: %q", generics.ErrDuplicateKind, kind)
 	}
 	rec := generics.KindDefaults{Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts, Lease: o.Lease,
-		Timeout: o.Timeout, Unique: declared.Unique}
+		Timeout: o.Timeout, Unique: declared.Unique, DeleteOnSuccess: o.DeleteOnSuccess}
 	if fj, ok := o.Retry.(FullJitter); ok {
 		rec.RetryBase, rec.RetryCap = fj.Base, fj.Cap
 	}
@@ -251,14 +251,18 @@ func mergeDeclared[A generics.Args](kind string, opts *HandlerOptions) (*Handler
 		return &o, d, nil
 	}
 	if err := d.Check(); err != nil {
-		return nil, d, fmt.Errorf("%w: kind %q declares %v", ErrInvalidConfig, kind, err)
+		return nil, d, fmt.Errorf("%w: kind %q declares %w", ErrInvalidConfig, kind, err)
 	}
 	given := generics.KindDefaults{Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts, Lease: o.Lease, Timeout: o.Timeout}
 	if c := d.Conflicts(given); len(c) > 0 {
 		return nil, d, fmt.Errorf("%w: %w: kind %q: %s", ErrInvalidConfig, ErrDefaultsConflict, kind, strings.Join(c, "; "))
 	}
+	if o.DeleteOnSuccess && d.Unique.HoldsSucceeded() {
+		return nil, d, fmt.Errorf("%w: %w: kind %q declares Unique.States %v", ErrInvalidConfig, generics.ErrDeleteOnSuccessUnique, kind, d.Unique.States)
+	}
 	f := given.Or(d)
 	o.Queue, o.Priority, o.MaxAttempts, o.Lease, o.Timeout = f.Queue, f.Priority, f.MaxAttempts, f.Lease, f.Timeout
+	o.DeleteOnSuccess = o.DeleteOnSuccess || d.DeleteOnSuccess
 	if o.Retry == nil && (d.RetryBase > 0 || d.RetryCap > 0) {
 		o.Retry = FullJitter{Base: d.RetryBase, Cap: d.RetryCap}
 	}
