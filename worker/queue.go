@@ -75,6 +75,8 @@ type queue struct {
 	pausedFlag atomic.Bool // paused, for Stats and the registry (written by the loop)
 	// mode is how the queue claims (claimmode.go); its state is the loop's like the rest.
 	mode claimMode
+	// forming: per batch kind, the claimed jobs collected for its next batch call (batch.go).
+	forming map[string]*forming
 
 	limits *limitArgs // nil: no limits (limits.go); fixed at New
 }
@@ -172,6 +174,9 @@ func (q *queue) loop(ctx context.Context) {
 	var hbArmed time.Time // when hbTimer fires (zero: stopped)
 	claimTimer := time.NewTimer(time.Hour)
 	defer claimTimer.Stop()
+	batchTimer := time.NewTimer(time.Hour)
+	batchTimer.Stop()
+	defer batchTimer.Stop()
 	var hardC, releaseC <-chan time.Time
 	var plan stopPlan
 	hardDone, releaseDone := false, false
@@ -182,6 +187,9 @@ func (q *queue) loop(ctx context.Context) {
 			}
 		} else if len(q.active) == 0 && q.inFlight == 0 {
 			return
+		}
+		if at, ok := q.startBatches(time.Now()); ok { // batch.go
+			batchTimer.Reset(max(time.Until(at), 0))
 		}
 		if d, ok := q.nextClaimWake(); ok && q.mayClaim() {
 			// Only when a woken claimer could claim: otherwise (stopping, paused, no free
@@ -217,6 +225,7 @@ func (q *queue) loop(ctx context.Context) {
 				p = plan.merge(p)
 			}
 			q.stopping, plan = true, p
+			q.releaseForming() // batch.go
 			if !hardDone {
 				hardC = after(plan.hardAt)
 			}
@@ -252,6 +261,7 @@ func (q *queue) loop(ctx context.Context) {
 		case <-q.wakeCh:
 			q.wakeOne()
 		case <-claimTimer.C:
+		case <-batchTimer.C:
 		case now := <-hbTimer.C:
 			hbArmed = time.Time{}
 			q.heartbeat(ctx, now)
@@ -439,6 +449,10 @@ func (q *queue) claimed(r claimResult) {
 			continue
 		}
 		q.running++
+		if e.h != nil && e.h.batch != nil {
+			q.collect(e) // a batch kind: its batch call starts it (batch.go)
+			continue
+		}
 		w.m.handlersRunning.Add(1)
 		go q.run(e)
 	}

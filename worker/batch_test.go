@@ -1,0 +1,326 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker"
+)
+
+// batchArgs is the kind of the batch tests run in the test process.
+type batchArgs struct {
+	N int `json:"n"`
+}
+
+func (batchArgs) Kind() string        { return "batchy" }
+func (batchArgs) PayloadVersion() int { return 1 }
+
+// batchRecorder records each batch call's job ids and attempts.
+type batchRecorder struct {
+	mu    sync.Mutex
+	calls [][]*generics.JobRow
+}
+
+func (r *batchRecorder) record(batch []*generics.Job[batchArgs]) {
+	rows := make([]*generics.JobRow, len(batch))
+	for i, j := range batch {
+		rows[i] = j.JobRow
+	}
+	r.mu.Lock()
+	r.calls = append(r.calls, rows)
+	r.mu.Unlock()
+}
+
+func (r *batchRecorder) snapshot() [][]*generics.JobRow {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]*generics.JobRow(nil), r.calls...)
+}
+
+func insertBatchy(t testing.TB, c *jobs.Client, n int, opts *jobs.InsertOpts) []int64 {
+	t.Helper()
+	ps := make([]jobs.InsertManyParams, n)
+	for i := range ps {
+		ps[i] = jobs.InsertManyParams{Args: batchArgs{N: i}, Opts: opts}
+	}
+	res, err := c.InsertMany(context.Background(), ps)
+	require.NoError(t, err)
+	ids := make([]int64, n)
+	for i, r := range res {
+		ids[i] = r.Job.ID
+	}
+	return ids
+}
+
+// TestBatchMixedResultsLandPerJob: one batch handler returns, per job, success, a retryable
+// error, a permanent error and a snooze; each lands on its own job as a single handler's
+// result would (retried then succeeded, dead PERMANENT, snoozed uncharged then succeeded), and
+// each success carries the output recorded through the job's own context (JobContext).
+func TestBatchMixedResultsLandPerJob(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	rec := &batchRecorder{}
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 20}})
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	const maxSize = 8
+	worker.MustRegisterBatch(w, func(ctx context.Context, batch []*generics.Job[batchArgs]) ([]error, error) {
+		rec.record(batch)
+		res := make([]error, len(batch))
+		for i, j := range batch {
+			switch j.Args.N % 4 {
+			case 0:
+				if err := worker.SetOutput(worker.JobContext(ctx, j.JobRow), map[string]int{"n": j.Args.N}); err != nil {
+					return nil, err
+				}
+			case 1:
+				if j.Attempt == 1 {
+					res[i] = errors.New("transient")
+				}
+			case 2:
+				res[i] = worker.Permanent(errors.New("poison"))
+			case 3:
+				if j.Snoozes == 0 {
+					res[i] = worker.Snooze(10 * time.Millisecond)
+				}
+			}
+		}
+		return res, nil
+	}, &worker.BatchOptions{HandlerOptions: worker.HandlerOptions{Retry: fastRetry}, MaxSize: maxSize, MaxWait: 50 * time.Millisecond})
+	c := newClient(t, pool, w)
+	ids := insertBatchy(t, c, 40, &jobs.InsertOpts{MaxAttempts: 5})
+	startWorker(t, w)
+	waitFor(t, 30*time.Second, "every job final", func() bool {
+		return countState(t, pool, "succeeded")+countState(t, pool, "dead") == len(ids)
+	})
+	for n, id := range ids {
+		j := getJob(t, c, id)
+		switch n % 4 {
+		case 0:
+			require.Equal(t, generics.JobStateSucceeded, j.State, "job %d", n)
+			require.Equal(t, 1, j.Attempt)
+			require.JSONEq(t, `{"n":`+strconv.Itoa(n)+`}`, string(j.Output))
+		case 1:
+			require.Equal(t, generics.JobStateSucceeded, j.State, "job %d", n)
+			require.Equal(t, 2, j.Attempt, "retried once")
+			require.Len(t, j.Errors, 1)
+			require.Equal(t, "HANDLER_ERROR", j.Errors[0].Code)
+		case 2:
+			require.Equal(t, generics.JobStateDead, j.State, "job %d", n)
+			require.Equal(t, 1, j.Attempt)
+			require.Equal(t, "PERMANENT", j.LastErrorCode)
+		case 3:
+			require.Equal(t, generics.JobStateSucceeded, j.State, "job %d", n)
+			require.Equal(t, 1, j.Attempt, "a snooze does not charge the attempt")
+			require.Equal(t, 1, j.Snoozes)
+		}
+	}
+	seen := 0
+	for _, call := range rec.snapshot() {
+		require.LessOrEqual(t, len(call), maxSize, "never more than MaxSize jobs per call")
+		require.NotEmpty(t, call)
+		seen += len(call)
+	}
+	// 40 first attempts, 10 retries, 10 snoozed re-runs.
+	require.Equal(t, 60, seen)
+	require.NoError(t, stopWorker(t, w, 10*time.Second))
+	st := w.Stats()
+	require.EqualValues(t, 60, st.BatchJobs)
+	require.Zero(t, st.StaleRejected)
+	require.EqualValues(t, 30, st.Succeeded)
+	require.EqualValues(t, 10, st.Dead)
+	require.EqualValues(t, 10, st.Retried)
+	require.EqualValues(t, 10, st.Snoozed)
+}
+
+// TestBatchMaxSizeAndEveryJobOnce: 250 ready jobs, MaxSize 40, 100 slots: no call gets more
+// than 40 jobs, full batches are formed (a claim of 100 is cut into 40, 40, 20), and every job
+// runs and succeeds exactly once.
+func TestBatchMaxSizeAndEveryJobOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	rec := &batchRecorder{}
+	w, err := worker.New(pool, fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 100}}))
+	require.NoError(t, err)
+	worker.MustRegisterBatch(w, func(ctx context.Context, batch []*generics.Job[batchArgs]) ([]error, error) {
+		rec.record(batch)
+		return nil, nil
+	}, &worker.BatchOptions{MaxSize: 40, MaxWait: 100 * time.Millisecond})
+	c := newClient(t, pool, w)
+	ids := insertBatchy(t, c, 250, nil)
+	startWorker(t, w)
+	waitFor(t, 30*time.Second, "every job succeeded", func() bool { return countState(t, pool, "succeeded") == len(ids) })
+	require.NoError(t, stopWorker(t, w, 10*time.Second))
+	runs := map[int64]int{}
+	full := 0
+	for _, call := range rec.snapshot() {
+		require.LessOrEqual(t, len(call), 40)
+		if len(call) == 40 {
+			full++
+		}
+		for _, j := range call {
+			runs[j.ID]++
+		}
+	}
+	require.Positive(t, full, "a claim of 100 ready jobs fills batches of MaxSize")
+	require.Len(t, runs, len(ids))
+	for id, n := range runs {
+		require.Equal(t, 1, n, "job %d ran %d times", id, n)
+	}
+	require.EqualValues(t, len(ids), w.Stats().Succeeded)
+}
+
+// TestBatchLoneJobAfterMaxWait: a single job of a batch kind is handled alone once MaxWait
+// has passed, not held for more jobs that do not come; and not before MaxWait (the batch
+// waited for company).
+func TestBatchLoneJobAfterMaxWait(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	const wait = 300 * time.Millisecond
+	type call struct {
+		n  int
+		at time.Time
+	}
+	calls := make(chan call, 4)
+	w, err := worker.New(pool, fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 50}}))
+	require.NoError(t, err)
+	worker.MustRegisterBatch(w, func(ctx context.Context, batch []*generics.Job[batchArgs]) ([]error, error) {
+		calls <- call{len(batch), time.Now()}
+		return nil, nil
+	}, &worker.BatchOptions{MaxSize: 50, MaxWait: wait})
+	c := newClient(t, pool, w)
+	startWorker(t, w)
+	ids := insertBatchy(t, c, 1, nil)
+	var got call
+	select {
+	case got = <-calls:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lone job was never handled")
+	}
+	require.Equal(t, 1, got.n)
+	j := getJob(t, c, ids[0])
+	waitFor(t, 10*time.Second, "the job succeeded", func() bool { return getJob(t, c, ids[0]).State == generics.JobStateSucceeded })
+	// The batch formed for MaxWait after the claim (attempted_at is the claim's database
+	// time; this machine's clocks agree within far less than the slack).
+	require.GreaterOrEqual(t, got.at.Sub(*j.AttemptedAt), wait-100*time.Millisecond)
+}
+
+// TestBatchWholeBatchFailures: a batch-level error, a panic and a result slice of the wrong
+// length each fail every job of the batch (HANDLER_ERROR, PANIC, HANDLER_ERROR with
+// ErrBatchResultLength), each job on its own fenced write.
+func TestBatchWholeBatchFailures(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		fn   func(batch []*generics.Job[batchArgs]) ([]error, error)
+		code string
+		msg  string
+	}{
+		{"error", func([]*generics.Job[batchArgs]) ([]error, error) { return nil, errors.New("downstream is down") }, "HANDLER_ERROR", "downstream is down"},
+		{"panic", func([]*generics.Job[batchArgs]) ([]error, error) { panic("boom") }, "PANIC", "boom"},
+		{"length", func(b []*generics.Job[batchArgs]) ([]error, error) { return make([]error, len(b)-1), nil }, "HANDLER_ERROR", worker.ErrBatchResultLength.Error()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewPool(t)
+			var outcomes atomic.Int64
+			cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 10}})
+			cfg.OnOutcome = func(o worker.Outcome) { outcomes.Add(1) }
+			w, err := worker.New(pool, cfg)
+			require.NoError(t, err)
+			worker.MustRegisterBatch(w, func(ctx context.Context, batch []*generics.Job[batchArgs]) ([]error, error) {
+				return tc.fn(batch)
+			}, &worker.BatchOptions{MaxSize: 5, MaxWait: 100 * time.Millisecond})
+			c := newClient(t, pool, w)
+			ids := insertBatchy(t, c, 5, &jobs.InsertOpts{MaxAttempts: 1})
+			startWorker(t, w)
+			waitFor(t, 30*time.Second, "every job dead", func() bool { return countState(t, pool, "dead") == len(ids) })
+			for _, id := range ids {
+				j := getJob(t, c, id)
+				require.Equal(t, tc.code, j.LastErrorCode)
+				require.Len(t, j.Errors, 1)
+				require.Contains(t, j.Errors[0].Message, tc.msg)
+			}
+			require.NoError(t, stopWorker(t, w, 10*time.Second))
+			require.EqualValues(t, len(ids), outcomes.Load(), "one outcome per job")
+		})
+	}
+}
+
+// TestBatchOneJobCancelledMidBatch: an operator cancels one job of a running batch: that job's
+// own context ends with ErrJobCancelled and the job ends cancelled; the batch's context is not
+// cancelled and the other jobs succeed.
+func TestBatchOneJobCancelledMidBatch(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	started := make(chan []int64, 1)
+	batchErr := make(chan error, 1)
+	w, err := worker.New(pool, fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 3}}))
+	require.NoError(t, err)
+	worker.MustRegisterBatch(w, func(ctx context.Context, batch []*generics.Job[batchArgs]) ([]error, error) {
+		ids := make([]int64, len(batch))
+		for i, j := range batch {
+			ids[i] = j.ID
+		}
+		started <- ids
+		res := make([]error, len(batch))
+		jctx := worker.JobContext(ctx, batch[0].JobRow)
+		select {
+		case <-jctx.Done():
+			res[0] = context.Cause(jctx)
+		case <-time.After(20 * time.Second):
+			res[0] = errors.New("never cancelled")
+		}
+		batchErr <- ctx.Err()
+		return res, nil
+	}, &worker.BatchOptions{MaxSize: 3, MaxWait: 5 * time.Second})
+	c := newClient(t, pool, w)
+	ids := insertBatchy(t, c, 3, nil)
+	startWorker(t, w)
+	var got []int64
+	select {
+	case got = <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("batch never started")
+	}
+	require.ElementsMatch(t, ids, got, "a full batch starts without waiting for MaxWait")
+	out, err := c.Cancel(context.Background(), got[0], jobs.Action{Actor: "test", Reason: "one of the batch"})
+	require.NoError(t, err)
+	require.Equal(t, jobs.CancelRequested, out)
+	require.NoError(t, <-batchErr, "the batch context is not cancelled for one job")
+	waitFor(t, 10*time.Second, "the batch finished", func() bool {
+		return countState(t, pool, "succeeded") == 2 && countState(t, pool, "cancelled") == 1
+	})
+	require.Equal(t, generics.JobStateCancelled, getJob(t, c, got[0]).State)
+}
+
+// TestRegisterBatchOptions: options are checked at registration.
+func TestRegisterBatchOptions(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	fn := func(context.Context, []*generics.Job[batchArgs]) ([]error, error) { return nil, nil }
+	for _, o := range []*worker.BatchOptions{
+		{MaxSize: -1}, {MaxSize: worker.MaxBatchSize + 1},
+		{MaxWait: 2 * time.Minute}, // above the default 1 minute Timeout
+		{HandlerOptions: worker.HandlerOptions{Middleware: []worker.Middleware{func(n worker.HandlerFunc) worker.HandlerFunc { return n }}}},
+	} {
+		w, err := worker.New(pool, fastConfig(nil))
+		require.NoError(t, err)
+		require.ErrorIs(t, worker.RegisterBatch(w, fn, o), worker.ErrInvalidConfig, "%+v", o)
+	}
+	w, err := worker.New(pool, fastConfig(nil))
+	require.NoError(t, err)
+	require.NoError(t, worker.RegisterBatch(w, fn, nil))
+	require.ErrorIs(t, worker.Register(w, func(context.Context, *generics.Job[batchArgs]) error { return nil }, nil), generics.ErrDuplicateKind)
+	require.ErrorIs(t, worker.RegisterBatch[batchArgs](w, nil, nil), worker.ErrInvalidConfig)
+}
