@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/generics"
@@ -323,4 +324,144 @@ func TestRegisterBatchOptions(t *testing.T) {
 	require.NoError(t, worker.RegisterBatch(w, fn, nil))
 	require.ErrorIs(t, worker.Register(w, func(context.Context, *generics.Job[batchArgs]) error { return nil }, nil), generics.ErrDuplicateKind)
 	require.ErrorIs(t, worker.RegisterBatch[batchArgs](w, nil, nil), worker.ErrInvalidConfig)
+}
+
+// completingBatchWorker starts a test-side worker whose chaosbatch handler records each job's
+// attempt and succeeds for all. Its reclaim sweep runs every 100ms.
+func completingBatchWorker(t *testing.T, pool *pgxpool.Pool, rec *recorder) *worker.Worker {
+	t.Helper()
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 10}})
+	cfg.OnOutcome = rec.outcome
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	worker.MustRegisterBatch(w, func(ctx context.Context, batch []*generics.Job[chaosBatchArgs]) ([]error, error) {
+		for _, j := range batch {
+			rec.attempt(j.JobRow)
+		}
+		return nil, nil
+	}, &worker.BatchOptions{HandlerOptions: worker.HandlerOptions{Retry: fastRetry}, MaxSize: 5, MaxWait: 50 * time.Millisecond})
+	startWorker(t, w)
+	return w
+}
+
+func insertChaosBatch(t *testing.T, c *jobs.Client, n int) []int64 {
+	t.Helper()
+	ps := make([]jobs.InsertManyParams, n)
+	for i := range ps {
+		ps[i] = jobs.InsertManyParams{Args: chaosBatchArgs{Tag: strconv.Itoa(i)}, Opts: &jobs.InsertOpts{Lease: 2 * time.Second, MaxAttempts: 5}}
+	}
+	res, err := c.InsertMany(context.Background(), ps)
+	require.NoError(t, err)
+	ids := make([]int64, n)
+	for i, r := range res {
+		ids[i] = r.Job.ID
+	}
+	return ids
+}
+
+// TestBatchWorkerKilledMidBatch: a worker process is SIGKILLed while its batch handler holds
+// five jobs. Each job stays running under the dead worker's lease, then is reclaimed on its
+// own (LEASE_EXPIRED, attempt consumed) and re-run by another worker as generation 2: one
+// succeeded row per job, one attempt of the new worker per job, no stale write.
+func TestBatchWorkerKilledMidBatch(t *testing.T) {
+	t.Parallel()
+	pool, url := chaosPool(t)
+	c := newClient(t, pool, nil)
+	ids := insertChaosBatch(t, c, 5)
+	child := startChild(t, childOpts{DB: url, Handler: "block", ID: "doomed-batch", Concurrency: 5})
+	tokens := map[int64]string{}
+	for _, id := range ids {
+		f := child.waitLine(t, 20*time.Second, "claimed", forJob(id))
+		require.Equal(t, "1", f[2], "first claim is generation 1")
+		tokens[id] = f[4]
+	}
+	child.killAndWait(t)
+	for _, id := range ids {
+		j := getJob(t, c, id)
+		require.Equal(t, generics.JobStateRunning, j.State, "a committed claim survives its worker")
+		require.Equal(t, "doomed-batch", j.LockedBy)
+		require.Equal(t, tokens[id], j.ClaimToken.String())
+	}
+
+	rec := &recorder{}
+	b := completingBatchWorker(t, pool, rec)
+	waitFor(t, 30*time.Second, "every job re-run and succeeded", func() bool { return countState(t, pool, "succeeded") == len(ids) })
+	waitFor(t, 10*time.Second, "B's outcomes", func() bool { _, o := rec.snapshot(); return len(o) == len(ids) })
+	attempts, outcomes := rec.snapshot()
+	require.Len(t, attempts, len(ids), "one attempt per job by the new worker")
+	for _, o := range outcomes {
+		require.NoError(t, o.Err)
+		require.Equal(t, worker.OutcomeSucceeded, o.Transition)
+	}
+	byToken := map[string]attemptRec{}
+	for _, a := range attempts {
+		byToken[a.Token.String()] = a
+	}
+	for _, id := range ids {
+		j := getJob(t, c, id)
+		require.Equal(t, generics.JobStateSucceeded, j.State)
+		require.EqualValues(t, 2, j.Generation)
+		require.Equal(t, 2, j.Attempt, "the killed attempt is consumed")
+		require.NotEqual(t, tokens[id], j.ClaimToken.String())
+		require.Len(t, j.Errors, 1)
+		require.Equal(t, "LEASE_EXPIRED", j.Errors[0].Code)
+		require.EqualValues(t, 1, j.Errors[0].Generation)
+		a, ok := byToken[j.ClaimToken.String()]
+		require.True(t, ok, "job %d's success is the new worker's attempt", id)
+		require.EqualValues(t, 2, a.Generation)
+	}
+	require.NoError(t, stopWorker(t, b, 5*time.Second))
+	st := b.Stats()
+	require.EqualValues(t, len(ids), st.Succeeded)
+	require.Zero(t, st.StaleRejected)
+}
+
+// TestBatchStaleWorkerFinishRefused: worker A's batch holds three jobs and A is paused
+// (SIGSTOP) past their leases; B reclaims and completes each as generation 2. When A wakes and
+// its batch handler returns success for all three, each of A's fenced finishes is refused
+// (stale, counted), and no row changes.
+func TestBatchStaleWorkerFinishRefused(t *testing.T) {
+	t.Parallel()
+	pool, url := chaosPool(t)
+	c := newClient(t, pool, nil)
+	ids := insertChaosBatch(t, c, 3)
+	a := startChild(t, childOpts{DB: url, Handler: "complete-on-go", ID: "stale-batch", Concurrency: 3})
+	for _, id := range ids {
+		f := a.waitLine(t, 20*time.Second, "claimed", forJob(id))
+		require.Equal(t, "1", f[2])
+	}
+	a.waitLine(t, 10*time.Second, "batch", nil)
+	a.pause()
+
+	rec := &recorder{}
+	b := completingBatchWorker(t, pool, rec)
+	waitFor(t, 30*time.Second, "B to re-run and complete every job", func() bool { return countState(t, pool, "succeeded") == len(ids) })
+	waitFor(t, 10*time.Second, "B's outcomes", func() bool { _, o := rec.snapshot(); return len(o) == len(ids) })
+	won := map[int64]*generics.JobRow{}
+	for _, id := range ids {
+		won[id] = getJob(t, c, id)
+		require.EqualValues(t, 2, won[id].Generation)
+	}
+
+	a.send(t, "go")
+	a.resume()
+	for _, id := range ids {
+		o := a.waitLine(t, 15*time.Second, "outcome", forJob(id, 1))
+		require.Equal(t, "succeeded", o[3], "A's late success: %v", o)
+		require.Equal(t, "true", kv(o, "stale"), "A's late finish must be refused as stale: %v", o)
+	}
+	a.send(t, "stats")
+	s := a.waitLine(t, 10*time.Second, "stats", nil)
+	require.EqualValues(t, len(ids), kvInt(s, "stale"), "A counts one stale write per job: %v", s)
+	require.Zero(t, kvInt(s, "succeeded"))
+	for _, id := range ids {
+		after := getJob(t, c, id)
+		require.Equal(t, generics.JobStateSucceeded, after.State)
+		require.EqualValues(t, 2, after.Generation)
+		require.Equal(t, *won[id].ClaimToken, *after.ClaimToken, "the job keeps the new generation's token")
+		require.Equal(t, won[id].UpdatedAt, after.UpdatedAt, "A wrote nothing")
+		require.Equal(t, 2, after.Attempt)
+	}
+	require.NoError(t, stopWorker(t, b, 5*time.Second))
+	require.Zero(t, b.Stats().StaleRejected)
 }
