@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -464,4 +465,58 @@ func TestBatchStaleWorkerFinishRefused(t *testing.T) {
 	}
 	require.NoError(t, stopWorker(t, b, 5*time.Second))
 	require.Zero(t, b.Stats().StaleRejected)
+}
+
+// BenchmarkBatchBurnDown: 50,000 pre-inserted no-op jobs burned down by one worker with 100
+// slots, by single-job handlers and by a batch handler (MaxSize 100), in the same run, with
+// the same settings (BenchmarkBurnDown's). Reports jobs/s; the log line adds claims, batches
+// and finish latencies.
+func BenchmarkBatchBurnDown(b *testing.B) {
+	const total = 50000
+	for _, tc := range []struct {
+		name  string
+		batch int // 0: single-job handler
+	}{{"single", 0}, {"batch100", 100}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var rate float64
+			for range b.N {
+				b.StopTimer()
+				pool := benchPool(b)
+				c := newClient(b, pool, nil)
+				insertNoops(b, c, total, nil)
+				_, err := pool.Exec(context.Background(), "VACUUM ANALYZE tenure.jobs")
+				require.NoError(b, err)
+				done := make(chan struct{})
+				var n atomic.Int64
+				w, err := worker.New(pool, &worker.Config{Logger: testLogger(), AsynchronousCommit: os.Getenv("TENURE_BENCH_ASYNC") == "1",
+					Queues: map[string]worker.QueueConfig{"default": {Concurrency: 100, Claimers: benchClaimers}},
+					OnOutcome: func(worker.Outcome) {
+						if n.Add(1) == total {
+							close(done)
+						}
+					}})
+				require.NoError(b, err)
+				if tc.batch == 0 {
+					worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
+				} else {
+					worker.MustRegisterBatch(w, func(context.Context, []*generics.Job[noopArgs]) ([]error, error) { return nil, nil },
+						&worker.BatchOptions{MaxSize: tc.batch, MaxWait: 100 * time.Millisecond})
+				}
+				b.StartTimer()
+				start := time.Now()
+				require.NoError(b, w.Start(context.Background()))
+				<-done
+				elapsed := time.Since(start)
+				b.StopTimer()
+				require.NoError(b, stopWorker(b, w, 10*time.Second))
+				st := w.Stats()
+				require.Zero(b, st.StaleRejected)
+				rate = float64(total) / elapsed.Seconds()
+				b.Logf("%s: %d jobs in %v = %.0f jobs/s; claims %d (asked %d, got %d), batches %d (jobs %d), claim p50 %v p99 %v, finish p50 %v p99 %v",
+					tc.name, total, elapsed.Round(time.Millisecond), rate, st.Claims, st.ClaimAsked, st.Claimed, st.Batches, st.BatchJobs,
+					st.ClaimP50, st.ClaimP99, st.FinishP50, st.FinishP99)
+			}
+			b.ReportMetric(rate, "jobs/s")
+		})
+	}
 }
