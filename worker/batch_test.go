@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -468,55 +469,103 @@ func TestBatchStaleWorkerFinishRefused(t *testing.T) {
 }
 
 // BenchmarkBatchBurnDown: 50,000 pre-inserted no-op jobs burned down by one worker with 100
-// slots, by single-job handlers and by a batch handler (MaxSize 100), in the same run, with
-// the same settings (BenchmarkBurnDown's). Reports jobs/s; the log line adds claims, batches
-// and finish latencies.
+// slots, by single-job handlers and by a batch handler (MaxSize 100), with the same settings
+// (BenchmarkBurnDown's). Each iteration runs every variant once, in turn, so a load change on a
+// shared machine hits them alike. Reports jobs/s per variant; the log lines add the claims, the
+// batches, the bench process's CPU and the database's statement time (pg_stat_database
+// active_time of the bench database) per 1,000 jobs.
 func BenchmarkBatchBurnDown(b *testing.B) {
 	const total = 50000
-	for _, tc := range []struct {
+	variants := []struct {
 		name  string
 		batch int // 0: single-job handler
-	}{{"single", 0}, {"batch100", 100}} {
-		b.Run(tc.name, func(b *testing.B) {
-			var rate float64
-			for range b.N {
-				b.StopTimer()
-				pool := benchPool(b)
-				c := newClient(b, pool, nil)
-				insertNoops(b, c, total, nil)
-				_, err := pool.Exec(context.Background(), "VACUUM ANALYZE tenure.jobs")
-				require.NoError(b, err)
-				done := make(chan struct{})
-				var n atomic.Int64
-				w, err := worker.New(pool, &worker.Config{Logger: testLogger(), AsynchronousCommit: os.Getenv("TENURE_BENCH_ASYNC") == "1",
-					Queues: map[string]worker.QueueConfig{"default": {Concurrency: 100, Claimers: benchClaimers}},
-					OnOutcome: func(worker.Outcome) {
-						if n.Add(1) == total {
-							close(done)
-						}
-					}})
-				require.NoError(b, err)
-				if tc.batch == 0 {
-					worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
-				} else {
-					worker.MustRegisterBatch(w, func(context.Context, []*generics.Job[noopArgs]) ([]error, error) { return nil, nil },
-						&worker.BatchOptions{MaxSize: tc.batch, MaxWait: 100 * time.Millisecond})
-				}
-				b.StartTimer()
-				start := time.Now()
-				require.NoError(b, w.Start(context.Background()))
-				<-done
-				elapsed := time.Since(start)
-				b.StopTimer()
-				require.NoError(b, stopWorker(b, w, 10*time.Second))
-				st := w.Stats()
-				require.Zero(b, st.StaleRejected)
-				rate = float64(total) / elapsed.Seconds()
-				b.Logf("%s: %d jobs in %v = %.0f jobs/s; claims %d (asked %d, got %d), batches %d (jobs %d), claim p50 %v p99 %v, finish p50 %v p99 %v",
-					tc.name, total, elapsed.Round(time.Millisecond), rate, st.Claims, st.ClaimAsked, st.Claimed, st.Batches, st.BatchJobs,
-					st.ClaimP50, st.ClaimP99, st.FinishP50, st.FinishP99)
-			}
-			b.ReportMetric(rate, "jobs/s")
-		})
+		slots int
+	}{{"single", 0, 100}, {"batch100", 100, 100}, {"batch50", 50, 100}}
+	if os.Getenv("TENURE_BENCH_BATCH_200") != "" { // what pipelining two batches gives
+		variants = append(variants, struct {
+			name  string
+			batch int
+			slots int
+		}{"single-200slots", 0, 200}, struct {
+			name  string
+			batch int
+			slots int
+		}{"batch100-200slots", 100, 200})
 	}
+	rates := make([][]float64, len(variants))
+	for range b.N {
+		for vi, tc := range variants {
+			b.StopTimer()
+			pool := benchPool(b)
+			c := newClient(b, pool, nil)
+			insertNoops(b, c, total, nil)
+			_, err := pool.Exec(context.Background(), "VACUUM ANALYZE tenure.jobs")
+			require.NoError(b, err)
+			done := make(chan struct{})
+			var n atomic.Int64
+			w, err := worker.New(pool, &worker.Config{Logger: testLogger(), AsynchronousCommit: os.Getenv("TENURE_BENCH_ASYNC") == "1",
+				Queues: map[string]worker.QueueConfig{"default": {Concurrency: tc.slots, Claimers: benchClaimers}},
+				OnOutcome: func(worker.Outcome) {
+					if n.Add(1) == total {
+						close(done)
+					}
+				}})
+			require.NoError(b, err)
+			if tc.batch == 0 {
+				worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
+			} else {
+				worker.MustRegisterBatch(w, func(context.Context, []*generics.Job[noopArgs]) ([]error, error) { return nil, nil },
+					&worker.BatchOptions{MaxSize: tc.batch, MaxWait: 100 * time.Millisecond})
+			}
+			dbBefore := dbActivity(b, pool)
+			cpuBefore := processCPU()
+			b.StartTimer()
+			start := time.Now()
+			require.NoError(b, w.Start(context.Background()))
+			<-done
+			elapsed := time.Since(start)
+			b.StopTimer()
+			cpu := processCPU() - cpuBefore
+			require.NoError(b, stopWorker(b, w, 10*time.Second))
+			db := dbActivity(b, pool).minus(dbBefore)
+			st := w.Stats()
+			require.Zero(b, st.StaleRejected)
+			rate := float64(total) / elapsed.Seconds()
+			rates[vi] = append(rates[vi], rate)
+			k := float64(total) / 1000
+			b.Logf("%s: %d jobs in %v = %.0f jobs/s; claims %d (got %d), batches %d, finish writes %d; per 1k jobs: process CPU %.3fs, db statement time %.3fs, transactions %.0f; claim p50 %v, finish p50 %v",
+				tc.name, total, elapsed.Round(time.Millisecond), rate, st.Claims, st.Claimed, st.Batches, st.FinishLatency.Count,
+				cpu.Seconds()/k, db.activeMs/1000/k, db.xacts/k, st.ClaimP50, st.FinishP50)
+		}
+	}
+	for vi, v := range variants {
+		sum := 0.0
+		for _, r := range rates[vi] {
+			sum += r
+		}
+		b.ReportMetric(sum/float64(len(rates[vi])), v.name+"-jobs/s")
+	}
+}
+
+// dbStats are cumulative counters of the bench database (pg_stat_database).
+type dbStats struct{ activeMs, xacts float64 }
+
+func (a dbStats) minus(b dbStats) dbStats { return dbStats{a.activeMs - b.activeMs, a.xacts - b.xacts} }
+
+// dbActivity reads the bench database's statement time and commits, after closing the pool's
+// connections so that their backends flush their statistics (a backend flushes at exit).
+func dbActivity(b *testing.B, pool *pgxpool.Pool) dbStats {
+	pool.Reset()
+	time.Sleep(200 * time.Millisecond)
+	var s dbStats
+	require.NoError(b, pool.QueryRow(context.Background(),
+		"SELECT coalesce(active_time, 0), xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&s.activeMs, &s.xacts))
+	return s
+}
+
+// processCPU is the bench process's user+system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
