@@ -371,7 +371,7 @@ func (w *Worker) runBatch(es []*execution) []finish {
 	if left.Add(-1) == 0 {
 		cancelAll(*last.Load())
 	}
-	errs, passed, panicked, stack := h.batch.run(bctx, live)
+	errs, passed, panicked, stack := w.callBatch(bctx, h.batch, live)
 	if panicked != nil {
 		w.m.panics.Add(1)
 		w.log.Error("tenure: batch handler panicked; every job of the batch fails", logkey.Kind, h.kind, logkey.Jobs, len(live),
@@ -386,4 +386,18 @@ func (w *Worker) runBatch(es []*execution) []finish {
 		fins[i] = w.outcome(jctxs[k], e, errs[k])
 	}
 	return fins
+}
+
+// callBatch runs spec's call for es. A panic outside the handler (an upgrader's, while
+// decoding) fails every job as a panic in the handler does.
+func (w *Worker) callBatch(ctx context.Context, spec *batchSpec, es []*execution) (errs []error, passed []bool, panicked any, stack []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			errs, passed, panicked, stack = make([]error, len(es)), make([]bool, len(es)), r, debug.Stack()
+			for i := range passed {
+				passed[i] = true
+			}
+		}
+	}()
+	return spec.run(ctx, es)
 }
