@@ -141,9 +141,9 @@ func RegisterBatch[A generics.Args](w *Worker, fn func(ctx context.Context, batc
 			batch := make([]*generics.Job[A], 0, len(es))
 			idx := make([]int, 0, len(es))
 			for i, e := range es {
-				args, err := generics.Decode[A](w.reg, e.c.Payload, e.c.PayloadVersion)
+				args, err := decodeRecovered[A](w, e)
 				if err != nil {
-					errs[i] = WithCode(CodeInvalidPayload, err)
+					errs[i] = err // INVALID_PAYLOAD, or PANIC from an upgrader
 					continue
 				}
 				batch = append(batch, &generics.Job[A]{Args: args, JobRow: e.c.JobRow})
@@ -187,6 +187,23 @@ func RegisterBatch[A generics.Args](w *Worker, fn func(ctx context.Context, batc
 			return errs, passed, panicked, stack
 		}}}, nil
 	})
+}
+
+// decodeRecovered decodes e's payload as A: an error is the job's INVALID_PAYLOAD (or its
+// deferral, for a newer version: outcome), and a panic while decoding (an upgrader's) is the
+// job's PANIC failure, not the batch's.
+func decodeRecovered[A generics.Args](w *Worker, e *execution) (args A, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.m.panics.Add(1)
+			w.log.Error("tenure: payload upgrade panicked", e.c.logAttrs("panic", r, "stack", string(debug.Stack()))...)
+			err = WithCode(CodePanic, fmt.Errorf("panic: %v", r))
+		}
+	}()
+	if args, err = generics.Decode[A](w.reg, e.c.Payload, e.c.PayloadVersion); err != nil {
+		err = WithCode(CodeInvalidPayload, err)
+	}
+	return args, err
 }
 
 // MustRegisterBatch is RegisterBatch that panics on error.
@@ -388,8 +405,8 @@ func (w *Worker) runBatch(es []*execution) []finish {
 	return fins
 }
 
-// callBatch runs spec's call for es. A panic outside the handler (an upgrader's, while
-// decoding) fails every job as a panic in the handler does.
+// callBatch runs spec's call for es. A panic outside the handler and the decoding (a bug of
+// the call's own code) fails every job as a panic in the handler does, rather than the process.
 func (w *Worker) callBatch(ctx context.Context, spec *batchSpec, es []*execution) (errs []error, passed []bool, panicked any, stack []byte) {
 	defer func() {
 		if r := recover(); r != nil {

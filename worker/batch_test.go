@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"strconv"
@@ -568,4 +569,47 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// batchV2Args is version 2 of a batch kind whose upgrader from version 1 panics.
+type batchV2Args struct {
+	N int `json:"n"`
+}
+
+func (batchV2Args) Kind() string        { return "batchup" }
+func (batchV2Args) PayloadVersion() int { return 2 }
+
+// TestBatchUpgraderPanicFailsOnlyItsJob: a payload whose upgrader panics while the batch is
+// decoded fails its own job (PANIC), not the batch's other job. Before decodeRecovered the
+// panic reached the call's recover and failed both (and before callBatch it escaped the batch
+// goroutine and killed the process).
+func TestBatchUpgraderPanicFailsOnlyItsJob(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	var got atomic.Int64
+	w, err := worker.New(pool, fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 10}}))
+	require.NoError(t, err)
+	worker.MustRegisterBatch(w, func(ctx context.Context, batch []*generics.Job[batchV2Args]) ([]error, error) {
+		got.Add(int64(len(batch)))
+		return nil, nil
+	}, &worker.BatchOptions{MaxSize: 2, MaxWait: 100 * time.Millisecond, HandlerOptions: worker.HandlerOptions{
+		Upgraders: []generics.Upgrader{generics.UpgradeJSON(1, func(json.RawMessage) (json.RawMessage, error) { panic("upgrader exploded") })},
+	}})
+	c := newClient(t, pool, w)
+	res, err := c.InsertMany(context.Background(), []jobs.InsertManyParams{
+		{Args: batchV2Args{N: 1}, Opts: &jobs.InsertOpts{MaxAttempts: 1}}, {Args: batchV2Args{N: 2}, Opts: &jobs.InsertOpts{MaxAttempts: 1}}})
+	require.NoError(t, err)
+	old := res[0].Job.ID
+	_, err = pool.Exec(context.Background(), "UPDATE tenure.jobs SET payload_version = 1 WHERE id = $1", old)
+	require.NoError(t, err)
+	startWorker(t, w)
+	waitFor(t, 30*time.Second, "both jobs final", func() bool {
+		return countState(t, pool, "dead") == 1 && countState(t, pool, "succeeded") == 1
+	})
+	j := getJob(t, c, old)
+	require.Equal(t, generics.JobStateDead, j.State)
+	require.Equal(t, "PANIC", j.LastErrorCode)
+	require.Contains(t, j.Errors[0].Message, "upgrader exploded")
+	require.Equal(t, generics.JobStateSucceeded, getJob(t, c, res[1].Job.ID).State)
+	require.EqualValues(t, 1, got.Load(), "only the job that decoded reached the handler")
 }
