@@ -66,6 +66,8 @@ func NewEngineCollector(w StatsSource) *EngineCollector {
 	counter("tenure_jobs_pruned_total", "Final jobs deleted by this worker's retention pruning.", func(s *worker.Stats) int64 { return s.Pruned })
 	counter("tenure_listener_reconnects_total", "LISTEN connection reconnects.", func(s *worker.Stats) int64 { return s.ListenerReconnects })
 	counter("tenure_stop_released_running_total", "Jobs Stop released while their handlers ignored cancellation.", func(s *worker.Stats) int64 { return s.StillRunning })
+	counter("tenure_batches_total", "Batch handler calls started (worker.RegisterBatch).", func(s *worker.Stats) int64 { return s.Batches })
+	counter("tenure_batch_jobs_total", "Jobs handed to batch handler calls.", func(s *worker.Stats) int64 { return s.BatchJobs })
 
 	c.running = prometheus.NewDesc("tenure_jobs_running", "Jobs this worker owns now (handlers running, or finished but not yet written).", nil, nil)
 	c.lastSuccess = prometheus.NewDesc("tenure_last_success_timestamp_seconds", "When this worker last confirmed a succeeded job (Unix time; absent before the first).", nil, nil)

@@ -7,6 +7,8 @@
 //     queue, priority, state and a predicate on the args), in a pool or inside a transaction;
 //   - Work runs one job through a real claim by a real worker, so the handler gets a real
 //     claim token and worker.Effect and worker.CompleteTx work as in production;
+//   - WorkBatch does the same for a batch kind (worker.RegisterBatch): many jobs, one handler
+//     call, an outcome per job;
 //   - RunWorkflow runs a whole workflow (jobs.Workflow) through real claims and returns every
 //     task's final state and the order in which they started.
 //
@@ -287,18 +289,7 @@ func Work[A generics.Args](ctx context.Context, t T, pool *pgxpool.Pool, fn func
 	if o.Handler != nil {
 		hopts = *o.Handler
 	}
-	// The queue the job lands in, as in production: the insert's, the args type's declared
-	// default (generics.ArgsWithDefaults), the handler options', the package default.
-	queue := jobs.DefaultQueue
-	if hopts.Queue != "" {
-		queue = hopts.Queue
-	}
-	if d, ok := generics.DefaultsOf(args); ok && d.Queue != "" {
-		queue = d.Queue
-	}
-	if o.Insert != nil && o.Insert.Queue != "" {
-		queue = o.Insert.Queue
-	}
+	queue := queueFor(args, &hopts, o.Insert)
 	outcomes := make(chan worker.Outcome, 16)
 	w, err := worker.New(pool, &worker.Config{
 		Queues:       map[string]worker.QueueConfig{queue: {Concurrency: 1}},

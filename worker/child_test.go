@@ -67,6 +67,15 @@ type effArgs struct {
 func (effArgs) Kind() string        { return "effect" }
 func (effArgs) PayloadVersion() int { return 1 }
 
+// chaosBatchArgs is the batch kind the batch crash tests run in children and in the test
+// process.
+type chaosBatchArgs struct {
+	Tag string `json:"tag"`
+}
+
+func (chaosBatchArgs) Kind() string        { return "chaosbatch" }
+func (chaosBatchArgs) PayloadVersion() int { return 1 }
+
 // fastRetry makes retries (and reclaims, which use the reclaiming worker's policy for the kind)
 // come back within milliseconds.
 var fastRetry = worker.FullJitter{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond}
@@ -236,6 +245,27 @@ func childWorker(out *childOut) error {
 		}
 		return fmt.Errorf("child: unknown handler mode %q", mode)
 	}, &worker.HandlerOptions{Retry: fastRetry})
+
+	// The batch kind (batch_test.go's crash tests): every job of a call is reported as
+	// claimed, then the call blocks until killed, or until "go" and succeeds for every job.
+	worker.MustRegisterBatch(w, func(ctx context.Context, batch []*generics.Job[chaosBatchArgs]) ([]error, error) {
+		for _, job := range batch {
+			out.printf("claimed %d %d %d %s", job.ID, job.Generation, job.Attempt, job.ClaimToken)
+		}
+		out.printf("batch %d", len(batch))
+		switch mode {
+		case "block":
+			<-never
+		case "complete-on-go":
+			<-goCh
+			for _, job := range batch {
+				out.printf("resumed %d %d ctx_err=%q", job.ID, job.Generation, errText(context.Cause(worker.JobContext(ctx, job.JobRow))))
+			}
+		default:
+			return nil, fmt.Errorf("child: unknown batch handler mode %q", mode)
+		}
+		return nil, nil
+	}, &worker.BatchOptions{HandlerOptions: worker.HandlerOptions{Retry: fastRetry}, MaxSize: 5, MaxWait: 200 * time.Millisecond})
 
 	remoteFn := func(ctx context.Context, call worker.EffectCall) (string, error) {
 		r, err := testkit.CallRemote(ctx, remote, call.Key, call.Generation)

@@ -3,7 +3,8 @@
 //
 // Where things are. The public API (what an application calls and configures):
 //
-//   - worker.go: Worker, New, Register/MustRegister, Start, Stop; the engine's goroutines are
+//   - worker.go: Worker, New, Register/MustRegister, Start, Stop (RegisterBatch, for handlers
+//     that take many jobs of a kind at once, is in batch.go); the engine's goroutines are
 //     started here (one loop per queue, the finishers, the heartbeat, the listener, the sweeps).
 //   - config.go: Config, QueueConfig, HandlerOptions and their documented defaults.
 //   - errors.go: the sentinel errors and error types a handler returns or a caller checks
@@ -39,6 +40,9 @@
 //     fairshare.go: per-tenant fair share (Fairness.FairShare) within a band.
 //   - permits.go: per-worker shares of MaxRunning limits, claimed without waiting for others.
 //   - execute.go: running a handler, panics, timeouts, and classifying its result.
+//   - batch.go: batch handlers (RegisterBatch, BatchOptions, JobContext): the queue loop forms
+//     batches of a kind from its claims (MaxSize, MaxWait) and starts one goroutine per call;
+//     each job keeps its own slot, lease, heartbeat and fenced finish.
 //   - finish.go: the completion path: batched fenced finishes checked by affected rows,
 //     stale-write accounting, retry of writes the database did not answer, CompleteTx.
 //   - heartbeat.go: batched fenced lease extensions, lease loss, stuck handlers, cancel.

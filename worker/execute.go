@@ -109,6 +109,12 @@ func (q *queue) newExecution(c *claimed) *execution {
 		timeout = e.h.opts.Timeout
 	}
 	base, cancel := context.WithCancelCause(w.base)
+	if e.h != nil && e.h.batch != nil {
+		// A batch job's deadline is its batch's (the kind's timeout from the batch's start:
+		// batch.go); its own context carries only its cancellation.
+		e.ctx, e.cancel = context.WithValue(base, execKey{}, e), cancel
+		return e
+	}
 	ctx, cancelTimeout := context.WithTimeoutCause(base, timeout, ErrHandlerTimeout)
 	e.ctx = context.WithValue(ctx, execKey{}, e)
 	e.cancel = func(cause error) { cancel(cause); cancelTimeout() }
@@ -142,8 +148,14 @@ func (w *Worker) runHandler(e *execution) (f finish) {
 		// sharing this one's ID, or a bug. Give it back rather than fail it.
 		return w.deferJob(e, fmt.Errorf("no handler registered for kind %q on worker %s", e.c.Kind, w.cfg.ID))
 	}
-	err := w.runWrapped(e)
-	cause := context.Cause(e.ctx)
+	return w.outcome(e.ctx, e, w.runWrapped(e))
+}
+
+// outcome decides the next state of e's job from what its handler returned (err) and its
+// context ctx (the handler's, or a batch job's own: batch.go): success, deferral, cancel,
+// release at stop, snooze, or a classified failure.
+func (w *Worker) outcome(ctx context.Context, e *execution, err error) finish {
+	cause := context.Cause(ctx)
 	switch {
 	case err == nil:
 		return finish{to: toSucceeded}
@@ -161,7 +173,7 @@ func (w *Worker) runHandler(e *execution) (f finish) {
 		}
 		return w.failure(e, CodeSnoozeLimit, 0, fmt.Errorf("snoozed %d times, the kind's MaxSnoozes: %w", e.c.Snoozes, err))
 	}
-	code, delay := classify(e.ctx, err)
+	code, delay := classify(ctx, err)
 	if delay > 0 && e.q != nil && e.q.limits != nil {
 		w.flowBlock(e, delay) // RetryAfter: pause the job's limit groups too (limits.go)
 	}

@@ -24,6 +24,7 @@ type metrics struct {
 	finishBusy, stalePlanRetries, awaitedFinishes          atomic.Int64
 	finishedOnClaims                                       atomic.Int64
 	registryWrites                                         atomic.Int64
+	batches, batchJobs                                     atomic.Int64 // batch.go
 	reclaimErrors, pruneErrors, registryErrors             atomic.Int64
 	permissionErrors                                       atomic.Int64
 	periodicEnqueued, periodicSkipped, periodicErrors      atomic.Int64
@@ -158,6 +159,9 @@ type Stats struct {
 	StalePlanRetries int64
 	// StillRunning: jobs Stop released while their handlers ignored cancellation.
 	StillRunning int64
+	// Batches counts batch handler calls started (RegisterBatch), BatchJobs the jobs they
+	// held; BatchJobs/Batches is the mean batch size.
+	Batches, BatchJobs int64
 	// Running is the number of jobs this worker owns now (handlers running, and jobs whose
 	// handler returned but whose finish has not been written yet).
 	Running int

@@ -18,7 +18,7 @@ import (
 // reports to it over channels and never touches that state:
 //
 //	claim goroutine   --claimResult-->   loop   (one per claim in flight, at most Claimers)
-//	handler goroutine --handlerResult--> loop   (one per running job)
+//	handler goroutine --handlerResult--> loop   (one per running job; a batch call's, one per job: batch.go)
 //	heartbeat stmt    --hbResult------>  loop   (at most one in flight)
 //	finishers         --settled------->  loop   (shared by all queues)
 //	listener          --wake/cancel/resync--> loop
@@ -81,6 +81,8 @@ type queue struct {
 	pausedFlag atomic.Bool // paused, for Stats and the registry (written by the loop)
 	// mode is how the queue claims (claimmode.go); its state is the loop's like the rest.
 	mode claimMode
+	// forming: per batch kind, the claimed jobs collected for its next batch call (batch.go).
+	forming map[string]*forming
 
 	limits *limitArgs // nil: no limits (limits.go); fixed at New
 }
@@ -182,6 +184,9 @@ func (q *queue) loop(ctx context.Context) {
 	rideTimer.Stop()
 	defer rideTimer.Stop()
 	var rideArmed time.Time // when rideTimer fires (zero: stopped)
+	batchTimer := time.NewTimer(time.Hour)
+	batchTimer.Stop()
+	defer batchTimer.Stop()
 	var hardC, releaseC <-chan time.Time
 	var plan stopPlan
 	hardDone, releaseDone := false, false
@@ -192,6 +197,9 @@ func (q *queue) loop(ctx context.Context) {
 			}
 		} else if len(q.active) == 0 && q.inFlight == 0 {
 			return
+		}
+		if at, ok := q.startBatches(time.Now()); ok { // batch.go
+			batchTimer.Reset(max(time.Until(at), 0))
 		}
 		if d, ok := q.nextClaimWake(); ok && q.mayClaim() {
 			// Only when a woken claimer could claim: otherwise (stopping, paused, no free
@@ -232,6 +240,7 @@ func (q *queue) loop(ctx context.Context) {
 				p = plan.merge(p)
 			}
 			q.stopping, plan = true, p
+			q.releaseForming() // batch.go
 			if !hardDone {
 				hardC = after(plan.hardAt)
 			}
@@ -269,6 +278,7 @@ func (q *queue) loop(ctx context.Context) {
 		case <-claimTimer.C:
 		case <-rideTimer.C:
 			rideArmed = time.Time{}
+		case <-batchTimer.C:
 		case now := <-hbTimer.C:
 			hbArmed = time.Time{}
 			q.heartbeat(ctx, now)
@@ -491,6 +501,10 @@ func (q *queue) claimed(r claimResult) {
 			continue
 		}
 		q.running++
+		if e.h != nil && e.h.batch != nil {
+			q.collect(e) // a batch kind: its batch call starts it (batch.go)
+			continue
+		}
 		w.m.handlersRunning.Add(1)
 		go q.run(e)
 	}

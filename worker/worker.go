@@ -34,7 +34,8 @@ import (
 //   - claim and heartbeat statements run on short-lived goroutines that report to their loop;
 //   - with more than one queue, one claim batcher (claimbatch.go) owns the pending plain
 //     ordered claims of every queue and runs them together, one statement for many queues;
-//   - one goroutine per running handler (execute.go) reports its result to its loop;
+//   - one goroutine per running handler (execute.go), or per batch call of a batch kind
+//     (batch.go: one result per job), reports its result to its loop;
 //   - Finishers goroutines (finish.go) write finishes in batches and report back to the loops;
 //   - six services (reclaim, prune, listen, registry, queue state, periodic) run until Stop
 //     begins.
@@ -176,6 +177,7 @@ type handler struct {
 	version int // the newest payload version the args type knows
 	opts    HandlerOptions
 	run     func(ctx context.Context, e *execution) error
+	batch   *batchSpec // a batch kind (RegisterBatch, batch.go): run is nil
 }
 
 // Register adds the handler of args type A. It must be called before Start. The kind's
@@ -184,6 +186,22 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 	if fn == nil {
 		return fmt.Errorf("%w: nil handler", ErrInvalidConfig)
 	}
+	return register[A](w, opts, func(o HandlerOptions) (*handler, error) {
+		return &handler{run: func(ctx context.Context, e *execution) error {
+			args, err := generics.Decode[A](w.reg, e.c.Payload, e.c.PayloadVersion)
+			if err != nil {
+				return WithCode(CodeInvalidPayload, err)
+			}
+			// The handler sees the row the engine keeps (and middleware and the Outcome see).
+			return fn(ctx, &generics.Job[A]{Args: args, JobRow: e.c.JobRow})
+		}}, nil
+	})
+}
+
+// register is every kind's registration (Register, RegisterBatch): the options merged with the
+// args type's declared defaults and checked, the kind recorded in the registry with them, and
+// the handler build returns (given the merged options) kept for Start.
+func register[A generics.Args](w *Worker, opts *HandlerOptions, build func(o HandlerOptions) (*handler, error)) error {
 	var zero A
 	kind := zero.Kind()
 	merged, declared, err := mergeDeclared[A](kind, opts)
@@ -194,6 +212,11 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 	if err != nil {
 		return err
 	}
+	h, err := build(o)
+	if err != nil {
+		return err
+	}
+	h.kind, h.version, h.opts = kind, zero.PayloadVersion(), o
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.state != 0 {
@@ -214,14 +237,7 @@ func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *gene
 	if _, err := generics.Register[A](w.reg, kopts...); err != nil {
 		return err
 	}
-	w.handlers[kind] = &handler{kind: kind, version: zero.PayloadVersion(), opts: o, run: func(ctx context.Context, e *execution) error {
-		args, err := generics.Decode[A](w.reg, e.c.Payload, e.c.PayloadVersion)
-		if err != nil {
-			return WithCode(CodeInvalidPayload, err)
-		}
-		// The handler sees the row the engine keeps (and middleware and the Outcome see).
-		return fn(ctx, &generics.Job[A]{Args: args, JobRow: e.c.JobRow})
-	}}
+	w.handlers[kind] = h
 	return nil
 }
 
@@ -666,8 +682,8 @@ func (w *Worker) Stats() Stats {
 		ListenerReconnects: m.listenerReconnects.Load(), Running: int(m.owned.Load()),
 		Deferred: m.deferred.Load(), FinishSplits: m.finishSplits.Load(), StillRunning: m.stillRunning.Load(),
 		FinishBusy: m.finishBusy.Load(), FinishedOnClaims: m.finishedOnClaims.Load(), StalePlanRetries: m.stalePlanRetries.Load(),
-		AwaitedFinishes: m.awaitedFinishes.Load(),
-		ClaimP50:        m.claimLatency.Quantile(0.5), ClaimP99: m.claimLatency.Quantile(0.99),
+		AwaitedFinishes: m.awaitedFinishes.Load(), Batches: m.batches.Load(), BatchJobs: m.batchJobs.Load(),
+		ClaimP50: m.claimLatency.Quantile(0.5), ClaimP99: m.claimLatency.Quantile(0.99),
 		FinishP50: m.finishLatency.Quantile(0.5), FinishP99: m.finishLatency.Quantile(0.99),
 		ErrorCodes: map[ErrorCode]int64{},
 	}
