@@ -70,8 +70,8 @@ type snapshot struct {
 	// DeleteOnSuccess are the kinds workers publish as deleting their succeeded jobs
 	// (tenure.kinds): the bands' finished counts show none of their successes.
 	DeleteOnSuccess []string
-	Periodic []jobs.PeriodicSchedule
-	Chart    template.HTML
+	Periodic        []jobs.PeriodicSchedule
+	Chart           template.HTML
 	// PerSecond is the completions per second over the chart's hour; LastMinute over the last
 	// complete minute.
 	PerSecond, LastMinute float64
