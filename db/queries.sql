@@ -1727,7 +1727,8 @@ DELETE FROM tenure.flow_permit WHERE worker_id = @worker_id::text;
 WITH input AS (
     SELECT unnest(sqlc.arg(kinds)::text[]) AS kind, unnest(sqlc.arg(queues)::text[]) AS queue,
            unnest(sqlc.arg(priorities)::smallint[]) AS priority, unnest(sqlc.arg(max_attempts)::integer[]) AS max_attempts,
-           unnest(sqlc.arg(lease_ms)::integer[]) AS lease_ms, unnest(sqlc.arg(timeout_ms)::bigint[]) AS timeout_ms
+           unnest(sqlc.arg(lease_ms)::integer[]) AS lease_ms, unnest(sqlc.arg(timeout_ms)::bigint[]) AS timeout_ms,
+           unnest(sqlc.arg(delete_on_success)::boolean[]) AS delete_on_success
 ), pruned AS (
     DELETE FROM tenure.kinds
     WHERE (kind, worker_id) IN (
@@ -1736,13 +1737,21 @@ WITH input AS (
           AND NOT EXISTS (SELECT 1 FROM tenure.workers w WHERE w.id = t.worker_id AND w.expires_at > now())
         FOR UPDATE OF t SKIP LOCKED)
 )
-INSERT INTO tenure.kinds AS t (kind, worker_id, queue, priority, max_attempts, lease_ms, timeout_ms)
-SELECT i.kind, sqlc.arg(worker_id)::text, i.queue, i.priority, i.max_attempts, i.lease_ms, i.timeout_ms FROM input i
+INSERT INTO tenure.kinds AS t (kind, worker_id, queue, priority, max_attempts, lease_ms, timeout_ms, delete_on_success)
+SELECT i.kind, sqlc.arg(worker_id)::text, i.queue, i.priority, i.max_attempts, i.lease_ms, i.timeout_ms, i.delete_on_success FROM input i
 ON CONFLICT (kind, worker_id) DO UPDATE
 SET queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts,
-    lease_ms = excluded.lease_ms, timeout_ms = excluded.timeout_ms, published_at = now()
-WHERE (t.queue, t.priority, t.max_attempts, t.lease_ms, t.timeout_ms)
-      IS DISTINCT FROM (excluded.queue, excluded.priority, excluded.max_attempts, excluded.lease_ms, excluded.timeout_ms);
+    lease_ms = excluded.lease_ms, timeout_ms = excluded.timeout_ms, delete_on_success = excluded.delete_on_success,
+    published_at = now()
+WHERE (t.queue, t.priority, t.max_attempts, t.lease_ms, t.timeout_ms, t.delete_on_success)
+      IS DISTINCT FROM (excluded.queue, excluded.priority, excluded.max_attempts, excluded.lease_ms, excluded.timeout_ms,
+                        excluded.delete_on_success);
+
+-- name: DeleteOnSuccessKinds :many
+-- The kinds some worker published with delete on success (tenure.kinds.delete_on_success,
+-- migration 0024): their succeeded jobs leave no row, so Stats' succeeded counts miss them.
+-- Rows of workers no longer live count too until a live publisher of the kind prunes them.
+SELECT DISTINCT k.kind FROM tenure.kinds k WHERE k.delete_on_success ORDER BY k.kind LIMIT sqlc.arg(max_rows)::int;
 
 -- name: UnservedJobs :many
 -- Ready jobs (due or scheduled) that no live worker can run, per queue, priority and kind: no

@@ -855,6 +855,9 @@ CREATE TABLE tenure.kinds (
     lease_ms     integer     NOT NULL,
     timeout_ms   bigint      NOT NULL,
     published_at timestamptz NOT NULL DEFAULT now(),
+    -- Delete on success (migration 0024): the publishing worker deletes the kind's succeeded
+    -- jobs (docs/guide.md §28), so counts read from tenure.jobs show none of them.
+    delete_on_success boolean NOT NULL DEFAULT false,
 
     PRIMARY KEY (kind, worker_id),
     CONSTRAINT kinds_kind_len      CHECK (char_length(kind) BETWEEN 1 AND 128),

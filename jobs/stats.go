@@ -65,7 +65,15 @@ type Stats struct {
 	// Unserved lists the queues and kinds with ready jobs that no live worker can run, most
 	// jobs first (at most MaxUnservedRows rows); empty when every ready job can be run.
 	Unserved []UnservedJobs
+	// DeleteOnSuccess lists the kinds that workers publish as deleting their succeeded jobs
+	// (worker.HandlerOptions.DeleteOnSuccess, docs/guide.md §28), sorted, at most
+	// MaxDeleteOnSuccessKinds: such a job's success leaves no row, so Finished and Succeeded
+	// (read from the table) do not count it. The workers' own counters do.
+	DeleteOnSuccess []string
 }
+
+// MaxDeleteOnSuccessKinds bounds Stats.DeleteOnSuccess and DeleteOnSuccessKinds.
+const MaxDeleteOnSuccessKinds = 100
 
 // maxUnservedGroups bounds the (queue, priority, kind) groups of unserved jobs Stats reads.
 const maxUnservedGroups = 1000
@@ -97,6 +105,10 @@ func (c *Client) Stats(ctx context.Context, window time.Duration) (*Stats, error
 	if err != nil {
 		return nil, err
 	}
+	deleting, err := c.DeleteOnSuccessKinds(ctx)
+	if err != nil {
+		return nil, err
+	}
 	served := make(map[string]bool, len(servedRows))
 	for _, q := range servedRows {
 		served[q] = true
@@ -106,7 +118,7 @@ func (c *Client) Stats(ctx context.Context, window time.Duration) (*Stats, error
 		p int16
 	}
 	idx := map[key]int{}
-	s := &Stats{Window: window}
+	s := &Stats{Window: window, DeleteOnSuccess: deleting}
 	band := func(q string, p int16) *BandStats {
 		k := key{q, p}
 		if i, ok := idx[k]; ok {
@@ -156,6 +168,20 @@ func (c *Client) Unserved(ctx context.Context) ([]UnservedJobs, error) {
 		return nil, err
 	}
 	return groupUnserved(rows), nil
+}
+
+// DeleteOnSuccessKinds returns the kinds some worker published as deleting their succeeded
+// jobs (tenure.kinds, migration 0024; docs/guide.md §28), sorted, at most
+// MaxDeleteOnSuccessKinds. Counts of succeeded jobs read from the table (Stats, the CLI, the
+// dashboard, tenureprom's cluster collector) show none of these kinds' successes. A kind
+// stays listed while the row of a worker that published it remains (until a live worker
+// publishing the kind prunes the rows of workers no longer live).
+func (c *Client) DeleteOnSuccessKinds(ctx context.Context) ([]string, error) {
+	kinds, err := c.q.DeleteOnSuccessKinds(ctx, MaxDeleteOnSuccessKinds)
+	if err != nil {
+		return nil, migrations.WrapNotMigrated(err)
+	}
+	return kinds, nil
 }
 
 // ServedQueues returns the queues some live worker serves (the worker registry's rows that

@@ -5,7 +5,8 @@
 //
 //   - EngineCollector: one worker process's engine counters, gauges and histograms, read
 //     from worker.Worker.Stats at each scrape (claims, outcomes per queue/kind, queue wait,
-//     stale writes, leases lost and expired, heartbeats). Register it in every worker
+//     stale writes, leases lost and expired, heartbeats, completions that rode on claims,
+//     awaited finishes, batch handler calls). Register it in every worker
 //     process; Prometheus' instance label tells the processes apart.
 //   - ClusterCollector: the database's view, shared by every process: ready/scheduled/
 //     running/dead jobs per queue, kind and priority, the oldest ready job's age, dead jobs by

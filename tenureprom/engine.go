@@ -68,6 +68,8 @@ func NewEngineCollector(w StatsSource) *EngineCollector {
 	counter("tenure_stop_released_running_total", "Jobs Stop released while their handlers ignored cancellation.", func(s *worker.Stats) int64 { return s.StillRunning })
 	counter("tenure_batches_total", "Batch handler calls started (worker.RegisterBatch).", func(s *worker.Stats) int64 { return s.Batches })
 	counter("tenure_batch_jobs_total", "Jobs handed to batch handler calls.", func(s *worker.Stats) int64 { return s.BatchJobs })
+	counter("tenure_finished_on_claims_total", "Completions written in the transaction of one of the queue's claims instead of a finish write of their own (succeeded outcomes count them too).", func(s *worker.Stats) int64 { return s.FinishedOnClaims })
+	counter("tenure_awaited_finishes_total", "Finishes written without waiting for FinishLinger because a jobs.Client waited for the job.", func(s *worker.Stats) int64 { return s.AwaitedFinishes })
 
 	c.running = prometheus.NewDesc("tenure_jobs_running", "Jobs this worker owns now (handlers running, or finished but not yet written).", nil, nil)
 	c.lastSuccess = prometheus.NewDesc("tenure_last_success_timestamp_seconds", "When this worker last confirmed a succeeded job (Unix time; absent before the first).", nil, nil)

@@ -52,6 +52,7 @@ func TestEngineCollector(t *testing.T) {
 		"tenure_leases_lost_total", "tenure_leases_expired_total", "tenure_heartbeats_total", "tenure_job_wait_seconds",
 		"tenure_jobs_running", "tenure_jobs_completed_total", "tenure_job_attempts_total", "tenure_job_errors_total",
 		"tenure_finish_duration_seconds", "tenure_lease_extensions_total", "tenure_last_success_timestamp_seconds",
+		"tenure_finished_on_claims_total", "tenure_awaited_finishes_total", "tenure_batches_total", "tenure_batch_jobs_total",
 	} {
 		require.Contains(t, fams, name)
 	}

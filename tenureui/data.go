@@ -67,8 +67,11 @@ type snapshot struct {
 	DeadTop []deadCode
 	// NoWorker are the ready jobs no live worker can run, per queue and kind.
 	NoWorker []jobs.UnservedJobs
-	Periodic []jobs.PeriodicSchedule
-	Chart    template.HTML
+	// DeleteOnSuccess are the kinds workers publish as deleting their succeeded jobs
+	// (tenure.kinds): the bands' finished counts show none of their successes.
+	DeleteOnSuccess []string
+	Periodic        []jobs.PeriodicSchedule
+	Chart           template.HTML
 	// PerSecond is the completions per second over the chart's hour; LastMinute over the last
 	// complete minute.
 	PerSecond, LastMinute float64
@@ -176,6 +179,9 @@ func (h *Handler) computeSnapshot(ctx context.Context) (*snapshot, error) {
 		return nil, fmt.Errorf("unserved jobs: %w", err)
 	}
 	s.NoWorker = s.NoWorker[:min(len(s.NoWorker), 20)]
+	if s.DeleteOnSuccess, err = h.client.DeleteOnSuccessKinds(ctx); err != nil {
+		return nil, fmt.Errorf("delete-on-success kinds: %w", err)
+	}
 	sort.Slice(s.Bands, func(i, j int) bool {
 		if s.Bands[i].Queue != s.Bands[j].Queue {
 			return s.Bands[i].Queue < s.Bands[j].Queue

@@ -411,3 +411,21 @@ func TestOverviewShowsJobsNoLiveWorkerCanRun(t *testing.T) {
 	require.Contains(t, body, "no live worker registers the kind")
 	require.Contains(t, body, "no live worker serves the queue")
 }
+
+// TestOverviewShowsDeleteOnSuccessKinds: the overview names the kinds workers publish as
+// deleting their succeeded jobs (tenure.kinds.delete_on_success), so a band whose finished
+// count stays 0 has its reason on the page.
+func TestOverviewShowsDeleteOnSuccessKinds(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.kinds (kind, worker_id, queue, priority, max_attempts, lease_ms, timeout_ms, delete_on_success)
+		VALUES ('thumb', 'w1', 'media', 2, 25, 30000, 60000, true), ('mail', 'w1', 'alpha', 2, 25, 30000, 60000, false)`)
+	require.NoError(t, err)
+	h, err := tenureui.New(pool, &tenureui.Config{Prefix: "/ui"})
+	require.NoError(t, err)
+	_, body, _ := newClient(t, uiServer(t, h)).get("/ui/?partial=1")
+	require.Contains(t, body, `id="delete-on-success"`)
+	require.Contains(t, body, `data-delete-on-success="thumb"`)
+	require.NotContains(t, body, `data-delete-on-success="mail"`)
+}

@@ -101,8 +101,9 @@ func (w *Worker) register(ctx context.Context) error {
 }
 
 // publishKinds writes the defaults of this worker's kinds into tenure.kinds (migration 0018),
-// where tenure.enqueue applies them and Stats reads which kinds a live worker registers. Rows
-// that did not change are not rewritten.
+// where tenure.enqueue applies them and Stats reads which kinds a live worker registers, and
+// which kinds delete their succeeded jobs (migration 0024). Rows that did not change are not
+// rewritten.
 func (w *Worker) publishKinds(ctx context.Context) error {
 	kinds := slices.Sorted(maps.Keys(w.handlers))
 	if len(kinds) == 0 {
@@ -117,6 +118,7 @@ func (w *Worker) publishKinds(ctx context.Context) error {
 		p.MaxAttempts = append(p.MaxAttempts, int32(cmp.Or(o.MaxAttempts, jobs.DefaultMaxAttempts)))
 		p.LeaseMs = append(p.LeaseMs, int32(cmp.Or(o.Lease, jobs.DefaultLease).Milliseconds()))
 		p.TimeoutMs = append(p.TimeoutMs, o.Timeout.Milliseconds())
+		p.DeleteOnSuccess = append(p.DeleteOnSuccess, o.DeleteOnSuccess)
 	}
 	if err := w.q.PublishKinds(ctx, p); err != nil {
 		return fmt.Errorf("publishing kind defaults: %w", err)

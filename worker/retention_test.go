@@ -367,3 +367,50 @@ func TestWaitOnDeleteOnSuccess(t *testing.T) {
 	_, err = newClient(t, pool, w).Wait(ctx, late.Job.ID)
 	require.ErrorIs(t, err, jobs.ErrNotFound)
 }
+
+// Workers publish delete on success with their kinds' defaults (tenure.kinds, migration 0024),
+// and Stats lists those kinds, so an operator who sees 0 succeeded knows why: the option given
+// as a handler option and as a declared default both count; a kind without it is not listed;
+// a worker that registers the kind again without the option takes it off the list.
+func TestStatsListDeleteOnSuccessKinds(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, "CREATE TABLE gc_business (job_id bigint PRIMARY KEY)")
+	require.NoError(t, err)
+	cfg := fastConfig(nil)
+	cfg.ID = "gc-stats-1"
+	w, err := worker.New(pool, cfg)
+	require.NoError(t, err)
+	registerGC(t, w, pool)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[noopArgs]) error { return nil }, nil)
+	worker.MustRegister(w, func(ctx context.Context, job *generics.Job[gcDeclared]) error { return nil }, nil)
+	c := newClient(t, pool, nil)
+	require.NoError(t, w.Start(ctx))
+	waitFor(t, 30*time.Second, "the published kinds", func() bool {
+		var n int
+		return pool.QueryRow(ctx, `SELECT count(*) FROM tenure.kinds WHERE worker_id = 'gc-stats-1'`).Scan(&n) == nil && n == 3
+	})
+	st, err := c.Stats(ctx, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"gc", "gc_declared"}, st.DeleteOnSuccess)
+	kinds, err := c.DeleteOnSuccessKinds(ctx)
+	require.NoError(t, err)
+	require.Equal(t, st.DeleteOnSuccess, kinds)
+	require.NoError(t, stopWorker(t, w, 10*time.Second))
+
+	// The next deployment keeps gc's succeeded rows: once its worker published, the row of the
+	// stopped worker (no longer live) is pruned and gc is off the list.
+	cfg2 := fastConfig(nil)
+	cfg2.ID = "gc-stats-2"
+	w2, err := worker.New(pool, cfg2)
+	require.NoError(t, err)
+	worker.MustRegister(w2, func(ctx context.Context, job *generics.Job[gcArgs]) error { return nil }, nil)
+	require.NoError(t, w2.Start(ctx))
+	t.Cleanup(func() { _ = stopWorker(t, w2, 10*time.Second) })
+	waitFor(t, 30*time.Second, "gc published again without delete on success", func() bool {
+		kinds, err = c.DeleteOnSuccessKinds(ctx)
+		return err == nil && len(kinds) == 1
+	})
+	require.Equal(t, []string{"gc_declared"}, kinds)
+}

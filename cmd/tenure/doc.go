@@ -69,7 +69,9 @@
 //	    error codes of dead jobs. A queue with ready jobs, none running, and its oldest ready
 //	    job older than -unserved-after (default 1m) is marked UNSERVED? and a warning goes to
 //	    stderr: most likely no worker has it in worker.Config.Queues (busy or restarting
-//	    workers look the same for a while; there is no worker registry to ask).
+//	    workers look the same for a while; there is no worker registry to ask). Kinds that
+//	    delete on success (as their workers publish it) are listed under DELETES ON SUCCESS:
+//	    their succeeded jobs leave no row, so FINISHED counts none of them.
 //	tenure jobs audit [ID] [-limit N] [-after ID]
 //	    audited operator actions, oldest first (of one job when ID is given).
 //
@@ -116,7 +118,9 @@
 //	    code, jobs}), unserved (a list of {queue, ready, oldest_ready_age_seconds}: the
 //	    heuristic of -unserved-after), unserved_kinds (a list of {queue, kind, ready,
 //	    queue_served, kind_registered}: ready jobs no live worker can run, from the worker
-//	    registry and the kinds workers publish)
+//	    registry and the kinds workers publish), delete_on_success_kinds (the kinds workers
+//	    publish as deleting their succeeded jobs: those leave no row, so finished and
+//	    succeeded count none of them; docs/guide.md §28)
 //
 // # workflow
 //

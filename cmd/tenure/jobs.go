@@ -256,6 +256,13 @@ func runJobs(ctx context.Context, e *env, args []string) int {
 				b.OldestReadyAge.Round(time.Millisecond), b.WaitP50.Round(time.Millisecond), b.WaitP95.Round(time.Millisecond),
 				b.WaitP99.Round(time.Millisecond), b.Finished, served, b.Unserved, note)
 		}
+		if len(s.DeleteOnSuccess) > 0 {
+			// Their succeeded jobs leave no row: FINISHED (read from the table) counts none.
+			fmt.Fprintln(tw, "\nDELETES ON SUCCESS\tNOTE")
+			for _, k := range s.DeleteOnSuccess {
+				fmt.Fprintf(tw, "%s\tdeletes on success: its succeeded jobs leave no row and are not counted above\n", esc(k))
+			}
+		}
 		if len(s.Unserved) > 0 {
 			fmt.Fprintln(tw, "\nNO LIVE WORKER\tKIND\tREADY\tWHY")
 			for _, u := range s.Unserved {

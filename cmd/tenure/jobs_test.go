@@ -238,6 +238,35 @@ func TestJobsStatsShowsJobsNoLiveWorkerCanRun(t *testing.T) {
 	require.Regexp(t, `(?m)^alpha\s+2\s+2\s+0\s+0\s+0\s+.*\syes\s+1\s*$`, r.stdout)
 }
 
+// TestJobsStatsShowsDeleteOnSuccessKinds: the kinds workers publish as deleting their
+// succeeded jobs (tenure.kinds.delete_on_success) are listed, so 0 succeeded has its reason.
+func TestJobsStatsShowsDeleteOnSuccessKinds(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewMigratedDB(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.kinds (kind, worker_id, queue, priority, max_attempts, lease_ms, timeout_ms, delete_on_success)
+		VALUES ('thumb', 'w1', 'media', 2, 25, 30000, 60000, true), ('mail', 'w1', 'alpha', 2, 25, 30000, 60000, false),
+		       ('thumb', 'w2', 'media', 2, 25, 30000, 60000, true)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('media', 'thumb', '{}')`)
+	require.NoError(t, err)
+
+	r := tenure(t, url, "jobs", "stats", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var st jsonStats
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	require.Equal(t, []string{"thumb"}, st.DeleteOnSuccessKinds)
+
+	r = tenure(t, url, "jobs", "stats")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "DELETES ON SUCCESS")
+	require.Regexp(t, `(?m)^thumb\s+deletes on success: its succeeded jobs leave no row`, r.stdout)
+	require.NotRegexp(t, `(?m)^mail\s+deletes on success`, r.stdout)
+}
+
 // TestJobsGetProgressTimesAndEarlierErrors: jobs get shows a running job's progress, elapsed
 // time and timeout, the created/finished times and metadata, and a succeeded job's error
 // history as its earlier attempts' (with their progress and output), in text and -json.

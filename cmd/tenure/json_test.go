@@ -35,7 +35,8 @@ var (
 		"bands[].wait_p99_seconds", "bands[].queue_served", "bands[].unserved_jobs", "top_dead_codes", "top_dead_codes[].queue", "top_dead_codes[].kind",
 		"top_dead_codes[].code", "top_dead_codes[].jobs", "unserved", "unserved[].queue", "unserved[].ready",
 		"unserved[].oldest_ready_age_seconds", "unserved_kinds", "unserved_kinds[].queue", "unserved_kinds[].kind",
-		"unserved_kinds[].ready", "unserved_kinds[].queue_served", "unserved_kinds[].kind_registered"}
+		"unserved_kinds[].ready", "unserved_kinds[].queue_served", "unserved_kinds[].kind_registered",
+		"delete_on_success_kinds"}
 )
 
 func listKeys() []string {

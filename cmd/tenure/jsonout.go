@@ -87,6 +87,8 @@ type jsonStats struct {
 	Unserved      []jsonUnserved  `json:"unserved"`
 	// UnservedKinds: ready jobs no live worker can run (jobs.Stats.Unserved).
 	UnservedKinds []jsonUnservedKind `json:"unserved_kinds"`
+	// DeleteOnSuccessKinds: kinds whose succeeded jobs leave no row (jobs.Stats.DeleteOnSuccess).
+	DeleteOnSuccessKinds []string `json:"delete_on_success_kinds"`
 }
 
 type jsonUnservedKind struct {
@@ -238,6 +240,7 @@ func jsonStatsOf(s *jobs.Stats, unserved []unservedQueue) jsonStats {
 		out.UnservedKinds = append(out.UnservedKinds, jsonUnservedKind{Queue: u.Queue, Kind: u.Kind, Ready: u.Ready,
 			QueueServed: u.QueueServed, KindRegistered: u.KindRegistered})
 	}
+	out.DeleteOnSuccessKinds = append([]string{}, s.DeleteOnSuccess...)
 	return out
 }
 

@@ -70,6 +70,12 @@
 //	unique_by_queue=true, unique_period=DURATION, unique_states=succeeded|dead|cancelled
 //	                   with unique: add the queue, the period window (at least 1s) to the key;
 //	                   keep the key in these states too (ready and running always hold it)
+//	delete_on_success=true
+//	                   declared default (generics.KindDefaults.DeleteOnSuccess): a job's
+//	                   successful finish deletes its row instead of keeping it until pruning
+//	                   (docs/guide.md §28). Not with unique_states naming succeeded: a deleted
+//	                   row cannot hold the key (generics.ErrDeleteOnSuccessUnique), so
+//	                   tenuregen reports the pair as an error at the directive's line.
 //
 // Durations use time.ParseDuration syntax (30s, 1m30s, 500ms).
 //
@@ -134,7 +140,7 @@
 //	func RegisterX(w *worker.Worker, fn func(context.Context, *generics.Job[T]) error, adjust ...func(kind string, o *worker.HandlerOptions)) error
 //
 // Defaults returns the directive's declared defaults (queue, priority, max_attempts, lease,
-// timeout, retry_base/retry_cap, unique): the one source of the kind's defaults, which every
+// timeout, retry_base/retry_cap, unique, delete_on_success): the one source of the kind's defaults, which every
 // insert path applies to what its options leave unset (jobs.Client with or without a registry,
 // InsertMany*, periodic jobs, tenurenats, tenuretest.Work), worker.Register applies to the
 // handler's options (refusing contradicting ones with worker.ErrDefaultsConflict), and workers

@@ -157,14 +157,15 @@ type TenureJobDep struct {
 }
 
 type TenureKind struct {
-	Kind        string
-	WorkerID    string
-	Queue       string
-	Priority    int16
-	MaxAttempts int32
-	LeaseMs     int32
-	TimeoutMs   int64
-	PublishedAt time.Time
+	Kind            string
+	WorkerID        string
+	Queue           string
+	Priority        int16
+	MaxAttempts     int32
+	LeaseMs         int32
+	TimeoutMs       int64
+	PublishedAt     time.Time
+	DeleteOnSuccess bool
 }
 
 type TenureOutbox struct {

@@ -1632,6 +1632,33 @@ func (q *Queries) DeleteJob(ctx context.Context, id int64) (int64, error) {
 	return result.RowsAffected(), nil
 }
 
+const deleteOnSuccessKinds = `-- name: DeleteOnSuccessKinds :many
+SELECT DISTINCT k.kind FROM tenure.kinds k WHERE k.delete_on_success ORDER BY k.kind LIMIT $1::int
+`
+
+// The kinds some worker published with delete on success (tenure.kinds.delete_on_success,
+// migration 0024): their succeeded jobs leave no row, so Stats' succeeded counts miss them.
+// Rows of workers no longer live count too until a live publisher of the kind prunes them.
+func (q *Queries) DeleteOnSuccessKinds(ctx context.Context, maxRows int32) ([]string, error) {
+	rows, err := q.db.Query(ctx, deleteOnSuccessKinds, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var kind string
+		if err := rows.Scan(&kind); err != nil {
+			return nil, err
+		}
+		items = append(items, kind)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const dependencyOutput = `-- name: DependencyOutput :one
 SELECT d.id, d.state, d.output
 FROM tenure.jobs me
@@ -4220,7 +4247,8 @@ const publishKinds = `-- name: PublishKinds :exec
 WITH input AS (
     SELECT unnest($2::text[]) AS kind, unnest($3::text[]) AS queue,
            unnest($4::smallint[]) AS priority, unnest($5::integer[]) AS max_attempts,
-           unnest($6::integer[]) AS lease_ms, unnest($7::bigint[]) AS timeout_ms
+           unnest($6::integer[]) AS lease_ms, unnest($7::bigint[]) AS timeout_ms,
+           unnest($8::boolean[]) AS delete_on_success
 ), pruned AS (
     DELETE FROM tenure.kinds
     WHERE (kind, worker_id) IN (
@@ -4229,23 +4257,26 @@ WITH input AS (
           AND NOT EXISTS (SELECT 1 FROM tenure.workers w WHERE w.id = t.worker_id AND w.expires_at > now())
         FOR UPDATE OF t SKIP LOCKED)
 )
-INSERT INTO tenure.kinds AS t (kind, worker_id, queue, priority, max_attempts, lease_ms, timeout_ms)
-SELECT i.kind, $1::text, i.queue, i.priority, i.max_attempts, i.lease_ms, i.timeout_ms FROM input i
+INSERT INTO tenure.kinds AS t (kind, worker_id, queue, priority, max_attempts, lease_ms, timeout_ms, delete_on_success)
+SELECT i.kind, $1::text, i.queue, i.priority, i.max_attempts, i.lease_ms, i.timeout_ms, i.delete_on_success FROM input i
 ON CONFLICT (kind, worker_id) DO UPDATE
 SET queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts,
-    lease_ms = excluded.lease_ms, timeout_ms = excluded.timeout_ms, published_at = now()
-WHERE (t.queue, t.priority, t.max_attempts, t.lease_ms, t.timeout_ms)
-      IS DISTINCT FROM (excluded.queue, excluded.priority, excluded.max_attempts, excluded.lease_ms, excluded.timeout_ms)
+    lease_ms = excluded.lease_ms, timeout_ms = excluded.timeout_ms, delete_on_success = excluded.delete_on_success,
+    published_at = now()
+WHERE (t.queue, t.priority, t.max_attempts, t.lease_ms, t.timeout_ms, t.delete_on_success)
+      IS DISTINCT FROM (excluded.queue, excluded.priority, excluded.max_attempts, excluded.lease_ms, excluded.timeout_ms,
+                        excluded.delete_on_success)
 `
 
 type PublishKindsParams struct {
-	WorkerID    string
-	Kinds       []string
-	Queues      []string
-	Priorities  []int16
-	MaxAttempts []int32
-	LeaseMs     []int32
-	TimeoutMs   []int64
+	WorkerID        string
+	Kinds           []string
+	Queues          []string
+	Priorities      []int16
+	MaxAttempts     []int32
+	LeaseMs         []int32
+	TimeoutMs       []int64
+	DeleteOnSuccess []bool
 }
 
 // Kind defaults (migration 0018): a worker publishes the defaults of the kinds it registers
@@ -4263,6 +4294,7 @@ func (q *Queries) PublishKinds(ctx context.Context, arg PublishKindsParams) erro
 		arg.MaxAttempts,
 		arg.LeaseMs,
 		arg.TimeoutMs,
+		arg.DeleteOnSuccess,
 	)
 	return err
 }

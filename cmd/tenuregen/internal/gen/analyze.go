@@ -108,7 +108,7 @@ func contains(list []string, s string) bool {
 var kindRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
 
 var jobKeys = []string{"kind", "version", "queue", "priority", "max_attempts", "lease", "timeout", "retry_base", "retry_cap",
-	"max_snoozes", "unique", "unique_by_queue", "unique_period", "unique_states"}
+	"max_snoozes", "unique", "unique_by_queue", "unique_period", "unique_states", "delete_on_success"}
 
 // uniqueStateNames maps unique_states values to state constant names (generics.JobState...).
 var uniqueStateNames = map[string]string{"succeeded": "StateSucceeded", "dead": "StateDead", "cancelled": "StateCancelled"}
@@ -256,6 +256,12 @@ func (m *model) jobType(d directive, spec *ast.TypeSpec) *kindSpec {
 				bad("want true or false")
 			}
 			k.uniqueByQueue = b
+		case "delete_on_success":
+			b, err := strconv.ParseBool(a.value)
+			if err != nil {
+				bad("want true or false")
+			}
+			k.deleteOnSuccess = b
 		case "unique_period":
 			dur, err := time.ParseDuration(a.value)
 			if err != nil || dur < time.Second {
@@ -303,6 +309,11 @@ func (m *model) jobType(d directive, spec *ast.TypeSpec) *kindSpec {
 	}
 	if k.unique == "" && (k.uniqueByQueue || k.uniquePeriod != 0 || len(k.uniqueStates) > 0) {
 		m.errorf(d.pos, "//tenure:job unique_by_queue, unique_period and unique_states need unique=kind|args|FIELD,...")
+		ok = false
+	}
+	if k.deleteOnSuccess && contains(k.uniqueStates, "StateSucceeded") {
+		// generics.ErrDeleteOnSuccessUnique: the delete would drop the row that holds the key.
+		m.errorf(d.pos, "//tenure:job delete_on_success=true with unique_states including succeeded: a deleted row cannot hold the unique key (generics.ErrDeleteOnSuccessUnique); drop one of them")
 		ok = false
 	}
 	if k.lease+k.timeout+k.retryBase+k.retryCap+k.uniquePeriod > 0 {

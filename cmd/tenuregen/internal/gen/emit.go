@@ -147,7 +147,7 @@ func defaultsDoc(k *kindSpec) string {
 }
 
 // kindDefaults is the body of the generics.KindDefaults literal of a kind's directive: its
-// enqueue defaults, attempt timeout, retry backoff and uniqueness.
+// enqueue defaults, attempt timeout, retry backoff, uniqueness and delete on success.
 func kindDefaults(k *kindSpec) string {
 	var parts []string
 	if k.queue != "" {
@@ -173,6 +173,9 @@ func kindDefaults(k *kindSpec) string {
 	}
 	if u := uniqueLiteral(k); u != "" {
 		parts = append(parts, "Unique: "+u)
+	}
+	if k.deleteOnSuccess {
+		parts = append(parts, "DeleteOnSuccess: true")
 	}
 	if len(parts) == 0 {
 		return ""

@@ -116,6 +116,8 @@ type kindSpec struct {
 	uniquePeriod  time.Duration
 	uniqueStates  []string // state constant names: StateSucceeded, ...
 
+	deleteOnSuccess bool // generics.KindDefaults.DeleteOnSuccess (docs/guide.md §28)
+
 	fields    []*fieldPlan
 	upgraders []*upgraderSpec
 }

@@ -27,3 +27,10 @@ func greetV1(old GreetV1) (Greet, error) {
 type Count struct {
 	N int `json:"n" tenure:"min=0"`
 }
+
+// Sweep leaves no row once it succeeded (delete on success, docs/guide.md §28).
+//
+//tenure:job kind=compile.sweep delete_on_success=true
+type Sweep struct {
+	Dir string `json:"dir" tenure:"required"`
+}

@@ -67,6 +67,7 @@ type handlers struct {
 	mu      sync.Mutex
 	greeted []string
 	counted []int
+	swept   []string
 }
 
 func (h *handlers) Greet(ctx context.Context, job *generics.Job[Greet]) error {
@@ -80,6 +81,13 @@ func (h *handlers) Count(ctx context.Context, job *generics.Job[Count]) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.counted = append(h.counted, job.Args.N)
+	return nil
+}
+
+func (h *handlers) Sweep(ctx context.Context, job *generics.Job[Sweep]) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.swept = append(h.swept, job.Args.Dir)
 	return nil
 }
 
@@ -103,7 +111,11 @@ func TestRoundTrip(t *testing.T) {
 			require.Len(t, o.Upgraders, 1)
 		}
 	}))
-	require.Equal(t, []string{KindCount, KindGreet}, adjusted)
+	require.Equal(t, []string{KindCount, KindGreet, KindSweep}, adjusted)
+	require.Equal(t, generics.KindDefaults{DeleteOnSuccess: true}, Sweep{}.Defaults())
+	sweepInfo, ok := w.Registry().Lookup(KindSweep)
+	require.True(t, ok)
+	require.True(t, sweepInfo.Defaults.DeleteOnSuccess, "the worker's registry records delete on success")
 	require.Error(t, RegisterHandlers(w, h), "registering twice must fail")
 	info, ok := w.Registry().Lookup(KindGreet)
 	require.True(t, ok)
@@ -163,6 +175,10 @@ func TestRoundTrip(t *testing.T) {
 	_, err = EnqueueManyCount(ctx, c, []Count{{N: 4}, {N: -1}}, nil)
 	require.ErrorIs(t, err, generics.ErrInvalidPayload)
 
+	// A delete-on-success kind: its succeeded job leaves no row; a failing one keeps it.
+	sweepRow, err := EnqueueSweep(ctx, c, Sweep{Dir: "/tmp"}, nil)
+	require.NoError(t, err)
+
 	// A version-1 payload from an old producer is upgraded by the registered upgrader.
 	_, err = c.Insert(ctx, legacyGreet{Name: "old"}, &jobs.InsertOpts{Queue: "greetings"})
 	require.NoError(t, err)
@@ -171,7 +187,7 @@ func TestRoundTrip(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		h.mu.Lock()
-		done := len(h.greeted) == 4 && len(h.counted) == 3
+		done := len(h.greeted) == 4 && len(h.counted) == 3 && len(h.swept) == 1
 		h.mu.Unlock()
 		if done {
 			break
@@ -186,5 +202,11 @@ func TestRoundTrip(t *testing.T) {
 	sort.Ints(h.counted)
 	require.Equal(t, []string{"ann/ko", "bob/en", "old/en", "zed/en"}, h.greeted)
 	require.Equal(t, []int{1, 2, 3}, h.counted)
+	require.Equal(t, []string{"/tmp"}, h.swept)
 	require.Zero(t, w.Stats().Dead)
+	var left int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE id = $1`, sweepRow.Job.ID).Scan(&left))
+	require.Zero(t, left, "the succeeded compile.sweep job was deleted by its finish")
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE id = $1 AND state = 'succeeded'`, row0.Job.ID).Scan(&left))
+	require.Equal(t, 1, left, "kinds without delete_on_success keep their succeeded rows")
 }

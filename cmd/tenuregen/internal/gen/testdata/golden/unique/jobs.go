@@ -19,3 +19,10 @@ type Digest struct {
 //
 //tenure:job kind=rebuild unique=kind
 type Rebuild struct{}
+
+// Thumbnail keeps no row once it succeeded; a dead job still holds its key.
+//
+//tenure:job kind=thumbnail delete_on_success=true unique=args unique_states=dead
+type Thumbnail struct {
+	ImageID int64 `json:"image_id"`
+}
