@@ -907,8 +907,10 @@ $$;
 -- db/queries.sql picks its rows with FOR UPDATE SKIP LOCKED and passes their ids here, in the
 -- same statement. For each given id whose row is still ready it sets state running, the owner,
 -- the lease (kind_lease_ms: the worker's lease per kind of kinds, 0 = the job's stored
--- lease_ms), a fresh claim token, generation + 1, attempts + 1, attempted_at (attempted_at, or
--- now()) and updated_at, and returns the owned rows. A row that is not ready is left alone: a
+-- lease_ms) counted from the claim's clock, a fresh claim token, generation + 1, attempts + 1,
+-- attempted_at (attempted_at, or the claim's clock) and updated_at, and returns the owned rows.
+-- The claim's clock is clock_timestamp() read as own starts, after the claim statement took its
+-- snapshot: later than the commit of every finish whose effect the claim saw (migration 0025). A row that is not ready is left alone: a
 -- running job cannot be owned twice, whatever the caller passes.
 -- limit_kinds: NULL leaves the limited mark as it is; otherwise a row is marked limited (it
 -- enters jobs_limited_idx) when its kind is in the list or the list holds '' (a limit covering
@@ -920,18 +922,23 @@ CREATE FUNCTION tenure.own(ids bigint[], worker_id text, kinds text[], kind_leas
     LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
+DECLARE
+    -- The claim's clock: read once, when the claim statement has taken its snapshot, so it
+    -- is later than the commit of every finish whose effect (a released task, a freed
+    -- sequence or limit) the claim saw.
+    t timestamptz := clock_timestamp();
 BEGIN
     RETURN QUERY
     UPDATE tenure.jobs j
     SET state        = 'running',
         locked_by    = own.worker_id,
         lease_ms     = coalesce(nullif(own.kind_lease_ms[array_position(own.kinds, j.kind::text)], 0), j.lease_ms),
-        locked_until = now() + coalesce(nullif(own.kind_lease_ms[array_position(own.kinds, j.kind::text)], 0), j.lease_ms)
+        locked_until = t + coalesce(nullif(own.kind_lease_ms[array_position(own.kinds, j.kind::text)], 0), j.lease_ms)
                                * interval '1 millisecond',
         claim_token  = gen_random_uuid(),
         generation   = j.generation + 1,
         attempts     = j.attempts + 1,
-        attempted_at = coalesce(own.attempted_at, now()),
+        attempted_at = coalesce(own.attempted_at, t),
         updated_at   = now(),
         limited      = CASE WHEN own.limit_kinds IS NULL THEN j.limited
                             ELSE '' = ANY (own.limit_kinds) OR j.kind::text = ANY (own.limit_kinds) END

@@ -85,14 +85,16 @@ func TestOwnVariants(t *testing.T) {
 		leaseLeft            time.Duration
 		lockedBy             string
 		attemptedAt, started time.Time
+		after                time.Time
 	}
 	own := func(id int64, limitKinds []string, at *time.Time) (r res) {
 		t.Helper()
 		require.NoError(t, pool.QueryRow(ctx, `
 			SELECT o.limited, o.lease_ms, o.attempts, o.generation,
-			       (extract(epoch FROM o.locked_until - now()) * 1e6)::bigint * interval '1 microsecond', o.locked_by, o.attempted_at, now()
+			       (extract(epoch FROM o.locked_until - o.attempted_at) * 1e6)::bigint * interval '1 microsecond', o.locked_by, o.attempted_at, now(),
+			       clock_timestamp()
 			FROM tenure.own(ARRAY[$1::bigint], 'w1', '{a,b}', '{5000,0}', $2::text[], $3::timestamptz) o`, id, limitKinds, at).
-			Scan(&r.limited, &r.leaseMs, &r.attempts, &r.generation, &r.leaseLeft, &r.lockedBy, &r.attemptedAt, &r.started))
+			Scan(&r.limited, &r.leaseMs, &r.attempts, &r.generation, &r.leaseLeft, &r.lockedBy, &r.attemptedAt, &r.started, &r.after))
 		return r
 	}
 
@@ -103,7 +105,10 @@ func TestOwnVariants(t *testing.T) {
 	require.EqualValues(t, 1, r.attempts)
 	require.EqualValues(t, 1, r.generation)
 	require.Equal(t, "w1", r.lockedBy)
-	require.True(t, r.attemptedAt.Equal(r.started), "attempted_at defaults to now()")
+	// The claim's clock (migration 0025): read as own starts, within the statement, not the
+	// transaction's start; the lease counts from it (leaseLeft is locked_until - attempted_at).
+	require.False(t, r.attemptedAt.Before(r.started), "attempted_at defaults to the claim's clock, not before the transaction began")
+	require.False(t, r.attemptedAt.After(r.after), "attempted_at defaults to the claim's clock, read before the statement returned")
 
 	r = own(insert("b", false), nil, nil)
 	require.False(t, r.limited)

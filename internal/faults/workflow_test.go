@@ -176,13 +176,13 @@ func TestWorkflowUnderFaults(t *testing.T) {
 
 	tl := audit(t, pool, append(append([]int64(nil), wfIDs...), seqIDs...), generics.JobStateSucceeded, time.Second)
 	var badEdges, unresolved, pending, unexplained, retried int
-	// A dependent may be claimed in the very transaction that completes its dependency (the
-	// completion rode on the queue's next claim: worker/claim.go, "Completions ride on
-	// claims"); both then commit together and share the transaction's now(), so the claim is
-	// "before" the finish only when its time is strictly earlier.
+	// A claim stamps attempted_at from its own clock, read after its snapshot (tenure.own,
+	// migration 0025): later than the commit, and so the finished_at, of every dependency whose
+	// release it saw, also when the claim's transaction began earlier or completed the
+	// dependency itself (a completion riding on the claim: "Completions ride on claims").
 	require.NoError(t, pool.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE d.state <> 'succeeded' OR j.attempted_at IS NULL OR d.finished_at IS NULL
-		                              OR j.attempted_at < d.finished_at),
+		                              OR j.attempted_at <= d.finished_at),
 		       count(*) FILTER (WHERE NOT e.resolved)
 		FROM tenure.job_deps e JOIN tenure.jobs j ON j.id = e.job_id JOIN tenure.jobs d ON d.id = e.dep_id
 		WHERE j.workflow_id = $1`, res.ID).Scan(&badEdges, &unresolved))
@@ -206,7 +206,17 @@ func TestWorkflowUnderFaults(t *testing.T) {
 	require.Zero(t, worst.early, "a task left waiting before all its dependencies succeeded: %s", firstBad)
 	require.Zero(t, worst.seqTwo, "two running jobs of one sequence key: %s", firstBad)
 	require.Zero(t, worst.seqOrder, "a sequence ran out of order: %s", firstBad)
-	require.Zero(t, badEdges, "a task claimed before a dependency's finish, or a dependency not succeeded")
+	var badEdge string
+	if badEdges > 0 {
+		_ = pool.QueryRow(ctx, `
+			SELECT format('task %s attempted_at %s attempts %s; dependency %s state %s finished_at %s',
+			              j.id, j.attempted_at, j.attempts, d.id, d.state, d.finished_at)
+			FROM tenure.job_deps e JOIN tenure.jobs j ON j.id = e.job_id JOIN tenure.jobs d ON d.id = e.dep_id
+			WHERE j.workflow_id = $1 AND (d.state <> 'succeeded' OR j.attempted_at IS NULL OR d.finished_at IS NULL
+			                              OR j.attempted_at <= d.finished_at)
+			LIMIT 1`, res.ID).Scan(&badEdge)
+	}
+	require.Zero(t, badEdges, "a task claimed before a dependency's finish, or a dependency not succeeded: %s", badEdge)
 	require.Zero(t, unresolved, "edges left unresolved")
 	require.Zero(t, pending, "tasks with deps_pending left")
 	require.Zero(t, unexplained, "a claim not explained by a failed attempt: a task made runnable twice")
