@@ -139,16 +139,37 @@ func (q *queue) dispatch(e *execution) {
 // runner is a handler goroutine: it runs e, then each execution the loop hands it, until the
 // loop returns.
 func (q *queue) runner(e *execution) {
-	for {
+	for e != nil {
 		q.run(e)
-		e = nil // do not keep the finished attempt alive while idle
-		select {
-		case e = <-q.runCh:
-		case <-q.done:
-			return
-		}
+		e = q.await()
 	}
 }
+
+// idleStackReserve is the stack an idle handler goroutine holds while it waits (await). The
+// garbage collector halves the stack of a goroutine that uses less than a quarter of it; an
+// idle goroutine parked at the top of its stack would lose, GC after GC, the stack its
+// handlers grew, and the next handler would grow it again, copying it each time (most of it
+// in JSON decoding). Waiting below this reserve keeps stacks up to four times its size.
+const idleStackReserve = 4 << 10
+
+// await waits for the queue's next execution, nil when the loop returned.
+//
+//go:noinline
+func (q *queue) await() *execution {
+	var reserve [idleStackReserve]byte
+	holdStack(&reserve)
+	select {
+	case e := <-q.runCh:
+		return e
+	case <-q.done:
+		return nil
+	}
+}
+
+// holdStack keeps its argument's frame allocated (it does nothing else).
+//
+//go:noinline
+func holdStack(*[idleStackReserve]byte) {}
 
 // run runs one handler and reports the finish to the queue loop. It touches no engine state.
 // If the loop is gone (Stop's deadline passed) the result is dropped: the job was released by
