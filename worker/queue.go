@@ -124,7 +124,7 @@ type settled struct {
 type hbResult struct {
 	due  []*execution
 	at   time.Time
-	rows []gen.HeartbeatRow
+	rows []*gen.HeartbeatRow
 	err  error
 }
 
