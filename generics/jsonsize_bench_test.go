@@ -43,3 +43,15 @@ func BenchmarkJSONSize(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecode is one handler's payload decoding (Decode: strict JSON, then Validate).
+func BenchmarkDecode(b *testing.B) {
+	raw, _ := json.Marshal(benchValue)
+	r := NewRegistry()
+	b.ReportAllocs()
+	for range b.N {
+		if _, err := Decode[benchArgs](r, raw, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

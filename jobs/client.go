@@ -563,7 +563,7 @@ func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args,
 		if err != nil {
 			return nil, migrations.WrapNotMigrated(fmt.Errorf("tenure: insert %s: %w", p.kind, err))
 		}
-		r, err := rowFromGen(gen.TenureJob(j))
+		r, err := rowFromGen(gen.TenureJob(*j))
 		if err != nil {
 			return nil, err
 		}
@@ -592,7 +592,7 @@ func (c *Client) insert(ctx context.Context, q *gen.Queries, args generics.Args,
 		if err != nil {
 			return nil, migrations.WrapNotMigrated(fmt.Errorf("tenure: insert %s: %w", p.kind, err))
 		}
-		r, err := rowFromGen(insertedJob(j))
+		r, err := rowFromGen(insertedJob(*j))
 		if err != nil {
 			return nil, err
 		}
@@ -759,7 +759,7 @@ func (c *Client) insertPlain(ctx context.Context, q *gen.Queries, all []prepared
 		return fmt.Errorf("tenure: insert many: %d rows inserted, %d expected", len(got), len(idx))
 	}
 	for i, k := range idx {
-		r, err := rowFromGen(gen.TenureJob(got[i]))
+		r, err := rowFromGen(gen.TenureJob(*got[i]))
 		if err != nil {
 			return err
 		}
@@ -806,7 +806,7 @@ func (c *Client) insertUnique(ctx context.Context, q *gen.Queries, all []prepare
 		inserted := map[string]int64{} // key -> id of the job this statement inserted for it
 		byOrd := make([]*gen.InsertUniqueJobsRow, len(idx))
 		for i := range rows {
-			r := &rows[i]
+			r := rows[i]
 			switch {
 			case r.Ord < 0:
 				inserted[string(r.UniqueKey)] = r.ID
@@ -852,7 +852,7 @@ func (c *Client) insertUnique(ctx context.Context, q *gen.Queries, all []prepare
 		}
 		byID := make(map[int64]*generics.JobRow, len(stored))
 		for _, j := range stored {
-			if byID[j.ID], err = rowFromGen(j); err != nil {
+			if byID[j.ID], err = rowFromGen(*j); err != nil {
 				return err
 			}
 		}
@@ -879,7 +879,7 @@ func (c *Client) Get(ctx context.Context, id int64) (*generics.JobRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rowFromGen(j)
+	return rowFromGen(*j)
 }
 
 // AttemptTimeout is the handler timeout of j's kind as the workers publish it (tenure.kinds):
@@ -933,7 +933,7 @@ func (c *Client) List(ctx context.Context, p ListParams) (*Page, error) {
 		arg.State = gen.NullTenureJobState{TenureJobState: gen.TenureJobState(p.State), Valid: true}
 	}
 	arg.Kind, arg.Queue, arg.ErrorCode = nonEmpty(p.Kind), nonEmpty(p.Queue), nonEmpty(p.ErrorCode)
-	var rows []gen.TenureJob
+	var rows []*gen.TenureJob
 	var err error
 	if len(p.Tags) > 0 {
 		tags, terr := prepareTags(p.Tags)
@@ -950,7 +950,7 @@ func (c *Client) List(ctx context.Context, p ListParams) (*Page, error) {
 	}
 	page := &Page{Jobs: make([]*generics.JobRow, len(rows))}
 	for i, r := range rows {
-		if page.Jobs[i], err = rowFromGen(r); err != nil {
+		if page.Jobs[i], err = rowFromGen(*r); err != nil {
 			return nil, err
 		}
 	}

@@ -139,7 +139,7 @@ func (c *Client) Reinject(ctx context.Context, id int64, act Action, opts *Reinj
 		if err := q.NotifyQueue(ctx, gen.NotifyQueueParams{Queue: nj.Queue, Priority: nj.Priority, RunAt: nj.RunAt}); err != nil {
 			return err
 		}
-		if row, err = rowFromGen(nj); err != nil {
+		if row, err = rowFromGen(*nj); err != nil {
 			return err
 		}
 		return audit(ctx, q, act, "reinject", &id, map[string]any{
@@ -172,7 +172,7 @@ func (c *Client) Retry(ctx context.Context, id int64, act Action) (*generics.Job
 		if err != nil {
 			return err
 		}
-		var nj gen.TenureJob
+		var nj *gen.TenureJob
 		switch generics.JobState(j.State) {
 		case generics.JobStateReady:
 			nj, err = q.RunNow(ctx, id)
@@ -195,7 +195,7 @@ func (c *Client) Retry(ctx context.Context, id int64, act Action) (*generics.Job
 		if err := q.NotifyQueue(ctx, gen.NotifyQueueParams{Queue: nj.Queue, Priority: nj.Priority, RunAt: nj.RunAt}); err != nil {
 			return err
 		}
-		if row, err = rowFromGen(nj); err != nil {
+		if row, err = rowFromGen(*nj); err != nil {
 			return err
 		}
 		return audit(ctx, q, act, "retry", &id, map[string]any{
@@ -344,9 +344,9 @@ func jobAttrs(j gen.TenureJob, act Action, more ...any) []any {
 func lockJob(ctx context.Context, q *gen.Queries, id int64) (gen.TenureJob, error) {
 	j, err := q.LockJob(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return j, fmt.Errorf("%w: %d", ErrNotFound, id)
+		return *j, fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
-	return j, err
+	return *j, err
 }
 
 func audit(ctx context.Context, q *gen.Queries, act Action, action string, jobID *int64, detail map[string]any) error {

@@ -203,10 +203,11 @@ func unlockSession(ctx context.Context, conn *pgxpool.Conn, q *gen.Queries, key 
 func pruneBatch(ctx context.Context, q *gen.Queries, state generics.JobState, before, after time.Time, limit int) (gen.PruneFinishedBatchRow, error) {
 	switch state {
 	case generics.JobStateSucceeded, generics.JobStateCancelled:
-		return q.PruneFinishedBatch(ctx, gen.PruneFinishedBatchParams{Before: before, After: after, MaxJobs: int32(limit)})
+		r, err := q.PruneFinishedBatch(ctx, gen.PruneFinishedBatchParams{Before: before, After: after, MaxJobs: int32(limit)})
+		return *r, err
 	case generics.JobStateDead:
 		r, err := q.PruneDeadBatch(ctx, gen.PruneDeadBatchParams{Before: before, After: after, MaxJobs: int32(limit)})
-		return gen.PruneFinishedBatchRow(r), err
+		return gen.PruneFinishedBatchRow(*r), err
 	default:
 		return gen.PruneFinishedBatchRow{}, &OptionError{Field: "State", Msg: fmt.Sprintf("cannot purge %q jobs", state)}
 	}

@@ -194,7 +194,7 @@ func (c *Client) ServedQueues(ctx context.Context) ([]string, error) {
 	return qs, nil
 }
 
-func (c *Client) unservedRows(ctx context.Context) ([]gen.UnservedJobsRow, error) {
+func (c *Client) unservedRows(ctx context.Context) ([]*gen.UnservedJobsRow, error) {
 	rows, err := c.q.UnservedJobs(ctx, maxUnservedGroups)
 	if err != nil {
 		return nil, migrations.WrapNotMigrated(err)
@@ -203,7 +203,7 @@ func (c *Client) unservedRows(ctx context.Context) ([]gen.UnservedJobsRow, error
 }
 
 // groupUnserved sums rows per queue and kind, most jobs first, then by queue and kind.
-func groupUnserved(rows []gen.UnservedJobsRow) []UnservedJobs {
+func groupUnserved(rows []*gen.UnservedJobsRow) []UnservedJobs {
 	type key struct{ q, k string }
 	idx := map[key]int{}
 	var out []UnservedJobs

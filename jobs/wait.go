@@ -559,7 +559,7 @@ func (r *waitReg) check(ctx context.Context) {
 		}
 		r.mu.Lock()
 		for _, j := range rows {
-			r.deliver(j.ID, j, nil)
+			r.deliver(j.ID, *j, nil)
 		}
 		again := false
 		for _, id := range gone {

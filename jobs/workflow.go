@@ -380,7 +380,7 @@ func (c *Client) InsertWorkflowTx(ctx context.Context, tx Tx, wf *Workflow) (*Wo
 			return nil, fmt.Errorf("tenure: insert workflow %q: %d rows inserted, %d expected", wf.name, len(got), n)
 		}
 		for j, k := range idx {
-			r, err := rowFromGen(gen.TenureJob(got[j]))
+			r, err := rowFromGen(gen.TenureJob(*got[j]))
 			if err != nil {
 				return nil, err
 			}
@@ -441,7 +441,7 @@ func (c *Client) Workflow(ctx context.Context, id uuid.UUID) (*WorkflowView, err
 	}
 	v := &WorkflowView{ID: id}
 	for _, j := range rows {
-		r, err := rowFromGen(j)
+		r, err := rowFromGen(*j)
 		if err != nil {
 			return nil, err
 		}
@@ -559,7 +559,7 @@ func (c *Client) insertSequenced(ctx context.Context, q *gen.Queries, p prepared
 	if err := q.SequenceSetLast(ctx, gen.SequenceSetLastParams{JobID: got[0].ID, Key: p.sequence}); err != nil {
 		return nil, fmt.Errorf("tenure: insert %s: sequence %q: %w", p.kind, truncate(p.sequence), err)
 	}
-	r, err := rowFromGen(gen.TenureJob(got[0]))
+	r, err := rowFromGen(gen.TenureJob(*got[0]))
 	if err != nil {
 		return nil, err
 	}
@@ -639,7 +639,7 @@ func (c *Client) insertSequencedMany(ctx context.Context, q *gen.Queries, all []
 				deps.OnFailure = append(deps.OnFailure, p.seqOnFail)
 			}
 			last[p.sequence] = got[i].ID
-			r, err := rowFromGen(gen.TenureJob(got[i]))
+			r, err := rowFromGen(gen.TenureJob(*got[i]))
 			if err != nil {
 				return err
 			}

@@ -163,7 +163,7 @@ func Find[A generics.Args](ctx context.Context, t T, db DB, m *Match[A]) []*gene
 	}
 	var out []*generics.Job[A]
 	for _, r := range rows {
-		row, err := jobrow.FromGen(r, jobs.ErrCorruptRow)
+		row, err := jobrow.FromGen(*r, jobs.ErrCorruptRow)
 		if err != nil {
 			t.Fatalf("tenuretest: reading jobs of kind %q: %v", zero.Kind(), err)
 			return nil

@@ -343,10 +343,10 @@ type claimRows interface {
 
 // ownedRows converts what a claim statement returned to claimRow: the owned rows (each keeps
 // its feedback), and the statement's feedback (the first row's; nil for the plain modes).
-func ownedRows[R claimRows](got []R) (rows []claimRow, feedback []byte) {
+func ownedRows[R claimRows](got []*R) (rows []claimRow, feedback []byte) {
 	rows = make([]claimRow, 0, len(got))
 	for i := range got {
-		r := claimRow(got[i])
+		r := claimRow(*got[i])
 		if i == 0 {
 			feedback = r.Feedback
 		}

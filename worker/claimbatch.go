@@ -356,7 +356,7 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 		arg.ReqSegHi = append(arg.ReqSegHi, int32(len(arg.SegPriority)))
 	}
 	cctx, cancel := context.WithTimeout(ctx, claimTimeout)
-	var got []gen.ClaimOrderedManyRow
+	var got []*gen.ClaimOrderedManyRow
 	var landed map[int64]bool
 	err := w.retryStale(func() (err error) {
 		// The requests' completions ride in the statement's transaction, in one CompleteMany.

@@ -95,7 +95,7 @@ func (e *execution) owns(job *generics.JobRow) bool {
 	return e != nil && job != nil && e.c.ID == job.ID && job.ClaimToken != nil && *job.ClaimToken == e.c.token
 }
 
-// newExecution prepares the attempt the claim returned; the queue loop starts it with go run.
+// newExecution prepares the attempt the claim returned; the queue loop starts it (dispatch).
 func (q *queue) newExecution(c *claimed) *execution {
 	w := q.w
 	e := &execution{c: *c, q: q, h: w.handlers[c.Kind], start: time.Now()}
@@ -121,9 +121,59 @@ func (q *queue) newExecution(c *claimed) *execution {
 	return e
 }
 
-// run is the handler goroutine: it runs the handler and reports the finish to the queue loop.
-// It touches no engine state. If the loop is gone (Stop's deadline passed) the result is
-// dropped: the job was released by Stop, or its lease will expire.
+// dispatch starts e's handler on a handler goroutine: an idle one if one waits, else a new
+// one. A handler goroutine that reported its result waits for the queue's next execution
+// until the queue loop returns. Reusing them saves, per job, a goroutine's start and above
+// all the growth of its stack from the minimum to what a handler needs (JSON decoding alone
+// grows it several times, each a copy of the whole stack): the goroutines that keep running
+// keep their stacks. A handler that never returns keeps its goroutine, as before; the
+// goroutines are never more than the handlers that ran at the same time.
+func (q *queue) dispatch(e *execution) {
+	select {
+	case q.runCh <- e:
+	default:
+		go q.runner(e)
+	}
+}
+
+// runner is a handler goroutine: it runs e, then each execution the loop hands it, until the
+// loop returns.
+func (q *queue) runner(e *execution) {
+	for e != nil {
+		q.run(e)
+		e = q.await()
+	}
+}
+
+// idleStackReserve is the stack an idle handler goroutine holds while it waits (await). The
+// garbage collector halves the stack of a goroutine that uses less than a quarter of it; an
+// idle goroutine parked at the top of its stack would lose, GC after GC, the stack its
+// handlers grew, and the next handler would grow it again, copying it each time (most of it
+// in JSON decoding). Waiting below this reserve keeps stacks up to four times its size.
+const idleStackReserve = 4 << 10
+
+// await waits for the queue's next execution, nil when the loop returned.
+//
+//go:noinline
+func (q *queue) await() *execution {
+	var reserve [idleStackReserve]byte
+	holdStack(&reserve)
+	select {
+	case e := <-q.runCh:
+		return e
+	case <-q.done:
+		return nil
+	}
+}
+
+// holdStack keeps its argument's frame allocated (it does nothing else).
+//
+//go:noinline
+func holdStack(*[idleStackReserve]byte) {}
+
+// run runs one handler and reports the finish to the queue loop. It touches no engine state.
+// If the loop is gone (Stop's deadline passed) the result is dropped: the job was released by
+// Stop, or its lease will expire.
 func (q *queue) run(e *execution) {
 	f := q.w.runHandler(e)
 	e.cancel(nil)

@@ -21,7 +21,7 @@ var SeededRand = seededRand
 
 // RunPermitAllocate is the engine's allocation (its statements, in one pipeline).
 // (default schema).
-func RunPermitAllocate(ctx context.Context, pool batcher, p gen.PermitAllocateParams) ([]gen.PermitAllocateRow, error) {
+func RunPermitAllocate(ctx context.Context, pool batcher, p gen.PermitAllocateParams) ([]*gen.PermitAllocateRow, error) {
 	return runPermitAllocate(ctx, pool, dbschema.Must(dbschema.Default), p)
 }
 

@@ -648,7 +648,7 @@ func (w *Worker) readBack(ctx context.Context, es []*execution, res finishResult
 		return err
 	}
 	for _, r := range rows {
-		if landedEarlier(byID[r.ID], r) {
+		if landedEarlier(byID[r.ID], *r) {
 			res.landed[r.ID] = true
 		}
 		delete(byID, r.ID)

@@ -123,7 +123,7 @@ func (q *queue) heartbeat(ctx context.Context, now time.Time) {
 	}
 	w.spawn(func() {
 		hctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
-		var rows []gen.HeartbeatRow
+		var rows []*gen.HeartbeatRow
 		err := w.retryStale(func() (err error) {
 			rows, err = w.q.Heartbeat(hctx, gen.HeartbeatParams{Ids: ids, Tokens: tokens, Progress: progress})
 			return err

@@ -45,13 +45,13 @@ func TestHeartbeatLeaseSchedule(t *testing.T) {
 	e := hbExec(q, 1, lease)
 
 	at := clockStart.Add(10 * time.Second)
-	q.heartbeatDone(hbResult{due: []*execution{e}, at: at, rows: []gen.HeartbeatRow{{ID: 1, Extended: true}}})
+	q.heartbeatDone(hbResult{due: []*execution{e}, at: at, rows: []*gen.HeartbeatRow{{ID: 1, Extended: true}}})
 	require.Equal(t, at.Add(lease).UnixNano(), e.leaseUntil.Load(), "the lease is extended from the statement's start")
 	require.Equal(t, at.Add(lease/3), e.nextHB)
 
 	// Busy (locked by another session): not extended, still ours; tried again at lease/6.
 	leaseEnd := at.Add(lease)
-	busy := []gen.HeartbeatRow{{ID: 1}}
+	busy := []*gen.HeartbeatRow{{ID: 1}}
 	at2 := leaseEnd.Add(-time.Nanosecond)
 	q.heartbeatDone(hbResult{due: []*execution{e}, at: at2, rows: busy})
 	require.False(t, e.leaseLost, "busy a nanosecond before the lease's end: still ours")
@@ -73,7 +73,7 @@ func TestHeartbeatLeaseSchedule(t *testing.T) {
 	// A success in between resets the count.
 	g := hbExec(q, 3, lease)
 	q.heartbeatDone(hbResult{due: []*execution{g}, at: at, err: boom})
-	q.heartbeatDone(hbResult{due: []*execution{g}, at: at, rows: []gen.HeartbeatRow{{ID: 3, Extended: true}}})
+	q.heartbeatDone(hbResult{due: []*execution{g}, at: at, rows: []*gen.HeartbeatRow{{ID: 3, Extended: true}}})
 	q.heartbeatDone(hbResult{due: []*execution{g}, at: at, err: boom})
 	require.False(t, g.leaseLost, "the failures were not consecutive")
 
@@ -81,7 +81,7 @@ func TestHeartbeatLeaseSchedule(t *testing.T) {
 	// cancels the handler while the lease is extended.
 	h := hbExec(q, 4, lease)
 	c := hbExec(q, 5, lease)
-	q.heartbeatDone(hbResult{due: []*execution{h, c}, at: at, rows: []gen.HeartbeatRow{{ID: 5, Extended: true, CancelRequested: true}}})
+	q.heartbeatDone(hbResult{due: []*execution{h, c}, at: at, rows: []*gen.HeartbeatRow{{ID: 5, Extended: true, CancelRequested: true}}})
 	require.True(t, h.leaseLost)
 	require.False(t, c.leaseLost)
 	require.ErrorIs(t, context.Cause(c.ctx), ErrJobCancelled)
@@ -154,7 +154,7 @@ func TestHeartbeatPassWhenDue(t *testing.T) {
 	// Its answer schedules the next pass at the jobs' next heartbeats.
 	q.hbInFlight = false
 	q.hbDue = time.Time{}
-	q.heartbeatDone(hbResult{due: []*execution{e}, at: due, rows: []gen.HeartbeatRow{{ID: 1, Extended: true}}})
+	q.heartbeatDone(hbResult{due: []*execution{e}, at: due, rows: []*gen.HeartbeatRow{{ID: 1, Extended: true}}})
 	at, _ = q.hbNext()
 	require.Equal(t, due.Add(20*time.Second), at)
 

@@ -369,7 +369,7 @@ func (w *Worker) periodicService(ctx context.Context) {
 	for {
 		wait := periodicPollMax
 		qctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-		var rows []gen.PeriodicDueRow
+		var rows []*gen.PeriodicDueRow
 		err := w.retryStale(func() (err error) {
 			rows, err = w.q.PeriodicDue(qctx, names)
 			return err
@@ -469,7 +469,7 @@ func (w *Worker) fireTick(ctx context.Context, p *PeriodicJob, t, now time.Time)
 }
 
 // reregisterPeriodic writes the rows of this worker's schedules that rows lacks.
-func (w *Worker) reregisterPeriodic(ctx context.Context, rows []gen.PeriodicDueRow, byName map[string]*PeriodicJob) {
+func (w *Worker) reregisterPeriodic(ctx context.Context, rows []*gen.PeriodicDueRow, byName map[string]*PeriodicJob) {
 	have := make(map[string]bool, len(rows))
 	for _, r := range rows {
 		have[r.Name] = true

@@ -244,7 +244,7 @@ func (q *queue) allocatePermit(ctx context.Context) (permitAlloc, error) {
 
 // runPermitAllocate sends ClaimLimitsLock (every stripe), PermitAllocateLock and PermitAllocate
 // in one pipeline, one transaction.
-func runPermitAllocate(ctx context.Context, pool batcher, sch *dbschema.Schema, p gen.PermitAllocateParams) ([]gen.PermitAllocateRow, error) {
+func runPermitAllocate(ctx context.Context, pool batcher, sch *dbschema.Schema, p gen.PermitAllocateParams) ([]*gen.PermitAllocateRow, error) {
 	var c capture
 	_ = gen.New(&c).PermitAllocateLock(ctx, p.Queue)
 	db := &afterLock{pool: pool, sch: sch, locks: []lockedStatement{

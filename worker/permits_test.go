@@ -197,7 +197,7 @@ func TestPermitAllocationRace(t *testing.T) {
 	require.Equal(t, 10, n)
 
 	type res struct {
-		rows []gen.PermitAllocateRow
+		rows []*gen.PermitAllocateRow
 		err  error
 	}
 	done := make(chan res, 1)

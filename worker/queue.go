@@ -55,6 +55,9 @@ type queue struct {
 	stopCh        chan stopPlan // 1-buffered
 	pauseCh       chan bool     // the queue state service: paused or not (1-buffered, latest wins)
 	done          chan struct{} // closed when the loop returns
+	// runCh hands an execution to an idle handler goroutine (unbuffered: a send succeeds only
+	// when one waits; execute.go, dispatch).
+	runCh chan *execution
 
 	// Owned by the loop goroutine.
 	active   map[*execution]struct{} // a job can appear twice: a stuck attempt and its successor
@@ -121,7 +124,7 @@ type settled struct {
 type hbResult struct {
 	due  []*execution
 	at   time.Time
-	rows []gen.HeartbeatRow
+	rows []*gen.HeartbeatRow
 	err  error
 }
 
@@ -147,7 +150,7 @@ func newQueue(w *Worker, name string, cfg QueueConfig) *queue {
 	q := &queue{w: w, name: name, cfg: cfg, pol: newPolicy(cfg.Fairness),
 		claimedCh: make(chan claimResult, cfg.Claimers), returnedCh: make(chan handlerResult, cfg.Concurrency), settledCh: make(chan []settled),
 		hbCh: make(chan hbResult), cancelCh: make(chan int64, 16), wakeCh: make(chan struct{}, 1),
-		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), pauseCh: make(chan bool, 1), done: make(chan struct{}),
+		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), pauseCh: make(chan bool, 1), done: make(chan struct{}), runCh: make(chan *execution),
 		active: map[*execution]struct{}{}, claimers: make([]claimer, cfg.Claimers),
 		limits: newLimitArgs(cfg.Limits)}
 	if q.limits != nil {
@@ -506,7 +509,7 @@ func (q *queue) claimed(r claimResult) {
 			continue
 		}
 		w.m.handlersRunning.Add(1)
-		go q.run(e)
+		q.dispatch(e)
 	}
 	switch {
 	case r.err != nil:

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/db/gen"
@@ -22,6 +23,7 @@ import (
 	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/engineconf"
 	"github.com/tenureq/tenure/internal/logkey"
+	"github.com/tenureq/tenure/internal/pgfast"
 	"github.com/tenureq/tenure/jobs"
 )
 
@@ -338,6 +340,16 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 		if w.cfg.AsynchronousCommit {
 			pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+		}
+		// Direct encode and scan plans for the engine statements' uuid and nullable columns
+		// (internal/pgfast says which pgx paths they replace); the application's hook still runs.
+		after := pc.AfterConnect
+		pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			pgfast.Register(c.TypeMap())
+			if after != nil {
+				return after(ctx, c)
+			}
+			return nil
 		}
 		eng, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {

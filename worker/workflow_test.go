@@ -299,7 +299,7 @@ func TestWorkflowReleaseInFinishTransaction(t *testing.T) {
 	require.Empty(t, rows, "a stale finish changes no row")
 	n, err := q.CompleteOne(ctx, gen.CompleteOneParams{ID: res.Tasks["a"].ID, ClaimToken: uuid.New()})
 	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Zero(t, *n)
 	require.Equal(t, generics.JobStateWaiting, getJob(t, c, bID).State, "a stale finish releases nothing")
 	close(stale)
 

@@ -21,7 +21,7 @@ RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, at
 `
 
 // ready (or waiting for dependencies) -> cancelled, at once.
-func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) {
+func (q *Queries) CancelReady(ctx context.Context, id int64) (*TenureJob, error) {
 	row := q.db.QueryRow(ctx, cancelReady, id)
 	var i TenureJob
 	err := row.Scan(
@@ -61,7 +61,7 @@ func (q *Queries) CancelReady(ctx context.Context, id int64) (TenureJob, error) 
 		&i.HasDependents,
 		&i.Progress,
 	)
-	return i, err
+	return &i, err
 }
 
 const cancelWorkflowPending = `-- name: CancelWorkflowPending :many
@@ -290,7 +290,7 @@ type ClaimFairRow struct {
 // keyless watermarks (keyless_band, keyless_upto_us): how far kscan read when every keyless
 // job it read was claimed, else the newest keyless job claimed. When nothing was claimed the
 // one row of NULLs carries only the watermarks.
-func (q *Queries) ClaimFair(ctx context.Context, arg ClaimFairParams) ([]ClaimFairRow, error) {
+func (q *Queries) ClaimFair(ctx context.Context, arg ClaimFairParams) ([]*ClaimFairRow, error) {
 	rows, err := q.db.Query(ctx, claimFair,
 		arg.SegPriority,
 		arg.SegAfterUs,
@@ -314,7 +314,7 @@ func (q *Queries) ClaimFair(ctx context.Context, arg ClaimFairParams) ([]ClaimFa
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ClaimFairRow{}
+	items := []*ClaimFairRow{}
 	for rows.Next() {
 		var i ClaimFairRow
 		if err := rows.Scan(
@@ -340,7 +340,7 @@ func (q *Queries) ClaimFair(ctx context.Context, arg ClaimFairParams) ([]ClaimFa
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -582,7 +582,7 @@ type ClaimLimitedRow struct {
 // claimed. binding: a limit held something back (the engine then does not move the
 // band watermarks: a skipped job may lie behind the claimed ones). min_room: the smallest room
 // of a counted group less @batch (the engine's choice between striped and exclusive claims).
-func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]ClaimLimitedRow, error) {
+func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]*ClaimLimitedRow, error) {
 	rows, err := q.db.Query(ctx, claimLimited,
 		arg.LimID,
 		arg.LimKind,
@@ -612,7 +612,7 @@ func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]C
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ClaimLimitedRow{}
+	items := []*ClaimLimitedRow{}
 	for rows.Next() {
 		var i ClaimLimitedRow
 		if err := rows.Scan(
@@ -638,7 +638,7 @@ func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]C
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -742,7 +742,7 @@ type ClaimOrderedRow struct {
 // age window on the database clock. Each segment is read oldest-first through jobs_ready_idx;
 // the nested loop runs the segments in the given order and stops as soon as the batch is full,
 // so no row is locked that is not claimed.
-func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]ClaimOrderedRow, error) {
+func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]*ClaimOrderedRow, error) {
 	rows, err := q.db.Query(ctx, claimOrdered,
 		arg.SegPriority,
 		arg.SegAfterUs,
@@ -759,7 +759,7 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ClaimOrderedRow{}
+	items := []*ClaimOrderedRow{}
 	for rows.Next() {
 		var i ClaimOrderedRow
 		if err := rows.Scan(
@@ -785,7 +785,7 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -882,7 +882,7 @@ type ClaimOrderedManyRow struct {
 // The queues are read with unnest (subscripting a text array walks it to the element: reading
 // request i's queue by subscript was quadratic in the requests); the integer arrays are
 // subscripted (fixed width: direct).
-func (q *Queries) ClaimOrderedMany(ctx context.Context, arg ClaimOrderedManyParams) ([]ClaimOrderedManyRow, error) {
+func (q *Queries) ClaimOrderedMany(ctx context.Context, arg ClaimOrderedManyParams) ([]*ClaimOrderedManyRow, error) {
 	rows, err := q.db.Query(ctx, claimOrderedMany,
 		arg.ReqBatch,
 		arg.ReqSegLo,
@@ -901,7 +901,7 @@ func (q *Queries) ClaimOrderedMany(ctx context.Context, arg ClaimOrderedManyPara
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ClaimOrderedManyRow{}
+	items := []*ClaimOrderedManyRow{}
 	for rows.Next() {
 		var i ClaimOrderedManyRow
 		if err := rows.Scan(
@@ -927,7 +927,7 @@ func (q *Queries) ClaimOrderedMany(ctx context.Context, arg ClaimOrderedManyPara
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1073,7 +1073,7 @@ type ClaimPermittedRow struct {
 // over for lack of room may lie before one it claimed: the engine must not move its
 // watermarks; never with limits that cover every kind, whose room bounds the candidates) and
 // room_left (the smallest room after the claim), and renewed (the permit rows renewed).
-func (q *Queries) ClaimPermitted(ctx context.Context, arg ClaimPermittedParams) ([]ClaimPermittedRow, error) {
+func (q *Queries) ClaimPermitted(ctx context.Context, arg ClaimPermittedParams) ([]*ClaimPermittedRow, error) {
 	rows, err := q.db.Query(ctx, claimPermitted,
 		arg.LimKind,
 		arg.LimMaxRunning,
@@ -1095,7 +1095,7 @@ func (q *Queries) ClaimPermitted(ctx context.Context, arg ClaimPermittedParams) 
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ClaimPermittedRow{}
+	items := []*ClaimPermittedRow{}
 	for rows.Next() {
 		var i ClaimPermittedRow
 		if err := rows.Scan(
@@ -1121,7 +1121,7 @@ func (q *Queries) ClaimPermitted(ctx context.Context, arg ClaimPermittedParams) 
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1212,7 +1212,7 @@ type ClaimSegmentsRow struct {
 // jobs_ready_idx with its own LIMIT. Candidates are ordered by the policy's rank; a band's
 // quota puts its first `quota` candidates ahead of every band's overflow, so unused share
 // flows to the others. Only the first batch candidates are claimed.
-func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([]ClaimSegmentsRow, error) {
+func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([]*ClaimSegmentsRow, error) {
 	rows, err := q.db.Query(ctx, claimSegments,
 		arg.SegPriority,
 		arg.SegAfterUs,
@@ -1232,7 +1232,7 @@ func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ClaimSegmentsRow{}
+	items := []*ClaimSegmentsRow{}
 	for rows.Next() {
 		var i ClaimSegmentsRow
 		if err := rows.Scan(
@@ -1258,7 +1258,7 @@ func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1336,7 +1336,7 @@ type ClaimStrictRow struct {
 // not use it: run_at cannot bound a scan that crosses priority bands, so it walks every
 // future-dated entry of the higher bands (retries in backoff, scheduled jobs) before reaching
 // what is due. The engine claims with ClaimOrdered (one equality segment per band) instead.
-func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]ClaimStrictRow, error) {
+func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]*ClaimStrictRow, error) {
 	rows, err := q.db.Query(ctx, claimStrict,
 		arg.Queue,
 		arg.KindVersions,
@@ -1349,7 +1349,7 @@ func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]Cla
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ClaimStrictRow{}
+	items := []*ClaimStrictRow{}
 	for rows.Next() {
 		var i ClaimStrictRow
 		if err := rows.Scan(
@@ -1375,7 +1375,7 @@ func (q *Queries) ClaimStrict(ctx context.Context, arg ClaimStrictParams) ([]Cla
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1459,7 +1459,7 @@ type CompleteManyRow struct {
 // job (its dependents and DependencyOutput read it), or a unique job whose unique states hold
 // the key in succeeded (deleting it would free the key). The done signal names a deleted job
 // as s<id> (jobs.Client.Wait: succeeded, row gone).
-func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]CompleteManyRow, error) {
+func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]*CompleteManyRow, error) {
 	rows, err := q.db.Query(ctx, completeMany,
 		arg.Ids,
 		arg.Tokens,
@@ -1471,13 +1471,13 @@ func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]C
 		return nil, err
 	}
 	defer rows.Close()
-	items := []CompleteManyRow{}
+	items := []*CompleteManyRow{}
 	for rows.Next() {
 		var i CompleteManyRow
 		if err := rows.Scan(&i.ID, &i.Busy); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1539,7 +1539,7 @@ type CompleteOneRow struct {
 // changed (0 or 1) and, when 1, the caller's transaction id (txid_current): after a delete the
 // engine asks txid_status whether that transaction committed (the row cannot tell it).
 // It notifies the done channel (CompleteMany): delivered when the caller's transaction commits.
-func (q *Queries) CompleteOne(ctx context.Context, arg CompleteOneParams) (CompleteOneRow, error) {
+func (q *Queries) CompleteOne(ctx context.Context, arg CompleteOneParams) (*CompleteOneRow, error) {
 	row := q.db.QueryRow(ctx, completeOne,
 		arg.Delete,
 		arg.ID,
@@ -1549,7 +1549,7 @@ func (q *Queries) CompleteOne(ctx context.Context, arg CompleteOneParams) (Compl
 	)
 	var i CompleteOneRow
 	err := row.Scan(&i.Changed, &i.Deleted, &i.Xid)
-	return i, err
+	return &i, err
 }
 
 const databaseNow = `-- name: DatabaseNow :one
@@ -1587,13 +1587,13 @@ type DeadErrorCodesRow struct {
 }
 
 // Top error codes of dead jobs.
-func (q *Queries) DeadErrorCodes(ctx context.Context, maxRows int32) ([]DeadErrorCodesRow, error) {
+func (q *Queries) DeadErrorCodes(ctx context.Context, maxRows int32) ([]*DeadErrorCodesRow, error) {
 	rows, err := q.db.Query(ctx, deadErrorCodes, maxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []DeadErrorCodesRow{}
+	items := []*DeadErrorCodesRow{}
 	for rows.Next() {
 		var i DeadErrorCodesRow
 		if err := rows.Scan(
@@ -1604,7 +1604,7 @@ func (q *Queries) DeadErrorCodes(ctx context.Context, maxRows int32) ([]DeadErro
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1680,11 +1680,11 @@ type DependencyOutputRow struct {
 
 // The state and output of the dependency named task_name of job id (within its workflow, and
 // one of the job's own dependencies).
-func (q *Queries) DependencyOutput(ctx context.Context, arg DependencyOutputParams) (DependencyOutputRow, error) {
+func (q *Queries) DependencyOutput(ctx context.Context, arg DependencyOutputParams) (*DependencyOutputRow, error) {
 	row := q.db.QueryRow(ctx, dependencyOutput, arg.TaskName, arg.ID)
 	var i DependencyOutputRow
 	err := row.Scan(&i.ID, &i.State, &i.Output)
-	return i, err
+	return &i, err
 }
 
 const deregisterWorker = `-- name: DeregisterWorker :execrows
@@ -1778,7 +1778,7 @@ type FailManyRow struct {
 // job an operator asked to cancel ends cancelled (the owner's write lands, and the cancel wins).
 // A row another session holds locked is skipped and returned busy (CompleteMany); rows this
 // transaction holds locked (the sweep's LockExpired) are not skipped.
-func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]FailManyRow, error) {
+func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]*FailManyRow, error) {
 	rows, err := q.db.Query(ctx, failMany,
 		arg.Ids,
 		arg.Tokens,
@@ -1793,13 +1793,13 @@ func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]FailManyR
 		return nil, err
 	}
 	defer rows.Close()
-	items := []FailManyRow{}
+	items := []*FailManyRow{}
 	for rows.Next() {
 		var i FailManyRow
 		if err := rows.Scan(&i.ID, &i.State, &i.Busy); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1825,7 +1825,7 @@ type FindJobsParams struct {
 
 // The jobs of a kind, filtered by queue, priority and state when given, in id order
 // (package tenuretest).
-func (q *Queries) FindJobs(ctx context.Context, arg FindJobsParams) ([]TenureJob, error) {
+func (q *Queries) FindJobs(ctx context.Context, arg FindJobsParams) ([]*TenureJob, error) {
 	rows, err := q.db.Query(ctx, findJobs,
 		arg.Kind,
 		arg.Queue,
@@ -1836,7 +1836,7 @@ func (q *Queries) FindJobs(ctx context.Context, arg FindJobsParams) ([]TenureJob
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureJob{}
+	items := []*TenureJob{}
 	for rows.Next() {
 		var i TenureJob
 		if err := rows.Scan(
@@ -1878,7 +1878,7 @@ func (q *Queries) FindJobs(ctx context.Context, arg FindJobsParams) ([]TenureJob
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1900,13 +1900,13 @@ type FinishStatesRow struct {
 
 // After a finish write whose reply was lost, the engine reads back the rows the retry did not
 // change, to tell "my earlier write landed" from "someone else owns the job now".
-func (q *Queries) FinishStates(ctx context.Context, ids []int64) ([]FinishStatesRow, error) {
+func (q *Queries) FinishStates(ctx context.Context, ids []int64) ([]*FinishStatesRow, error) {
 	rows, err := q.db.Query(ctx, finishStates, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []FinishStatesRow{}
+	items := []*FinishStatesRow{}
 	for rows.Next() {
 		var i FinishStatesRow
 		if err := rows.Scan(
@@ -1918,7 +1918,7 @@ func (q *Queries) FinishStates(ctx context.Context, ids []int64) ([]FinishStates
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -2017,7 +2017,7 @@ type FlowPruneRow struct {
 // configured rate limit claims). Only while this transaction holds the flow prune lock
 // (pg_try_advisory_xact_lock, internal/locks): one pruner at a time. Returns how many rows it
 // read and deleted and the last key read (the caller's next cursor).
-func (q *Queries) FlowPrune(ctx context.Context, arg FlowPruneParams) (FlowPruneRow, error) {
+func (q *Queries) FlowPrune(ctx context.Context, arg FlowPruneParams) (*FlowPruneRow, error) {
 	row := q.db.QueryRow(ctx, flowPrune,
 		arg.LockKey,
 		arg.LimKind,
@@ -2037,7 +2037,7 @@ func (q *Queries) FlowPrune(ctx context.Context, arg FlowPruneParams) (FlowPrune
 		&i.LastKey,
 		&i.Locked,
 	)
-	return i, err
+	return &i, err
 }
 
 const getEffect = `-- name: GetEffect :one
@@ -2048,7 +2048,7 @@ SELECT key, job_id, name, generation, result, created_at, updated_at, refused FR
 // ---------------------------------------------------------------------------------------------
 // Effect ledger (docs/contract.md §7)
 // ---------------------------------------------------------------------------------------------
-func (q *Queries) GetEffect(ctx context.Context, key string) (TenureEffect, error) {
+func (q *Queries) GetEffect(ctx context.Context, key string) (*TenureEffect, error) {
 	row := q.db.QueryRow(ctx, getEffect, key)
 	var i TenureEffect
 	err := row.Scan(
@@ -2061,7 +2061,7 @@ func (q *Queries) GetEffect(ctx context.Context, key string) (TenureEffect, erro
 		&i.UpdatedAt,
 		&i.Refused,
 	)
-	return i, err
+	return &i, err
 }
 
 const getJob = `-- name: GetJob :one
@@ -2072,7 +2072,7 @@ SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attem
 // ---------------------------------------------------------------------------------------------
 // Read side
 // ---------------------------------------------------------------------------------------------
-func (q *Queries) GetJob(ctx context.Context, id int64) (TenureJob, error) {
+func (q *Queries) GetJob(ctx context.Context, id int64) (*TenureJob, error) {
 	row := q.db.QueryRow(ctx, getJob, id)
 	var i TenureJob
 	err := row.Scan(
@@ -2112,7 +2112,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.HasDependents,
 		&i.Progress,
 	)
-	return i, err
+	return &i, err
 }
 
 const getJobs = `-- name: GetJobs :many
@@ -2121,13 +2121,13 @@ SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attem
 
 // The rows of the given jobs, in id order: InsertUniqueJobs's inserted jobs and holders, read
 // in the inserting transaction.
-func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]TenureJob, error) {
+func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]*TenureJob, error) {
 	rows, err := q.db.Query(ctx, getJobs, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureJob{}
+	items := []*TenureJob{}
 	for rows.Next() {
 		var i TenureJob
 		if err := rows.Scan(
@@ -2169,7 +2169,7 @@ func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]TenureJob, error)
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -2227,19 +2227,19 @@ type HeartbeatRow struct {
 // every queue of a worker sends its own (TestHeartbeatReadsOnlyItsJobsAmongManyRunning).
 // progress (JSON null or a missing element: unchanged) is what the handler reported
 // (worker.Progress) since the last write: it rides on the heartbeat, fenced like the lease.
-func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) ([]HeartbeatRow, error) {
+func (q *Queries) Heartbeat(ctx context.Context, arg HeartbeatParams) ([]*HeartbeatRow, error) {
 	rows, err := q.db.Query(ctx, heartbeat, arg.Ids, arg.Tokens, arg.Progress)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []HeartbeatRow{}
+	items := []*HeartbeatRow{}
 	for rows.Next() {
 		var i HeartbeatRow
 		if err := rows.Scan(&i.ID, &i.CancelRequested, &i.Extended); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -2261,7 +2261,7 @@ type InsertAuditParams struct {
 	Detail []byte
 }
 
-func (q *Queries) InsertAudit(ctx context.Context, arg InsertAuditParams) (TenureAudit, error) {
+func (q *Queries) InsertAudit(ctx context.Context, arg InsertAuditParams) (*TenureAudit, error) {
 	row := q.db.QueryRow(ctx, insertAudit,
 		arg.Actor,
 		arg.Action,
@@ -2279,7 +2279,7 @@ func (q *Queries) InsertAudit(ctx context.Context, arg InsertAuditParams) (Tenur
 		&i.JobID,
 		&i.Detail,
 	)
-	return i, err
+	return &i, err
 }
 
 const insertDeps = `-- name: InsertDeps :exec
@@ -2407,7 +2407,7 @@ type InsertFlowJobsRow struct {
 // initial state ('ready' or 'waiting'), its count of dependencies, whether jobs depend on it,
 // its workflow id (the zero uuid: none), task name and sequence key (”: none). The new-job
 // signal goes only to due ready rows. Returns the inserted rows in id order (the input order).
-func (q *Queries) InsertFlowJobs(ctx context.Context, arg InsertFlowJobsParams) ([]InsertFlowJobsRow, error) {
+func (q *Queries) InsertFlowJobs(ctx context.Context, arg InsertFlowJobsParams) ([]*InsertFlowJobsRow, error) {
 	rows, err := q.db.Query(ctx, insertFlowJobs,
 		arg.Queues,
 		arg.Kinds,
@@ -2431,7 +2431,7 @@ func (q *Queries) InsertFlowJobs(ctx context.Context, arg InsertFlowJobsParams) 
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InsertFlowJobsRow{}
+	items := []*InsertFlowJobsRow{}
 	for rows.Next() {
 		var i InsertFlowJobsRow
 		if err := rows.Scan(
@@ -2473,7 +2473,7 @@ func (q *Queries) InsertFlowJobs(ctx context.Context, arg InsertFlowJobsParams) 
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -2588,7 +2588,7 @@ type InsertJobRow struct {
 // returns the holder with duplicate = true. When the holder committed after this statement's
 // snapshot (it is invisible here, though the INSERT waited for it) or left its unique states
 // meanwhile, no row comes back and the caller runs the statement again.
-func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJobRow, error) {
+func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (*InsertJobRow, error) {
 	row := q.db.QueryRow(ctx, insertJob,
 		arg.IsUnique,
 		arg.Kind,
@@ -2648,7 +2648,7 @@ func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (InsertJob
 		&i.Progress,
 		&i.Duplicate,
 	)
-	return i, err
+	return &i, err
 }
 
 const insertJobs = `-- name: InsertJobs :many
@@ -2740,7 +2740,7 @@ type InsertJobsRow struct {
 // epoch; 0 means "now + delay_us" on the database clock.
 // tags holds each job's tags as a JSON array of strings. Returns the inserted rows in id order
 // (the input order).
-func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]InsertJobsRow, error) {
+func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]*InsertJobsRow, error) {
 	rows, err := q.db.Query(ctx, insertJobs,
 		arg.NotifyQueues,
 		arg.Queues,
@@ -2759,7 +2759,7 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]Inser
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InsertJobsRow{}
+	items := []*InsertJobsRow{}
 	for rows.Next() {
 		var i InsertJobsRow
 		if err := rows.Scan(
@@ -2801,7 +2801,7 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]Inser
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -2879,7 +2879,7 @@ type InsertPlainJobRow struct {
 // InsertJob for a job without a unique key: a plain INSERT, without the arbiter check and
 // speculative insertion that ON CONFLICT costs every row it inserts, and without the holder
 // branch. Same columns, same new-job signal.
-func (q *Queries) InsertPlainJob(ctx context.Context, arg InsertPlainJobParams) (InsertPlainJobRow, error) {
+func (q *Queries) InsertPlainJob(ctx context.Context, arg InsertPlainJobParams) (*InsertPlainJobRow, error) {
 	row := q.db.QueryRow(ctx, insertPlainJob,
 		arg.Notify,
 		arg.Queue,
@@ -2932,7 +2932,7 @@ func (q *Queries) InsertPlainJob(ctx context.Context, arg InsertPlainJobParams) 
 		&i.HasDependents,
 		&i.Progress,
 	)
-	return i, err
+	return &i, err
 }
 
 const insertUniqueJobs = `-- name: InsertUniqueJobs :many
@@ -3019,7 +3019,7 @@ type InsertUniqueJobsRow struct {
 // lost a race with a transaction that committed after the snapshot, or whose holder just
 // left its unique states: the caller inserts it again.
 // unique_fields holds each row's field names as a JSON array (empty: all fields).
-func (q *Queries) InsertUniqueJobs(ctx context.Context, arg InsertUniqueJobsParams) ([]InsertUniqueJobsRow, error) {
+func (q *Queries) InsertUniqueJobs(ctx context.Context, arg InsertUniqueJobsParams) ([]*InsertUniqueJobsRow, error) {
 	rows, err := q.db.Query(ctx, insertUniqueJobs,
 		arg.Ords,
 		arg.Queues,
@@ -3044,13 +3044,13 @@ func (q *Queries) InsertUniqueJobs(ctx context.Context, arg InsertUniqueJobsPara
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InsertUniqueJobsRow{}
+	items := []*InsertUniqueJobsRow{}
 	for rows.Next() {
 		var i InsertUniqueJobsRow
 		if err := rows.Scan(&i.Ord, &i.UniqueKey, &i.ID); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -3091,13 +3091,13 @@ type ListAuditParams struct {
 	MaxRows int32
 }
 
-func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]TenureAudit, error) {
+func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]*TenureAudit, error) {
 	rows, err := q.db.Query(ctx, listAudit, arg.JobID, arg.AfterID, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureAudit{}
+	items := []*TenureAudit{}
 	for rows.Next() {
 		var i TenureAudit
 		if err := rows.Scan(
@@ -3111,7 +3111,7 @@ func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]TenureA
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -3140,7 +3140,7 @@ type ListJobsParams struct {
 }
 
 // Keyset paging by id. Empty filters match everything.
-func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob, error) {
+func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]*TenureJob, error) {
 	rows, err := q.db.Query(ctx, listJobs,
 		arg.State,
 		arg.Kind,
@@ -3153,7 +3153,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureJob{}
+	items := []*TenureJob{}
 	for rows.Next() {
 		var i TenureJob
 		if err := rows.Scan(
@@ -3195,7 +3195,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]TenureJob
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -3227,7 +3227,7 @@ type ListJobsTaggedParams struct {
 
 // ListJobs restricted to jobs carrying every tag in tags (through jobs_tags_idx; tags is
 // never empty here, and the repeated predicate lets the planner use the partial index).
-func (q *Queries) ListJobsTagged(ctx context.Context, arg ListJobsTaggedParams) ([]TenureJob, error) {
+func (q *Queries) ListJobsTagged(ctx context.Context, arg ListJobsTaggedParams) ([]*TenureJob, error) {
 	rows, err := q.db.Query(ctx, listJobsTagged,
 		arg.Tags,
 		arg.State,
@@ -3241,7 +3241,7 @@ func (q *Queries) ListJobsTagged(ctx context.Context, arg ListJobsTaggedParams) 
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureJob{}
+	items := []*TenureJob{}
 	for rows.Next() {
 		var i TenureJob
 		if err := rows.Scan(
@@ -3283,7 +3283,7 @@ func (q *Queries) ListJobsTagged(ctx context.Context, arg ListJobsTaggedParams) 
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -3312,13 +3312,13 @@ type ListPeriodicRow struct {
 	DbNow          time.Time
 }
 
-func (q *Queries) ListPeriodic(ctx context.Context) ([]ListPeriodicRow, error) {
+func (q *Queries) ListPeriodic(ctx context.Context) ([]*ListPeriodicRow, error) {
 	rows, err := q.db.Query(ctx, listPeriodic)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ListPeriodicRow{}
+	items := []*ListPeriodicRow{}
 	for rows.Next() {
 		var i ListPeriodicRow
 		if err := rows.Scan(
@@ -3337,7 +3337,7 @@ func (q *Queries) ListPeriodic(ctx context.Context) ([]ListPeriodicRow, error) {
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -3369,13 +3369,13 @@ type ListQueueStatesRow struct {
 
 // Queues an operator acted on, or that a live worker serves, with their pause state and the
 // number of live workers serving each.
-func (q *Queries) ListQueueStates(ctx context.Context) ([]ListQueueStatesRow, error) {
+func (q *Queries) ListQueueStates(ctx context.Context) ([]*ListQueueStatesRow, error) {
 	rows, err := q.db.Query(ctx, listQueueStates)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ListQueueStatesRow{}
+	items := []*ListQueueStatesRow{}
 	for rows.Next() {
 		var i ListQueueStatesRow
 		if err := rows.Scan(
@@ -3389,7 +3389,7 @@ func (q *Queries) ListQueueStates(ctx context.Context) ([]ListQueueStatesRow, er
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -3421,13 +3421,13 @@ type ListWorkersRow struct {
 }
 
 // Every registered worker with its heartbeat age on the database clock.
-func (q *Queries) ListWorkers(ctx context.Context) ([]ListWorkersRow, error) {
+func (q *Queries) ListWorkers(ctx context.Context) ([]*ListWorkersRow, error) {
 	rows, err := q.db.Query(ctx, listWorkers)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ListWorkersRow{}
+	items := []*ListWorkersRow{}
 	for rows.Next() {
 		var i ListWorkersRow
 		if err := rows.Scan(
@@ -3446,7 +3446,7 @@ func (q *Queries) ListWorkers(ctx context.Context) ([]ListWorkersRow, error) {
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -3487,13 +3487,13 @@ type LiveStatsRow struct {
 
 // Per queue and priority: counts of live and dead jobs, and the ready backlog's age profile on
 // the database clock (ages in seconds; only jobs already due count as waiting).
-func (q *Queries) LiveStats(ctx context.Context) ([]LiveStatsRow, error) {
+func (q *Queries) LiveStats(ctx context.Context) ([]*LiveStatsRow, error) {
 	rows, err := q.db.Query(ctx, liveStats)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []LiveStatsRow{}
+	items := []*LiveStatsRow{}
 	for rows.Next() {
 		var i LiveStatsRow
 		if err := rows.Scan(
@@ -3510,7 +3510,7 @@ func (q *Queries) LiveStats(ctx context.Context) ([]LiveStatsRow, error) {
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -3555,13 +3555,13 @@ type LockExpiredRow struct {
 // advisory lock (FinishWaitClass, hashint8(id)), internal/locks, while it waits): the sweep
 // took the row in the moment between another session's lock going and that waiter taking it;
 // it must leave the row to the waiter. The probe takes and at once releases the lock.
-func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]LockExpiredRow, error) {
+func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]*LockExpiredRow, error) {
 	rows, err := q.db.Query(ctx, lockExpired, maxJobs)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []LockExpiredRow{}
+	items := []*LockExpiredRow{}
 	for rows.Next() {
 		var i LockExpiredRow
 		if err := rows.Scan(
@@ -3576,7 +3576,7 @@ func (q *Queries) LockExpired(ctx context.Context, maxJobs int32) ([]LockExpired
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -3636,7 +3636,7 @@ SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attem
 // ---------------------------------------------------------------------------------------------
 // Operator actions. Each runs in a transaction with its audit row.
 // ---------------------------------------------------------------------------------------------
-func (q *Queries) LockJob(ctx context.Context, id int64) (TenureJob, error) {
+func (q *Queries) LockJob(ctx context.Context, id int64) (*TenureJob, error) {
 	row := q.db.QueryRow(ctx, lockJob, id)
 	var i TenureJob
 	err := row.Scan(
@@ -3676,7 +3676,7 @@ func (q *Queries) LockJob(ctx context.Context, id int64) (TenureJob, error) {
 		&i.HasDependents,
 		&i.Progress,
 	)
-	return i, err
+	return &i, err
 }
 
 const lockQueueState = `-- name: LockQueueState :many
@@ -3826,19 +3826,19 @@ type PeriodicDueRow struct {
 }
 
 // The next tick of each named schedule, with the database clock.
-func (q *Queries) PeriodicDue(ctx context.Context, names []string) ([]PeriodicDueRow, error) {
+func (q *Queries) PeriodicDue(ctx context.Context, names []string) ([]*PeriodicDueRow, error) {
 	rows, err := q.db.Query(ctx, periodicDue, names)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []PeriodicDueRow{}
+	items := []*PeriodicDueRow{}
 	for rows.Next() {
 		var i PeriodicDueRow
 		if err := rows.Scan(&i.Name, &i.NextRunAt, &i.DbNow); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -4017,7 +4017,7 @@ type PermitAllocateRow struct {
 //
 // Every worker's hold then sums to at most max_running (the proof is in worker/permits.go).
 // Returns, per limit, the amount granted and the limit's fair share.
-func (q *Queries) PermitAllocate(ctx context.Context, arg PermitAllocateParams) ([]PermitAllocateRow, error) {
+func (q *Queries) PermitAllocate(ctx context.Context, arg PermitAllocateParams) ([]*PermitAllocateRow, error) {
 	rows, err := q.db.Query(ctx, permitAllocate,
 		arg.LimKind,
 		arg.LimMaxRunning,
@@ -4030,7 +4030,7 @@ func (q *Queries) PermitAllocate(ctx context.Context, arg PermitAllocateParams) 
 		return nil, err
 	}
 	defer rows.Close()
-	items := []PermitAllocateRow{}
+	items := []*PermitAllocateRow{}
 	for rows.Next() {
 		var i PermitAllocateRow
 		if err := rows.Scan(
@@ -4041,7 +4041,7 @@ func (q *Queries) PermitAllocate(ctx context.Context, arg PermitAllocateParams) 
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -4133,11 +4133,11 @@ type PruneDeadBatchRow struct {
 }
 
 // PruneFinishedBatch for dead jobs.
-func (q *Queries) PruneDeadBatch(ctx context.Context, arg PruneDeadBatchParams) (PruneDeadBatchRow, error) {
+func (q *Queries) PruneDeadBatch(ctx context.Context, arg PruneDeadBatchParams) (*PruneDeadBatchRow, error) {
 	row := q.db.QueryRow(ctx, pruneDeadBatch, arg.After, arg.Before, arg.MaxJobs)
 	var i PruneDeadBatchRow
 	err := row.Scan(&i.Jobs, &i.Effects, &i.LastFinishedAt)
-	return i, err
+	return &i, err
 }
 
 const pruneFinishedBatch = `-- name: PruneFinishedBatch :one
@@ -4188,11 +4188,11 @@ type PruneFinishedBatchRow struct {
 // repeats the state and time conditions so a row that changed after it was
 // picked (a concurrent re-inject) is kept. Returns the counts and the latest finish time
 // deleted (@after when nothing was).
-func (q *Queries) PruneFinishedBatch(ctx context.Context, arg PruneFinishedBatchParams) (PruneFinishedBatchRow, error) {
+func (q *Queries) PruneFinishedBatch(ctx context.Context, arg PruneFinishedBatchParams) (*PruneFinishedBatchRow, error) {
 	row := q.db.QueryRow(ctx, pruneFinishedBatch, arg.After, arg.Before, arg.MaxJobs)
 	var i PruneFinishedBatchRow
 	err := row.Scan(&i.Jobs, &i.Effects, &i.LastFinishedAt)
-	return i, err
+	return &i, err
 }
 
 const pruneSequencesBatch = `-- name: PruneSequencesBatch :one
@@ -4236,11 +4236,11 @@ type PruneSequencesBatchRow struct {
 // skipped; a row whose last job changed after this statement's snapshot is kept (the lock's
 // recheck compares last_job_id with the value the snapshot saw, not the jobs the snapshot
 // cannot see). Returns the keys read, the rows deleted and the last key read (@after when none).
-func (q *Queries) PruneSequencesBatch(ctx context.Context, arg PruneSequencesBatchParams) (PruneSequencesBatchRow, error) {
+func (q *Queries) PruneSequencesBatch(ctx context.Context, arg PruneSequencesBatchParams) (*PruneSequencesBatchRow, error) {
 	row := q.db.QueryRow(ctx, pruneSequencesBatch, arg.After, arg.Before, arg.MaxKeys)
 	var i PruneSequencesBatchRow
 	err := row.Scan(&i.Keys, &i.Deleted, &i.LastKey)
-	return i, err
+	return &i, err
 }
 
 const publishKinds = `-- name: PublishKinds :exec
@@ -4324,7 +4324,7 @@ type RecordEffectParams struct {
 // claim token) may write, and an existing row is only replaced by a newer generation.
 // An effect whose result cannot be kept is recorded all the same, with result null and why in
 // refused: it ran, and must not run again. No row returned = the write was refused.
-func (q *Queries) RecordEffect(ctx context.Context, arg RecordEffectParams) (TenureEffect, error) {
+func (q *Queries) RecordEffect(ctx context.Context, arg RecordEffectParams) (*TenureEffect, error) {
 	row := q.db.QueryRow(ctx, recordEffect,
 		arg.Key,
 		arg.JobID,
@@ -4345,7 +4345,7 @@ func (q *Queries) RecordEffect(ctx context.Context, arg RecordEffectParams) (Ten
 		&i.UpdatedAt,
 		&i.Refused,
 	)
-	return i, err
+	return &i, err
 }
 
 const registerWorker = `-- name: RegisterWorker :one
@@ -4420,7 +4420,7 @@ type ReinjectParams struct {
 // dead (or cancelled) -> ready with a fresh attempt budget. Generation keeps growing, so
 // fencing still holds against any worker of an earlier life of this job. Callers check the
 // state they allow first (Reinject: dead; Retry: dead or cancelled).
-func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (TenureJob, error) {
+func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (*TenureJob, error) {
 	row := q.db.QueryRow(ctx, reinject, arg.MaxAttempts, arg.ID)
 	var i TenureJob
 	err := row.Scan(
@@ -4460,7 +4460,7 @@ func (q *Queries) Reinject(ctx context.Context, arg ReinjectParams) (TenureJob, 
 		&i.HasDependents,
 		&i.Progress,
 	)
-	return i, err
+	return &i, err
 }
 
 const releaseMany = `-- name: ReleaseMany :many
@@ -4518,19 +4518,19 @@ type ReleaseManyRow struct {
 // during a rolling deploy). The generation is not reused: the next claim takes generation+1.
 // A job with a pending cancel request ends cancelled instead. A locked row is returned busy
 // (CompleteMany).
-func (q *Queries) ReleaseMany(ctx context.Context, arg ReleaseManyParams) ([]ReleaseManyRow, error) {
+func (q *Queries) ReleaseMany(ctx context.Context, arg ReleaseManyParams) ([]*ReleaseManyRow, error) {
 	rows, err := q.db.Query(ctx, releaseMany, arg.Ids, arg.Tokens, arg.DelayUs)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ReleaseManyRow{}
+	items := []*ReleaseManyRow{}
 	for rows.Next() {
 		var i ReleaseManyRow
 		if err := rows.Scan(&i.ID, &i.State, &i.Busy); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -4546,7 +4546,7 @@ RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, at
 `
 
 // running -> cancel requested; the owning worker cancels the handler and ends it cancelled.
-func (q *Queries) RequestCancel(ctx context.Context, id int64) (TenureJob, error) {
+func (q *Queries) RequestCancel(ctx context.Context, id int64) (*TenureJob, error) {
 	row := q.db.QueryRow(ctx, requestCancel, id)
 	var i TenureJob
 	err := row.Scan(
@@ -4586,7 +4586,7 @@ func (q *Queries) RequestCancel(ctx context.Context, id int64) (TenureJob, error
 		&i.HasDependents,
 		&i.Progress,
 	)
-	return i, err
+	return &i, err
 }
 
 const requestCancelWorkflow = `-- name: RequestCancelWorkflow :many
@@ -4625,7 +4625,7 @@ RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, at
 `
 
 // A ready job (scheduled, or waiting out a retry backoff) becomes due now.
-func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
+func (q *Queries) RunNow(ctx context.Context, id int64) (*TenureJob, error) {
 	row := q.db.QueryRow(ctx, runNow, id)
 	var i TenureJob
 	err := row.Scan(
@@ -4665,7 +4665,7 @@ func (q *Queries) RunNow(ctx context.Context, id int64) (TenureJob, error) {
 		&i.HasDependents,
 		&i.Progress,
 	)
-	return i, err
+	return &i, err
 }
 
 const sequenceJobs = `-- name: SequenceJobs :many
@@ -4673,13 +4673,13 @@ SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attem
 `
 
 // The jobs of a sequence, in order.
-func (q *Queries) SequenceJobs(ctx context.Context, key string) ([]TenureJob, error) {
+func (q *Queries) SequenceJobs(ctx context.Context, key string) ([]*TenureJob, error) {
 	rows, err := q.db.Query(ctx, sequenceJobs, key)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureJob{}
+	items := []*TenureJob{}
 	for rows.Next() {
 		var i TenureJob
 		if err := rows.Scan(
@@ -4721,7 +4721,7 @@ func (q *Queries) SequenceJobs(ctx context.Context, key string) ([]TenureJob, er
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -4765,19 +4765,19 @@ type SequencePrevManyRow struct {
 // SequencePrev for several keys (InsertMany), called in the order given (callers sort the
 // keys, so two transactions taking the same keys take them in the same order and cannot
 // deadlock); on_failure[i] is the policy of the first new job of keys[i].
-func (q *Queries) SequencePrevMany(ctx context.Context, arg SequencePrevManyParams) ([]SequencePrevManyRow, error) {
+func (q *Queries) SequencePrevMany(ctx context.Context, arg SequencePrevManyParams) ([]*SequencePrevManyRow, error) {
 	rows, err := q.db.Query(ctx, sequencePrevMany, arg.Keys, arg.OnFailure)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []SequencePrevManyRow{}
+	items := []*SequencePrevManyRow{}
 	for rows.Next() {
 		var i SequencePrevManyRow
 		if err := rows.Scan(&i.Key, &i.Prev); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -4864,7 +4864,7 @@ type SetQueuePausedParams struct {
 	Reason string
 }
 
-func (q *Queries) SetQueuePaused(ctx context.Context, arg SetQueuePausedParams) (TenureQueue, error) {
+func (q *Queries) SetQueuePaused(ctx context.Context, arg SetQueuePausedParams) (*TenureQueue, error) {
 	row := q.db.QueryRow(ctx, setQueuePaused,
 		arg.Name,
 		arg.Paused,
@@ -4880,7 +4880,7 @@ func (q *Queries) SetQueuePaused(ctx context.Context, arg SetQueuePausedParams) 
 		&i.Reason,
 		&i.UpdatedAt,
 	)
-	return i, err
+	return &i, err
 }
 
 const snoozeMany = `-- name: SnoozeMany :many
@@ -4943,7 +4943,7 @@ type SnoozeManyRow struct {
 // limit); past it the handler's snooze is a failed attempt (FailMany). A job with a pending
 // cancel request ends cancelled instead. The next claim takes generation+1. A locked row is
 // returned busy (CompleteMany).
-func (q *Queries) SnoozeMany(ctx context.Context, arg SnoozeManyParams) ([]SnoozeManyRow, error) {
+func (q *Queries) SnoozeMany(ctx context.Context, arg SnoozeManyParams) ([]*SnoozeManyRow, error) {
 	rows, err := q.db.Query(ctx, snoozeMany,
 		arg.Ids,
 		arg.Tokens,
@@ -4954,13 +4954,13 @@ func (q *Queries) SnoozeMany(ctx context.Context, arg SnoozeManyParams) ([]Snooz
 		return nil, err
 	}
 	defer rows.Close()
-	items := []SnoozeManyRow{}
+	items := []*SnoozeManyRow{}
 	for rows.Next() {
 		var i SnoozeManyRow
 		if err := rows.Scan(&i.ID, &i.State, &i.Busy); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -5061,13 +5061,13 @@ type UnservedJobsRow struct {
 // Ready jobs (due or scheduled) that no live worker can run, per queue, priority and kind: no
 // live worker (tenure.workers, not expired) both serves the queue and registers the kind
 // (tenure.kinds). queue_served and kind_registered say which half is missing.
-func (q *Queries) UnservedJobs(ctx context.Context, maxRows int32) ([]UnservedJobsRow, error) {
+func (q *Queries) UnservedJobs(ctx context.Context, maxRows int32) ([]*UnservedJobsRow, error) {
 	rows, err := q.db.Query(ctx, unservedJobs, maxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []UnservedJobsRow{}
+	items := []*UnservedJobsRow{}
 	for rows.Next() {
 		var i UnservedJobsRow
 		if err := rows.Scan(
@@ -5080,7 +5080,7 @@ func (q *Queries) UnservedJobs(ctx context.Context, maxRows int32) ([]UnservedJo
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -5115,13 +5115,13 @@ WHERE id = ANY($1::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled')
 
 // The given jobs that are in a final state, for jobs.Client.Wait (one statement for every
 // waiter the notification or the poll concerns).
-func (q *Queries) WaitFinal(ctx context.Context, ids []int64) ([]TenureJob, error) {
+func (q *Queries) WaitFinal(ctx context.Context, ids []int64) ([]*TenureJob, error) {
 	rows, err := q.db.Query(ctx, waitFinal, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureJob{}
+	items := []*TenureJob{}
 	for rows.Next() {
 		var i TenureJob
 		if err := rows.Scan(
@@ -5163,7 +5163,7 @@ func (q *Queries) WaitFinal(ctx context.Context, ids []int64) ([]TenureJob, erro
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -5222,13 +5222,13 @@ type WaitStatsRow struct {
 }
 
 // Queue wait (run_at -> claim) percentiles of jobs finished in the last window_us microseconds, per queue and priority.
-func (q *Queries) WaitStats(ctx context.Context, windowUs int64) ([]WaitStatsRow, error) {
+func (q *Queries) WaitStats(ctx context.Context, windowUs int64) ([]*WaitStatsRow, error) {
 	rows, err := q.db.Query(ctx, waitStats, windowUs)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []WaitStatsRow{}
+	items := []*WaitStatsRow{}
 	for rows.Next() {
 		var i WaitStatsRow
 		if err := rows.Scan(
@@ -5242,7 +5242,7 @@ func (q *Queries) WaitStats(ctx context.Context, windowUs int64) ([]WaitStatsRow
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -5258,13 +5258,13 @@ ORDER BY d.job_id, d.dep_id
 `
 
 // The edges between a workflow's tasks: job_id waits for dep_id.
-func (q *Queries) WorkflowEdges(ctx context.Context, workflowID uuid.UUID) ([]TenureJobDep, error) {
+func (q *Queries) WorkflowEdges(ctx context.Context, workflowID uuid.UUID) ([]*TenureJobDep, error) {
 	rows, err := q.db.Query(ctx, workflowEdges, workflowID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureJobDep{}
+	items := []*TenureJobDep{}
 	for rows.Next() {
 		var i TenureJobDep
 		if err := rows.Scan(
@@ -5275,7 +5275,7 @@ func (q *Queries) WorkflowEdges(ctx context.Context, workflowID uuid.UUID) ([]Te
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -5288,13 +5288,13 @@ SELECT id, queue, kind, payload, payload_version, state, priority, run_at, attem
 `
 
 // The tasks of a workflow, in insertion order.
-func (q *Queries) WorkflowJobs(ctx context.Context, workflowID uuid.UUID) ([]TenureJob, error) {
+func (q *Queries) WorkflowJobs(ctx context.Context, workflowID uuid.UUID) ([]*TenureJob, error) {
 	rows, err := q.db.Query(ctx, workflowJobs, workflowID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TenureJob{}
+	items := []*TenureJob{}
 	for rows.Next() {
 		var i TenureJob
 		if err := rows.Scan(
@@ -5336,7 +5336,7 @@ func (q *Queries) WorkflowJobs(ctx context.Context, workflowID uuid.UUID) ([]Ten
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -567,7 +567,7 @@ func (w *mWorker) finish(ctx context.Context, kind int, hs []heldTok, stale bool
 	switch kind {
 	case finComplete:
 		name = "CompleteMany"
-		var rows []gen.CompleteManyRow
+		var rows []*gen.CompleteManyRow
 		rows, err = w.q.CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: toks})
 		for _, r := range rows {
 			if !r.Busy { // busy: another session held the row (not expected under the model's lock): not landed
@@ -576,7 +576,7 @@ func (w *mWorker) finish(ctx context.Context, kind int, hs []heldTok, stale bool
 		}
 	case finFail:
 		name = "FailMany"
-		var rows []gen.FailManyRow
+		var rows []*gen.FailManyRow
 		rows, err = w.q.FailMany(ctx, gen.FailManyParams{Ids: ids, Tokens: toks, States: states, DelayUs: delays, Codes: codes, Messages: msgs})
 		for _, r := range rows {
 			if !r.Busy {
@@ -585,7 +585,7 @@ func (w *mWorker) finish(ctx context.Context, kind int, hs []heldTok, stale bool
 		}
 	case finRelease:
 		name = "ReleaseMany"
-		var rows []gen.ReleaseManyRow
+		var rows []*gen.ReleaseManyRow
 		rows, err = w.q.ReleaseMany(ctx, gen.ReleaseManyParams{Ids: ids, Tokens: toks, DelayUs: delays})
 		for _, r := range rows {
 			if !r.Busy {
@@ -722,8 +722,8 @@ func (w *mWorker) reclaim(ctx context.Context) {
 		mine[j.id] = j
 	}
 	before := time.Now()
-	var locked []gen.LockExpiredRow
-	var failed []gen.FailManyRow
+	var locked []*gen.LockExpiredRow
+	var failed []*gen.FailManyRow
 	var mid time.Time
 	arg := gen.FailManyParams{}
 	err = pgx.BeginFunc(ctx, w.conn, func(tx pgx.Tx) error {
@@ -762,7 +762,7 @@ func (w *mWorker) reclaim(ctx context.Context) {
 		m.violation("unexpected-error", nil, "reclaim: %v", err)
 		return
 	}
-	returned := map[int64]gen.LockExpiredRow{}
+	returned := map[int64]*gen.LockExpiredRow{}
 	for _, r := range locked {
 		returned[r.ID] = r
 		j := mine[r.ID]
@@ -1192,7 +1192,7 @@ type modelClaimRow struct {
 	ClaimToken                                     *uuid.UUID
 }
 
-func ownedModelRows(got []gen.ClaimStrictRow) []modelClaimRow {
+func ownedModelRows(got []*gen.ClaimStrictRow) []modelClaimRow {
 	var rows []modelClaimRow
 	for _, r := range got {
 		if r.ID == nil { // the feedback-only row (the job columns are NOT NULL in an owned row)
