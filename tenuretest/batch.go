@@ -54,17 +54,7 @@ func WorkBatch[A generics.Args](ctx context.Context, t T, pool *pgxpool.Pool, fn
 	}
 	queue := queueFor(args[0], &bopts.HandlerOptions, o.Insert)
 	outcomes := make(chan worker.Outcome, len(args))
-	w, err := worker.New(pool, &worker.Config{
-		Queues:       map[string]worker.QueueConfig{queue: {Concurrency: min(len(args), 10000)}},
-		Schema:       o.Schema,
-		FetchPollMin: 10 * time.Millisecond, FetchPollMax: 100 * time.Millisecond,
-		OnOutcome: func(out worker.Outcome) {
-			select {
-			case outcomes <- out:
-			default:
-			}
-		},
-	})
+	w, err := newTestWorker(pool, o.Schema, queue, min(len(args), 10000), outcomes)
 	if err != nil {
 		t.Fatalf("tenuretest: WorkBatch: %v", err)
 		return nil

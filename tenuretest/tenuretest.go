@@ -291,17 +291,7 @@ func Work[A generics.Args](ctx context.Context, t T, pool *pgxpool.Pool, fn func
 	}
 	queue := queueFor(args, &hopts, o.Insert)
 	outcomes := make(chan worker.Outcome, 16)
-	w, err := worker.New(pool, &worker.Config{
-		Queues:       map[string]worker.QueueConfig{queue: {Concurrency: 1}},
-		Schema:       o.Schema,
-		FetchPollMin: 10 * time.Millisecond, FetchPollMax: 100 * time.Millisecond,
-		OnOutcome: func(out worker.Outcome) {
-			select {
-			case outcomes <- out:
-			default:
-			}
-		},
-	})
+	w, err := newTestWorker(pool, o.Schema, queue, 1, outcomes)
 	if err != nil {
 		t.Fatalf("tenuretest: Work: %v", err)
 		return Result{}
@@ -355,4 +345,20 @@ func Work[A generics.Args](ctx context.Context, t T, pool *pgxpool.Pool, fn func
 			return Result{}
 		}
 	}
+}
+
+// newTestWorker is the worker Work and WorkBatch run: one queue with concurrency slots, quick
+// polls, every outcome sent to outcomes while it has room.
+func newTestWorker(pool *pgxpool.Pool, schema, queue string, concurrency int, outcomes chan worker.Outcome) (*worker.Worker, error) {
+	return worker.New(pool, &worker.Config{
+		Queues:       map[string]worker.QueueConfig{queue: {Concurrency: concurrency}},
+		Schema:       schema,
+		FetchPollMin: 10 * time.Millisecond, FetchPollMax: 100 * time.Millisecond,
+		OnOutcome: func(out worker.Outcome) {
+			select {
+			case outcomes <- out:
+			default:
+			}
+		},
+	})
 }
