@@ -18,6 +18,7 @@ import (
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/pgtest"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // pickClaimBatch takes requests oldest first, never two of one queue in a statement (they
@@ -69,8 +70,8 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('a', 'noop', '{}'), ('b', 'noop', '{}')`)
 	require.NoError(t, err)
 	w := &Worker{cfg: Config{ID: "batch-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 4), clk: realClock{}}
-	w.claimLog.every = errorLogEvery
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 4), clk: engine.RealClock{}}
+	w.claimLog.Every = engine.ErrorLogEvery
 	bctx, stop := context.WithCancel(ctx)
 	w.spawn(func() { w.claimBatcher(bctx) })
 	defer func() { stop(); w.engWG.Wait() }()
@@ -156,11 +157,11 @@ func TestClaimBatchNoBitmapIsLocal(t *testing.T) {
 }
 
 // batcherWorker is a worker with only a claim batcher running (the queues are driven by hand).
-func batcherWorker(t *testing.T, pool *pgxpool.Pool, clk clock) *Worker {
+func batcherWorker(t *testing.T, pool *pgxpool.Pool, clk engine.Clock) *Worker {
 	t.Helper()
 	w := &Worker{cfg: Config{ID: "batch-test", MaxClaimBatch: 100}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 8), clk: clk}
-	w.claimLog.every = errorLogEvery
+	w.claimLog.Every = engine.ErrorLogEvery
 	bctx, stop := context.WithCancel(context.Background())
 	w.spawn(func() { w.claimBatcher(bctx) })
 	t.Cleanup(func() { stop(); w.engWG.Wait() })
@@ -286,7 +287,7 @@ func TestClaimBatchSmallQueueLeavesWithinTheBound(t *testing.T) {
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT 'small', 'noop', '{}' FROM generate_series(1, $1::int)`, smallJobs)
 	require.NoError(t, err)
-	w := batcherWorker(t, pool, realClock{})
+	w := batcherWorker(t, pool, engine.RealClock{})
 	busy, small := &queue{w: w, name: "busy"}, &queue{w: w, name: "small"}
 	k := min(claimBatchRequests, claimBatchRows/w.cfg.MaxClaimBatch)
 	const busyClaimers = 2

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // These tests check the engine's timing decisions on a fake clock (clock_test.go): each is
@@ -145,27 +147,27 @@ func TestStopPlanFromTheDeadline(t *testing.T) {
 }
 
 // TestEngineErrorLogsOncePerWindow: repeated failures of one source are logged at most once
-// per errorLogEvery, the next line counting those held back; every failure is still recorded
+// per engine.ErrorLogEvery, the next line counting those held back; every failure is still recorded
 // as the last error, at the clock's time.
 func TestEngineErrorLogsOncePerWindow(t *testing.T) {
 	var buf bytes.Buffer
 	fc := newFakeClock(clockStart)
 	w := &Worker{log: slog.New(slog.NewTextHandler(&buf, nil)), m: newMetrics(), clk: fc}
-	var th logThrottle
-	th.every = errorLogEvery
+	var th engine.LogThrottle
+	th.Every = engine.ErrorLogEvery
 	lines := func() []string { return strings.Split(strings.TrimSpace(buf.String()), "\n") }
 	fail := func() { w.engineError(&th, "claim", errors.New("boom")) }
 
 	fail()
 	require.Len(t, lines(), 1)
 	for range 4 {
-		fc.Advance(errorLogEvery/4 - time.Nanosecond) // ends a nanosecond before the window
+		fc.Advance(engine.ErrorLogEvery/4 - time.Nanosecond) // ends a nanosecond before the window
 		fail()
 	}
-	require.Len(t, lines(), 1, "logged again within errorLogEvery:\n%s", buf.String())
+	require.Len(t, lines(), 1, "logged again within engine.ErrorLogEvery:\n%s", buf.String())
 	require.Equal(t, fc.Now(), w.m.lastErrorAt, "the last failure is recorded even when not logged")
 
-	fc.Advance(4 * time.Nanosecond) // exactly errorLogEvery after the first line
+	fc.Advance(4 * time.Nanosecond) // exactly engine.ErrorLogEvery after the first line
 	fail()
 	require.Len(t, lines(), 2)
 	require.Contains(t, lines()[1], "not_logged_since_last=4")

@@ -3,9 +3,11 @@ package worker
 import (
 	"sync"
 	"time"
+
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
-// fakeClock is a clock (clock.go) that moves only when a test calls Advance. Its timers fire
+// fakeClock is an engine.Clock (internal/engine/clock.go) that moves only when a test calls Advance. Its timers fire
 // (a non-blocking send on their 1-buffered channel, as a real timer's) when Advance reaches
 // their time; Stop and Reset drain an unread fire, as Go's timers do since Go 1.23.
 type fakeClock struct {
@@ -36,7 +38,7 @@ func (f *fakeClock) Now() time.Time {
 	return f.now
 }
 
-func (f *fakeClock) NewTimer(d time.Duration) timer {
+func (f *fakeClock) NewTimer(d time.Duration) engine.Timer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := &fakeTimer{f: f, c: make(chan time.Time, 1), at: f.now.Add(d), on: true}
@@ -69,7 +71,7 @@ func (f *fakeClock) Timers() int {
 
 // NewTicker returns a ticker that ticks each period the clock passes (a non-blocking send, as
 // a real ticker's: ticks a slow reader misses are dropped).
-func (f *fakeClock) NewTicker(d time.Duration) ticker {
+func (f *fakeClock) NewTicker(d time.Duration) engine.Ticker {
 	if d <= 0 {
 		panic("non-positive interval for NewTicker")
 	}

@@ -56,13 +56,15 @@
 //   - pause.go: cluster-wide queue pause (jobs.Client.PauseQueue): the paused set is read at
 //     Start, on NOTIFY and every QueueStateEvery; a paused queue's loop starts no claim.
 //   - registry.go: the worker registry row and the kind defaults published at Start.
-//   - dberrors.go: classifying database errors (stale cached plans re-run, missing schema).
-//   - logthrottle.go: at most one log line per window per source of repeated engine errors.
+//   - engineerrors.go: the engine's own statements' failures: engineError (remembered in
+//     Stats, logged through a throttle) and retryStale (stale cached plans re-run).
 //   - workflow.go: DependencyOutput, a workflow task's typed read of its dependencies' outputs.
 //     The engine has no workflow code: dependents are released by the database (the trigger
 //     jobs_settle_dependents, migration 0020) in the transaction of the finish that resolves them.
-//   - clock.go: the clock the engine's own timing decisions read (finish linger, stop plan,
-//     log throttle, permit regrow, flow prune schedule, queue-state poll); tests set a fake one.
+//
+// The engine's pieces that no longer need the Worker are in worker/internal/engine (its doc.go
+// lists its files): the clock the engine's timing decisions read (a fake one in tests), the log
+// throttle of repeated engine errors, the classification of database errors.
 //
 // Usage:
 //

@@ -28,7 +28,7 @@ func RunPermitAllocate(ctx context.Context, pool batcher, p gen.PermitAllocatePa
 // FakeClock is the fake clock of clock_test.go, for the external tests.
 type FakeClock = fakeClock
 
-// UseFakeClock makes w's engine take its timing decisions (clock.go) on a fake clock that
+// UseFakeClock makes w's engine take its timing decisions (engine.Clock, worker/internal/engine/clock.go) on a fake clock that
 // starts at start and moves only by Advance. Call it before Start.
 func UseFakeClock(w *Worker, start time.Time) *FakeClock {
 	f := newFakeClock(start)

@@ -15,6 +15,7 @@ import (
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/logkey"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is the completion path. Every finish is a fenced write (id + state='running' +
@@ -395,7 +396,7 @@ const maxFinishAttempts = 10
 
 // write runs one fenced batch write and settles each execution.
 //
-// What happens on error depends on its class (classifyWriteError):
+// What happens on error depends on its class (engine.ClassifyWriteError):
 //   - retryable (the connection broke, the server restarted or is read-only for a moment,
 //     a serialization failure): the same write, with the same tokens, is retried with backoff
 //     while some job's lease may still hold, at most maxFinishAttempts times; after a retry,
@@ -450,8 +451,8 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 			w.abandon(ctx, es, err)
 			return
 		}
-		switch classifyWriteError(err) {
-		case writeData:
+		switch engine.ClassifyWriteError(err) {
+		case engine.WriteData:
 			if len(es) == 1 {
 				w.abandon(ctx, es, fmt.Errorf("the database refused the row: %w", err))
 				return
@@ -461,7 +462,7 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 			w.writeSorted(ctx, es[:h], run)
 			w.writeSorted(ctx, es[h:], run)
 			return
-		case writeFatal:
+		case engine.WriteFatal:
 			w.abandon(ctx, es, err)
 			return
 		}
@@ -597,7 +598,7 @@ func (w *Worker) finishLocked(ctx context.Context, e *execution, run fencedWrite
 				w.abandon(ctx, one, err)
 				return
 			}
-			if classifyWriteError(err) != writeRetry {
+			if engine.ClassifyWriteError(err) != engine.WriteRetry {
 				w.abandon(ctx, one, err)
 				return
 			}

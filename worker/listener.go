@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenureq/tenure/internal/logkey"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // listenService holds one connection in LISTEN on the new-job channel (payload: a queue name,
@@ -45,12 +46,12 @@ func (w *Worker) listenService(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if ok, n := w.listenLog.allow(time.Now()); ok { // at most one line per errorLogEvery
+		if ok, n := w.listenLog.Allow(time.Now()); ok { // at most one line per engine.ErrorLogEvery
 			attrs := []any{logkey.Err, err, "retry_in", backoff}
 			if n > 0 {
 				attrs = append(attrs, logkey.NotLogged, n)
 			}
-			w.log.Warn("tenure: listener connection lost; polling continues (repeats are logged at most every "+errorLogEvery.String()+")", attrs...)
+			w.log.Warn("tenure: listener connection lost; polling continues (repeats are logged at most every "+engine.ErrorLogEvery.String()+")", attrs...)
 		}
 		select {
 		case <-ctx.Done():

@@ -3,36 +3,11 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// stalePlan recognises exactly PostgreSQL's refusal of a cached statement whose result type
-// changed (retryStale re-runs only those): not another 0A000 (feature_not_supported), not
-// another error.
-func TestStalePlanClassification(t *testing.T) {
-	stale := &pgconn.PgError{Code: "0A000", Message: "cached plan must not change result type"}
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{stale, true},
-		{fmt.Errorf("claim: %w", stale), true},
-		{fmt.Errorf("tx: %w", fmt.Errorf("claim: %w", stale)), true},
-		{&pgconn.PgError{Code: "0A000", Message: "FOR UPDATE cannot be applied to the nullable side of an outer join"}, false},
-		{&pgconn.PgError{Code: "26000", Message: "prepared statement \"x\" does not exist"}, false},
-		{&pgconn.PgError{Code: "40001", Message: "cached plan must not change result type"}, false},
-		{errors.New("cached plan must not change result type"), false},
-		{nil, false},
-	} {
-		if got := stalePlan(tc.err); got != tc.want {
-			t.Errorf("stalePlan(%v) = %t, want %t", tc.err, got, tc.want)
-		}
-	}
-}
 
 // retryStale re-runs a call only while it fails stale, and at most staleStatementsPerCall
 // times per engine connection plus once (w.eng nil here: one try).

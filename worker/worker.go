@@ -25,6 +25,7 @@ import (
 	"github.com/tenureq/tenure/internal/logkey"
 	"github.com/tenureq/tenure/internal/pgfast"
 	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // Worker runs handlers for the jobs of its queues. Create it with New, register handlers with
@@ -58,7 +59,7 @@ type Worker struct {
 	log    *slog.Logger
 	reg    *generics.Registry
 	m      *metrics
-	clk    clock // time for the engine's own timing decisions (clock.go); a fake in tests
+	clk    engine.Clock // time for the engine's own timing decisions (engine/clock.go); a fake in tests
 
 	handlers map[string]*handler // fixed at Start
 	kinds    claimKinds          // what the claim may take, fixed at Start
@@ -90,8 +91,8 @@ type Worker struct {
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
 	noRide         bool      // tests and benchmarks: completions never ride on claims (claim.go)
 	noClaimBatch   bool      // tests: every claim runs its own statement (claimbatch.go)
-	// Repeated engine failures are logged at most once per errorLogEvery per source.
-	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog logThrottle
+	// Repeated engine failures are logged at most once per engine.ErrorLogEvery per source.
+	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog engine.LogThrottle
 
 	mu       sync.Mutex
 	state    int // 0 new, 1 started, 2 stopping/stopped
@@ -145,13 +146,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	w := &Worker{
 		sch: sch, cfg: c, pool: pool, log: c.Logger.With(logkey.Worker, c.ID), reg: c.Registry, m: newMetrics(),
 		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
-		queueStateCh: make(chan struct{}, 1), lockWait: make(chan struct{}, lockWaiters), clk: realClock{},
+		queueStateCh: make(chan struct{}, 1), lockWait: make(chan struct{}, lockWaiters), clk: engine.RealClock{},
 	}
 	for i := range w.cfg.Periodic {
 		w.periodic = append(w.periodic, &w.cfg.Periodic[i])
 	}
-	for _, t := range []*logThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.finishLog, &w.registryLog, &w.listenLog, &w.periodicLog, &w.pauseLog} {
-		t.every = errorLogEvery
+	for _, t := range []*engine.LogThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.finishLog, &w.registryLog, &w.listenLog, &w.periodicLog, &w.pauseLog} {
+		t.Every = engine.ErrorLogEvery
 	}
 	for name, qc := range c.Queues {
 		w.queues[name] = newQueue(w, name, qc)

@@ -1,0 +1,21 @@
+// Package engine is where worker's engine is moving: the pieces of the engine that are not
+// part of worker's public API and no longer need the Worker they serve. Package worker (the
+// public API: Worker, Config, Register, the handler-side helpers) builds on it; nothing outside
+// worker imports it (Go's internal rule).
+//
+// Files:
+//
+//   - clock.go: Clock (with Timer and Ticker), the time the engine's own timing decisions read
+//     (finish linger, stop plan, log throttle, permit regrow, flow prune schedule, queue-state
+//     poll); RealClock is the system clock, tests set a fake one (worker's clock_test.go).
+//   - logthrottle.go: LogThrottle, at most one log line per ErrorLogEvery per source of
+//     repeated engine errors, counting the lines it held back (worker's engineError logs
+//     through it).
+//   - dberrors.go: classifying database errors: ClassifyWriteError (retry, split, abandon a
+//     failed fenced write) and StalePlan (a cached statement refused after a schema change;
+//     worker's retryStale re-runs those).
+//
+// The rest of the engine (the queue loop, claims and claim modes, execution, finishes,
+// heartbeats, sweeps, the listener, the registry) is still in package worker, as methods of
+// Worker and its queue: worker/doc.go lists it. It moves here with the Worker's engine state.
+package engine
