@@ -12,6 +12,7 @@ import (
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/logkey"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is the claim path: the single-statement claim (docs/contract.md, "Ownership is
@@ -46,8 +47,8 @@ func (c *claimed) logAttrs(more ...any) []any {
 type claimPlan struct {
 	n      int
 	ranked bool // the policy ranks its segments together (quotas, deadline): ClaimSegments' order
-	segs   []segment
-	quota  bandCounts
+	segs   []engine.Segment
+	quota  engine.BandCounts
 	after  bandTimes
 	// full: the watermarks were reset for this claim (it reads every band from its start);
 	// prev holds the watermarks it replaced.
@@ -84,7 +85,7 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	// due: TestClaimSkipsFutureJobsOfHigherBands.
 	p := claimPlan{n: n, stripe: idx}
 	p.after, p.full, p.prev = q.watermarks()
-	p.segs, p.quota, p.ranked = q.pol.plan(n)
+	p.segs, p.quota, p.ranked = q.pol.Plan(n)
 	q.mode.plan(q, &p)
 	p.done = q.takeRide()
 	mode := q.mode
@@ -195,13 +196,13 @@ func (q *queue) recordClaim(r claimResult) {
 		w.m.fullClaims.Add(1)
 		q.fullClaimed(r.plan, r.got)
 	}
-	var perBand bandCounts
+	var perBand engine.BandCounts
 	for i := range r.got {
 		if p := r.got[i].Priority; p >= minPriority && p <= maxPriority {
 			perBand[p]++
 		}
 	}
-	q.pol.observe(r.n, r.plan.quota, &perBand)
+	q.pol.Observe(r.n, r.plan.quota, &perBand)
 
 	w.m.claims.Add(1)
 	w.m.claimAsked.Add(int64(r.n))

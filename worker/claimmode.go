@@ -91,7 +91,7 @@ type claimFeedback struct {
 // newClaimMode returns the mode for a queue's configuration (the table above).
 func newClaimMode(q *queue) claimMode {
 	switch {
-	case q.pol.f.FairShare:
+	case q.pol.F.FairShare:
 		return &fairMode{} // New refuses fair share with limits (ErrFairShareWithLimits)
 	case q.limits != nil && q.limits.permits:
 		return &permitMode{}
@@ -105,7 +105,7 @@ func newClaimMode(q *queue) claimMode {
 // segments served in order (ClaimOrdered, through the batcher when the worker serves several
 // queues), or ranked together by the database (ClaimSegments) for quotas and deadlines. It has
 // no state of its own: the watermarks and the quota credits are the loop's (claim.go,
-// fairness.go), for every mode.
+// internal/engine/fairness.go), for every mode.
 type orderedMode struct{}
 
 func (orderedMode) plan(*queue, *claimPlan)    {}
@@ -118,7 +118,7 @@ func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 		// One statement for the plain ordered claims of many queues (claimbatch.go).
 		segs := make([]claimSeg, len(p.segs))
 		for i, s := range p.segs {
-			segs[i] = claimSeg{priority: int16(s.priority), afterUs: p.after[s.priority], minAgeUs: s.minAge.Microseconds(), maxUs: maxAgeUs(s.maxAge)}
+			segs[i] = claimSeg{priority: int16(s.Priority), afterUs: p.after[s.Priority], minAgeUs: s.MinAge.Microseconds(), maxUs: maxAgeUs(s.MaxAge)}
 		}
 		rep := q.sendClaimDone(ctx, p.n, segs, p.full, p.done)
 		return rep.rows, claimFeedback{doneLanded: rep.landed}, rep.err
@@ -135,13 +135,13 @@ func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 	arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 		Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
 	for _, s := range p.segs {
-		arg.SegPriority = append(arg.SegPriority, int16(s.priority))
-		arg.SegAfterUs = append(arg.SegAfterUs, p.after[s.priority])
-		arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
-		arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))
-		arg.SegLimit = append(arg.SegLimit, int32(s.limit))
-		arg.SegRank = append(arg.SegRank, int32(s.rank))
-		arg.SegQuota = append(arg.SegQuota, int32(s.quota))
+		arg.SegPriority = append(arg.SegPriority, int16(s.Priority))
+		arg.SegAfterUs = append(arg.SegAfterUs, p.after[s.Priority])
+		arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.MinAge.Microseconds())
+		arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.MaxAge))
+		arg.SegLimit = append(arg.SegLimit, int32(s.Limit))
+		arg.SegRank = append(arg.SegRank, int32(s.Rank))
+		arg.SegQuota = append(arg.SegQuota, int32(s.Quota))
 	}
 	got, err := db.ClaimSegments(ctx, arg)
 	if err != nil {
@@ -160,10 +160,10 @@ func orderedParams(q *queue, p *claimPlan) gen.ClaimOrderedParams {
 	arg := gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 		Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
 	for _, s := range p.segs {
-		arg.SegPriority = append(arg.SegPriority, int16(s.priority))
-		arg.SegAfterUs = append(arg.SegAfterUs, p.after[s.priority])
-		arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
-		arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))
+		arg.SegPriority = append(arg.SegPriority, int16(s.Priority))
+		arg.SegAfterUs = append(arg.SegAfterUs, p.after[s.Priority])
+		arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.MinAge.Microseconds())
+		arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.MaxAge))
 	}
 	return arg
 }

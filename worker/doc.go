@@ -36,8 +36,9 @@
 //     state belongs to the loop, which also starts the handlers of what a claim returned.
 //   - claimbatch.go: the claim batcher: the plain ordered claims of many queues of one worker
 //     go to the database as one statement (ClaimOrderedMany).
-//   - fairness.go: the fairness hook: strict priority, aging, quotas, deadline promotion;
-//     fairshare.go: per-tenant fair share (Fairness.FairShare) within a band.
+//   - fairness.go: Fairness and Aging, the fairness hook's configuration (the policy itself is
+//     engine.Policy, below); fairshare.go: per-tenant fair share (Fairness.FairShare) within a
+//     band.
 //   - permits.go: per-worker shares of MaxRunning limits, claimed without waiting for others.
 //   - execute.go: running a handler, panics, timeouts, and classifying its result.
 //   - batch.go: batch handlers (RegisterBatch, BatchOptions, JobContext): the queue loop forms
@@ -64,7 +65,8 @@
 //
 // The engine's pieces that no longer need the Worker are in worker/internal/engine (its doc.go
 // lists its files): the clock the engine's timing decisions read (a fake one in tests), the log
-// throttle of repeated engine errors, the classification of database errors.
+// throttle of repeated engine errors, the classification of database errors, the fairness
+// policy (strict priority, aging, quotas, deadline promotion: a claim's segments).
 //
 // Usage:
 //

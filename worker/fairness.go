@@ -2,22 +2,14 @@ package worker
 
 import (
 	"fmt"
-	"math"
-	"sort"
 	"time"
+
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
-// This file is the fairness hook: how a queue chooses which ready jobs one claim takes.
-//
-// A claim is described as "segments": each segment is one priority band and one age window
-// (on the database clock), read oldest-first through the ready index with its own LIMIT.
-// Without quotas the segments are served in the policy's order and the statement stops as
-// soon as the batch is full (db/queries.sql, ClaimOrdered): the zero Fairness, strict
-// priority, is one segment per band, highest first. With quotas the database ranks the
-// candidates of every segment by rank and band quota and takes the batch (ClaimSegments).
-// Everything a policy decides is computed here, in the application, from the configuration and
-// what earlier claims returned; the claim stays one statement and never sorts the whole ready
-// set.
+// This file is the fairness configuration (Fairness, Aging) and its validation; the fairness
+// hook itself, the policy a queue's claims follow, is engine.Policy
+// (internal/engine/fairness.go).
 
 // Aging raises a waiting job's effective priority by one for every Step it has waited since it
 // became due, up to Ceiling (default 4, PriorityCritical). Among jobs of equal effective
@@ -88,154 +80,17 @@ func (f Fairness) validate(queue string) error {
 	return nil
 }
 
+// The priority bands, as the engine code still in this package names them.
 const (
-	minPriority         = 1
-	maxPriority         = 9
-	defaultAgingCeiling = 4
+	minPriority = engine.MinPriority
+	maxPriority = engine.MaxPriority
 )
 
-// segment is one (band, age window) slice of the ready set, as ClaimSegments reads it.
-type segment struct {
-	priority       int
-	minAge, maxAge time.Duration // maxAge 0 = unbounded
-	limit          int
-	rank           int // smaller first; 0 = deadline-promoted (ignores quotas)
-	quota          int
-}
-
-// policy is a queue's fairness state, owned by the queue loop (plan when a claim starts,
-// observe when it returns).
-type policy struct {
-	f      Fairness
-	weight float64
-
-	credit [maxPriority + 1]float64 // quota deficit per band
-}
-
-// bandCounts holds one number per priority band (index = priority).
-type bandCounts [maxPriority + 1]int
-
-func newPolicy(f Fairness) *policy {
-	p := &policy{f: f}
-	if f.Aging != nil && f.Aging.Ceiling == 0 {
-		a := *f.Aging
-		a.Ceiling = defaultAgingCeiling
-		p.f.Aging = &a
+// newPolicy returns the engine's fairness policy for f (validated).
+func newPolicy(f Fairness) *engine.Policy {
+	ef := engine.Fairness{Quotas: f.Quotas, Deadline: f.Deadline, FairShare: f.FairShare}
+	if f.Aging != nil {
+		ef.Aging = &engine.Aging{Step: f.Aging.Step, Ceiling: f.Aging.Ceiling}
 	}
-	for _, w := range f.Quotas {
-		p.weight += float64(w)
-	}
-	return p
-}
-
-// plan returns the segments of a claim of n jobs in serving order, the band quotas it used
-// (pass them back to observe), and whether the claim must rank all candidates together
-// (quotas or deadlines: ClaimSegments; otherwise the segments are served in order:
-// ClaimOrdered).
-//
-// Ranks: deadline-promoted segments are 0 (first, oldest first across bands); otherwise higher
-// effective priority first, and within one effective priority the lower base priority (the
-// more promoted job). Strict priority is one segment per band, highest first.
-func (p *policy) plan(n int) ([]segment, bandCounts, bool) {
-	quota := p.quotas(n)
-	ceiling, step := 0, time.Duration(0)
-	if p.f.Aging != nil {
-		ceiling, step = p.f.Aging.Ceiling, p.f.Aging.Step
-	}
-	rank := func(eff, base int) int { return 1 + (maxPriority-eff)*(maxPriority+1) + base }
-	segs := make([]segment, 0, 2*(maxPriority-minPriority+1)+ceiling*ceiling)
-	for prio := maxPriority; prio >= minPriority; prio-- {
-		upper := time.Duration(0) // the band's age windows end here (0 = unbounded)
-		if p.f.Deadline > 0 {
-			segs = append(segs, segment{priority: prio, minAge: p.f.Deadline, limit: n, rank: 0, quota: quota[prio]})
-			upper = p.f.Deadline
-		}
-		levels := 0 // age windows beyond the first
-		if ceiling > prio {
-			levels = ceiling - prio
-		}
-		for k := 0; k <= levels; k++ {
-			lo, hi := time.Duration(k)*step, time.Duration(k+1)*step
-			if k == levels {
-				hi = 0
-			}
-			if upper > 0 {
-				if lo >= upper {
-					break
-				}
-				if hi == 0 || hi > upper {
-					hi = upper
-				}
-			}
-			segs = append(segs, segment{priority: prio, minAge: lo, maxAge: hi, limit: n,
-				rank: rank(prio+k, prio), quota: quota[prio]})
-		}
-	}
-	// Serving order (ranks of different bands always differ, except deadline segments, which
-	// ClaimSegments orders oldest first across bands).
-	sort.SliceStable(segs, func(i, j int) bool { return segs[i].rank < segs[j].rank })
-	// Quotas, and deadlines (oldest first across bands), need the database to rank the
-	// candidates of all segments together.
-	return segs, quota, p.weight > 0 || p.f.Deadline > 0
-}
-
-// quotas turns the configured shares into this batch's per-band quota: each band earns
-// n*share/total credit per batch, gets the whole units of its credit, and the units left over
-// go to the bands with the largest fractional credit (largest remainder), so the quotas add
-// up to n and small batches still follow the shares over time (deficit round robin).
-func (p *policy) quotas(n int) bandCounts {
-	var q bandCounts
-	if p.weight == 0 {
-		for i := range q {
-			q[i] = n // no quotas: every band may fill the batch; rank decides
-		}
-		return q
-	}
-	left := n
-	for prio, w := range p.f.Quotas {
-		if w == 0 {
-			continue
-		}
-		p.credit[prio] += float64(n) * float64(w) / p.weight
-		q[prio] = max(0, int(math.Floor(p.credit[prio]+1e-9)))
-		left -= q[prio]
-	}
-	for ; left > 0; left-- {
-		best := 0
-		for prio, w := range p.f.Quotas {
-			if w == 0 {
-				continue
-			}
-			frac := p.credit[prio] - float64(q[prio])
-			bestFrac := p.credit[best] - float64(q[best])
-			if best == 0 || frac > bestFrac || (frac == bestFrac && prio > best) {
-				best = prio
-			}
-		}
-		if best == 0 {
-			break
-		}
-		q[best]++
-	}
-	return q
-}
-
-// observe charges each band for what the claim gave it, up to its quota: a band that ran dry
-// (got less than its quota) loses its credit (no banking while idle), and jobs a band took
-// beyond its quota (the share of a dry band flowing to it) are free.
-func (p *policy) observe(n int, quota bandCounts, got *bandCounts) {
-	if p.weight == 0 {
-		return
-	}
-	for prio, w := range p.f.Quotas {
-		if w == 0 {
-			continue
-		}
-		q := quota[prio]
-		c := p.credit[prio] - float64(min(got[prio], q))
-		if got[prio] < q {
-			c = 0
-		}
-		p.credit[prio] = max(-1, min(c, float64(n)))
-	}
+	return engine.NewPolicy(ef)
 }

@@ -9,113 +9,6 @@ import (
 	"github.com/tenureq/tenure/generics"
 )
 
-func TestStrictServesBandsHighestFirst(t *testing.T) {
-	segs, _, quotas := newPolicy(Fairness{}).plan(10)
-	require.False(t, quotas)
-	require.Len(t, segs, maxPriority)
-	for i, s := range segs {
-		require.Equal(t, maxPriority-i, s.priority)
-		require.Zero(t, s.minAge)
-		require.Zero(t, s.maxAge)
-		require.Equal(t, 10, s.limit)
-	}
-}
-
-func TestAgingSegmentsRankPromotedFirst(t *testing.T) {
-	p := newPolicy(Fairness{Aging: &Aging{Step: time.Minute, Ceiling: 3}})
-	segs, _, _ := p.plan(5)
-	rankOf := func(prio int, age time.Duration) int {
-		for _, s := range segs {
-			if s.priority == prio && age >= s.minAge && (s.maxAge == 0 || age < s.maxAge) {
-				return s.rank
-			}
-		}
-		t.Fatalf("no segment for priority %d age %v", prio, age)
-		return 0
-	}
-	// fresh high beats fresh normal and fresh low
-	require.Less(t, rankOf(3, 0), rankOf(2, 0))
-	require.Less(t, rankOf(2, 0), rankOf(1, 0))
-	// a normal job aged one step reaches the ceiling and goes before a fresh high one
-	require.Less(t, rankOf(2, 90*time.Second), rankOf(3, 0))
-	// a low job aged two steps reaches the ceiling too, and goes before both
-	require.Less(t, rankOf(1, 150*time.Second), rankOf(2, 90*time.Second))
-	// but a low job aged one step (effective 2) is still behind a fresh high one
-	require.Greater(t, rankOf(1, 90*time.Second), rankOf(3, 0))
-	// priorities above the ceiling are not aged and keep their order
-	require.Less(t, rankOf(5, 0), rankOf(4, 0))
-	require.Less(t, rankOf(4, 0), rankOf(2, time.Hour))
-	for _, s := range segs {
-		require.Equal(t, 5, s.limit)
-		require.Equal(t, 5, s.quota, "no quotas: every band may fill the batch")
-	}
-}
-
-func TestDeadlineSegmentsComeFirst(t *testing.T) {
-	p := newPolicy(Fairness{Deadline: time.Minute})
-	segs, _, _ := p.plan(3)
-	for _, s := range segs {
-		if s.minAge >= time.Minute {
-			require.Zero(t, s.rank)
-			require.Zero(t, s.maxAge)
-		} else {
-			require.Positive(t, s.rank)
-			require.Equal(t, time.Minute, s.maxAge, "the normal window ends where the deadline starts")
-		}
-	}
-}
-
-func TestQuotaDeficitHonoursSharesOverSmallBatches(t *testing.T) {
-	p := newPolicy(Fairness{Quotas: map[int]int{3: 12, 2: 6, 1: 2}})
-	// Full batch of 20 with every band backlogged: exactly the shares.
-	q := p.quotas(20)
-	require.Equal(t, 12, q[3])
-	require.Equal(t, 6, q[2])
-	require.Equal(t, 2, q[1])
-	got := bandCounts{3: 12, 2: 6, 1: 2}
-	p.observe(20, q, &got)
-
-	// Batches of one (a single slot freeing at a time): over 100 claims where every band
-	// always has work, the deficit accounting reproduces the 60/30/10 split.
-	p = newPolicy(Fairness{Quotas: map[int]int{3: 12, 2: 6, 1: 2}})
-	served := map[int]int{}
-	for range 100 {
-		q := p.quotas(1)
-		var got bandCounts
-		// the claim statement serves in-quota bands first (by rank), then overflow by rank
-		pick := 0
-		for _, prio := range []int{3, 2, 1} {
-			if q[prio] > 0 {
-				pick = prio
-				break
-			}
-		}
-		if pick == 0 {
-			pick = 3 // overflow goes to the highest rank
-		}
-		got[pick] = 1
-		served[pick]++
-		p.observe(1, q, &got)
-	}
-	require.InDelta(t, 60, served[3], 3)
-	require.InDelta(t, 30, served[2], 3)
-	require.InDelta(t, 10, served[1], 3)
-}
-
-func TestQuotaCreditResetsWhenBandRunsDry(t *testing.T) {
-	p := newPolicy(Fairness{Quotas: map[int]int{3: 1, 1: 1}})
-	for range 50 {
-		q := p.quotas(10)
-		var got bandCounts
-		got[3] = 10 // low has no work: high takes everything
-		p.observe(10, q, &got)
-	}
-	// low never banked credit while it had nothing to run
-	require.LessOrEqual(t, p.credit[1], 10.0)
-	q := p.quotas(10)
-	require.LessOrEqual(t, q[1], 10)
-}
-
 func TestFairnessValidation(t *testing.T) {
 	require.ErrorIs(t, Fairness{Aging: &Aging{Step: time.Millisecond}}.validate("q"), ErrInvalidConfig)
 	require.ErrorIs(t, Fairness{Aging: &Aging{Step: time.Minute, Ceiling: 12}}.validate("q"), ErrInvalidConfig)
@@ -144,7 +37,7 @@ func TestFairWatermarks(t *testing.T) {
 		return c
 	}
 	p := claimPlan{n: 10}
-	p.segs, p.quota, p.ranked = q.pol.plan(10)
+	p.segs, p.quota, p.ranked = q.pol.Plan(10)
 	q.mode.plan(q, &p)
 	require.True(t, p.fairWatermarks)
 	require.Empty(t, p.known)
@@ -163,7 +56,7 @@ func TestFairWatermarks(t *testing.T) {
 	require.Equal(t, "b", m.cursor[2], "a failed claim moves nothing")
 
 	p2 := claimPlan{n: 10}
-	p2.segs, p2.quota, p2.ranked = q.pol.plan(10)
+	p2.segs, p2.quota, p2.ranked = q.pol.Plan(10)
 	q.mode.plan(q, &p2)
 	got := map[tenantKey]int64{}
 	for i, k := range p2.known {
@@ -176,7 +69,7 @@ func TestFairWatermarks(t *testing.T) {
 	require.Equal(t, map[tenantKey]int64{{2, "a"}: 250, {2, "b"}: 200, {3, "a"}: 50}, m.wm)
 
 	p3 := claimPlan{n: 10, full: true}
-	p3.segs, p3.quota, p3.ranked = q.pol.plan(10)
+	p3.segs, p3.quota, p3.ranked = q.pol.Plan(10)
 	q.mode.plan(q, &p3)
 	require.Empty(t, m.wm)
 	require.Empty(t, p3.known)
@@ -186,7 +79,7 @@ func TestFairWatermarks(t *testing.T) {
 	aging.wm[1] = 10
 	p4 := claimPlan{n: 10}
 	p4.after = aging.wm
-	p4.segs, p4.quota, p4.ranked = aging.pol.plan(10)
+	p4.segs, p4.quota, p4.ranked = aging.pol.Plan(10)
 	aging.mode.plan(aging, &p4)
 	require.False(t, p4.fairWatermarks, "aging reads a band in several age windows")
 	require.Empty(t, p4.known)

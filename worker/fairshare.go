@@ -69,10 +69,10 @@ func (m *fairMode) plan(_ *queue, p *claimPlan) {
 	seen := map[int]bool{}
 	p.fairWatermarks = true
 	for _, s := range p.segs {
-		if seen[s.priority] {
+		if seen[s.Priority] {
 			p.fairWatermarks = false
 		}
-		seen[s.priority] = true
+		seen[s.Priority] = true
 	}
 	if p.full {
 		clear(m.wm) // a full claim reads every range from its start
@@ -98,12 +98,12 @@ func (m *fairMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 	arg := gen.ClaimFairParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 		Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
 	for _, s := range p.segs {
-		arg.SegPriority = append(arg.SegPriority, int16(s.priority))
-		arg.SegAfterUs = append(arg.SegAfterUs, p.after[s.priority])
-		arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAge.Microseconds())
-		arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.maxAge))
-		arg.SegRank = append(arg.SegRank, int32(s.rank))
-		arg.SegQuota = append(arg.SegQuota, int32(p.quota[s.priority]))
+		arg.SegPriority = append(arg.SegPriority, int16(s.Priority))
+		arg.SegAfterUs = append(arg.SegAfterUs, p.after[s.Priority])
+		arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.MinAge.Microseconds())
+		arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.MaxAge))
+		arg.SegRank = append(arg.SegRank, int32(s.Rank))
+		arg.SegQuota = append(arg.SegQuota, int32(p.quota[s.Priority]))
 	}
 	for b, key := range p.fairCursor {
 		if key != "" {

@@ -269,7 +269,7 @@ func (m *countedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimR
 	var segLimit, segRank, segQuota []int32
 	if p.ranked { // quotas, deadline: ClaimSegments' candidates and order (each segment its own LIMIT)
 		for _, s := range p.segs {
-			segLimit, segRank, segQuota = append(segLimit, int32(s.limit)), append(segRank, int32(s.rank)), append(segQuota, int32(s.quota))
+			segLimit, segRank, segQuota = append(segLimit, int32(s.Limit)), append(segRank, int32(s.Rank)), append(segQuota, int32(s.Quota))
 		}
 	}
 	first, last := q.w.sch.LimitsClass(), q.w.sch.LimitsClass()+limitStripes-1

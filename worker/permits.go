@@ -6,6 +6,7 @@ import (
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/internal/dbschema"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is flow control for concurrency limits: permits (docs/design.md, "Flow
@@ -123,8 +124,8 @@ func (m *permitMode) learn(_ *queue, r *claimResult) {
 }
 
 // usesPermits reports whether a queue with these limits and this fairness claims under permits.
-func usesPermits(la *limitArgs, pol *policy) bool {
-	return la != nil && la.concurrencyOnly && pol.weight == 0 && pol.f.Deadline <= 0
+func usesPermits(la *limitArgs, pol *engine.Policy) bool {
+	return la != nil && la.concurrencyOnly && !pol.Weighted() && pol.F.Deadline <= 0
 }
 
 // run runs a permit claim (claim goroutine), allocating first when this worker holds no share,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/internal/logkey"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is the owner of a queue's state. One goroutine per queue, the queue loop, owns
@@ -35,7 +36,7 @@ type queue struct {
 	w    *Worker
 	name string
 	cfg  QueueConfig
-	pol  *policy
+	pol  *engine.Policy
 
 	claimedCh  chan claimResult
 	returnedCh chan handlerResult

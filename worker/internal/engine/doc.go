@@ -14,6 +14,10 @@
 //   - dberrors.go: classifying database errors: ClassifyWriteError (retry, split, abandon a
 //     failed fenced write) and StalePlan (a cached statement refused after a schema change;
 //     worker's retryStale re-runs those).
+//   - fairness.go: the fairness hook: Policy turns a claim of n jobs into Segments (priority
+//     band x age window, each with a limit, a rank and a band quota) for strict priority,
+//     aging, quotas and deadline promotion, and keeps the quota credits; the queue loop owns
+//     one per queue (worker.Fairness, the configuration, is copied into Fairness).
 //
 // The rest of the engine (the queue loop, claims and claim modes, execution, finishes,
 // heartbeats, sweeps, the listener, the registry) is still in package worker, as methods of
