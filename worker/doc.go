@@ -66,7 +66,8 @@
 // The engine's pieces that no longer need the Worker are in worker/internal/engine (its doc.go
 // lists its files): the clock the engine's timing decisions read (a fake one in tests), the log
 // throttle of repeated engine errors, the classification of database errors, the fairness
-// policy (strict priority, aging, quotas, deadline promotion: a claim's segments).
+// policy (strict priority, aging, quotas, deadline promotion: a claim's segments), the
+// payloads of the notifications the listener reads.
 //
 // Usage:
 //

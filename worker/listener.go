@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -111,7 +110,7 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 		}
 		switch n.Channel {
 		case jobsCh:
-			name, prio, runAt, hinted := parseJobsPayload(n.Payload)
+			name, prio, runAt, hinted := engine.ParseJobsPayload(n.Payload)
 			if q := w.queues[name]; q != nil {
 				if hinted {
 					q.hintDue(prio, runAt)
@@ -125,7 +124,7 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 				signal(w.queueStateCh)
 			}
 		case awaitCh:
-			if ids := parseIDs(n.Payload); len(ids) > 0 {
+			if ids := engine.ParseIDs(n.Payload); len(ids) > 0 {
 				select {
 				case w.awaitCh <- ids:
 				default: // the batcher is far behind: these finishes linger, nothing else
@@ -144,41 +143,8 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 	}
 }
 
-// parseIDs reads a comma-separated list of job ids (the await channel's payload); what does
-// not parse is skipped.
-func parseIDs(p string) []int64 {
-	ids := make([]int64, 0, strings.Count(p, ",")+1)
-	for _, f := range strings.Split(p, ",") {
-		if id, err := strconv.ParseInt(f, 10, 64); err == nil {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
 func ping(ctx context.Context, conn *pgx.Conn) error {
 	pctx, cancel := context.WithTimeout(ctx, listenPingTimeout)
 	defer cancel()
 	return conn.Ping(pctx)
-}
-
-// parseJobsPayload reads a tenure_jobs notification: "queue" (inserters before December 2026,
-// and SQL that enqueues without the hint), or "queue\x1fpriority\x1frun_at_us": the
-// priority band and the oldest due time of the jobs just committed there, which may lie
-// behind the band's watermark (claim.go, "Watermarks").
-func parseJobsPayload(p string) (queue string, prio int, runAtUs int64, hinted bool) {
-	q, rest, ok := strings.Cut(p, "\x1f")
-	if !ok {
-		return p, 0, 0, false
-	}
-	ps, ts, ok := strings.Cut(rest, "\x1f")
-	if !ok {
-		return p, 0, 0, false
-	}
-	pr, err1 := strconv.Atoi(ps)
-	t, err2 := strconv.ParseInt(ts, 10, 64)
-	if err1 != nil || err2 != nil || pr < minPriority || pr > maxPriority || t <= 0 {
-		return p, 0, 0, false
-	}
-	return q, pr, t, true
 }

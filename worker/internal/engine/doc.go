@@ -18,6 +18,8 @@
 //     band x age window, each with a limit, a rank and a band quota) for strict priority,
 //     aging, quotas and deadline promotion, and keeps the quota credits; the queue loop owns
 //     one per queue (worker.Fairness, the configuration, is copied into Fairness).
+//   - notify.go: the payloads of the notifications the listener reads: new jobs (queue, and
+//     the priority band and due time that wake a claim below its watermark), awaited ids.
 //
 // The rest of the engine (the queue loop, claims and claim modes, execution, finishes,
 // heartbeats, sweeps, the listener, the registry) is still in package worker, as methods of
