@@ -118,7 +118,7 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 // for the queue's next claim, which completes them first, in its own transaction: the
 // CompleteMany the finishers would have sent (completeMany, fenced by id and claim token as
 // always) goes in the same pipeline as the claim statement, before it, and both commit at its
-// one Sync (afterLock; for the batched claims, the batch's CompleteMany carries every request's
+// one Sync (engine.AfterLock; for the batched claims, the batch's CompleteMany carries every request's
 // completions). The claim's snapshot sees the rows it completed as finished (a limited claim
 // counts the room they freed).
 //
@@ -146,16 +146,16 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 // goroutine). It returns the map that the query, once run, holds the result in: per completion,
 // true when it landed, false when another session held its row (busy, not written); a
 // completion missing from the map was not written (stale).
-func rideOn(ctx context.Context, db *afterLock, done []*execution) map[int64]bool {
+func rideOn(ctx context.Context, db *engine.AfterLock, done []*execution) map[int64]bool {
 	if len(done) == 0 {
 		return nil
 	}
 	sortByID(done) // every multi-row fenced write locks its rows in id order
-	var cm capture
+	var cm engine.Capture
 	_, _ = completeMany(ctx, gen.New(&cm), done)
 	landed := make(map[int64]bool, len(done))
-	db.pre = &lockedStatement{cm.sql, cm.args}
-	db.preRows = func(rows pgx.Rows) error {
+	db.Pre = &engine.LockedStatement{SQL: cm.SQL, Args: cm.Args}
+	db.PreRows = func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id int64
 			var busy bool
@@ -176,7 +176,7 @@ func (q *queue) claimDB(ctx context.Context, done []*execution) (db *gen.Queries
 	if len(done) == 0 {
 		return q.w.q, nil
 	}
-	a := &afterLock{pool: q.w.eng, sch: q.w.sch}
+	a := &engine.AfterLock{Pool: q.w.eng, Sch: q.w.sch}
 	return gen.New(a), rideOn(ctx, a, done)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is the claim batcher: one goroutine per worker that carries the plain ordered
@@ -325,7 +326,7 @@ func pickClaimBatch(pending []*claimReq) (take, rest []*claimReq) {
 	return take, rest
 }
 
-// noBitmap is sent before ClaimOrderedMany, in its pipeline and transaction (afterLock: one
+// noBitmap is sent before ClaimOrderedMany, in its pipeline and transaction (engine.AfterLock: one
 // round trip, committed at its Sync like an autocommitted statement): bitmap scans off for
 // that transaction. Each request's probe is parameterized by the request (its queue and band);
 // where a queue's band holds a few hundred ready jobs, the generic plan estimates one row per
@@ -333,7 +334,7 @@ func pickClaimBatch(pending []*claimReq) (take, rest []*claimReq) {
 // all) to the ordered walk of jobs_ready_idx that stops at the first unlocked ones (measured:
 // 50 requests of one job over 100 queues of 400 ready jobs, 21,160 buffers against 1,017).
 // The connection caches the plan at the statement's first execution, under the same setting.
-var noBitmap = []lockedStatement{{sql: "SELECT set_config('enable_bitmapscan', 'off', true)"}}
+var noBitmap = []engine.LockedStatement{{SQL: "SELECT set_config('enable_bitmapscan', 'off', true)"}}
 
 // runClaimBatch runs one ClaimOrderedMany for reqs, the batcher's statement number seq
 // (0-based, in the order started), and answers each request with its rows, or every request
@@ -360,7 +361,7 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 	var landed map[int64]bool
 	err := w.retryStale(func() (err error) {
 		// The requests' completions ride in the statement's transaction, in one CompleteMany.
-		db := &afterLock{pool: w.eng, sch: w.sch, locks: noBitmap}
+		db := &engine.AfterLock{Pool: w.eng, Sch: w.sch, Locks: noBitmap}
 		landed = rideOn(cctx, db, done)
 		got, err = gen.New(db).ClaimOrderedMany(cctx, arg)
 		return err

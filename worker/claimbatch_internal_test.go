@@ -138,7 +138,7 @@ func TestClaimBatchNoBitmapIsLocal(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	rows, err := (&afterLock{pool: pool, sch: dbschema.Must(dbschema.Default), locks: noBitmap}).Query(ctx, "SELECT current_setting('enable_bitmapscan')")
+	rows, err := (&engine.AfterLock{Pool: pool, Sch: dbschema.Must(dbschema.Default), Locks: noBitmap}).Query(ctx, "SELECT current_setting('enable_bitmapscan')")
 	require.NoError(t, err)
 	var in []string
 	for rows.Next() {

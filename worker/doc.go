@@ -67,7 +67,8 @@
 // lists its files): the clock the engine's timing decisions read (a fake one in tests), the log
 // throttle of repeated engine errors, the classification of database errors, the fairness
 // policy (strict priority, aging, quotas, deadline promotion: a claim's segments), the
-// payloads of the notifications the listener reads.
+// payloads of the notifications the listener reads, the pipelines that send a claim's locks
+// and riding completions with it in one round trip (AfterLock).
 //
 // Usage:
 //

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/internal/dbschema"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // SkipDeregister makes Stop leave w's registry row behind, as a killed process would.
@@ -21,7 +22,7 @@ var SeededRand = seededRand
 
 // RunPermitAllocate is the engine's allocation (its statements, in one pipeline).
 // (default schema).
-func RunPermitAllocate(ctx context.Context, pool batcher, p gen.PermitAllocateParams) ([]*gen.PermitAllocateRow, error) {
+func RunPermitAllocate(ctx context.Context, pool engine.Batcher, p gen.PermitAllocateParams) ([]*gen.PermitAllocateRow, error) {
 	return runPermitAllocate(ctx, pool, dbschema.Must(dbschema.Default), p)
 }
 

@@ -7,13 +7,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/tenureq/tenure/db/gen"
-	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/locks"
 	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is flow control (docs/guide.md, "Concurrency limits" and "Rate limits"): limits on
@@ -286,7 +283,7 @@ func (m *countedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimR
 			scan += int(l)
 		}
 	}
-	db := &afterLock{pool: q.w.eng, sch: q.w.sch, locks: []lockedStatement{lockStatement(ctx, q.name, first, last)}}
+	db := &engine.AfterLock{Pool: q.w.eng, Sch: q.w.sch, Locks: []engine.LockedStatement{engine.LockStatement(ctx, q.name, first, last)}}
 	// The completions ride after the lock (claim.go): the claim's count sees the room they free.
 	landed := rideOn(ctx, db, p.done)
 	got, err := gen.New(db).ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: reserve, GroupCap: groupCap,
@@ -325,136 +322,6 @@ func deref0[T any](p *T) T {
 		return z
 	}
 	return *p
-}
-
-// lockedStatement is a statement the generated code would run, captured instead.
-type lockedStatement struct {
-	sql  string
-	args []any
-}
-
-// lockStatement captures ClaimLimitsLock's text and arguments from the generated code, so the
-// statement stays in db/queries.sql.
-func lockStatement(ctx context.Context, queue string, first, last int32) lockedStatement {
-	var c capture
-	_ = gen.New(&c).ClaimLimitsLock(ctx, gen.ClaimLimitsLockParams{Queue: queue, FirstClass: first, LastClass: last})
-	return lockedStatement{c.sql, c.args}
-}
-
-// capture is a gen.DBTX that records the one statement it is given (Exec or Query).
-type capture struct {
-	sql  string
-	args []any
-}
-
-func (c *capture) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	c.sql, c.args = sql, args
-	return pgconn.CommandTag{}, nil
-}
-func (c *capture) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
-	c.sql, c.args = sql, args
-	return nil, errCaptured
-}
-
-// errCaptured is what a captured query returns to the generated code (which then returns it).
-var errCaptured = errors.New("tenure: statement captured, not run")
-
-func (c *capture) QueryRow(context.Context, string, ...any) pgx.Row { return nil }
-
-// batcher is what afterLock needs of a pool.
-type batcher interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// afterLock is a gen.DBTX whose Query sends the lock statement and the query in one batch:
-// one round trip, one implicit transaction (pgx sends a single Sync), the query's snapshot
-// taken after the lock was granted. The returned rows end the batch (commit) when they are
-// exhausted, and report a failed commit as their error.
-type afterLock struct {
-	pool batcher
-	// sch is the worker's schema: every statement of the batch (the captured ones and the
-	// query) is rewritten for it, as sch.Wrap would.
-	sch   *dbschema.Schema
-	locks []lockedStatement // sent in order before the query
-	// pre, if set, is a statement sent after the locks and before the query (same transaction)
-	// whose rows preRows reads.
-	pre     *lockedStatement
-	preRows func(pgx.Rows) error
-}
-
-func (a *afterLock) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
-	return pgconn.CommandTag{}, errors.New("tenure: afterLock supports Query only")
-}
-func (a *afterLock) QueryRow(context.Context, string, ...any) pgx.Row { return nil }
-
-func (a *afterLock) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	b := &pgx.Batch{}
-	for _, l := range a.locks {
-		b.Queue(a.sch.Rewrite(l.sql), l.args...)
-	}
-	if a.pre != nil {
-		b.Queue(a.sch.Rewrite(a.pre.sql), a.pre.args...)
-	}
-	b.Queue(a.sch.Rewrite(sql), args...)
-	br := a.pool.SendBatch(ctx, b)
-	for range a.locks {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return nil, err
-		}
-	}
-	if a.pre != nil {
-		rows, err := br.Query()
-		if err == nil {
-			err = a.preRows(rows)
-			rows.Close()
-			if err == nil {
-				err = rows.Err()
-			}
-		}
-		if err != nil {
-			_ = br.Close()
-			return nil, err
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		_ = br.Close()
-		return nil, err
-	}
-	return &batchRows{Rows: rows, br: br}, nil
-}
-
-// batchRows closes the batch (the implicit transaction's commit) when the rows end.
-type batchRows struct {
-	pgx.Rows
-	br     pgx.BatchResults
-	closed bool
-	err    error
-}
-
-func (r *batchRows) Next() bool {
-	if r.Rows.Next() {
-		return true
-	}
-	r.Close()
-	return false
-}
-
-func (r *batchRows) Close() {
-	if r.closed {
-		return
-	}
-	r.closed = true
-	r.Rows.Close()
-	r.err = r.br.Close()
-}
-
-func (r *batchRows) Err() error {
-	if err := r.Rows.Err(); err != nil {
-		return err
-	}
-	return r.err
 }
 
 // flowBlock pauses the groups of e's job covered by limits with RetryAfterPauses for d (a

@@ -203,9 +203,9 @@ type permitFlags struct {
 // it skipped because another session holds their rows locked (false).
 func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrderedParams, done []*execution) ([]claimRow, permitFlags, map[int64]bool, error) {
 	la := q.limits
-	var c capture
+	var c engine.Capture
 	_ = gen.New(&c).PermitLock(ctx, gen.PermitLockParams{Queue: q.name, WorkerID: base.WorkerID})
-	db := &afterLock{pool: q.w.eng, sch: q.w.sch, locks: []lockedStatement{{c.sql, c.args}}}
+	db := &engine.AfterLock{Pool: q.w.eng, Sch: q.w.sch, Locks: []engine.LockedStatement{{SQL: c.SQL, Args: c.Args}}}
 	// busy completions (another session holds the row: not written) go to the finishers,
 	// which wait for that row alone.
 	landed := rideOn(ctx, db, done)
@@ -245,11 +245,11 @@ func (q *queue) allocatePermit(ctx context.Context) (permitAlloc, error) {
 
 // runPermitAllocate sends ClaimLimitsLock (every stripe), PermitAllocateLock and PermitAllocate
 // in one pipeline, one transaction.
-func runPermitAllocate(ctx context.Context, pool batcher, sch *dbschema.Schema, p gen.PermitAllocateParams) ([]*gen.PermitAllocateRow, error) {
-	var c capture
+func runPermitAllocate(ctx context.Context, pool engine.Batcher, sch *dbschema.Schema, p gen.PermitAllocateParams) ([]*gen.PermitAllocateRow, error) {
+	var c engine.Capture
 	_ = gen.New(&c).PermitAllocateLock(ctx, p.Queue)
-	db := &afterLock{pool: pool, sch: sch, locks: []lockedStatement{
-		lockStatement(ctx, p.Queue, sch.LimitsClass(), sch.LimitsClass()+limitStripes-1), {c.sql, c.args}}}
+	db := &engine.AfterLock{Pool: pool, Sch: sch, Locks: []engine.LockedStatement{
+		engine.LockStatement(ctx, p.Queue, sch.LimitsClass(), sch.LimitsClass()+limitStripes-1), {SQL: c.SQL, Args: c.Args}}}
 	return gen.New(db).PermitAllocate(ctx, p)
 }
 

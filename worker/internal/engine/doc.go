@@ -20,6 +20,10 @@
 //     one per queue (worker.Fairness, the configuration, is copied into Fairness).
 //   - notify.go: the payloads of the notifications the listener reads: new jobs (queue, and
 //     the priority band and due time that wake a claim below its watermark), awaited ids.
+//   - pipeline.go: AfterLock, a gen.DBTX that sends captured statements (advisory locks, a
+//     permit lock, riding completions) and the query in one round trip and one implicit
+//     transaction; Capture and LockStatement take the statements' texts from the generated
+//     code, so every statement stays in db/queries.sql.
 //
 // The rest of the engine (the queue loop, claims and claim modes, execution, finishes,
 // heartbeats, sweeps, the listener, the registry) is still in package worker, as methods of
