@@ -2,8 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -328,81 +326,14 @@ func maxAgeUs(d time.Duration) int64 {
 	return d.Microseconds()
 }
 
-// claimRow is what every claim statement returns (db/queries.sql, "Claim"): the columns of
-// the rows tenure.own owned (the one ownership statement, migration 0019) and feedback, what
-// the claim mode learnt (a JSON object, NULL for the plain modes: ClaimStrict, ClaimOrdered,
-// ClaimSegments). A claim that owned nothing returns one row of NULL job columns carrying the
-// feedback. sqlc generates one row type per statement; they are the same struct, and
-// ownedRows converts each to this one.
-type claimRow = gen.ClaimStrictRow
-
-// claimRows are the row types sqlc generates for the claim statements (identical structs).
-type claimRows interface {
-	gen.ClaimStrictRow | gen.ClaimOrderedRow | gen.ClaimOrderedManyRow | gen.ClaimSegmentsRow |
-		gen.ClaimFairRow | gen.ClaimLimitedRow | gen.ClaimPermittedRow
-}
-
-// ownedRows converts what a claim statement returned to claimRow: the owned rows (each keeps
-// its feedback), and the statement's feedback (the first row's; nil for the plain modes).
-func ownedRows[R claimRows](got []*R) (rows []claimRow, feedback []byte) {
-	rows = make([]claimRow, 0, len(got))
-	for i := range got {
-		r := claimRow(*got[i])
-		if i == 0 {
-			feedback = r.Feedback
-		}
-		if r.ID != nil { // nil: the feedback-only row of a claim that owned nothing
-			rows = append(rows, r)
-		}
-	}
-	return rows, feedback
-}
-
-// decodeFeedback decodes a claim's feedback into the mode's struct (left as is when NULL).
-func decodeFeedback(b []byte, v any) error {
-	if len(b) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("tenure: claim feedback %s: %w", b, err)
-	}
-	return nil
-}
+// claimRow is what every claim statement returns (engine.ClaimRow).
+type claimRow = engine.ClaimRow
 
 // fromClaimRow is the one conversion from what a claim statement returned (an owned row:
-// ownedRows) to the row the attempt is run with. The claim set state running, locked_by
-// (workerID) and updated_at (the claim time, attempted_at); the columns it does not return
-// (the error history, output, unique key) stay unset.
+// engine.OwnedRows) to the attempt it is run as: the row (engine.ToJobRow) and the claim token.
 func fromClaimRow(r claimRow, workerID string) claimed {
-	return claimed{token: derefUUID(r.ClaimToken), JobRow: &generics.JobRow{
-		ID: deref0(r.ID), Queue: deref0(r.Queue), Kind: deref0(r.Kind), Priority: int(deref0(r.Priority)),
-		State: generics.JobStateRunning, Payload: r.Payload, PayloadVersion: int(deref0(r.PayloadVersion)),
-		RunAt: deref0(r.RunAt), CreatedAt: deref0(r.CreatedAt), UpdatedAt: deref(r.AttemptedAt), AttemptedAt: r.AttemptedAt,
-		LockedBy: workerID, LockedUntil: r.LockedUntil, Attempt: int(deref0(r.Attempts)), MaxAttempts: int(deref0(r.MaxAttempts)),
-		Lease:      time.Duration(deref0(r.LeaseMs)) * time.Millisecond,
-		ClaimToken: r.ClaimToken, Generation: deref0(r.Generation), Metadata: decodeMetadata(r.Metadata),
-		Tags: nilIfEmpty(r.Tags), Snoozes: int(deref0(r.Snoozes))}}
-}
-
-func nilIfEmpty(s []string) []string {
-	if len(s) == 0 {
-		return nil
-	}
-	return s
-}
-
-// decodeMetadata decodes the metadata column. The database holds it to an object of strings;
-// anything else (a manual edit) is dropped rather than failing the job: metadata is context
-// for the handler, never its arguments.
-func decodeMetadata(b []byte) map[string]string {
-	if len(b) == 0 || string(b) == "{}" {
-		return nil
-	}
-	var m map[string]string
-	if json.Unmarshal(b, &m) != nil {
-		return nil
-	}
-	return m
+	row, token := engine.ToJobRow(r, workerID)
+	return claimed{token: token, JobRow: row}
 }
 
 func deref(t *time.Time) time.Time {

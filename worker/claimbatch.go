@@ -375,7 +375,7 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 		}
 		return
 	}
-	rows, _ := ownedRows(got)
+	rows, _ := engine.OwnedRows(got)
 	out := make([][]claimRow, len(reqs))
 	// A statement carries at most one request per queue (pickClaimBatch), so a row's queue
 	// names its request. (Found by a map: a search of the requests for each row was quadratic,

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is the one interface every claim mode implements (docs/design.md, "The claim
@@ -129,7 +130,7 @@ func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 		if err != nil {
 			return nil, claimFeedback{}, err
 		}
-		rows, _ := ownedRows(got)
+		rows, _ := engine.OwnedRows(got)
 		return rows, claimFeedback{doneLanded: landed}, nil
 	}
 	arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
@@ -147,7 +148,7 @@ func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 	if err != nil {
 		return nil, claimFeedback{}, err
 	}
-	rows, _ := ownedRows(got)
+	rows, _ := engine.OwnedRows(got)
 	return rows, claimFeedback{doneLanded: landed}, nil
 }
 

@@ -29,7 +29,7 @@
 //     handler slots with one statement that picks ids (FOR UPDATE SKIP LOCKED) and hands them
 //     to the one ownership statement, tenure.own (state, lease on the database clock, claim
 //     token, generation+1, attempts+1), before any handler starts; every claim returns one row
-//     shape, converted once (fromClaimRow) to the *generics.JobRow handlers see; per-band
+//     shape, converted once (fromClaimRow, engine.ToJobRow) to the *generics.JobRow handlers see; per-band
 //     watermarks keep claims off the dead index entries earlier claims left behind.
 //   - claimmode.go: the one interface of the claim modes (ordered, fair, counted limits,
 //     permits): plan on the loop, run on a claim goroutine, learn on the loop; every mode's
@@ -68,7 +68,8 @@
 // throttle of repeated engine errors, the classification of database errors, the fairness
 // policy (strict priority, aging, quotas, deadline promotion: a claim's segments), the
 // payloads of the notifications the listener reads, the pipelines that send a claim's locks
-// and riding completions with it in one round trip (AfterLock).
+// and riding completions with it in one round trip (AfterLock), the claim row and its one
+// conversion to the *generics.JobRow handlers see (ToJobRow).
 //
 // Usage:
 //

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is fair share (docs/guide.md §20, "Fair share between tenants"): within each
@@ -125,9 +126,9 @@ func (m *fairMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 	// The feedback: per band, how far the keyless jobs were read (the statement's, on every
 	// row; the one row when nothing was claimed), and per claimed row its tenant's position
 	// and round. The band's last served tenant: the keyed row of the latest (round, position).
-	rows, feedback := ownedRows(got)
+	rows, feedback := engine.OwnedRows(got)
 	var fb fairFeedback
-	if err := decodeFeedback(feedback, &fb); err != nil {
+	if err := engine.DecodeFeedback(feedback, &fb); err != nil {
 		return nil, out, err
 	}
 	for j, b := range fb.KeylessBand {
@@ -140,7 +141,7 @@ func (m *fairMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 	for i := range rows {
 		r := &rows[i]
 		var f fairFeedback
-		if err := decodeFeedback(r.Feedback, &f); err != nil {
+		if err := engine.DecodeFeedback(r.Feedback, &f); err != nil {
 			return nil, out, err
 		}
 		b, pos, round := int(deref0(r.Priority)), f.FairPos, f.FairRound
@@ -153,7 +154,7 @@ func (m *fairMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 	}
 	for b, r := range last {
 		if r != nil {
-			out.fairNext[b] = decodeMetadata(r.Metadata)[jobs.FairKeyMetadata]
+			out.fairNext[b] = engine.DecodeMetadata(r.Metadata)[jobs.FairKeyMetadata]
 			out.fairMoved[b] = true
 		}
 	}

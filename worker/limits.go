@@ -296,9 +296,9 @@ func (m *countedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimR
 	if err != nil {
 		return nil, claimFeedback{}, err
 	}
-	rows, feedback := ownedRows(got)
+	rows, feedback := engine.OwnedRows(got)
 	var f limitedFeedback
-	if err := decodeFeedback(feedback, &f); err != nil {
+	if err := engine.DecodeFeedback(feedback, &f); err != nil {
 		return nil, claimFeedback{}, err
 	}
 	return rows, claimFeedback{binding: f.Binding, skipped: f.Binding, far: f.far(), doneLanded: landed}, nil

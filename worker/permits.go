@@ -217,9 +217,9 @@ func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrde
 	if err != nil {
 		return nil, permitFlags{}, nil, err
 	}
-	rows, feedback := ownedRows(got)
+	rows, feedback := engine.OwnedRows(got)
 	var f permitFlags
-	if err := decodeFeedback(feedback, &f); err != nil {
+	if err := engine.DecodeFeedback(feedback, &f); err != nil {
 		return nil, permitFlags{}, nil, err
 	}
 	return rows, f, landed, nil

@@ -24,6 +24,10 @@
 //     permit lock, riding completions) and the query in one round trip and one implicit
 //     transaction; Capture and LockStatement take the statements' texts from the generated
 //     code, so every statement stays in db/queries.sql.
+//   - claimrow.go: ClaimRow, the one row shape every claim statement returns (OwnedRows
+//     converts sqlc's identical row types to it and splits off the claim mode's feedback,
+//     DecodeFeedback reads it), and ToJobRow, the one conversion of an owned row to the
+//     *generics.JobRow a handler sees, with the attempt's claim token.
 //
 // The rest of the engine (the queue loop, claims and claim modes, execution, finishes,
 // heartbeats, sweeps, the listener, the registry) is still in package worker, as methods of
