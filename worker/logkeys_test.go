@@ -216,7 +216,7 @@ func TestFailingDatabaseDoesNotFloodTheLog(t *testing.T) {
 	cfg.FinishLinger = -1 // each finish written at once: no linger timer on the fake clock below
 	w, err := worker.New(pool, cfg)
 	require.NoError(t, err)
-	// The throttle's interval (errorLogEvery) never passes on the engine's clock, however long a
+	// The throttle's interval (engine.ErrorLogEvery) never passes on the engine's clock, however long a
 	// loaded machine takes: every source may log once.
 	worker.UseFakeClock(w, time.Now())
 	running := make(chan struct{}, 2)
@@ -266,7 +266,7 @@ func TestFailingDatabaseDoesNotFloodTheLog(t *testing.T) {
 		perMsg[msg]++
 	}
 	for msg, n := range perMsg {
-		limit := 1 // one line per source: the engine's clock stays within errorLogEvery
+		limit := 1 // one line per source: the engine's clock stays within engine.ErrorLogEvery
 		if strings.HasSuffix(msg, " (job)") {
 			limit = 2 // one per job
 		}
