@@ -20,7 +20,7 @@
 //   - periodic.go: periodic jobs (Config.Periodic, NewPeriodicJob, Every, Cron): each tick is
 //     enqueued once across workers, in the transaction that advances the schedule's row.
 //
-// The engine (unexported; docs/design.md draws it):
+// The engine still in this package (unexported; docs/design.md draws it):
 //
 //   - queue.go: the queue loop, the one owner of a queue's state (slots, executions,
 //     claimers' backoff, watermarks, fairness state, the claim mode's state); everything else reports to it over
