@@ -275,7 +275,7 @@ func (q *queue) watermarks() (after bandTimes, full bool, prev bandTimes) {
 
 // hintDue records that a job of band prio due at runAtUs was just committed (listener).
 func (q *queue) hintDue(prio int, runAtUs int64) {
-	q.skip.hinted(prio, q.w.clk.Now()) // the batched claims probe the band again (claimbatch.go)
+	q.skip.Hinted(prio, q.w.clk.Now()) // the batched claims probe the band again (claimbatch.go)
 	h := &q.dueHint[prio]
 	for {
 		cur := h.Load()

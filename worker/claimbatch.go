@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
-	"time"
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/worker/internal/engine"
@@ -49,21 +47,8 @@ import (
 // A worker with a single queue never uses the batcher: every statement would carry one request
 // of that queue, one goroutine hop later.
 //
-// Empty bands. A request probes its segments in order, one index descent each, and a claim of
-// a queue with few slots (one job per request) reached the one band holding work only after
-// probing every higher band: with the default bands and normal-priority jobs, 8 descents per
-// job. So a queue's batched claims skip the bands its recent claims found empty (bandSkip): a
-// band that a claim probed and found without a claimable job is left out of the queue's next
-// requests for at most bandSkipFor, and probed again after that. Skipping never changes the
-// order in which the remaining bands are served, and it stops at once
-//   - for a band a NOTIFY announced a job of (a hinted insert: the hint is taken after the
-//     claim that found the band empty started, so that claim may have missed it);
-//   - for every band while a NOTIFY without a hint is unaccounted for (plainNotified), on full
-//     claims (they read every band from its start), and after a claim of the queue came back
-//     short or failed (a queue that is not busy probes every band, as before).
-// What skipping costs: a job that becomes claimable in a band a busy queue found empty without a
-// hinted NOTIFY (a retry's or a scheduled job's due time passing, a job released or reclaimed)
-// waits up to bandSkipFor longer than the queue's next claim (TestClaimBatchSkippedBandIsProbedAgain).
+// Empty bands: a queue's batched claims skip the bands its recent claims found empty
+// (engine.BandSkip, worker/internal/engine/bandskip.go, has the rules and their cost).
 
 const (
 	// claimBatchInFlight is how many batched statements may run at once, so that one slow
@@ -75,109 +60,6 @@ const (
 	claimBatchRows     = 2000
 )
 
-// bandSkipFor is how long a band a queue's batched claim found empty is left out of that
-// queue's next batched claims (see "Empty bands" above).
-const bandSkipFor = time.Second
-
-// bandSkip is what a queue's batched claims learnt about its bands. Claim goroutines write and
-// read it (atomics: a queue may have several claims in flight, and any of their observations
-// is a valid one); the listener records hints.
-type bandSkip struct {
-	// emptyAt: per band, when (clock, unix ns) the latest claim that found the band empty
-	// started; 0: not known empty.
-	emptyAt [maxPriority + 1]atomic.Int64
-	// hintAt: per band, when the latest NOTIFY announcing a job of the band arrived.
-	hintAt [maxPriority + 1]atomic.Int64
-	// short: the queue's latest batched claim claimed fewer jobs than it asked for, or failed.
-	short atomic.Bool
-}
-
-// hinted records a NOTIFY announcing a job of band prio (listener).
-func (b *bandSkip) hinted(prio int, now time.Time) {
-	if prio >= minPriority && prio <= maxPriority {
-		b.hintAt[prio].Store(now.UnixNano())
-	}
-}
-
-// oneSegmentPerBand reports whether segs holds each band at most once (the plans without
-// aging windows): only then does an empty segment mean an empty band.
-func oneSegmentPerBand(segs []claimSeg) bool {
-	var seen [maxPriority + 1]bool
-	for _, s := range segs {
-		if s.priority < minPriority || s.priority > maxPriority || seen[s.priority] {
-			return false
-		}
-		seen[s.priority] = true
-	}
-	return true
-}
-
-// filter returns the segments a request probes: segs without the bands known empty (see
-// "Empty bands"), or segs unchanged when none is skippable or every one would be.
-func (b *bandSkip) filter(segs []claimSeg, now time.Time, noticeUnhinted bool) []claimSeg {
-	if noticeUnhinted || b.short.Load() || !oneSegmentPerBand(segs) {
-		return segs
-	}
-	t := now.UnixNano()
-	skip := func(s claimSeg) bool {
-		e := b.emptyAt[s.priority].Load()
-		// A clock that went back (t < e) skips nothing.
-		return e != 0 && e > b.hintAt[s.priority].Load() && t >= e && t-e < int64(bandSkipFor)
-	}
-	n := 0
-	for _, s := range segs {
-		if !skip(s) {
-			n++
-		}
-	}
-	if n == len(segs) || n == 0 {
-		return segs
-	}
-	out := make([]claimSeg, 0, n)
-	for _, s := range segs {
-		if !skip(s) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// record learns from a batched claim that started at start, probed segs (in order) for n jobs
-// and returned rows (or err): the bands it probed and found empty, and whether it came back short.
-// A claim that filled its batch probed its segments up to the last band it claimed from; one
-// that came back short probed them all.
-func (b *bandSkip) record(segs []claimSeg, n int, rows []claimRow, err error, start time.Time) {
-	if err != nil {
-		b.short.Store(true)
-		return
-	}
-	b.short.Store(len(rows) < n)
-	if !oneSegmentPerBand(segs) {
-		return
-	}
-	var got [maxPriority + 1]bool
-	for i := range rows {
-		if p := int(deref0(rows[i].Priority)); p >= minPriority && p <= maxPriority {
-			got[p] = true
-		}
-	}
-	probed := len(segs)
-	if len(rows) >= n {
-		for probed > 0 && !got[segs[probed-1].priority] {
-			probed--
-		}
-	}
-	t := start.UnixNano()
-	for i, s := range segs {
-		switch {
-		case got[s.priority]:
-			b.emptyAt[s.priority].Store(0)
-		case i < probed:
-			b.emptyAt[s.priority].Store(t)
-		}
-	}
-}
-
 // errClaimBatcherGone answers the requests pending when the batcher stops (the engine
 // context ended: Stop's deadline).
 var errClaimBatcherGone = errors.New("tenure: claim batcher stopped")
@@ -187,19 +69,13 @@ type claimReq struct {
 	ctx   context.Context // the caller's: ended before the request is sent, it does not run
 	queue string
 	n     int
-	segs  []claimSeg
+	segs  []engine.ClaimSeg
 	// done: the queue's completions the statement carries (claim.go, "Completions ride on
 	// claims").
 	done  []*execution
 	reply chan claimReply // 1-buffered: the batcher never blocks on it
 	// arrived: how many statements the batcher had started when the request reached it.
 	arrived int64
-}
-
-// claimSeg is one segment of a request, as ClaimOrdered takes it.
-type claimSeg struct {
-	priority                 int16
-	afterUs, minAgeUs, maxUs int64
 }
 
 type claimReply struct {
@@ -224,21 +100,21 @@ func (q *queue) useClaimBatch(p *claimPlan) bool {
 // from its start). It returns an error without claiming when ctx ends before the request is
 // taken into a statement; once taken, it returns what the statement claimed even if ctx ended
 // meanwhile.
-func (q *queue) claimBatched(ctx context.Context, n int, segs []claimSeg, full bool) ([]claimRow, error) {
+func (q *queue) claimBatched(ctx context.Context, n int, segs []engine.ClaimSeg, full bool) ([]claimRow, error) {
 	rep := q.sendClaim(ctx, n, segs, full)
 	return rep.rows, rep.err
 }
 
 // sendClaim is claimBatched, answering with the batcher's whole reply.
-func (q *queue) sendClaim(ctx context.Context, n int, segs []claimSeg, full bool) claimReply {
+func (q *queue) sendClaim(ctx context.Context, n int, segs []engine.ClaimSeg, full bool) claimReply {
 	return q.sendClaimDone(ctx, n, segs, full, nil)
 }
 
 // sendClaimDone is sendClaim for a claim that carries completions (claimPlan.done).
-func (q *queue) sendClaimDone(ctx context.Context, n int, segs []claimSeg, full bool, done []*execution) claimReply {
+func (q *queue) sendClaimDone(ctx context.Context, n int, segs []engine.ClaimSeg, full bool, done []*execution) claimReply {
 	start := q.w.clk.Now()
 	if !full {
-		segs = q.skip.filter(segs, start, q.plainNotified.Load())
+		segs = q.skip.Filter(segs, start, q.plainNotified.Load())
 	}
 	r := &claimReq{ctx: ctx, queue: q.name, n: n, segs: segs, done: done, reply: make(chan claimReply, 1)}
 	select {
@@ -247,7 +123,7 @@ func (q *queue) sendClaimDone(ctx context.Context, n int, segs []claimSeg, full 
 		return claimReply{err: ctx.Err()}
 	}
 	rep := <-r.reply
-	q.skip.record(segs, n, rep.rows, rep.err, start)
+	q.skip.Record(segs, n, rep.rows, rep.err, start)
 	return rep
 }
 
@@ -349,10 +225,10 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 		arg.ReqBatch = append(arg.ReqBatch, int32(r.n))
 		arg.ReqSegLo = append(arg.ReqSegLo, int32(len(arg.SegPriority)+1))
 		for _, s := range r.segs {
-			arg.SegPriority = append(arg.SegPriority, s.priority)
-			arg.SegAfterUs = append(arg.SegAfterUs, s.afterUs)
-			arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.minAgeUs)
-			arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, s.maxUs)
+			arg.SegPriority = append(arg.SegPriority, s.Priority)
+			arg.SegAfterUs = append(arg.SegAfterUs, s.AfterUs)
+			arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.MinAgeUs)
+			arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, s.MaxUs)
 		}
 		arg.ReqSegHi = append(arg.ReqSegHi, int32(len(arg.SegPriority)))
 	}

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -75,7 +74,7 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	bctx, stop := context.WithCancel(ctx)
 	w.spawn(func() { w.claimBatcher(bctx) })
 	defer func() { stop(); w.engWG.Wait() }()
-	segs := []claimSeg{{priority: 2, maxUs: maxAgeUs(0)}}
+	segs := []engine.ClaimSeg{{Priority: 2, MaxUs: maxAgeUs(0)}}
 	qa, qb := &queue{w: w, name: "a"}, &queue{w: w, name: "b"}
 
 	// Given up before it was sent: nothing is claimed.
@@ -169,66 +168,24 @@ func batcherWorker(t *testing.T, pool *pgxpool.Pool, clk engine.Clock) *Worker {
 }
 
 // allBands are a plain ordered claim's segments (the default policy): bands 9 down to 1.
-func allBands() []claimSeg {
-	var segs []claimSeg
+func allBands() []engine.ClaimSeg {
+	var segs []engine.ClaimSeg
 	for p := maxPriority; p >= minPriority; p-- {
-		segs = append(segs, claimSeg{priority: int16(p), maxUs: maxAgeUs(0)})
+		segs = append(segs, engine.ClaimSeg{Priority: int16(p), MaxUs: maxAgeUs(0)})
 	}
 	return segs
 }
 
-func bandsOf(segs []claimSeg) []int16 {
+func bandsOf(segs []engine.ClaimSeg) []int16 {
 	var out []int16
 	for _, s := range segs {
-		out = append(out, s.priority)
+		out = append(out, s.Priority)
 	}
 	return out
 }
 
-// What a queue's batched claims learn about empty bands, and when they stop skipping them.
-func TestBandSkipFilterAndRecord(t *testing.T) {
-	t0 := time.Unix(1_000_000, 0)
-	row := func(prio int16) claimRow { return claimRow{Priority: &prio} }
-	var b bandSkip
-	segs := allBands()
-	require.Equal(t, segs, b.filter(segs, t0, false), "nothing known: every band")
-
-	// A claim of 1 job found it in band 2: bands 9..3 were probed empty, band 1 was not probed.
-	b.record(segs, 1, []claimRow{row(2)}, nil, t0)
-	require.Equal(t, []int16{2, 1}, bandsOf(b.filter(segs, t0.Add(time.Millisecond), false)))
-	// Not while a NOTIFY without a hint is unaccounted for.
-	require.Equal(t, segs, b.filter(segs, t0.Add(time.Millisecond), true))
-	// Not past bandSkipFor, nor when the clock went back.
-	require.Equal(t, segs, b.filter(segs, t0.Add(bandSkipFor), false))
-	require.Equal(t, segs, b.filter(segs, t0.Add(-time.Millisecond), false))
-	// A hint for band 7 that arrived after the claim started: band 7 is probed again.
-	b.hinted(7, t0.Add(time.Millisecond))
-	require.Equal(t, []int16{7, 2, 1}, bandsOf(b.filter(segs, t0.Add(2*time.Millisecond), false)))
-	// A hint that arrived before the claim that found the band empty started does not.
-	b.record(segs, 1, []claimRow{row(2)}, nil, t0.Add(3*time.Millisecond))
-	require.Equal(t, []int16{2, 1}, bandsOf(b.filter(segs, t0.Add(4*time.Millisecond), false)))
-
-	// A short claim (the queue is not busy): every band next time, and what it saw is kept.
-	b.record([]claimSeg{{priority: 2}, {priority: 1}}, 5, []claimRow{row(2)}, nil, t0.Add(5*time.Millisecond))
-	require.Equal(t, segs, b.filter(segs, t0.Add(6*time.Millisecond), false))
-	require.NotZero(t, b.emptyAt[1].Load(), "a short claim probed band 1 and found it empty")
-	// A failed claim likewise.
-	b.record(segs, 1, []claimRow{row(2)}, nil, t0.Add(7*time.Millisecond))
-	require.Len(t, b.filter(segs, t0.Add(8*time.Millisecond), false), 1)
-	b.record(segs, 1, nil, errors.New("boom"), t0.Add(9*time.Millisecond))
-	require.Equal(t, segs, b.filter(segs, t0.Add(10*time.Millisecond), false))
-	// A band that served a claim is not empty; every band skippable: none is skipped.
-	b.record(segs, 1, []claimRow{row(9)}, nil, t0.Add(11*time.Millisecond))
-	require.Zero(t, b.emptyAt[9].Load())
-	two := []claimSeg{{priority: 5}, {priority: 4}} // both known empty
-	require.Equal(t, two, b.filter(two, t0.Add(12*time.Millisecond), false))
-	// Aging windows (a band in several segments): nothing is learnt or skipped.
-	aged := []claimSeg{{priority: 3}, {priority: 2}, {priority: 3}}
-	require.Equal(t, aged, b.filter(aged, t0.Add(12*time.Millisecond), false))
-}
-
 // The cost of skipping, bounded: a job that becomes claimable without a hinted NOTIFY in a band
-// the busy queue found empty is claimed once bandSkipFor has passed (or at once on a hint, or
+// the busy queue found empty is claimed once engine.BandSkipFor has passed (or at once on a hint, or
 // on a full claim), and the claims in between still serve the other bands in order.
 func TestClaimBatchSkippedBandIsProbedAgain(t *testing.T) {
 	t.Parallel()
@@ -248,14 +205,14 @@ func TestClaimBatchSkippedBandIsProbedAgain(t *testing.T) {
 		return deref0(rep.rows[0].Priority)
 	}
 	require.Equal(t, int16(2), claim(false))
-	require.Equal(t, []int16{2, 1}, bandsOf(q.skip.filter(allBands(), fc.Now(), false)))
+	require.Equal(t, []int16{2, 1}, bandsOf(q.skip.Filter(allBands(), fc.Now(), false)))
 	// A band-9 job made ready without a NOTIFY (as a retry's due time passing is): skipped...
 	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at) VALUES ('a', 'noop', '{}', 9, now() - interval '1 minute')`)
 	require.NoError(t, err)
-	fc.Advance(bandSkipFor / 2)
+	fc.Advance(engine.BandSkipFor / 2)
 	require.Equal(t, int16(2), claim(false), "the skipped band was probed")
-	// ...until bandSkipFor has passed since a claim last found the band empty.
-	fc.Advance(bandSkipFor)
+	// ...until engine.BandSkipFor has passed since a claim last found the band empty.
+	fc.Advance(engine.BandSkipFor)
 	require.Equal(t, int16(9), claim(false))
 	// A hint ends the skip at once.
 	require.Equal(t, int16(2), claim(false))
@@ -263,7 +220,7 @@ func TestClaimBatchSkippedBandIsProbedAgain(t *testing.T) {
 	require.NoError(t, err)
 	fc.Advance(time.Millisecond)
 	require.Equal(t, int16(2), claim(false))
-	q.skip.hinted(8, fc.Now())
+	q.skip.Hinted(8, fc.Now())
 	require.Equal(t, int16(8), claim(false))
 	// A full claim probes every band.
 	require.Equal(t, int16(2), claim(false))

@@ -117,9 +117,9 @@ func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 	k := &w.kinds
 	if q.useClaimBatch(p) {
 		// One statement for the plain ordered claims of many queues (claimbatch.go).
-		segs := make([]claimSeg, len(p.segs))
+		segs := make([]engine.ClaimSeg, len(p.segs))
 		for i, s := range p.segs {
-			segs[i] = claimSeg{priority: int16(s.Priority), afterUs: p.after[s.Priority], minAgeUs: s.MinAge.Microseconds(), maxUs: maxAgeUs(s.MaxAge)}
+			segs[i] = engine.ClaimSeg{Priority: int16(s.Priority), AfterUs: p.after[s.Priority], MinAgeUs: s.MinAge.Microseconds(), MaxUs: maxAgeUs(s.MaxAge)}
 		}
 		rep := q.sendClaimDone(ctx, p.n, segs, p.full, p.done)
 		return rep.rows, claimFeedback{doneLanded: rep.landed}, rep.err

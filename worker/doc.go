@@ -69,7 +69,8 @@
 // policy (strict priority, aging, quotas, deadline promotion: a claim's segments), the
 // payloads of the notifications the listener reads, the pipelines that send a claim's locks
 // and riding completions with it in one round trip (AfterLock), the claim row and its one
-// conversion to the *generics.JobRow handlers see (ToJobRow).
+// conversion to the *generics.JobRow handlers see (ToJobRow), what the batched claims learnt
+// about empty bands (BandSkip).
 //
 // Usage:
 //

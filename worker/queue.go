@@ -51,11 +51,11 @@ type queue struct {
 	// plainNotified: a NOTIFY without a due-time hint arrived since the last full claim (the
 	// listener sets it, the loop clears it when it plans a full claim).
 	plainNotified atomic.Bool
-	skip          bandSkip      // the bands the batched claims found empty (claimbatch.go)
-	resyncCh      chan struct{} // the listener reconnected: heartbeat every job now (1-buffered)
-	stopCh        chan stopPlan // 1-buffered
-	pauseCh       chan bool     // the queue state service: paused or not (1-buffered, latest wins)
-	done          chan struct{} // closed when the loop returns
+	skip          engine.BandSkip // the bands the batched claims found empty (claimbatch.go)
+	resyncCh      chan struct{}   // the listener reconnected: heartbeat every job now (1-buffered)
+	stopCh        chan stopPlan   // 1-buffered
+	pauseCh       chan bool       // the queue state service: paused or not (1-buffered, latest wins)
+	done          chan struct{}   // closed when the loop returns
 	// runCh hands an execution to an idle handler goroutine (unbuffered: a send succeeds only
 	// when one waits; execute.go, dispatch).
 	runCh chan *execution

@@ -28,6 +28,9 @@
 //     converts sqlc's identical row types to it and splits off the claim mode's feedback,
 //     DecodeFeedback reads it), and ToJobRow, the one conversion of an owned row to the
 //     *generics.JobRow a handler sees, with the attempt's claim token.
+//   - bandskip.go: BandSkip, what a queue's batched claims learnt about its empty priority
+//     bands (left out of its next requests for at most BandSkipFor; the rules and their cost
+//     at the top of the file), and ClaimSeg, one segment of a batched claim's request.
 //
 // The rest of the engine (the queue loop, claims and claim modes, execution, finishes,
 // heartbeats, sweeps, the listener, the registry) is still in package worker, as methods of
