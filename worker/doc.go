@@ -70,7 +70,8 @@
 // payloads of the notifications the listener reads, the pipelines that send a claim's locks
 // and riding completions with it in one round trip (AfterLock), the claim row and its one
 // conversion to the *generics.JobRow handlers see (ToJobRow), what the batched claims learnt
-// about empty bands (BandSkip).
+// about empty bands (BandSkip), the periodic schedules' tick grid and catch-up decision
+// (Ticks).
 //
 // Usage:
 //

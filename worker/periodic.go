@@ -15,6 +15,7 @@ import (
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // ErrInvalidSchedule means a periodic job cannot be scheduled: an empty, too long or
@@ -28,17 +29,16 @@ var ErrInvalidSchedule = errors.New("tenure: invalid periodic schedule")
 // Schedule says when a periodic job is due: Every (a fixed interval) or Cron (a 5-field cron
 // expression in a time zone). The zero Schedule is invalid.
 type Schedule struct {
-	every    time.Duration
+	ticks    engine.Ticks // Every, or Cron once validate parsed expr
 	expr, tz string
 	isCron   bool
-	cron     *cron.Schedule // parsed by validate
 }
 
 // Every returns a schedule whose ticks are the multiples of d since the Unix epoch (UTC):
 // Every(time.Second) ticks on each whole second, Every(time.Hour) on each whole hour, the
 // same ticks for every worker and across restarts. d must be at least one second and a whole
 // number of microseconds.
-func Every(d time.Duration) Schedule { return Schedule{every: d} }
+func Every(d time.Duration) Schedule { return Schedule{ticks: engine.Ticks{Every: d}} }
 
 // Cron returns a schedule of the 5-field cron expression expr (package cron documents the
 // syntax and the daylight-saving rules) in the IANA time zone timeZone ("" means UTC).
@@ -50,33 +50,18 @@ func (s *Schedule) validate() error {
 		if err != nil {
 			return err
 		}
-		s.cron = c
+		s.ticks.Cron = c
 		return nil
 	}
 	switch {
-	case s.every == 0:
+	case s.ticks.Every == 0:
 		return errors.New("no schedule: use worker.Every or worker.Cron")
-	case s.every < time.Second:
-		return fmt.Errorf("interval %v is below 1s", s.every)
-	case s.every%time.Microsecond != 0:
-		return fmt.Errorf("interval %v is not a whole number of microseconds", s.every)
+	case s.ticks.Every < time.Second:
+		return fmt.Errorf("interval %v is below 1s", s.ticks.Every)
+	case s.ticks.Every%time.Microsecond != 0:
+		return fmt.Errorf("interval %v is not a whole number of microseconds", s.ticks.Every)
 	}
 	return nil
-}
-
-// next returns the first tick strictly after t.
-func (s *Schedule) next(t time.Time) time.Time {
-	if s.cron != nil {
-		return s.cron.Next(t)
-	}
-	d := s.every.Nanoseconds()
-	// Ticks are multiples of d since the epoch; floor division also for times before 1970.
-	ns := t.UnixNano()
-	k := ns / d
-	if ns < 0 && ns%d != 0 {
-		k--
-	}
-	return time.Unix(0, (k+1)*d).UTC()
 }
 
 // String describes the schedule as tenure.periodic.spec stores it: "every 1s" or
@@ -90,7 +75,7 @@ func (s Schedule) String() string {
 		}
 		return "cron " + strings.Join(strings.Fields(s.expr), " ") + " " + tz
 	}
-	return "every " + s.every.String()
+	return "every " + s.ticks.Every.String()
 }
 
 // CatchUp says what a schedule does with ticks that passed while no worker could enqueue
@@ -211,53 +196,10 @@ func (p *PeriodicJob) validate() error {
 	return nil
 }
 
-// period is the schedule's period around t: the interval, or the span between the cron
-// schedule's next two ticks after t.
-func (p *PeriodicJob) period(t time.Time) time.Duration {
-	if p.sched.cron == nil {
-		return p.sched.every
-	}
-	a := p.sched.next(t)
-	return p.sched.next(a).Sub(a)
-}
-
-// maxMissedCount bounds the ticks counted when catching up after downtime (cron schedules
-// are walked tick by tick; intervals are computed).
-const maxMissedCount = 100000
-
-// dueTicks returns, for a schedule whose stored tick is t and a database time now >= t, the
-// latest tick <= now, how many earlier due ticks there are (t included when it is not the
-// latest), and the first tick after now.
-func (p *PeriodicJob) dueTicks(t, now time.Time) (latest time.Time, missed int, next time.Time) {
-	if p.sched.cron == nil {
-		d := p.sched.every
-		k := now.Sub(t) / d // whole periods since t (t is on the grid, unless the spec changed)
-		latest = t.Add(k * d)
-		return latest, int(k), p.sched.next(now)
-	}
-	latest = t
-	for n := p.sched.next(t); !n.IsZero() && !n.After(now); n = p.sched.next(n) {
-		latest = n
-		if missed++; missed >= maxMissedCount {
-			break
-		}
-	}
-	return latest, missed, p.sched.next(now)
-}
-
-// catchUp is the decision for the due stored tick t at database time now: the latest tick
-// <= now, the earlier due ticks (missed), the first tick after now, whether one job is
-// enqueued (always under CatchUpOnce; under CatchUpSkip only if now is at most MisfireGrace
-// past the latest tick) and how many ticks the schedule's row records as missed (the earlier
-// ones, and the latest too when it is not enqueued; under CatchUpSkip they are dropped).
+// catchUp is the decision for the due stored tick t at database time now
+// (engine.Ticks.CatchUp), under p's CatchUp and MisfireGrace.
 func (p *PeriodicJob) catchUp(t, now time.Time) (latest time.Time, missed int, next time.Time, enqueue bool, dropped int64) {
-	latest, missed, next = p.dueTicks(t, now)
-	enqueue = p.opts.CatchUp == CatchUpOnce || now.Sub(latest) <= p.opts.MisfireGrace
-	dropped = int64(missed)
-	if !enqueue {
-		dropped++ // the latest one too
-	}
-	return latest, missed, next, enqueue, dropped
+	return p.sched.ticks.CatchUp(t, now, p.opts.CatchUp == CatchUpOnce, p.opts.MisfireGrace)
 }
 
 // periodicPollMax is the longest the periodic service sleeps between looks at its schedules
@@ -305,7 +247,7 @@ func (w *Worker) upsertPeriodic(ctx context.Context, q *gen.Queries, p *Periodic
 		queue = info.Defaults.Queue
 	}
 	_, err := q.PeriodicUpsert(ctx, gen.PeriodicUpsertParams{Name: p.name, Spec: p.sched.String(), Kind: p.kind,
-		Queue: queue, NextRunAt: p.sched.next(now)})
+		Queue: queue, NextRunAt: p.sched.ticks.Next(now)})
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) { // no row: unchanged
 		return fmt.Errorf("periodic %q: %w", p.name, err)
 	}
@@ -316,7 +258,7 @@ func (w *Worker) runOnStart(ctx context.Context, p *PeriodicJob) error {
 	enqueued := false
 	err := pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
 		q := w.qon(tx)
-		at, err := q.PeriodicRunOnStart(ctx, gen.PeriodicRunOnStartParams{Name: p.name, GapUs: p.period(time.Now()).Microseconds()})
+		at, err := q.PeriodicRunOnStart(ctx, gen.PeriodicRunOnStartParams{Name: p.name, GapUs: p.sched.ticks.Period(time.Now()).Microseconds()})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // a job was enqueued within the period
 		}

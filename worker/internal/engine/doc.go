@@ -31,6 +31,9 @@
 //   - bandskip.go: BandSkip, what a queue's batched claims learnt about its empty priority
 //     bands (left out of its next requests for at most BandSkipFor; the rules and their cost
 //     at the top of the file), and ClaimSeg, one segment of a batched claim's request.
+//   - periodic.go: Ticks, a periodic schedule's tick grid (an interval's multiples since the
+//     epoch, or a cron schedule's ticks) and the catch-up decision for ticks that passed while
+//     no worker could enqueue them, on the database's time.
 //
 // The rest of the engine (the queue loop, claims and claim modes, execution, finishes,
 // heartbeats, sweeps, the listener, the registry) is still in package worker, as methods of
