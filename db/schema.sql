@@ -993,14 +993,18 @@ CREATE UNIQUE INDEX jobs_workflow_idx ON tenure.jobs (workflow_id, task_name) WH
 -- A sequence's jobs in order; rows of no sequence never enter it.
 CREATE INDEX jobs_sequence_idx ON tenure.jobs (sequence_key, id) WHERE sequence_key IS NOT NULL;
 
--- Settles the dependents of a job that just reached a final state (NEW): each unresolved edge
--- out of it is resolved, and each dependent still waiting is
+-- Settles the dependents of jobs that just reached a final state (ids, with their states):
+-- each unresolved edge out of them is resolved, and each dependent still waiting is
 --   released (waiting -> ready, due at its own run_at or now, with the new-job NOTIFY) when its
 --   last pending edge resolved through a success, or a failure under on_failure = 'run';
 --   cancelled (code DEPENDENCY_FAILED) when an edge failed under on_failure = 'cancel'; its own
 --   dependents are then settled in the next round of the loop (not by a nested trigger: the
 --   trigger fires at depth 0 only, so a chain of any length cancels without recursion);
 --   left waiting for an edge that failed under on_failure = 'block'.
+-- A dependent waiting on several of the jobs is decremented once, by their number (per_job),
+-- so a statement that finished 100 tasks of a fan-in writes one version of the join's row,
+-- not 100 (migration 0026). Dependents are updated in id order (per_job is sorted and drives
+-- the nested loop), so two settling statements lock the dependents they share in one order.
 -- Its statement runs on a cached generic plan (plan_cache_mode: the custom plans PL/pgSQL
 -- otherwise re-plans per call cost ~0.7 ms a release, 6x the statement itself).
 -- Each round reads the edges by primary key (= ANY of the array: a join with the unnested
@@ -1010,16 +1014,19 @@ CREATE INDEX jobs_sequence_idx ON tenure.jobs (sequence_key, id) WHERE sequence_
 -- statistics on job_deps the generic plan then looked the dependents up by that array and
 -- rescanned per_job for each of them, N x N for a fan-out of N (20,000 tasks ran past the finish
 -- deadline, so the root's finish was rolled back and retried for ever:
--- TestFanOutReleaseIsNotQuadratic). Under READ
--- COMMITTED a concurrent finish of another dependency of the same dependent waits for the
--- dependent's row lock and then decrements the committed count: counts are never lost.
-CREATE FUNCTION tenure.settle_dependents() RETURNS trigger
+-- TestFanOutReleaseIsNotQuadratic).
+-- Counts are never lost under READ COMMITTED: the decrement is an UPDATE of the dependent's
+-- row, so a concurrent settle of other dependencies of the same dependent waits for the row
+-- lock and then re-evaluates its SET and WHERE on the committed version (EvalPlanQual): it
+-- subtracts its own n from the count the other transaction left, and sees the state that
+-- transaction set (a released or cancelled dependent is no longer 'waiting': changed nothing).
+-- Exactly one of them takes the count to 0 and releases. An edge is resolved by the settle of
+-- its dependency alone, which runs in the statement that moved that dependency to a final
+-- state while holding its row: an edge is counted once.
+CREATE FUNCTION tenure.settle_jobs(ids bigint[], states text[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET plan_cache_mode = force_generic_plan
 AS $$
-DECLARE
-    ids    bigint[] := ARRAY[NEW.id];
-    states text[]   := ARRAY[NEW.state::text];
 BEGIN
     WHILE cardinality(ids) > 0 LOOP
         WITH settled AS (
@@ -1080,12 +1087,47 @@ BEGIN
         INTO ids, states
         FROM woken w CROSS JOIN ended LEFT JOIN changed c ON true;
     END LOOP;
+END
+$$;
+
+-- The trigger: a row that reached a final state (its WHEN) settles every such row of its
+-- statement at once (migration 0026). The first row of a statement whose edges still need
+-- settling passes all the statement's final rows with dependents (the transition table
+-- settled_rows: the statement's new row versions) to settle_jobs; the rows after it then find
+-- their edges resolved (one index probe each) and return. A row the batch did not cover (none
+-- can be: it is in the transition table) would find its own edges unresolved and settle them
+-- itself, so a release never depends on which row came first. Rows that were final already
+-- (settled_rows has no old state) have no edge left to resolve: a final job's edges were
+-- resolved when it got there, except 'block' edges of a failed one, which only a success
+-- resolves. Per statement, not per row: one release statement for a CompleteMany of 100 tasks,
+-- each dependent decremented once by its count (measured in docs/design.md "Workflows and
+-- sequences"). A transition table forbids a column list (UPDATE OF state), so the WHEN is
+-- evaluated for every updated row (a NULL has_dependents ends it) and every UPDATE of
+-- tenure.jobs keeps its new rows for the statement (a tuple copy each, dropped at its end).
+CREATE FUNCTION tenure.settle_dependents() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    ids    bigint[];
+    states text[];
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tenure.job_deps d
+                   WHERE d.dep_id = NEW.id AND NOT d.resolved
+                     AND (NEW.state::text = 'succeeded' OR d.on_failure <> 'block')) THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(n.id ORDER BY n.id), array_agg(n.state::text ORDER BY n.id)
+    INTO ids, states
+    FROM settled_rows n
+    WHERE n.has_dependents AND n.state::text IN ('succeeded', 'dead', 'cancelled');
+    PERFORM tenure.settle_jobs(coalesce(ids, ARRAY[NEW.id]), coalesce(states, ARRAY[NEW.state::text]));
     RETURN NULL;
 END
 $$;
 
 CREATE TRIGGER jobs_settle_dependents
-    AFTER UPDATE OF state ON tenure.jobs
+    AFTER UPDATE ON tenure.jobs
+    REFERENCING NEW TABLE AS settled_rows
     FOR EACH ROW
     WHEN (NEW.has_dependents AND OLD.state IS DISTINCT FROM NEW.state
           AND NEW.state IN ('succeeded', 'dead', 'cancelled') AND pg_trigger_depth() = 0)

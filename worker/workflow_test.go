@@ -445,8 +445,11 @@ func TestWorkflowInAnotherSchema(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM tenure.job_deps) + (SELECT count(*) FROM tenure.jobs) + (SELECT count(*) FROM tenure.sequences)").Scan(&n))
 	require.Zero(t, n, "schema tenure untouched")
 	var def string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_get_functiondef('flows2.settle_dependents'::regproc)").Scan(&def))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_get_functiondef('flows2.settle_jobs'::regproc)").Scan(&def))
 	require.Contains(t, def, "'flows2_jobs'")
+	require.NotContains(t, def, "tenure")
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_get_functiondef('flows2.settle_dependents'::regproc)").Scan(&def))
+	require.Contains(t, def, "flows2.settle_jobs(")
 	require.NotContains(t, def, "tenure")
 }
 
