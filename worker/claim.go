@@ -86,6 +86,12 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	p.segs, p.quota, p.ranked = q.pol.Plan(n)
 	q.mode.plan(q, &p)
 	p.done = q.takeRide()
+	if q.useClaimBatch(&p) {
+		// One statement for the plain ordered claims of many queues (claimbatch.go): no claim
+		// goroutine, the batcher's statement answers the loop.
+		q.startBatched(ctx, idx, p)
+		return
+	}
 	mode := q.mode
 	q.w.spawn(func() {
 		start := time.Now()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/worker/internal/engine"
@@ -64,7 +66,7 @@ const (
 // context ended: Stop's deadline).
 var errClaimBatcherGone = errors.New("tenure: claim batcher stopped")
 
-// claimReq is one claim goroutine's request: one queue's plain ordered claim.
+// claimReq is one request: one queue's plain ordered claim.
 type claimReq struct {
 	ctx   context.Context // the caller's: ended before the request is sent, it does not run
 	queue string
@@ -72,10 +74,91 @@ type claimReq struct {
 	segs  []engine.ClaimSeg
 	// done: the queue's completions the statement carries (claim.go, "Completions ride on
 	// claims").
-	done  []*execution
-	reply chan claimReply // 1-buffered: the batcher never blocks on it
+	done []*execution
+	// The answer goes to exactly one of:
+	//   - to: the loop of the queue that planned the claim (startBatched), as its claimResult
+	//     for claimer idx, on to.claimedCh (buffered Claimers, and the queue has at most
+	//     Claimers claims in flight: the send never blocks);
+	//   - reply (1-buffered: the batcher never blocks on it): a caller waiting (sendClaim).
+	to    *queue
+	idx   int
+	plan  claimPlan
+	start time.Time // when the loop planned it (claimResult.took)
+	reply chan claimReply
+	// skipStart: the engine clock when the request was formed (BandSkip.Record).
+	skipStart time.Time
 	// arrived: how many statements the batcher had started when the request reached it.
 	arrived int64
+}
+
+// answer delivers rep to the request's loop or caller. To a loop it is what a claim goroutine
+// reported before the loop handed its plain ordered claims to the batcher itself: the bands
+// found empty are recorded (engine.BandSkip), the rows converted, and the result sent unless
+// the loop has returned.
+func (r *claimReq) answer(rep claimReply) {
+	q := r.to
+	if q == nil {
+		r.reply <- rep
+		return
+	}
+	q.skip.Record(r.segs, r.n, rep.rows, rep.err, r.skipStart)
+	res := claimResult{idx: r.idx, n: r.n, plan: r.plan, fb: claimFeedback{doneLanded: rep.landed}, err: rep.err, took: time.Since(r.start)}
+	if rep.err == nil {
+		res.got = make([]claimed, len(rep.rows))
+		for i := range rep.rows {
+			res.got[i] = fromClaimRow(rep.rows[i], q.w.cfg.ID)
+		}
+	}
+	select {
+	case q.claimedCh <- res:
+	case <-q.done:
+	}
+}
+
+// claimIntake is where requests wait for the batcher: a list the senders append to and the
+// batcher takes whole. A send never blocks (a queue loop sends its own claims: it must not
+// wait for the batcher), and a burst of requests reaches the batcher in one take.
+type claimIntake struct {
+	mu     sync.Mutex
+	reqs   []*claimReq
+	closed bool          // the batcher has stopped: put refuses
+	sig    chan struct{} // 1-buffered: requests are waiting
+}
+
+func newClaimIntake() *claimIntake { return &claimIntake{sig: make(chan struct{}, 1)} }
+
+// put hands r to the batcher. It returns false, leaving r unanswered, once the batcher has
+// stopped.
+func (in *claimIntake) put(r *claimReq) bool {
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return false
+	}
+	in.reqs = append(in.reqs, r)
+	in.mu.Unlock()
+	signal(in.sig)
+	return true
+}
+
+// take appends the waiting requests to buf (batcher).
+func (in *claimIntake) take(buf []*claimReq) []*claimReq {
+	in.mu.Lock()
+	buf = append(buf, in.reqs...)
+	clear(in.reqs)
+	in.reqs = in.reqs[:0]
+	in.mu.Unlock()
+	return buf
+}
+
+// close refuses further requests and returns those waiting (batcher, when it stops).
+func (in *claimIntake) close() []*claimReq {
+	in.mu.Lock()
+	in.closed = true
+	out := in.reqs
+	in.reqs = nil
+	in.mu.Unlock()
+	return out
 }
 
 type claimReply struct {
@@ -92,14 +175,40 @@ type claimReply struct {
 // useClaimBatch reports whether a plan goes through the batcher: plain ordered claims only,
 // on a worker serving more than one queue.
 func (q *queue) useClaimBatch(p *claimPlan) bool {
-	return q.w.claimReqCh != nil && !p.ranked && !p.fair && q.limits == nil
+	return q.w.claimIn != nil && !p.ranked && !p.fair && q.limits == nil
 }
 
-// claimBatched runs a plain ordered claim through the batcher (claim goroutine), leaving out
-// the bands the queue's recent claims found empty unless full (a full claim reads every band
-// from its start). It returns an error without claiming when ctx ends before the request is
-// taken into a statement; once taken, it returns what the statement claimed even if ctx ended
-// meanwhile.
+// batchSegs are a plain ordered plan's segments as a request carries them.
+func batchSegs(p *claimPlan) []engine.ClaimSeg {
+	segs := make([]engine.ClaimSeg, len(p.segs))
+	for i, s := range p.segs {
+		segs[i] = engine.ClaimSeg{Priority: int16(s.Priority), AfterUs: p.after[s.Priority], MinAgeUs: s.MinAge.Microseconds(), MaxUs: maxAgeUs(s.MaxAge)}
+	}
+	return segs
+}
+
+// startBatched is startClaim for a plan that goes through the batcher (loop): it hands the
+// request to the batcher, without a claim goroutine, leaving out the bands the queue's recent
+// claims found empty unless the claim is full (a full claim reads every band from its start).
+// The batcher's statement answers the loop directly (claimReq.answer).
+func (q *queue) startBatched(ctx context.Context, idx int, p claimPlan) {
+	segs := batchSegs(&p)
+	now := q.w.clk.Now()
+	if !p.full {
+		segs = q.skip.Filter(segs, now, q.plainNotified.Load())
+	}
+	r := &claimReq{ctx: ctx, queue: q.name, n: p.n, segs: segs, done: p.done,
+		to: q, idx: idx, plan: p, start: time.Now(), skipStart: now}
+	if !q.w.claimIn.put(r) {
+		r.answer(claimReply{err: errClaimBatcherGone})
+	}
+}
+
+// claimBatched runs a plain ordered claim through the batcher and waits for its rows (tests:
+// the loop's claims go through startBatched), leaving out the bands the queue's recent claims
+// found empty unless full. It returns an error without claiming when ctx ends before the
+// request is taken into a statement; once taken, it returns what the statement claimed even
+// if ctx ended meanwhile.
 func (q *queue) claimBatched(ctx context.Context, n int, segs []engine.ClaimSeg, full bool) ([]claimRow, error) {
 	rep := q.sendClaim(ctx, n, segs, full)
 	return rep.rows, rep.err
@@ -107,20 +216,13 @@ func (q *queue) claimBatched(ctx context.Context, n int, segs []engine.ClaimSeg,
 
 // sendClaim is claimBatched, answering with the batcher's whole reply.
 func (q *queue) sendClaim(ctx context.Context, n int, segs []engine.ClaimSeg, full bool) claimReply {
-	return q.sendClaimDone(ctx, n, segs, full, nil)
-}
-
-// sendClaimDone is sendClaim for a claim that carries completions (claimPlan.done).
-func (q *queue) sendClaimDone(ctx context.Context, n int, segs []engine.ClaimSeg, full bool, done []*execution) claimReply {
 	start := q.w.clk.Now()
 	if !full {
 		segs = q.skip.Filter(segs, start, q.plainNotified.Load())
 	}
-	r := &claimReq{ctx: ctx, queue: q.name, n: n, segs: segs, done: done, reply: make(chan claimReply, 1)}
-	select {
-	case q.w.claimReqCh <- r:
-	case <-ctx.Done():
-		return claimReply{err: ctx.Err()}
+	r := &claimReq{ctx: ctx, queue: q.name, n: n, segs: segs, reply: make(chan claimReply, 1)}
+	if !q.w.claimIn.put(r) {
+		return claimReply{err: errClaimBatcherGone}
 	}
 	rep := <-r.reply
 	q.skip.Record(segs, n, rep.rows, rep.err, start)
@@ -131,6 +233,7 @@ func (q *queue) sendClaimDone(ctx context.Context, n int, segs []engine.ClaimSeg
 // statements in flight; each statement runs on its own goroutine and answers its requests.
 // It runs until the engine context ends, and then answers whatever is still pending.
 func (w *Worker) claimBatcher(ctx context.Context) {
+	in := w.claimIn
 	var pending []*claimReq
 	inFlight := 0
 	var started int64 // statements started
@@ -152,22 +255,16 @@ func (w *Worker) claimBatcher(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			for _, r := range pending {
-				r.reply <- claimReply{err: errClaimBatcherGone}
+			for _, r := range append(pending, in.close()...) {
+				r.answer(claimReply{err: errClaimBatcherGone})
 			}
 			return
-		case r := <-w.claimReqCh:
-			r.arrived = started
-			pending = append(pending, r)
-			// Take the burst that came with it, so that it leaves in one statement.
-			for more := true; more; {
-				select {
-				case r := <-w.claimReqCh:
-					r.arrived = started
-					pending = append(pending, r)
-				default:
-					more = false
-				}
+		case <-in.sig:
+			// Every request waiting: a burst leaves in one statement.
+			n := len(pending)
+			pending = in.take(pending)
+			for _, r := range pending[n:] {
+				r.arrived = started
 			}
 		case <-done:
 			inFlight--
@@ -188,7 +285,7 @@ func pickClaimBatch(pending []*claimReq) (take, rest []*claimReq) {
 			break
 		}
 		if err := r.ctx.Err(); err != nil {
-			r.reply <- claimReply{err: err}
+			r.answer(claimReply{err: err})
 			continue
 		}
 		if queues[r.queue] {
@@ -247,7 +344,7 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 	w.m.claimBatchRequests.Add(int64(len(reqs)))
 	if err != nil {
 		for _, r := range reqs {
-			r.reply <- claimReply{err: err, behind: seq - r.arrived}
+			r.answer(claimReply{err: err, behind: seq - r.arrived})
 		}
 		return
 	}
@@ -272,6 +369,6 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 		out[i] = append(out[i], g)
 	}
 	for i, r := range reqs {
-		r.reply <- claimReply{rows: out[i], landed: landed, behind: seq - r.arrived}
+		r.answer(claimReply{rows: out[i], landed: landed, behind: seq - r.arrived})
 	}
 }

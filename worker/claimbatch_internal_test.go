@@ -69,7 +69,7 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('a', 'noop', '{}'), ('b', 'noop', '{}')`)
 	require.NoError(t, err)
 	w := &Worker{cfg: Config{ID: "batch-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 4), clk: engine.RealClock{}}
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: engine.RealClock{}}
 	w.claimLog.Every = engine.ErrorLogEvery
 	bctx, stop := context.WithCancel(ctx)
 	w.spawn(func() { w.claimBatcher(bctx) })
@@ -159,7 +159,7 @@ func TestClaimBatchNoBitmapIsLocal(t *testing.T) {
 func batcherWorker(t *testing.T, pool *pgxpool.Pool, clk engine.Clock) *Worker {
 	t.Helper()
 	w := &Worker{cfg: Config{ID: "batch-test", MaxClaimBatch: 100}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 8), clk: clk}
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: clk}
 	w.claimLog.Every = engine.ErrorLogEvery
 	bctx, stop := context.WithCancel(context.Background())
 	w.spawn(func() { w.claimBatcher(bctx) })
