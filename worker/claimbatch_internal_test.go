@@ -321,3 +321,48 @@ func TestSettleToGroupsInOnePass(t *testing.T) {
 	})
 	require.Less(t, allocs, float64(3*n), "allocations for one batch over %d queues", n)
 }
+
+// A queue loop hands its plain ordered claims to the batcher itself (startBatched, no claim
+// goroutine): the statement answers the loop on claimedCh with its claimer, its reservation
+// and the rows it owns, and once the batcher has stopped a claim is answered at once with an
+// error (the loop backs off) instead of waiting for a batcher that will never answer.
+func TestClaimBatchAnswersTheLoop(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('a', 'noop', '{}')`)
+	require.NoError(t, err)
+	w := &Worker{cfg: Config{ID: "batch-loop-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: engine.RealClock{}}
+	w.claimLog.Every = engine.ErrorLogEvery
+	bctx, stop := context.WithCancel(ctx)
+	w.spawn(func() { w.claimBatcher(bctx) })
+	q := &queue{w: w, name: "a", claimedCh: make(chan claimResult, 2), done: make(chan struct{})}
+	plan := claimPlan{n: 2, segs: []engine.Segment{{Priority: 2}}}
+	q.startBatched(ctx, 1, plan)
+	select {
+	case r := <-q.claimedCh:
+		require.NoError(t, r.err)
+		require.Equal(t, 1, r.idx)
+		require.Equal(t, 2, r.n)
+		require.Len(t, r.got, 1)
+		require.Equal(t, "a", r.got[0].Queue)
+		require.Equal(t, "batch-loop-test", r.got[0].LockedBy)
+		var state string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM tenure.jobs WHERE id = $1`, r.got[0].ID).Scan(&state))
+		require.Equal(t, "running", state)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the batched claim never answered the loop")
+	}
+
+	stop()
+	w.engWG.Wait()
+	q.startBatched(ctx, 0, plan)
+	select {
+	case r := <-q.claimedCh:
+		require.ErrorIs(t, r.err, errClaimBatcherGone)
+		require.Empty(t, r.got)
+	case <-time.After(20 * time.Second):
+		t.Fatal("a claim after the batcher stopped was never answered")
+	}
+}
