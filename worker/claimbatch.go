@@ -15,11 +15,13 @@ import (
 // claims of many queues to the database in one statement (db/queries.sql, ClaimOrderedMany).
 //
 // Each queue keeps its own loop and everything it owns (slots, watermarks, policy, backoff,
-// pause, stop): the loop plans a claim exactly as before and runs it on a claim goroutine.
-// Only the transport is shared. A claim goroutine whose claim is a plain ordered one (no
-// quotas or deadlines ranking segments, no fair share, no limits) hands its request — queue,
-// batch, segments with their watermarks — to the batcher and waits for its rows. The batcher
-// owns the pending requests; whenever fewer than claimBatchInFlight statements are running and
+// pause, stop): the loop plans a claim exactly as before. Only the transport is shared. A
+// claim that is a plain ordered one (no quotas or deadlines ranking segments, no fair share, no
+// limits) does not get a claim goroutine: the loop hands its request — queue, batch, segments
+// with their watermarks, the completions riding on it — to the batcher (startBatched; the
+// intake never blocks), and the statement that carries it answers the loop with the same
+// claimResult a claim goroutine would have sent (claimReq.answer). The batcher owns the
+// pending requests; whenever fewer than claimBatchInFlight statements are running and
 // a request is pending, it starts one statement for the pending requests, oldest first: at most
 // one request per queue (two would pick the same rows: a statement does not skip its own
 // locks), at most claimBatchRequests requests and claimBatchRows rows. There is no linger: a
@@ -37,11 +39,12 @@ import (
 // at most ceil(Claimers/k) statements whatever its backlog (with the defaults, one statement:
 // TestClaimBatchSmallQueueLeavesWithinTheBound).
 //
-// Errors and cancellation: a statement that fails fails every request in it (each claim
-// goroutine reports the error to its loop, which backs off as for any failed claim). A request
+// Errors and cancellation: a statement that fails fails every request in it (each loop gets
+// the error as its claim's result and backs off as for any failed claim). A request
 // whose caller's context ended before the batcher put it in a statement is answered with that
-// error and never runs. Once in a statement, its caller waits for the statement's answer even
-// if its own context ends: the statement runs under the engine context and claimTimeout (the
+// error and never runs; once the batcher has stopped, a request is answered at once with
+// errClaimBatcherGone. Once in a statement, its loop gets the statement's answer even if its
+// own context ends: the statement runs under the engine context and claimTimeout (the
 // same bounds as the caller's), so the wait is bounded, and rows it claimed always reach their
 // queue's loop (which dispatches them, or gives them back through the release path once Stop
 // has begun) instead of being stranded until their lease expires.
