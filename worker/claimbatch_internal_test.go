@@ -366,3 +366,41 @@ func TestClaimBatchAnswersTheLoop(t *testing.T) {
 		t.Fatal("a claim after the batcher stopped was never answered")
 	}
 }
+
+// The cohort linger never strands a request: after a statement that carried several requests,
+// a lone request (fewer pending than the statement carried) still leaves once the linger ends,
+// and the cohort's requests are all answered.
+func TestClaimBatchLingerLetsALoneRequestGo(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT q, 'noop', '{}' FROM unnest(ARRAY['a','b','c','a']) q`)
+	require.NoError(t, err)
+	w := &Worker{cfg: Config{ID: "batch-linger-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: engine.RealClock{}}
+	w.claimLog.Every = engine.ErrorLogEvery
+	bctx, stop := context.WithCancel(ctx)
+	w.spawn(func() { w.claimBatcher(bctx) })
+	defer func() { stop(); w.engWG.Wait() }()
+	segs := []engine.ClaimSeg{{Priority: 2, MaxUs: maxAgeUs(0)}}
+	qs := map[string]*queue{"a": {w: w, name: "a"}, "b": {w: w, name: "b"}, "c": {w: w, name: "c"}}
+	for round := range 3 {
+		// A cohort: three queues' requests, answered by one or two statements.
+		var wg sync.WaitGroup
+		for _, q := range qs {
+			wg.Go(func() {
+				_, err := q.claimBatched(ctx, 1, segs, false)
+				require.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		// Then one request alone, at once: fewer pending than the statement carried.
+		start := time.Now()
+		_, err := qs["a"].claimBatched(ctx, 1, segs, false)
+		require.NoError(t, err, "round %d", round)
+		require.Less(t, time.Since(start), 20*time.Second)
+	}
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE state = 'running'`).Scan(&n))
+	require.Equal(t, 4, n)
+}
