@@ -17,7 +17,9 @@ import (
 // state"), committed (autocommit) before any handler starts, for as many jobs as the queue has
 // free handler slots (bounded by MaxClaimBatch). The queue loop (queue.go) decides when to
 // claim and how much: it plans the claim (watermarks, fairness segments) on its own goroutine,
-// runs the statement on a claim goroutine, and records the result when it comes back.
+// runs the statement on a claim goroutine (or, for a plain ordered claim on a worker serving
+// several queues, hands it to the claim batcher: claimbatch.go), and records the result when
+// it comes back.
 //
 // Claiming is demand-driven: while the queue yields work it claims again as soon as a slot
 // frees, so throughput is bounded by the handlers, not by a timer. A claim that returns no row
@@ -72,7 +74,7 @@ type claimPlan struct {
 }
 
 // startClaim plans a claim of n jobs on the loop and runs its statement on a claim goroutine,
-// which reports to the loop. The statement is not cut off when Stop begins (a claim that
+// which reports to the loop (a batched claim: the batcher's statement reports, startBatched). The statement is not cut off when Stop begins (a claim that
 // commits must be dispatched, or its jobs would be stranded until their lease expired); it is
 // bounded by claimTimeout and by the engine context (Stop's deadline).
 func (q *queue) startClaim(ctx context.Context, idx, n int) {
@@ -86,6 +88,12 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	p.segs, p.quota, p.ranked = q.pol.Plan(n)
 	q.mode.plan(q, &p)
 	p.done = q.takeRide()
+	if q.useClaimBatch(&p) {
+		// One statement for the plain ordered claims of many queues (claimbatch.go): no claim
+		// goroutine, the batcher's statement answers the loop.
+		q.startBatched(ctx, idx, p)
+		return
+	}
 	mode := q.mode
 	q.w.spawn(func() {
 		start := time.Now()

@@ -69,7 +69,7 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('a', 'noop', '{}'), ('b', 'noop', '{}')`)
 	require.NoError(t, err)
 	w := &Worker{cfg: Config{ID: "batch-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 4), clk: engine.RealClock{}}
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: engine.RealClock{}}
 	w.claimLog.Every = engine.ErrorLogEvery
 	bctx, stop := context.WithCancel(ctx)
 	w.spawn(func() { w.claimBatcher(bctx) })
@@ -159,7 +159,7 @@ func TestClaimBatchNoBitmapIsLocal(t *testing.T) {
 func batcherWorker(t *testing.T, pool *pgxpool.Pool, clk engine.Clock) *Worker {
 	t.Helper()
 	w := &Worker{cfg: Config{ID: "batch-test", MaxClaimBatch: 100}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimReqCh: make(chan *claimReq, 8), clk: clk}
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: clk}
 	w.claimLog.Every = engine.ErrorLogEvery
 	bctx, stop := context.WithCancel(context.Background())
 	w.spawn(func() { w.claimBatcher(bctx) })
@@ -320,4 +320,87 @@ func TestSettleToGroupsInOnePass(t *testing.T) {
 		drain()
 	})
 	require.Less(t, allocs, float64(3*n), "allocations for one batch over %d queues", n)
+}
+
+// A queue loop hands its plain ordered claims to the batcher itself (startBatched, no claim
+// goroutine): the statement answers the loop on claimedCh with its claimer, its reservation
+// and the rows it owns, and once the batcher has stopped a claim is answered at once with an
+// error (the loop backs off) instead of waiting for a batcher that will never answer.
+func TestClaimBatchAnswersTheLoop(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('a', 'noop', '{}')`)
+	require.NoError(t, err)
+	w := &Worker{cfg: Config{ID: "batch-loop-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: engine.RealClock{}}
+	w.claimLog.Every = engine.ErrorLogEvery
+	bctx, stop := context.WithCancel(ctx)
+	w.spawn(func() { w.claimBatcher(bctx) })
+	q := &queue{w: w, name: "a", claimedCh: make(chan claimResult, 2), done: make(chan struct{})}
+	plan := claimPlan{n: 2, segs: []engine.Segment{{Priority: 2}}}
+	q.startBatched(ctx, 1, plan)
+	select {
+	case r := <-q.claimedCh:
+		require.NoError(t, r.err)
+		require.Equal(t, 1, r.idx)
+		require.Equal(t, 2, r.n)
+		require.Len(t, r.got, 1)
+		require.Equal(t, "a", r.got[0].Queue)
+		require.Equal(t, "batch-loop-test", r.got[0].LockedBy)
+		var state string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM tenure.jobs WHERE id = $1`, r.got[0].ID).Scan(&state))
+		require.Equal(t, "running", state)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the batched claim never answered the loop")
+	}
+
+	stop()
+	w.engWG.Wait()
+	q.startBatched(ctx, 0, plan)
+	select {
+	case r := <-q.claimedCh:
+		require.ErrorIs(t, r.err, errClaimBatcherGone)
+		require.Empty(t, r.got)
+	case <-time.After(20 * time.Second):
+		t.Fatal("a claim after the batcher stopped was never answered")
+	}
+}
+
+// The cohort linger never strands a request: after a statement that carried several requests,
+// a lone request (fewer pending than the statement carried) still leaves once the linger ends,
+// and the cohort's requests are all answered.
+func TestClaimBatchLingerLetsALoneRequestGo(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT q, 'noop', '{}' FROM unnest(ARRAY['a','b','c','a']) q`)
+	require.NoError(t, err)
+	w := &Worker{cfg: Config{ID: "batch-linger-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: engine.RealClock{}}
+	w.claimLog.Every = engine.ErrorLogEvery
+	bctx, stop := context.WithCancel(ctx)
+	w.spawn(func() { w.claimBatcher(bctx) })
+	defer func() { stop(); w.engWG.Wait() }()
+	segs := []engine.ClaimSeg{{Priority: 2, MaxUs: maxAgeUs(0)}}
+	qs := map[string]*queue{"a": {w: w, name: "a"}, "b": {w: w, name: "b"}, "c": {w: w, name: "c"}}
+	for round := range 3 {
+		// A cohort: three queues' requests, answered by one or two statements.
+		var wg sync.WaitGroup
+		for _, q := range qs {
+			wg.Go(func() {
+				_, err := q.claimBatched(ctx, 1, segs, false)
+				require.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		// Then one request alone, at once: fewer pending than the statement carried.
+		start := time.Now()
+		_, err := qs["a"].claimBatched(ctx, 1, segs, false)
+		require.NoError(t, err, "round %d", round)
+		require.Less(t, time.Since(start), 20*time.Second)
+	}
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE state = 'running'`).Scan(&n))
+	require.Equal(t, 4, n)
 }

@@ -115,15 +115,8 @@ func (orderedMode) learn(*queue, *claimResult) {}
 func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow, claimFeedback, error) {
 	w := q.w
 	k := &w.kinds
-	if q.useClaimBatch(p) {
-		// One statement for the plain ordered claims of many queues (claimbatch.go).
-		segs := make([]engine.ClaimSeg, len(p.segs))
-		for i, s := range p.segs {
-			segs[i] = engine.ClaimSeg{Priority: int16(s.Priority), AfterUs: p.after[s.Priority], MinAgeUs: s.MinAge.Microseconds(), MaxUs: maxAgeUs(s.MaxAge)}
-		}
-		rep := q.sendClaimDone(ctx, p.n, segs, p.full, p.done)
-		return rep.rows, claimFeedback{doneLanded: rep.landed}, rep.err
-	}
+	// A plan that goes through the batcher (useClaimBatch) never reaches here: the loop hands
+	// it to the batcher itself (startBatched).
 	db, landed := q.claimDB(ctx, p.done)
 	if !p.ranked {
 		got, err := db.ClaimOrdered(ctx, orderedParams(q, p))

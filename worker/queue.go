@@ -19,6 +19,7 @@ import (
 // reports to it over channels and never touches that state:
 //
 //	claim goroutine   --claimResult-->   loop   (one per claim in flight, at most Claimers)
+//	claim batcher stmt --claimResult-->  loop   (the batched claims: claimbatch.go; no claim goroutine)
 //	handler goroutine --handlerResult--> loop   (one per running job; a batch call's, one per job: batch.go)
 //	heartbeat stmt    --hbResult------>  loop   (at most one in flight)
 //	finishers         --settled------->  loop   (shared by all queues)

@@ -70,9 +70,9 @@ type Worker struct {
 	lockWait chan struct{}     // lockWaiters tokens: finishes waiting on another session's row lock
 	periodic []*PeriodicJob    // Config.Periodic, validated
 
-	// claimReqCh: claim goroutines → the claim batcher (claimbatch.go); nil when the worker
-	// serves a single queue (no batcher: its claims run their own statements).
-	claimReqCh chan *claimReq
+	// claimIn: queue loops → the claim batcher (claimbatch.go); nil when the worker serves a
+	// single queue (no batcher: its claims run their own statements).
+	claimIn *claimIntake
 
 	// queueStateCh asks the queue state service to read the paused queues now (the listener
 	// got a NOTIFY tenure_queues, or reconnected).
@@ -416,7 +416,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.spawn(func() { w.finisher(w.engCtx) })
 	}
 	if len(w.queues) > 1 && !w.noClaimBatch {
-		w.claimReqCh = make(chan *claimReq, len(w.queues))
+		w.claimIn = newClaimIntake()
 		w.spawn(func() { w.claimBatcher(w.engCtx) })
 	}
 	for _, svc := range []func(context.Context){w.reclaimService, w.pruneService, w.listenService, w.registryService,
