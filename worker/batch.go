@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
 
 	"github.com/tenureq/tenure/generics"
-	"github.com/tenureq/tenure/internal/logkey"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is batch handlers (RegisterBatch): one handler call for many jobs of one kind.
@@ -80,17 +79,6 @@ type BatchOptions struct {
 	MaxWait time.Duration
 }
 
-// batchSpec is a batch kind's handler (handler.batch).
-type batchSpec struct {
-	max  int
-	wait time.Duration // < 0: no wait
-	// run decodes es's payloads and calls the handler with those that decode. It returns one
-	// error per job of es (a decode error, or the handler's result for the job) and, when the
-	// handler panicked, the panic's value and stack (the errors are then meaningless for the
-	// jobs the handler received; passed says which).
-	run func(ctx context.Context, es []*execution) (errs []error, passed []bool, panicked any, stack []byte)
-}
-
 // RegisterBatch adds the batch handler of args type A: fn receives up to opts.MaxSize jobs
 // of the kind, claimed by this worker, at once. It must be called before Start; the kind is
 // registered as Register registers one (registry, declared defaults, enqueue defaults,
@@ -132,11 +120,11 @@ func RegisterBatch[A generics.Args](w *Worker, fn func(ctx context.Context, batc
 	if o.MaxWait == 0 {
 		o.MaxWait = DefaultBatchMaxWait
 	}
-	return register[A](w, &o.HandlerOptions, func(ho HandlerOptions) (*handler, error) {
+	return register[A](w, &o.HandlerOptions, func(kind string, version int, ho HandlerOptions) (*engine.Handler, error) {
 		if o.MaxWait > ho.Timeout {
 			return nil, fmt.Errorf("%w: batch kind %q: MaxWait %v above the kind's Timeout %v", ErrInvalidConfig, kind, o.MaxWait, ho.Timeout)
 		}
-		return &handler{batch: &batchSpec{max: o.MaxSize, wait: o.MaxWait, run: func(ctx context.Context, es []*execution) ([]error, []bool, any, []byte) {
+		return engine.NewBatchHandler(kind, version, ho.kindOptions(), o.MaxSize, o.MaxWait, func(ctx context.Context, es []*engine.Execution) ([]error, []bool, any, []byte) {
 			errs, passed := make([]error, len(es)), make([]bool, len(es))
 			batch := make([]*generics.Job[A], 0, len(es))
 			idx := make([]int, 0, len(es))
@@ -146,7 +134,7 @@ func RegisterBatch[A generics.Args](w *Worker, fn func(ctx context.Context, batc
 					errs[i] = err // INVALID_PAYLOAD, or PANIC from an upgrader
 					continue
 				}
-				batch = append(batch, &generics.Job[A]{Args: args, JobRow: e.c.JobRow})
+				batch = append(batch, &generics.Job[A]{Args: args, JobRow: e.Job()})
 				idx = append(idx, i)
 				passed[i] = true
 			}
@@ -185,22 +173,22 @@ func RegisterBatch[A generics.Args](w *Worker, fn func(ctx context.Context, batc
 				}
 			}
 			return errs, passed, panicked, stack
-		}}}, nil
+		}), nil
 	})
 }
 
 // decodeRecovered decodes e's payload as A: an error is the job's INVALID_PAYLOAD (or its
 // deferral, for a newer version: outcome), and a panic while decoding (an upgrader's) is the
 // job's PANIC failure, not the batch's.
-func decodeRecovered[A generics.Args](w *Worker, e *execution) (args A, err error) {
+func decodeRecovered[A generics.Args](w *Worker, e *engine.Execution) (args A, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			w.m.panics.Add(1)
-			w.log.Error("tenure: payload upgrade panicked", e.c.logAttrs("panic", r, "stack", string(debug.Stack()))...)
+			e.LogPanic("tenure: payload upgrade panicked", r, debug.Stack())
 			err = WithCode(CodePanic, fmt.Errorf("panic: %v", r))
 		}
 	}()
-	if args, err = generics.Decode[A](w.reg, e.c.Payload, e.c.PayloadVersion); err != nil {
+	job := e.Job()
+	if args, err = generics.Decode[A](w.reg, job.Payload, job.PayloadVersion); err != nil {
 		err = WithCode(CodeInvalidPayload, err)
 	}
 	return args, err
@@ -213,15 +201,6 @@ func MustRegisterBatch[A generics.Args](w *Worker, fn func(ctx context.Context, 
 	}
 }
 
-// batchKey is the batch context's value: the call's per-job contexts.
-type batchKey struct{}
-
-// batchCall is what a batch context carries: each job's own context by job id (written before
-// the handler is called, read-only after).
-type batchCall struct {
-	ctxs map[int64]context.Context
-}
-
 // JobContext returns the context of job's attempt inside a batch handler's call, given the
 // batch's context ctx: a child of ctx that also ends when that job's own context does (its
 // lease lost: cause ErrLeaseLost; an operator cancelled it: ErrJobCancelled), and that
@@ -229,192 +208,5 @@ type batchCall struct {
 // job is not one of ctx's batch (or ctx is a single handler's context), it returns ctx
 // unchanged: in a single handler ctx already is the job's context.
 func JobContext(ctx context.Context, job *generics.JobRow) context.Context {
-	if job == nil {
-		return ctx
-	}
-	if c, ok := ctx.Value(batchKey{}).(*batchCall); ok {
-		if j, ok := c.ctxs[job.ID]; ok {
-			return j
-		}
-	}
-	return ctx
-}
-
-// forming is a batch the queue loop is collecting (loop only).
-type forming struct {
-	es  []*execution
-	due time.Time // when MaxWait after its first job ends
-}
-
-// collect adds e, a claimed job of a batch kind that holds a slot, to its kind's forming
-// batch, and starts the batch when it is full (loop).
-func (q *queue) collect(e *execution) {
-	spec := e.h.batch
-	b := q.forming[e.c.Kind]
-	if b == nil {
-		if q.forming == nil {
-			q.forming = map[string]*forming{}
-		}
-		b = &forming{due: time.Now().Add(max(spec.wait, 0))}
-		q.forming[e.c.Kind] = b
-	}
-	b.es = append(b.es, e)
-	if len(b.es) >= spec.max {
-		q.startBatch(e.c.Kind, b)
-	}
-}
-
-// startBatches starts the forming batches that are due at now, or all of them when the queue
-// holds every slot it may (no claim can add to them), and returns when the next one falls due
-// (loop; false: none forms).
-func (q *queue) startBatches(now time.Time) (time.Time, bool) {
-	if len(q.forming) == 0 {
-		return time.Time{}, false
-	}
-	c := q.cfg.Concurrency
-	held := q.running >= c || len(q.active) >= 4*c
-	var next time.Time
-	for kind, b := range q.forming {
-		if held || !now.Before(b.due) {
-			q.startBatch(kind, b)
-			continue
-		}
-		if next.IsZero() || b.due.Before(next) {
-			next = b.due
-		}
-	}
-	return next, !next.IsZero()
-}
-
-// startBatch starts the goroutine of kind's forming batch b (loop).
-func (q *queue) startBatch(kind string, b *forming) {
-	delete(q.forming, kind)
-	now := time.Now()
-	for _, e := range b.es {
-		e.start = now // the stuck deadline counts from the batch's start, as its timeout does
-	}
-	q.w.m.handlersRunning.Add(int64(len(b.es)))
-	q.w.m.batches.Add(1)
-	q.w.m.batchJobs.Add(int64(len(b.es)))
-	go q.runBatch(b.es)
-}
-
-// releaseForming gives back the jobs of the forming batches when Stop begins: claimed, never
-// started, released at once without charging the attempt (loop).
-func (q *queue) releaseForming() {
-	for kind, b := range q.forming {
-		for _, e := range b.es {
-			e.returned, e.released = true, true
-			e.cancel(ErrWorkerStopping)
-			if !e.stuck {
-				q.running--
-			}
-			e.fin = finish{to: toRelease}
-			q.pending = append(q.pending, e)
-		}
-		delete(q.forming, kind)
-	}
-}
-
-// runBatch is a batch's goroutine: it runs the batch and reports each job's finish to the
-// queue loop, as run does for one job. It touches no engine state.
-func (q *queue) runBatch(es []*execution) {
-	fins := q.w.runBatch(es)
-	for _, e := range es {
-		e.cancel(nil)
-	}
-	q.w.m.handlersRunning.Add(-int64(len(es)))
-	for i, e := range es {
-		select {
-		case q.returnedCh <- handlerResult{e: e, fin: fins[i]}:
-		case <-q.done:
-			return
-		}
-	}
-}
-
-// runBatch runs one batch call and decides each job's next state.
-func (w *Worker) runBatch(es []*execution) []finish {
-	h := es[0].h
-	fins := make([]finish, len(es))
-	all, cancelAll := context.WithCancelCause(w.base)
-	defer cancelAll(nil)
-	bctx, cancelTimeout := context.WithTimeoutCause(all, h.opts.Timeout, ErrHandlerTimeout)
-	defer cancelTimeout()
-	call := &batchCall{ctxs: make(map[int64]context.Context, len(es))}
-	bctx = context.WithValue(bctx, batchKey{}, call)
-
-	// The batch context ends once every job's own context has: left counts the live jobs, plus
-	// one while they are being registered.
-	var left atomic.Int32
-	left.Store(1)
-	var last atomic.Pointer[error] // the cause of the job whose context ended last
-	done := func(c error) {
-		last.Store(&c)
-		if left.Add(-1) == 0 {
-			cancelAll(c)
-		}
-	}
-	live := make([]*execution, 0, len(es))
-	liveIdx := make([]int, 0, len(es))
-	jctxs := make([]context.Context, 0, len(es))
-	for i, e := range es {
-		if c := context.Cause(e.ctx); c != nil {
-			// Its context ended while the batch formed (an operator cancelled it, its lease
-			// was lost): not passed to the handler; it ends as a handler returning the cause.
-			fins[i] = w.outcome(e.ctx, e, c)
-			continue
-		}
-		jctx, jcancel := context.WithCancelCause(bctx)
-		left.Add(1)
-		stop := context.AfterFunc(e.ctx, func() {
-			c := context.Cause(e.ctx)
-			jcancel(c)
-			done(c)
-		})
-		defer func() {
-			stop()
-			jcancel(nil)
-		}()
-		jctx = context.WithValue(jctx, execKey{}, e)
-		call.ctxs[e.c.ID] = jctx
-		live = append(live, e)
-		liveIdx = append(liveIdx, i)
-		jctxs = append(jctxs, jctx)
-	}
-	if len(live) == 0 {
-		return fins
-	}
-	if left.Add(-1) == 0 {
-		cancelAll(*last.Load())
-	}
-	errs, passed, panicked, stack := w.callBatch(bctx, h.batch, live)
-	if panicked != nil {
-		w.m.panics.Add(1)
-		w.log.Error("tenure: batch handler panicked; every job of the batch fails", logkey.Kind, h.kind, logkey.Jobs, len(live),
-			"panic", panicked, "stack", string(stack))
-	}
-	for k, e := range live {
-		i := liveIdx[k]
-		if panicked != nil && passed[k] {
-			fins[i] = w.failure(e, CodePanic, 0, fmt.Errorf("panic: %v", panicked))
-			continue
-		}
-		fins[i] = w.outcome(jctxs[k], e, errs[k])
-	}
-	return fins
-}
-
-// callBatch runs spec's call for es. A panic outside the handler and the decoding (a bug of
-// the call's own code) fails every job as a panic in the handler does, rather than the process.
-func (w *Worker) callBatch(ctx context.Context, spec *batchSpec, es []*execution) (errs []error, passed []bool, panicked any, stack []byte) {
-	defer func() {
-		if r := recover(); r != nil {
-			errs, passed, panicked, stack = make([]error, len(es)), make([]bool, len(es)), r, debug.Stack()
-			for i := range passed {
-				passed[i] = true
-			}
-		}
-	}()
-	return spec.run(ctx, es)
+	return engine.JobContext(ctx, job)
 }

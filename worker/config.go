@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/jobs"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // Config configures a Worker. A nil *Config, or zero fields, mean the documented defaults.
@@ -420,4 +423,45 @@ func (o *HandlerOptions) withDefaults(kind string) (HandlerOptions, error) {
 		out.MaxSnoozes = DefaultMaxSnoozes
 	}
 	return out, nil
+}
+
+// engineConfig is the engine's configuration made of c (withDefaults's result): the public
+// types converted once, here, so the engine never sees them.
+func (c *Config) engineConfig(sch *dbschema.Schema, check func(ctx context.Context, pool *pgxpool.Pool) error) engine.Config {
+	ec := engine.Config{
+		ID: c.ID, Registry: c.Registry, Logger: c.Logger, Schema: sch,
+		EnginePool: c.EnginePool, AsynchronousCommit: c.AsynchronousCommit, EngineConns: c.EngineConns,
+		FetchPollMin: c.FetchPollMin, FetchPollMax: c.FetchPollMax, MaxClaimBatch: c.MaxClaimBatch,
+		MaxFinishBatch: c.MaxFinishBatch, Finishers: c.Finishers, FinishLinger: c.FinishLinger,
+		HeartbeatDivisor: c.HeartbeatDivisor, StuckGrace: c.StuckGrace, ReclaimEvery: c.ReclaimEvery,
+		ReclaimBatch: c.ReclaimBatch, FinishedRetention: c.FinishedRetention, DeadRetention: c.DeadRetention,
+		PruneEvery: c.PruneEvery, RegistryEvery: c.RegistryEvery, ShutdownTimeout: c.ShutdownTimeout,
+		EffectKeyPrefix: c.EffectKeyPrefix, HardStopGrace: c.HardStopGrace, FinishRetryMax: c.FinishRetryMax,
+		QueueStateEvery: c.QueueStateEvery, CheckDatabase: check,
+		Queues: make(map[string]engine.QueueConfig, len(c.Queues)),
+	}
+	for name, q := range c.Queues {
+		eq := engine.QueueConfig{Concurrency: q.Concurrency, Fairness: q.Fairness.engine(), Claimers: q.Claimers}
+		for _, l := range q.Limits {
+			eq.Limits = append(eq.Limits, engine.Limit(l))
+		}
+		ec.Queues[name] = eq
+	}
+	for i := range c.Periodic {
+		ec.Periodic = append(ec.Periodic, c.Periodic[i].engine())
+	}
+	if on := c.OnOutcome; on != nil {
+		ec.OnOutcome = func(o engine.Outcome) {
+			on(Outcome{Job: o.Job, Transition: o.Transition, Code: ErrorCode(o.Code), Delay: o.Delay, HandlerErr: o.HandlerErr, Err: o.Err})
+		}
+	}
+	return ec
+}
+
+// kindOptions is what the engine reads of a kind's options (withDefaults's result).
+func (o *HandlerOptions) kindOptions() engine.KindOptions {
+	retry := o.Retry
+	return engine.KindOptions{Timeout: o.Timeout, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Queue: o.Queue,
+		Priority: o.Priority, MaxSnoozes: o.MaxSnoozes, DeleteOnSuccess: o.DeleteOnSuccess,
+		Retry: func(attempt int, code engine.ErrorCode) time.Duration { return retry.Delay(attempt, ErrorCode(code)) }}
 }

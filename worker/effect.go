@@ -10,10 +10,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is the effect ledger (docs/contract.md §7). Fencing protects the job row, not the
@@ -108,9 +107,9 @@ type EffectResult[T any] struct {
 // it put the attempt in the context with WithExternalAttempt.
 func Effect[T any](ctx context.Context, job *generics.JobRow, name string,
 	fn func(ctx context.Context, call EffectCall) (T, error)) (EffectResult[T], error) {
-	e, _ := ctx.Value(execKey{}).(*execution)
+	e := engine.ExecutionFrom(ctx)
 	meta := job
-	if !e.owns(job) {
+	if !e.Owns(job) {
 		a := externalAttempt(ctx, meta)
 		if a == nil {
 			return EffectResult[T]{}, ErrNotInHandler
@@ -123,7 +122,7 @@ func Effect[T any](ctx context.Context, job *generics.JobRow, name string,
 	if err := checkEffectName(name); err != nil {
 		return EffectResult[T]{}, err
 	}
-	key := e.q.w.cfg.EffectKeyPrefix + generics.EffectKey(meta.ID, name)
+	key := e.Engine().EffectKeyPrefix() + generics.EffectKey(meta.ID, name)
 	return runEffect(ctx, key, meta, fn, jobLedger{e: e, name: name})
 }
 
@@ -180,7 +179,7 @@ func runEffect[T any](ctx context.Context, key string, meta *generics.JobRow,
 	}
 	if err != nil {
 		cause = err
-		rec.result, rec.refused = jsonNull, cleanMessage(err.Error())
+		rec.result, rec.refused = jsonNull, engine.CleanMessage(err.Error())
 	} else {
 		rec.result = raw
 	}
@@ -215,39 +214,21 @@ func replay[T any](key string, rec ledgerRecord) (EffectResult[T], error) {
 	return out, nil
 }
 
-// jobLedger is tenure.effects, fenced by the job row this package's engine claimed.
+// jobLedger is the ledger of the attempt running in the handler's context: the engine's
+// Execution reads and records its effects (engine/effect.go), fenced by the claim token.
 type jobLedger struct {
-	e    *execution
+	e    *engine.Execution
 	name string
 }
 
 func (l jobLedger) get(ctx context.Context, key string, meta *generics.JobRow) (ledgerRecord, bool, error) {
-	// The ledger read fails at once on a context the engine cancelled for a lost lease, and
-	// whenever the cancellation lands before it returns: one check after it covers both, and fn
-	// never runs for a job this attempt no longer owns.
-	rec, err := l.e.q.w.qon(l.e.q.w.pool).GetEffect(ctx, key)
-	switch {
-	case leaseLostErr(l.e.ctx, err):
-		return ledgerRecord{}, false, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + l.name}
-	case errors.Is(err, pgx.ErrNoRows):
-		return ledgerRecord{}, false, nil
-	case err != nil:
-		return ledgerRecord{}, false, err
-	}
-	return ledgerRecord{result: rec.Result, generation: rec.Generation, refused: optString(rec.Refused)}, true, nil
+	rec, ok, err := l.e.GetEffect(ctx, key, l.name, meta)
+	return ledgerRecord{result: rec.Result, generation: rec.Generation, refused: rec.Refused}, ok, err
 }
 
 func (l jobLedger) record(ctx context.Context, key string, meta *generics.JobRow, rec ledgerRecord) (ledgerRecord, error) {
-	row, err := l.e.q.w.qon(l.e.q.w.pool).RecordEffect(ctx, gen.RecordEffectParams{Key: key, JobID: meta.ID, Name: l.name,
-		Generation: meta.Generation, Result: rec.result, ClaimToken: l.e.c.token, Refused: rec.refused})
-	if errors.Is(err, pgx.ErrNoRows) {
-		l.e.q.w.m.staleRejected.Add(1)
-		return ledgerRecord{}, &StaleWriteError{JobID: meta.ID, Generation: meta.Generation, Transition: "effect " + l.name}
-	}
-	if err != nil {
-		return ledgerRecord{}, err
-	}
-	return ledgerRecord{result: row.Result, generation: row.Generation, refused: optString(row.Refused)}, nil
+	held, err := l.e.RecordEffect(ctx, key, l.name, meta, engine.LedgerRecord{Result: rec.result, Generation: rec.generation, Refused: rec.refused})
+	return ledgerRecord{result: held.Result, generation: held.Generation, refused: held.Refused}, err
 }
 
 func optString(s *string) string {
@@ -255,4 +236,14 @@ func optString(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// jsonNull is the ledger's result of an effect whose result was refused.
+var jsonNull = []byte("null")
+
+func derefUUID(u *uuid.UUID) uuid.UUID {
+	if u == nil {
+		return uuid.Nil
+	}
+	return *u
 }

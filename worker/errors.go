@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenureq/tenure/db/migrations"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // ErrorCode is the bounded vocabulary a failure is classified into. Codes go into the job's
@@ -34,24 +35,10 @@ const (
 )
 
 // Permanent reports whether a failure with this code goes straight to dead.
-func (c ErrorCode) Permanent() bool {
-	switch c {
-	case CodeInvalidPayload, CodePermanentRemote, CodePermanent:
-		return true
-	}
-	return false
-}
+func (c ErrorCode) Permanent() bool { return engine.ErrorCode(c).Permanent() }
 
 // Valid reports whether c is one of the codes above.
-func (c ErrorCode) Valid() bool {
-	switch c {
-	case CodeHandlerError, CodeTimeout, CodeRateLimit, CodeRemoteError, CodeLeaseExpired, CodePanic,
-		CodeUnknownKind, CodeInvalidPayload, CodePermanentRemote, CodePermanent, CodeCancelled, CodeSnoozeLimit,
-		CodeDependencyFailed:
-		return true
-	}
-	return false
-}
+func (c ErrorCode) Valid() bool { return engine.ErrorCode(c).Valid() }
 
 // ErrLeaseLost is the cause of a handler context cancelled because the job's lease is gone
 // (a heartbeat changed 0 rows, or two heartbeats in a row failed). The handler must stop
@@ -193,4 +180,32 @@ func classify(ctx context.Context, err error) (ErrorCode, time.Duration) {
 		return CodeLeaseExpired, 0
 	}
 	return CodeHandlerError, 0
+}
+
+// verdict is the classification of a handler's error the engine asks for (engine.ClassifyError):
+// a snooze, or classify's code and delay.
+func verdict(ctx context.Context, err error) engine.Verdict {
+	var snooze *SnoozeError
+	if errors.As(err, &snooze) {
+		return engine.Verdict{Snooze: true, SnoozeDelay: snooze.Delay}
+	}
+	code, delay := classify(ctx, err)
+	return engine.Verdict{Code: engine.ErrorCode(code), Delay: delay}
+}
+
+// The engine produces this package's errors (handler context causes, Stop's and the finishes'
+// results, stale writes) and classifies handler errors with its error types: it is given them
+// once, here.
+func init() {
+	engine.ErrLeaseLost, engine.ErrJobCancelled, engine.ErrWorkerStopping = ErrLeaseLost, ErrJobCancelled, ErrWorkerStopping
+	engine.ErrHandlerTimeout, engine.ErrLostOwnership, engine.ErrNotInHandler = ErrHandlerTimeout, ErrLostOwnership, ErrNotInHandler
+	engine.ErrInvalidConfig, engine.ErrHandlersStillRunning, engine.ErrFinishAbandoned = ErrInvalidConfig, ErrHandlersStillRunning, ErrFinishAbandoned
+	engine.ErrAlreadyStarted, engine.ErrNotStarted, engine.ErrInvalidSchedule = ErrAlreadyStarted, ErrNotStarted, ErrInvalidSchedule
+	engine.NewStaleWriteError = func(jobID, generation int64, transition string) error {
+		return &StaleWriteError{JobID: jobID, Generation: generation, Transition: transition}
+	}
+	engine.ClassifyError = verdict
+	engine.DefaultRetry = func(attempt int, code engine.ErrorCode) time.Duration {
+		return FullJitter{}.Delay(attempt, ErrorCode(code))
+	}
 }

@@ -10,12 +10,12 @@ import (
 )
 
 // SkipDeregister makes Stop leave w's registry row behind, as a killed process would.
-func SkipDeregister(w *Worker) { w.skipDeregister = true }
+func SkipDeregister(w *Worker) { w.e.SkipDeregister() }
 
 // NoRide makes w's completions go to the finishers only, as before they rode on claims
 // (claim.go, "Completions ride on claims"), for tests and benchmarks that compare. Call it
 // before Start.
-func NoRide(w *Worker) { w.noRide = true }
+func NoRide(w *Worker) { w.e.NoRide() }
 
 // SeededRand is seededRand for the external tests.
 var SeededRand = seededRand
@@ -23,23 +23,24 @@ var SeededRand = seededRand
 // RunPermitAllocate is the engine's allocation (its statements, in one pipeline).
 // (default schema).
 func RunPermitAllocate(ctx context.Context, pool engine.Batcher, p gen.PermitAllocateParams) ([]*gen.PermitAllocateRow, error) {
-	return runPermitAllocate(ctx, pool, dbschema.Must(dbschema.Default), p)
+	return engine.RunPermitAllocate(ctx, pool, dbschema.Must(dbschema.Default), p)
 }
 
 // FakeClock is the fake clock of clock_test.go, for the external tests.
-type FakeClock = fakeClock
+type FakeClock = engine.FakeClock
 
 // UseFakeClock makes w's engine take its timing decisions (engine.Clock, worker/internal/engine/clock.go) on a fake clock that
 // starts at start and moves only by Advance. Call it before Start.
 func UseFakeClock(w *Worker, start time.Time) *FakeClock {
-	f := newFakeClock(start)
-	w.clk = f
+	f := engine.NewFakeClock(start)
+	w.e.SetClock(f)
 	return f
 }
 
 // ClaimBatchStats returns the batched claim statements w ran and the requests they carried.
 func ClaimBatchStats(w *Worker) (statements, requests int64) {
-	return w.m.claimBatches.Load(), w.m.claimBatchRequests.Load()
+	m := w.e.Metrics()
+	return m.ClaimBatches.Load(), m.ClaimBatchRequests.Load()
 }
 
 // CheckProgress is Progress's validation.

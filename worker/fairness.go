@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -86,11 +87,15 @@ const (
 	maxPriority = engine.MaxPriority
 )
 
-// newPolicy returns the engine's fairness policy for f (validated).
-func newPolicy(f Fairness) *engine.Policy {
+// engine returns f as the engine's fairness hook configuration (engine.Fairness).
+func (f Fairness) engine() engine.Fairness {
 	ef := engine.Fairness{Quotas: f.Quotas, Deadline: f.Deadline, FairShare: f.FairShare}
 	if f.Aging != nil {
 		ef.Aging = &engine.Aging{Step: f.Aging.Step, Ceiling: f.Aging.Ceiling}
 	}
-	return engine.NewPolicy(ef)
+	return ef
 }
+
+// ErrFairShareWithLimits: a queue with Fairness.FairShare cannot have Limits yet (the limited
+// claim does not serve tenants round robin). Returned by New, wrapped with ErrInvalidConfig.
+var ErrFairShareWithLimits = errors.New("tenure: fair share does not combine with limits yet")

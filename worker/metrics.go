@@ -1,59 +1,12 @@
 package worker
 
 import (
-	"sync"
-	"sync/atomic"
+	"sort"
 	"time"
 
 	"github.com/tenureq/tenure/internal/hist"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
-
-// metrics are the engine's in-process counters and histograms (bounded memory).
-type metrics struct {
-	claims, emptyClaims, claimErrors, claimed, claimAsked  atomic.Int64
-	fullClaims, claimedBehindWatermark, watermarkHints     atomic.Int64
-	limitedClaims, flowBlocks, stripedClaims               atomic.Int64
-	permitAllocations                                      atomic.Int64
-	claimBatches, claimBatchRequests                       atomic.Int64 // claimbatch.go
-	succeeded, retried, dead, cancelled, released, snoozed atomic.Int64
-	staleRejected, finishRetries, finishAbandoned          atomic.Int64
-	heartbeats, heartbeatRows, heartbeatErrors, leasesLost atomic.Int64
-	cancelSignals, stuck, lateFinishes, panics             atomic.Int64
-	reclaimed, reclaimedDead, pruned, listenerReconnects   atomic.Int64
-	deferred, finishSplits, stillRunning                   atomic.Int64
-	finishBusy, stalePlanRetries, awaitedFinishes          atomic.Int64
-	finishedOnClaims                                       atomic.Int64
-	registryWrites                                         atomic.Int64
-	batches, batchJobs                                     atomic.Int64 // batch.go
-	reclaimErrors, pruneErrors, registryErrors             atomic.Int64
-	permissionErrors                                       atomic.Int64
-	periodicEnqueued, periodicSkipped, periodicErrors      atomic.Int64
-	owned, handlersRunning                                 atomic.Int64 // gauges
-	claimLatency, finishLatency                            hist.H
-	mu                                                     sync.Mutex
-	wait                                                   map[waitKey]*hist.H
-	codes                                                  map[ErrorCode]int64
-	outcomes                                               map[outcomeKey]int64
-	lastSuccess                                            atomic.Int64 // unix nanos
-	lastError                                              string       // under mu
-	lastErrorAt                                            time.Time    // under mu
-}
-
-type waitKey struct {
-	queue    string
-	priority int
-}
-
-func newMetrics() *metrics {
-	return &metrics{wait: map[waitKey]*hist.H{}, codes: map[ErrorCode]int64{}, outcomes: map[outcomeKey]int64{}}
-}
-
-// outcomeKey is bounded: queues are configured, kinds registered (claims take no other
-// kind), outcomes a fixed set, attempts capped at MaxOutcomeAttempt.
-type outcomeKey struct {
-	queue, kind, outcome string
-	attempt              int
-}
 
 // Outcome names in Stats.Outcomes (and in the tenureprom label "outcome").
 const (
@@ -70,31 +23,6 @@ const (
 // MaxOutcomeAttempt caps the attempt number Stats.Outcomes are broken down by: attempt
 // MaxOutcomeAttempt counts that attempt and every later one.
 const MaxOutcomeAttempt = 5
-
-func (m *metrics) recordOutcome(queue, kind, outcome string, attempt int) {
-	k := outcomeKey{queue: queue, kind: kind, outcome: outcome, attempt: min(max(attempt, 1), MaxOutcomeAttempt)}
-	m.mu.Lock()
-	m.outcomes[k]++
-	m.mu.Unlock()
-}
-
-func (m *metrics) recordWait(queue string, priority int, d time.Duration) {
-	k := waitKey{queue, priority}
-	m.mu.Lock()
-	h := m.wait[k]
-	if h == nil {
-		h = &hist.H{}
-		m.wait[k] = h
-	}
-	m.mu.Unlock()
-	h.Record(d)
-}
-
-func (m *metrics) recordCode(c ErrorCode) {
-	m.mu.Lock()
-	m.codes[c]++
-	m.mu.Unlock()
-}
 
 // Stats is a snapshot of one worker's engine counters since Start.
 type Stats struct {
@@ -243,4 +171,72 @@ type WaitStats struct {
 	P50, P95, P99, Max time.Duration
 	// Histogram is the same distribution in cumulative form (see Histogram).
 	Histogram Histogram
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (w *Worker) Stats() Stats {
+	m := w.e.Metrics()
+	s := Stats{
+		WorkerID: w.cfg.ID,
+		Claims:   m.Claims.Load(), EmptyClaims: m.EmptyClaims.Load(), ClaimErrors: m.ClaimErrors.Load(), Claimed: m.Claimed.Load(), ClaimAsked: m.ClaimAsked.Load(),
+		FullClaims: m.FullClaims.Load(), ClaimedBehindWatermark: m.ClaimedBehindWatermark.Load(),
+		WatermarkHints: m.WatermarkHints.Load(),
+		LimitedClaims:  m.LimitedClaims.Load(), FlowBlocks: m.FlowBlocks.Load(), StripedClaims: m.StripedClaims.Load(),
+		PermitAllocations: m.PermitAllocations.Load(),
+		Succeeded:         m.Succeeded.Load(), Retried: m.Retried.Load(), Dead: m.Dead.Load(), Cancelled: m.Cancelled.Load(), Released: m.Released.Load(), Snoozed: m.Snoozed.Load(),
+		StaleRejected: m.StaleRejected.Load(), FinishRetries: m.FinishRetries.Load(), FinishAbandoned: m.FinishAbandoned.Load(),
+		Heartbeats: m.Heartbeats.Load(), HeartbeatRows: m.HeartbeatRows.Load(), HeartbeatErrors: m.HeartbeatErrors.Load(), LeasesLost: m.LeasesLost.Load(),
+		CancelSignals: m.CancelSignals.Load(), Stuck: m.Stuck.Load(), LateFinishes: m.LateFinishes.Load(), Panics: m.Panics.Load(),
+		Reclaimed: m.Reclaimed.Load(), ReclaimedDead: m.ReclaimedDead.Load(), Pruned: m.Pruned.Load(),
+		ListenerReconnects: m.ListenerReconnects.Load(), Running: int(m.Owned.Load()),
+		Deferred: m.Deferred.Load(), FinishSplits: m.FinishSplits.Load(), StillRunning: m.StillRunning.Load(),
+		FinishBusy: m.FinishBusy.Load(), FinishedOnClaims: m.FinishedOnClaims.Load(), StalePlanRetries: m.StalePlanRetries.Load(),
+		AwaitedFinishes: m.AwaitedFinishes.Load(), Batches: m.Batches.Load(), BatchJobs: m.BatchJobs.Load(),
+		ClaimP50: m.ClaimLatency.Quantile(0.5), ClaimP99: m.ClaimLatency.Quantile(0.99),
+		FinishP50: m.FinishLatency.Quantile(0.5), FinishP99: m.FinishLatency.Quantile(0.99),
+		ErrorCodes: map[ErrorCode]int64{},
+	}
+	s.ReclaimErrors, s.PruneErrors, s.RegistryErrors = m.ReclaimErrors.Load(), m.PruneErrors.Load(), m.RegistryErrors.Load()
+	s.PermissionErrors = m.PermissionErrors.Load()
+	s.PeriodicEnqueued, s.PeriodicSkipped, s.PeriodicErrors = m.PeriodicEnqueued.Load(), m.PeriodicSkipped.Load(), m.PeriodicErrors.Load()
+	s.PausedQueues = w.e.PausedQueues()
+	sort.Strings(s.PausedQueues)
+	if ns := m.LastSuccess.Load(); ns != 0 {
+		s.LastSuccess = time.Unix(0, ns)
+	}
+	m.Keyed(func(k *engine.Keyed) {
+		for _, wh := range k.Wait {
+			h := wh.H
+			s.Wait = append(s.Wait, WaitStats{Queue: wh.Queue, Priority: wh.Priority, Count: h.Count(),
+				P50: h.Quantile(0.5), P95: h.Quantile(0.95), P99: h.Quantile(0.99), Max: h.Max(), Histogram: snapshot(h)})
+		}
+		for c, n := range k.Codes {
+			s.ErrorCodes[ErrorCode(c)] = n
+		}
+		for _, o := range k.Outcomes {
+			s.Outcomes = append(s.Outcomes, OutcomeCount{Queue: o.Queue, Kind: o.Kind, Outcome: o.Outcome, Attempt: o.Attempt, Jobs: o.Jobs})
+		}
+		s.LastError, s.LastErrorAt = k.LastError, k.LastErrorAt
+	})
+	s.ClaimLatency, s.FinishLatency = snapshot(&m.ClaimLatency), snapshot(&m.FinishLatency)
+	sort.Slice(s.Outcomes, func(i, j int) bool {
+		a, b := s.Outcomes[i], s.Outcomes[j]
+		if a.Queue != b.Queue {
+			return a.Queue < b.Queue
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		if a.Outcome != b.Outcome {
+			return a.Outcome < b.Outcome
+		}
+		return a.Attempt < b.Attempt
+	})
+	sort.Slice(s.Wait, func(i, j int) bool {
+		if s.Wait[i].Queue != s.Wait[j].Queue {
+			return s.Wait[i].Queue < s.Wait[j].Queue
+		}
+		return s.Wait[i].Priority > s.Wait[j].Priority
+	})
+	return s
 }

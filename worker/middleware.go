@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // HandlerFunc runs one attempt of a job: the registered handler (payload decoding and
@@ -21,21 +22,22 @@ type HandlerFunc func(ctx context.Context, job *generics.JobRow) error
 // engine recovers it as a handler panic.
 type Middleware func(next HandlerFunc) HandlerFunc
 
-// runWrapped runs e's handler behind the configured middleware: Config.Middleware outermost
-// (index 0 first), then the kind's HandlerOptions.Middleware (index 0 first), then the
-// handler (payload decoding included).
-func (w *Worker) runWrapped(e *execution) error {
-	h := e.h
-	if len(w.cfg.Middleware) == 0 && len(h.opts.Middleware) == 0 {
-		return h.run(e.ctx, e)
+// wrap returns run inside the kind's middleware (kindMW, inside Config.Middleware; [0]
+// outermost of each), as the engine calls a kind's handler: without middleware, run itself.
+func (w *Worker) wrap(run func(ctx context.Context, e *engine.Execution) error, kindMW []Middleware) func(ctx context.Context, e *engine.Execution) error {
+	global := w.cfg.Middleware
+	if len(global) == 0 && len(kindMW) == 0 {
+		return run
 	}
-	next := HandlerFunc(func(ctx context.Context, _ *generics.JobRow) error { return h.run(ctx, e) })
-	for _, chain := range [][]Middleware{h.opts.Middleware, w.cfg.Middleware} {
-		for i := len(chain) - 1; i >= 0; i-- {
-			if mw := chain[i]; mw != nil {
-				next = mw(next)
+	return func(ctx context.Context, e *engine.Execution) error {
+		next := HandlerFunc(func(ctx context.Context, _ *generics.JobRow) error { return run(ctx, e) })
+		for _, chain := range [][]Middleware{kindMW, global} {
+			for i := len(chain) - 1; i >= 0; i-- {
+				if mw := chain[i]; mw != nil {
+					next = mw(next)
+				}
 			}
 		}
+		return next(ctx, e.Job())
 	}
-	return next(e.ctx, e.c.JobRow)
 }

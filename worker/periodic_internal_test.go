@@ -37,7 +37,7 @@ func TestPeriodicCatchUp(t *testing.T) {
 	}
 	check := func(p *PeriodicJob, now time.Time, w want) {
 		t.Helper()
-		latest, missed, next, enqueue, dropped := p.catchUp(t0, now)
+		latest, missed, next, enqueue, dropped := p.engine().CatchUp(t0, now)
 		require.Equal(t, w, want{latest, missed, next, enqueue, dropped}, "now = t0 + %v", now.Sub(t0))
 	}
 	every := catchUpJob(t, Every(time.Minute), nil)

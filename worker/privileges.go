@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrPermission is returned (wrapped in a *PermissionError) by Start when the engine's database
@@ -106,7 +106,7 @@ func (w *Worker) neededPrivileges() []tablePrivilege {
 // checkPrivileges makes Start fail with a *PermissionError when the engine's role (its
 // current_user) lacks USAGE on schema tenure or a privilege of neededPrivileges. Tables that do
 // not exist yet are left to the schema version check.
-func (w *Worker) checkPrivileges(ctx context.Context) error {
+func (w *Worker) checkPrivileges(ctx context.Context, eng *pgxpool.Pool) error {
 	need := w.neededPrivileges()
 	tables, privs := make([]string, len(need)), make([]string, len(need))
 	for i, p := range need {
@@ -114,7 +114,7 @@ func (w *Worker) checkPrivileges(ctx context.Context) error {
 	}
 	var role string
 	var usage bool
-	if err := w.eng.QueryRow(ctx, `SELECT current_user::text, has_schema_privilege(n.oid, 'USAGE')
+	if err := eng.QueryRow(ctx, `SELECT current_user::text, has_schema_privilege(n.oid, 'USAGE')
 		FROM pg_namespace n WHERE n.nspname = $1`, w.sch.Name()).Scan(&role, &usage); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // no schema tenure: the schema version check reports it
@@ -127,7 +127,7 @@ func (w *Worker) checkPrivileges(ctx context.Context) error {
 	}
 	// By oid from the catalogs (readable by every role), so a missing USAGE does not turn
 	// the look-up itself into a permission error.
-	rows, err := w.eng.Query(ctx, `SELECT has_table_privilege(c.oid, x.priv)
+	rows, err := eng.Query(ctx, `SELECT has_table_privilege(c.oid, x.priv)
 		FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(tbl, priv, ord)
 		LEFT JOIN pg_namespace n ON n.nspname = $3
 		LEFT JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = x.tbl AND c.relkind IN ('r', 'p')
@@ -163,11 +163,4 @@ func (w *Worker) checkPrivileges(ctx context.Context) error {
 		return &PermissionError{Role: role, Missing: missing, Schema: w.sch.Name()}
 	}
 	return nil
-}
-
-// isPermissionError reports whether err is PostgreSQL's insufficient_privilege (SQLSTATE
-// 42501): a statement the role may not run, which no retry fixes.
-func isPermissionError(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42501"
 }

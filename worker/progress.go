@@ -6,15 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is a running job's progress (Progress). The handler's call only stores the latest
-// value in its execution; the queue loop's heartbeat (heartbeat.go) carries it to the database
+// value in its execution (engine.Execution.SetProgress; the engine's progress.go keeps it); the queue loop's heartbeat (heartbeat.go) carries it to the database
 // in the heartbeat statement of the queue's due jobs, fenced like the lease (id, running, claim
 // token): a stale attempt's progress is never written. A job whose heartbeat is far off is
 // made due by its unsent progress once ProgressEvery has passed since its last progress write,
@@ -36,53 +36,6 @@ const MaxProgressMsgChars = 200
 // holding a NUL character. Nothing was recorded.
 var ErrInvalidProgress = errors.New("tenure: invalid job progress")
 
-// progressState is an execution's progress. The handler writes val then sets dirty; the
-// queue loop clears dirty then reads val, so it always sends a value at least as new as the
-// one that made it dirty.
-type progressState struct {
-	val   atomic.Pointer[[]byte] // the latest encoded generics.Progress; handler writes, loop and finishers read
-	dirty atomic.Bool            // val not yet handed to a heartbeat
-
-	// Owned by the queue loop.
-	next time.Time // progress alone makes the job's heartbeat due from then on
-	sent bool      // the heartbeat in flight carries this job's progress
-}
-
-// due reports whether unsent progress makes the job's heartbeat due at now.
-func (p *progressState) due(now time.Time) bool {
-	return p.dirty.Load() && !now.Before(p.next)
-}
-
-// take returns the progress to send with a heartbeat at now (JSON null: none), on the loop.
-func (p *progressState) take(now time.Time) []byte {
-	if !p.dirty.Swap(false) {
-		return jsonNull
-	}
-	v := p.val.Load()
-	if v == nil {
-		return jsonNull
-	}
-	p.sent = true
-	p.next = now.Add(ProgressEvery)
-	return *v
-}
-
-// settled applies the heartbeat's result on the loop: a failed statement sends it again.
-func (p *progressState) settled(failed bool) {
-	if p.sent && failed {
-		p.dirty.Store(true)
-	}
-	p.sent = false
-}
-
-// last is the latest progress for a finish (nil: none).
-func (p *progressState) last() []byte {
-	if v := p.val.Load(); v != nil {
-		return *v
-	}
-	return nil
-}
-
 // Progress records the running job's progress: done of total units (total 0 when unknown) and
 // a short message. Only the latest value is kept; it is written with the job's heartbeat,
 // at most ProgressEvery after the previous progress write when the heartbeat is further off,
@@ -94,7 +47,7 @@ func (p *progressState) last() []byte {
 // It costs the handler no statement: a call only stores the value. It returns
 // ErrNotInHandler outside a handler and ErrInvalidProgress for values it does not keep.
 func Progress(ctx context.Context, done, total int64, msg string) error {
-	e, _ := ctx.Value(execKey{}).(*execution)
+	e := engine.ExecutionFrom(ctx)
 	if e == nil {
 		return ErrNotInHandler
 	}
@@ -105,8 +58,7 @@ func Progress(ctx context.Context, done, total int64, msg string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidProgress, err)
 	}
-	e.prog.val.Store(&b)
-	e.prog.dirty.Store(true)
+	e.SetProgress(b)
 	return nil
 }
 

@@ -4,129 +4,32 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
-	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/engineconf"
-	"github.com/tenureq/tenure/internal/logkey"
-	"github.com/tenureq/tenure/internal/pgfast"
-	"github.com/tenureq/tenure/jobs"
 	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // Worker runs handlers for the jobs of its queues. Create it with New, register handlers with
 // Register, then Start it; Stop it gracefully before the process exits.
 //
-// Goroutines and what each owns (docs/design.md draws them):
-//   - one loop per queue (queue.go) owns that queue's slots, active executions, claim backoff,
-//     watermarks, fairness state and heartbeat schedule;
-//   - claim and heartbeat statements run on short-lived goroutines that report to their loop;
-//   - with more than one queue, one claim batcher (claimbatch.go) owns the pending plain
-//     ordered claims of every queue and runs them together, one statement for many queues;
-//   - one goroutine per running handler (execute.go), or per batch call of a batch kind
-//     (batch.go: one result per job), reports its result to its loop;
-//   - Finishers goroutines (finish.go) write finishes in batches and report back to the loops;
-//   - six services (reclaim, prune, listen, registry, queue state, periodic) run until Stop
-//     begins.
-//
-// The Worker itself holds only what is fixed at Start (configuration, pools, handlers) and
-// the lifecycle below.
+// A Worker is the public face of its engine (worker/internal/engine: the queue loops, claims,
+// handler goroutines, finishers, heartbeats, sweeps and listener; docs/design.md draws them):
+// it holds the configuration, builds the engine's from it, and registers the kinds' handlers.
 type Worker struct {
 	cfg  Config
-	pool *pgxpool.Pool // the application's pool, used by handler-side helpers (Effect)
-	eng  *pgxpool.Pool // the engine's own pool
-	q    *gen.Queries  // on eng, in sch
-	// sch is Config.Schema: every statement runs through sch.Wrap (qon), the listener listens
-	// on its channels, and the advisory locks are its keys.
-	sch *dbschema.Schema
-	// client is the jobs client on eng, for the housekeeping the jobs package already owns
-	// (retention pruning).
-	client *jobs.Client
-	log    *slog.Logger
-	reg    *generics.Registry
-	m      *metrics
-	clk    engine.Clock // time for the engine's own timing decisions (engine/clock.go); a fake in tests
-
-	handlers map[string]*handler // fixed at Start
-	kinds    claimKinds          // what the claim may take, fixed at Start
-	queues   map[string]*queue
-	finishCh chan *execution
-	writeCh  chan []*execution // batcher → finishers (unbuffered: a batch goes only to a free finisher)
-	awaitCh  chan []int64      // listener → batcher: ids of jobs a jobs.Client waits for (finish.go)
-	lockWait chan struct{}     // lockWaiters tokens: finishes waiting on another session's row lock
-	periodic []*PeriodicJob    // Config.Periodic, validated
-
-	// claimIn: queue loops → the claim batcher (claimbatch.go); nil when the worker serves a
-	// single queue (no batcher: its claims run their own statements).
-	claimIn *claimIntake
-
-	// queueStateCh asks the queue state service to read the paused queues now (the listener
-	// got a NOTIFY tenure_queues, or reconnected).
-	queueStateCh chan struct{}
-
-	// base is the parent of handler contexts (Start's context without its cancellation);
-	// engCtx bounds every engine statement and goroutine (cancelled at the end of Stop, or at
-	// its deadline); svcCtx the services (cancelled when Stop begins).
-	base, engCtx, svcCtx context.Context
-	cancelEng, cancelSvc context.CancelFunc
-	engWG                sync.WaitGroup // loops, finishers, services, statement goroutines
-
-	deferLogged sync.Map // kinds whose deferral was logged
-
-	started        time.Time // when Start ran, for the registry
-	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
-	noRide         bool      // tests and benchmarks: completions never ride on claims (claim.go)
-	noClaimBatch   bool      // tests: every claim runs its own statement (claimbatch.go)
-	// Repeated engine failures are logged at most once per engine.ErrorLogEvery per source.
-	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog engine.LogThrottle
-
-	mu       sync.Mutex
-	state    int // 0 new, 1 started, 2 stopping/stopped
-	ownEng   bool
-	stopOnce sync.Once
-	stopDone chan struct{}
-	// deadlineHit: a Stop caller's context ended before the stop did (what was left was
-	// abandoned).
-	deadlineHit atomic.Bool
-	// stopping: Stop has begun (finishers stop lingering: what a stop waits for is written at
-	// once).
-	stopping atomic.Bool
-	stopErr  error
+	pool *pgxpool.Pool // the application's pool
+	sch  *dbschema.Schema
+	reg  *generics.Registry
+	e    *engine.Engine
 }
-
-// claimKinds lists the kinds this worker runs, with the newest payload version it knows of
-// each and the lease it declares for it (0: the job's own), as claim statement arguments.
-type claimKinds struct {
-	names    []string
-	versions []int32
-	leaseMs  []int32
-}
-
-// Engine statement deadlines: a dead connection costs seconds, not a TCP timeout.
-const (
-	claimTimeout     = 10 * time.Second
-	finishTimeout    = 10 * time.Second
-	heartbeatTimeout = 5 * time.Second
-	sweepTimeout     = 10 * time.Second
-)
-
-// finishBuffer is how many finishes may wait for a finisher; queue loops keep the rest in
-// their pending lists (they never block on a finisher).
-const finishBuffer = 4096
 
 // New returns a worker that claims from pool's database. pool is the application's pool;
 // the engine runs its own statements on Config.EnginePool or a private pool made from pool's
@@ -143,26 +46,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
 	}
-	w := &Worker{
-		sch: sch, cfg: c, pool: pool, log: c.Logger.With(logkey.Worker, c.ID), reg: c.Registry, m: newMetrics(),
-		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
-		queueStateCh: make(chan struct{}, 1), lockWait: make(chan struct{}, lockWaiters), clk: engine.RealClock{},
-	}
-	for i := range w.cfg.Periodic {
-		w.periodic = append(w.periodic, &w.cfg.Periodic[i])
-	}
-	for _, t := range []*engine.LogThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.finishLog, &w.registryLog, &w.listenLog, &w.periodicLog, &w.pauseLog} {
-		t.Every = engine.ErrorLogEvery
-	}
-	for name, qc := range c.Queues {
-		w.queues[name] = newQueue(w, name, qc)
-	}
+	w := &Worker{sch: sch, cfg: c, pool: pool, reg: c.Registry}
+	w.e = engine.New(pool, w.cfg.engineConfig(sch, w.checkDatabase))
 	return w, nil
 }
-
-// qon returns the generated queries on db (the engine pool, a connection or a transaction), in
-// the worker's schema.
-func (w *Worker) qon(db gen.DBTX) *gen.Queries { return gen.New(w.sch.Wrap(db)) }
 
 // Schema returns the schema the worker works in (Config.Schema; "tenure" by default).
 func (w *Worker) Schema() string { return w.sch.Name() }
@@ -174,37 +61,30 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // the kinds' defaults and refuse unregistered kinds.
 func (w *Worker) Registry() *generics.Registry { return w.reg }
 
-// handler is one registered kind.
-type handler struct {
-	kind    string
-	version int // the newest payload version the args type knows
-	opts    HandlerOptions
-	run     func(ctx context.Context, e *execution) error
-	batch   *batchSpec // a batch kind (RegisterBatch, batch.go): run is nil
-}
-
 // Register adds the handler of args type A. It must be called before Start. The kind's
 // options (lease, max attempts, queue, priority, upgraders) are recorded in the registry.
 func Register[A generics.Args](w *Worker, fn func(ctx context.Context, job *generics.Job[A]) error, opts *HandlerOptions) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil handler", ErrInvalidConfig)
 	}
-	return register[A](w, opts, func(o HandlerOptions) (*handler, error) {
-		return &handler{run: func(ctx context.Context, e *execution) error {
-			args, err := generics.Decode[A](w.reg, e.c.Payload, e.c.PayloadVersion)
+	return register[A](w, opts, func(kind string, version int, o HandlerOptions) (*engine.Handler, error) {
+		run := func(ctx context.Context, e *engine.Execution) error {
+			job := e.Job()
+			args, err := generics.Decode[A](w.reg, job.Payload, job.PayloadVersion)
 			if err != nil {
 				return WithCode(CodeInvalidPayload, err)
 			}
 			// The handler sees the row the engine keeps (and middleware and the Outcome see).
-			return fn(ctx, &generics.Job[A]{Args: args, JobRow: e.c.JobRow})
-		}}, nil
+			return fn(ctx, &generics.Job[A]{Args: args, JobRow: job})
+		}
+		return engine.NewHandler(kind, version, o.kindOptions(), w.wrap(run, o.Middleware)), nil
 	})
 }
 
 // register is every kind's registration (Register, RegisterBatch): the options merged with the
 // args type's declared defaults and checked, the kind recorded in the registry with them, and
 // the handler build returns (given the merged options) kept for Start.
-func register[A generics.Args](w *Worker, opts *HandlerOptions, build func(o HandlerOptions) (*handler, error)) error {
+func register[A generics.Args](w *Worker, opts *HandlerOptions, build func(kind string, version int, o HandlerOptions) (*engine.Handler, error)) error {
 	var zero A
 	kind := zero.Kind()
 	merged, declared, err := mergeDeclared[A](kind, opts)
@@ -215,18 +95,9 @@ func register[A generics.Args](w *Worker, opts *HandlerOptions, build func(o Han
 	if err != nil {
 		return err
 	}
-	h, err := build(o)
+	h, err := build(kind, zero.PayloadVersion(), o)
 	if err != nil {
 		return err
-	}
-	h.kind, h.version, h.opts = kind, zero.PayloadVersion(), o
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.state != 0 {
-		return fmt.Errorf("%w: register %q before Start", ErrAlreadyStarted, kind)
-	}
-	if _, dup := w.handlers[kind]; dup {
-		return fmt.Errorf("%w: %q", generics.ErrDuplicateKind, kind)
 	}
 	rec := generics.KindDefaults{Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts, Lease: o.Lease,
 		Timeout: o.Timeout, Unique: declared.Unique, DeleteOnSuccess: o.DeleteOnSuccess}
@@ -237,11 +108,10 @@ func register[A generics.Args](w *Worker, opts *HandlerOptions, build func(o Han
 	if len(o.Upgraders) > 0 {
 		kopts = append(kopts, generics.WithUpgrader(o.Upgraders...))
 	}
-	if _, err := generics.Register[A](w.reg, kopts...); err != nil {
+	return w.e.AddHandler(h, func() error {
+		_, err := generics.Register[A](w.reg, kopts...)
 		return err
-	}
-	w.handlers[kind] = h
-	return nil
+	})
 }
 
 // DeclaredOptions returns opts (nil counts as zero) with its zero Queue, Priority,
@@ -319,175 +189,20 @@ func EngineRuntimeParams() map[string]string {
 //	w.Stop(shutdownCtx) // waits for the stop ctx began; an earlier deadline tightens it
 //
 // Call Stop after cancelling ctx to wait for the stop (and to learn its result).
-func (w *Worker) Start(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.state != 0 {
-		return ErrAlreadyStarted
-	}
-	if w.cfg.EnginePool != nil {
-		w.eng = w.cfg.EnginePool
-	} else {
-		pc := w.pool.Config().Copy()
-		pc.MaxConns = int32(w.cfg.EngineConns)
-		pc.MinConns = 0
-		if pc.ConnConfig.RuntimeParams == nil {
-			pc.ConnConfig.RuntimeParams = map[string]string{}
-		}
-		// Generic plans, never a sequential scan of tenure.jobs (internal/engineconf says why;
-		// TestEngineStatementsPlanIndexPathsOnATinyTable checks it).
-		for k, v := range engineconf.Settings {
-			pc.ConnConfig.RuntimeParams[k] = v
-		}
-		if w.cfg.AsynchronousCommit {
-			pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-		}
-		// Direct encode and scan plans for the engine statements' uuid and nullable columns
-		// (internal/pgfast says which pgx paths they replace); the application's hook still runs.
-		after := pc.AfterConnect
-		pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-			pgfast.Register(c.TypeMap())
-			if after != nil {
-				return after(ctx, c)
-			}
-			return nil
-		}
-		eng, err := pgxpool.NewWithConfig(ctx, pc)
-		if err != nil {
-			return fmt.Errorf("tenure: engine pool: %w", err)
-		}
-		w.eng, w.ownEng = eng, true
-	}
-	if err := w.checkDatabase(ctx); err != nil {
-		w.closeEngine()
-		return err
-	}
-	w.q = w.qon(w.eng)
-	client, err := jobs.NewClient(w.eng, &jobs.Config{Registry: w.reg, Logger: w.log, Schema: w.sch.Name()})
-	if err != nil {
-		return fmt.Errorf("tenure: engine client: %w", err)
-	}
-	w.client = client
-	for _, p := range w.periodic {
-		if _, ok := w.reg.Lookup(p.kind); !ok {
-			w.closeEngine()
-			return fmt.Errorf("%w: %w: periodic %q: kind %q is not registered (register a handler, or generics.Register it in Config.Registry)",
-				ErrInvalidConfig, ErrInvalidSchedule, p.name, p.kind)
-		}
-	}
-	// Before any loop claims: a queue paused now is never claimed from by this worker.
-	pctx, cancel := context.WithTimeout(ctx, startCheckTimeout)
-	paused, err := w.pausedQueues(pctx)
-	if err == nil {
-		err = w.registerPeriodic(pctx)
-	}
-	cancel()
-	if err != nil {
-		w.closeEngine()
-		return fmt.Errorf("tenure: start: %w", err)
-	}
-	for name, q := range w.queues {
-		q.paused = paused[name]
-		q.pausedFlag.Store(q.paused)
-	}
-	w.kinds = claimKinds{}
-	names := make([]string, 0, len(w.handlers))
-	for k := range w.handlers {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		h := w.handlers[k]
-		w.kinds.names = append(w.kinds.names, k)
-		w.kinds.versions = append(w.kinds.versions, int32(h.version))
-		w.kinds.leaseMs = append(w.kinds.leaseMs, int32(h.opts.Lease.Milliseconds()))
-	}
-	w.state = 1
-	w.started = time.Now()
-	w.finishCh = make(chan *execution, finishBuffer)
-	w.awaitCh = make(chan []int64, awaitBuffer)
-	w.base = context.WithoutCancel(ctx)
-	w.engCtx, w.cancelEng = context.WithCancel(w.base)
-	w.svcCtx, w.cancelSvc = context.WithCancel(w.engCtx)
+func (w *Worker) Start(ctx context.Context) error { return w.e.Start(ctx) }
 
-	w.writeCh = make(chan []*execution)
-	w.spawn(func() { w.batcher(w.engCtx) })
-	for range w.cfg.Finishers {
-		w.spawn(func() { w.finisher(w.engCtx) })
-	}
-	if len(w.queues) > 1 && !w.noClaimBatch {
-		w.claimIn = newClaimIntake()
-		w.spawn(func() { w.claimBatcher(w.engCtx) })
-	}
-	for _, svc := range []func(context.Context){w.reclaimService, w.pruneService, w.listenService, w.registryService,
-		w.queueStateService, w.periodicService} {
-		w.spawn(func() { svc(w.svcCtx) })
-	}
-	for _, q := range w.queues {
-		w.spawn(func() { q.loop(w.engCtx) })
-	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			w.stopOnCancel()
-		case <-w.stopDone:
-		}
-	}()
-	w.warnUnservedQueues()
-	w.log.Info("tenure: worker started", "queues", len(w.queues), "kinds", len(w.handlers))
-	return nil
-}
-
-// closeEngine undoes Start's engine pool when Start fails.
-func (w *Worker) closeEngine() {
-	if w.ownEng {
-		w.eng.Close()
-	}
-	w.eng, w.ownEng, w.q, w.client = nil, false, nil, nil
-}
-
-// warnUnservedQueues logs, at Start, each registered kind whose default queue this worker does
-// not serve: its jobs wait until some other worker serves that queue. It is a warning, not an
-// error, because splitting queues across processes (pools) is a supported layout; a process
-// that only enqueues can refuse such inserts with jobs.Config.Queues.
-func (w *Worker) warnUnservedQueues() {
-	served := make([]string, 0, len(w.queues))
-	for name := range w.queues {
-		served = append(served, name)
-	}
-	sort.Strings(served)
-	for _, k := range w.kinds.names {
-		q := w.handlers[k].opts.Queue
-		if q == "" {
-			q = jobs.DefaultQueue
-		}
-		if _, ok := w.queues[q]; !ok {
-			w.log.Warn("tenure: a registered kind's queue is not served by this worker: its jobs wait for a worker that serves it (add the queue to Config.Queues, or run one elsewhere)",
-				logkey.Kind, k, logkey.Queue, q, "served", served)
-		}
-	}
-}
-
-// startCheckTimeout bounds Start's database checks.
-const startCheckTimeout = 15 * time.Second
-
-// checkDatabase makes Start fail on a database the engine cannot use: one that does not
-// answer, whose role lacks a privilege the configuration needs (privileges.go), or whose schema
-// is not at the version this release was built for.
-func (w *Worker) checkDatabase(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, startCheckTimeout)
-	defer cancel()
-	if err := w.eng.Ping(cctx); err != nil {
-		return fmt.Errorf("tenure: start: database unreachable: %w", err)
-	}
-	if err := w.checkPrivileges(cctx); err != nil {
+// checkDatabase makes Start fail on a database the engine cannot use (the engine checked it
+// answers): one whose role lacks a privilege the configuration needs (privileges.go), or whose
+// schema is not at the version this release was built for. eng is the engine's pool.
+func (w *Worker) checkDatabase(cctx context.Context, eng *pgxpool.Pool) error {
+	if err := w.checkPrivileges(cctx, eng); err != nil {
 		return err
 	}
 	runner, err := migrations.NewRunner(migrations.Options{Schema: w.sch.Name()})
 	if err != nil {
 		return err
 	}
-	st, err := runner.Status(cctx, w.eng)
+	st, err := runner.Status(cctx, eng)
 	if err != nil {
 		return fmt.Errorf("tenure: start: reading the schema version: %w", err)
 	}
@@ -513,15 +228,6 @@ func (w *Worker) checkDatabase(ctx context.Context) error {
 	return nil
 }
 
-// spawn runs fn on an engine goroutine that Stop waits for.
-func (w *Worker) spawn(fn func()) {
-	w.engWG.Add(1)
-	go func() {
-		defer w.engWG.Done()
-		fn()
-	}()
-}
-
 // Stop stops the worker and returns by ctx's deadline, always.
 //
 // Soft stop first: nothing new is claimed and running handlers may finish. HardStopGrace
@@ -541,212 +247,11 @@ func (w *Worker) spawn(fn func()) {
 // stop under way, and when its deadline is earlier it tightens it (handlers are cancelled
 // HardStopGrace before the earlier deadline, and what is left is abandoned at it). It returns
 // the stop's result, or an error wrapping its ctx's error if ctx ends first.
-func (w *Worker) Stop(ctx context.Context) error {
-	return w.stopWith(ctx, w.planFor(ctx))
-}
+func (w *Worker) Stop(ctx context.Context) error { return w.e.Stop(ctx) }
 
-// planFor derives the stop plan from ctx's deadline.
-func (w *Worker) planFor(ctx context.Context) stopPlan {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		return stopPlan{}
-	}
-	// Handlers get the first quarter of the reserve to react to cancellation; the fenced
-	// release of what they still hold gets the rest, so it lands even on a loaded server.
-	reserve := max(min(w.cfg.HardStopGrace, dl.Sub(w.clk.Now())/2), 0)
-	return stopPlan{hardAt: dl.Add(-reserve), releaseAt: dl.Add(-reserve * 3 / 4), deadline: dl}
-}
-
-// stopOnCancel is what cancelling Start's context does: a graceful stop with a deadline
-// ShutdownTimeout away (or, with a negative ShutdownTimeout, a hard stop within
-// HardStopGrace).
-func (w *Worker) stopOnCancel() {
-	if w.cfg.ShutdownTimeout < 0 {
-		w.log.Warn("tenure: context cancelled: hard stop (ShutdownTimeout < 0): cancelling handlers now",
-			"deadline_in", w.cfg.HardStopGrace.String())
-		sctx, cancel := context.WithTimeout(context.Background(), w.cfg.HardStopGrace)
-		defer cancel()
-		now := time.Now()
-		_ = w.stopWith(sctx, stopPlan{hardAt: now, releaseAt: now.Add(w.cfg.HardStopGrace / 4), deadline: now.Add(w.cfg.HardStopGrace)})
-		return
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
-	defer cancel()
-	plan := w.planFor(sctx)
-	w.log.Info("tenure: context cancelled: graceful stop (no new claims; running handlers may finish)",
-		"deadline_in", w.cfg.ShutdownTimeout.String(), "handlers_cancelled_in", time.Until(plan.hardAt).Round(time.Millisecond).String())
-	_ = w.stopWith(sctx, plan)
-}
-
-// stopWith begins the stop with plan, or, when a stop is already under way, tightens its plan
-// to plan's earlier times; then it waits for the stop to end or ctx to end. At ctx's end the
-// engine abandons what it still owns (whichever caller's ctx ends first).
-func (w *Worker) stopWith(ctx context.Context, plan stopPlan) error {
-	w.mu.Lock()
-	if w.state == 0 {
-		w.mu.Unlock()
-		return ErrNotStarted
-	}
-	w.state = 2
-	w.mu.Unlock()
-	first := false
-	w.stopOnce.Do(func() {
-		first = true
-		go func() {
-			w.stopErr = w.stop(ctx, plan)
-			close(w.stopDone)
-		}()
-	})
-	if !first {
-		w.tighten(plan)
-	}
-	// At this caller's deadline every engine statement is cancelled and the loops abandon
-	// what is left, so that Stop returns by its deadline even when an earlier stop had a
-	// later one.
-	abandon := context.AfterFunc(ctx, func() {
-		w.deadlineHit.Store(true)
-		w.cancelEng()
-	})
-	defer abandon()
-	select {
-	case <-w.stopDone:
-		return w.stopErr
-	case <-ctx.Done():
-		select {
-		case <-w.stopDone: // the first Stop is ending at the same moment
-			return w.stopErr
-		case <-time.After(50 * time.Millisecond):
-		}
-		return fmt.Errorf("tenure: stop still in progress: %w", ctx.Err())
-	}
-}
-
-// tighten sends a later Stop's plan to the queue loops, which keep the earlier of each time.
-func (w *Worker) tighten(plan stopPlan) {
-	if plan.hardAt.IsZero() {
-		return
-	}
-	for _, q := range w.queues {
-		select {
-		case q.stopCh <- plan:
-		case <-q.done:
-		}
-	}
-}
-
-func (w *Worker) stop(ctx context.Context, plan stopPlan) error {
-	abandonedBefore := w.m.finishAbandoned.Load()
-	w.stopping.Store(true)
-	w.cancelSvc() // reclaim, prune, listen: not needed while stopping
-	if dl, ok := ctx.Deadline(); ok {
-		w.log.Info("tenure: stopping: no new claims; running handlers may finish", "deadline_in", time.Until(dl).Round(time.Millisecond).String())
-	} else {
-		w.log.Info("tenure: stopping: no new claims; waiting for running handlers (no deadline)")
-	}
-	for _, q := range w.queues {
-		select {
-		case q.stopCh <- plan:
-		case <-q.done:
-		}
-	}
-	for _, q := range w.queues {
-		<-q.done
-	}
-	w.cancelEng()
-	w.engWG.Wait()
-	w.releasePermits(ctx)
-	w.deregister(ctx)
-	if w.ownEng {
-		closed := make(chan struct{})
-		go func() { w.eng.Close(); close(closed) }()
-		select {
-		case <-closed:
-		case <-ctx.Done():
-		}
-	}
-	st := w.Stats()
-	w.log.Info("tenure: worker stopped", "succeeded", st.Succeeded, "released", st.Released,
-		"stale_rejected", st.StaleRejected, "abandoned", st.FinishAbandoned-abandonedBefore)
-	var errs []error
-	if n := w.m.handlersRunning.Load(); n > 0 {
-		errs = append(errs, fmt.Errorf("%w: %d handlers", ErrHandlersStillRunning, n))
-	}
-	if n := w.m.finishAbandoned.Load() - abandonedBefore; n > 0 && (ctx.Err() != nil || w.deadlineHit.Load()) {
-		errs = append(errs, fmt.Errorf("%w: %d jobs left to their leases at the stop deadline", ErrFinishAbandoned, n))
-	}
-	return errors.Join(errs...)
-}
-
-// Stats returns a snapshot of the engine's counters.
-func (w *Worker) Stats() Stats {
-	m := w.m
-	s := Stats{
-		WorkerID: w.cfg.ID,
-		Claims:   m.claims.Load(), EmptyClaims: m.emptyClaims.Load(), ClaimErrors: m.claimErrors.Load(), Claimed: m.claimed.Load(), ClaimAsked: m.claimAsked.Load(),
-		FullClaims: m.fullClaims.Load(), ClaimedBehindWatermark: m.claimedBehindWatermark.Load(),
-		WatermarkHints: m.watermarkHints.Load(),
-		LimitedClaims:  m.limitedClaims.Load(), FlowBlocks: m.flowBlocks.Load(), StripedClaims: m.stripedClaims.Load(),
-		PermitAllocations: m.permitAllocations.Load(),
-		Succeeded:         m.succeeded.Load(), Retried: m.retried.Load(), Dead: m.dead.Load(), Cancelled: m.cancelled.Load(), Released: m.released.Load(), Snoozed: m.snoozed.Load(),
-		StaleRejected: m.staleRejected.Load(), FinishRetries: m.finishRetries.Load(), FinishAbandoned: m.finishAbandoned.Load(),
-		Heartbeats: m.heartbeats.Load(), HeartbeatRows: m.heartbeatRows.Load(), HeartbeatErrors: m.heartbeatErrors.Load(), LeasesLost: m.leasesLost.Load(),
-		CancelSignals: m.cancelSignals.Load(), Stuck: m.stuck.Load(), LateFinishes: m.lateFinishes.Load(), Panics: m.panics.Load(),
-		Reclaimed: m.reclaimed.Load(), ReclaimedDead: m.reclaimedDead.Load(), Pruned: m.pruned.Load(),
-		ListenerReconnects: m.listenerReconnects.Load(), Running: int(m.owned.Load()),
-		Deferred: m.deferred.Load(), FinishSplits: m.finishSplits.Load(), StillRunning: m.stillRunning.Load(),
-		FinishBusy: m.finishBusy.Load(), FinishedOnClaims: m.finishedOnClaims.Load(), StalePlanRetries: m.stalePlanRetries.Load(),
-		AwaitedFinishes: m.awaitedFinishes.Load(), Batches: m.batches.Load(), BatchJobs: m.batchJobs.Load(),
-		ClaimP50: m.claimLatency.Quantile(0.5), ClaimP99: m.claimLatency.Quantile(0.99),
-		FinishP50: m.finishLatency.Quantile(0.5), FinishP99: m.finishLatency.Quantile(0.99),
-		ErrorCodes: map[ErrorCode]int64{},
-	}
-	s.ReclaimErrors, s.PruneErrors, s.RegistryErrors = m.reclaimErrors.Load(), m.pruneErrors.Load(), m.registryErrors.Load()
-	s.PermissionErrors = m.permissionErrors.Load()
-	s.PeriodicEnqueued, s.PeriodicSkipped, s.PeriodicErrors = m.periodicEnqueued.Load(), m.periodicSkipped.Load(), m.periodicErrors.Load()
-	for name, q := range w.queues {
-		if q.pausedFlag.Load() {
-			s.PausedQueues = append(s.PausedQueues, name)
-		}
-	}
-	sort.Strings(s.PausedQueues)
-	if ns := m.lastSuccess.Load(); ns != 0 {
-		s.LastSuccess = time.Unix(0, ns)
-	}
-	m.mu.Lock()
-	for k, h := range m.wait {
-		s.Wait = append(s.Wait, WaitStats{Queue: k.queue, Priority: k.priority, Count: h.Count(),
-			P50: h.Quantile(0.5), P95: h.Quantile(0.95), P99: h.Quantile(0.99), Max: h.Max(), Histogram: snapshot(h)})
-	}
-	for c, n := range m.codes {
-		s.ErrorCodes[c] = n
-	}
-	for k, n := range m.outcomes {
-		s.Outcomes = append(s.Outcomes, OutcomeCount{Queue: k.queue, Kind: k.kind, Outcome: k.outcome, Attempt: k.attempt, Jobs: n})
-	}
-	s.LastError, s.LastErrorAt = m.lastError, m.lastErrorAt
-	m.mu.Unlock()
-	s.ClaimLatency, s.FinishLatency = snapshot(&m.claimLatency), snapshot(&m.finishLatency)
-	sort.Slice(s.Outcomes, func(i, j int) bool {
-		a, b := s.Outcomes[i], s.Outcomes[j]
-		if a.Queue != b.Queue {
-			return a.Queue < b.Queue
-		}
-		if a.Kind != b.Kind {
-			return a.Kind < b.Kind
-		}
-		if a.Outcome != b.Outcome {
-			return a.Outcome < b.Outcome
-		}
-		return a.Attempt < b.Attempt
-	})
-	sort.Slice(s.Wait, func(i, j int) bool {
-		if s.Wait[i].Queue != s.Wait[j].Queue {
-			return s.Wait[i].Queue < s.Wait[j].Queue
-		}
-		return s.Wait[i].Priority > s.Wait[j].Priority
-	})
-	return s
-}
+// ReclaimExpired runs one bounded pass of the lease-expiry sweep and returns the number of
+// jobs it reclaimed. The worker runs it periodically; it is exported for operators and tests.
+func (w *Worker) ReclaimExpired(ctx context.Context) (int, error) { return w.e.ReclaimExpired(ctx) }
 
 func randomSuffix() string {
 	var b [4]byte

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
+	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is the handler's side of workflows (jobs.Workflow): reading what the tasks this
@@ -52,14 +53,14 @@ func (e *DependencyError) Unwrap() error { return e.Err }
 // while this task runs anyway), ErrNoOutput, or the JSON decoding error.
 func DependencyOutput[T any](ctx context.Context, task string) (T, error) {
 	var zero T
-	e, _ := ctx.Value(execKey{}).(*execution)
+	e := engine.ExecutionFrom(ctx)
 	if e == nil {
 		return zero, ErrNotInHandler
 	}
-	w := e.q.w
-	row, err := w.qon(w.pool).DependencyOutput(ctx, gen.DependencyOutputParams{TaskName: task, ID: e.c.ID})
+	en, id := e.Engine(), e.Job().ID
+	row, err := en.Queries(en.Pool()).DependencyOutput(ctx, gen.DependencyOutputParams{TaskName: task, ID: id})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return zero, fmt.Errorf("%w: %q (job %d)", ErrNotADependency, task, e.c.ID)
+		return zero, fmt.Errorf("%w: %q (job %d)", ErrNotADependency, task, id)
 	}
 	if err != nil {
 		return zero, err

@@ -54,3 +54,10 @@ func StalePlan(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "0A000" && strings.Contains(pgErr.Message, "cached plan must not change result type")
 }
+
+// IsPermissionError reports whether err is PostgreSQL's insufficient_privilege (SQLSTATE
+// 42501): the role lacks a grant, which no retry fixes.
+func IsPermissionError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+}

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"bytes"
@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // These tests check the engine's timing decisions on a fake clock (clock_test.go): each is
@@ -22,16 +20,16 @@ var clockStart = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // batcherOn starts w.batcher on a fake clock with unbuffered channels (a send returns once the
 // batcher took it) and returns the worker, the clock and a receive with a liveness bound.
-func batcherOn(t *testing.T, linger time.Duration) (*Worker, *fakeClock, func() []*execution) {
+func batcherOn(t *testing.T, linger time.Duration) (*Engine, *FakeClock, func() []*Execution) {
 	t.Helper()
-	fc := newFakeClock(clockStart)
-	w := &Worker{cfg: Config{FinishLinger: linger, MaxFinishBatch: 500}, clk: fc,
-		finishCh: make(chan *execution), writeCh: make(chan []*execution)}
+	fc := NewFakeClock(clockStart)
+	w := &Engine{cfg: Config{FinishLinger: linger, MaxFinishBatch: 500}, clk: fc,
+		finishCh: make(chan *Execution), writeCh: make(chan []*Execution)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.batcher(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	recv := func() []*execution {
+	recv := func() []*Execution {
 		t.Helper()
 		select {
 		case b := <-w.writeCh:
@@ -46,7 +44,7 @@ func batcherOn(t *testing.T, linger time.Duration) (*Worker, *fakeClock, func() 
 
 // noBatch asserts that the batcher holds its batch. Sending e (unbuffered) first makes the
 // batcher run a whole iteration, so a batch it were going to hand over would be offered.
-func noBatch(t *testing.T, w *Worker, e *execution) {
+func noBatch(t *testing.T, w *Engine, e *Execution) {
 	t.Helper()
 	w.finishCh <- e
 	select {
@@ -61,22 +59,22 @@ func noBatch(t *testing.T, w *Worker, e *execution) {
 func TestBatcherLingersUntilTheDeadline(t *testing.T) {
 	const linger = 5 * time.Millisecond
 	w, fc, recv := batcherOn(t, linger)
-	first, second, third := &execution{}, &execution{}, &execution{}
+	first, second, third := &Execution{}, &Execution{}, &Execution{}
 	w.finishCh <- first
 	waitArmed(t, fc)
 	fc.Advance(linger - time.Microsecond)
 	noBatch(t, w, second) // a microsecond before the deadline: held
 	noBatch(t, w, third)
 	fc.Advance(time.Microsecond) // the deadline of the first finish
-	require.Equal(t, []*execution{first, second, third}, recv())
+	require.Equal(t, []*Execution{first, second, third}, recv())
 	require.Zero(t, fc.Timers(), "the linger timer is stopped once the batch went out")
 
 	// The next batch lingers again, from its own first finish.
-	fourth := &execution{}
+	fourth := &Execution{}
 	w.finishCh <- fourth
 	waitArmed(t, fc)
 	fc.Advance(linger - time.Microsecond)
-	noBatch(t, w, &execution{})
+	noBatch(t, w, &Execution{})
 	fc.Advance(time.Microsecond)
 	require.Len(t, recv(), 2)
 }
@@ -86,19 +84,19 @@ func TestBatcherLingersUntilTheDeadline(t *testing.T) {
 func TestBatcherDoesNotLingerPastItsTarget(t *testing.T) {
 	w, fc, recv := batcherOn(t, time.Hour)
 	for range finishLingerTarget - 1 {
-		noBatch(t, w, &execution{})
+		noBatch(t, w, &Execution{})
 	}
-	w.finishCh <- &execution{}
+	w.finishCh <- &Execution{}
 	require.Len(t, recv(), finishLingerTarget)
 	require.Equal(t, clockStart, fc.Now(), "the clock never moved")
 
-	noBatch(t, w, &execution{})
-	w.finishCh <- &execution{limited: true}
+	noBatch(t, w, &Execution{})
+	w.finishCh <- &Execution{limited: true}
 	require.Len(t, recv(), 2, "a limited job's finish takes the batch with it at once")
 }
 
 // waitArmed waits (a liveness bound) until the batcher armed its linger timer.
-func waitArmed(t *testing.T, fc *fakeClock) {
+func waitArmed(t *testing.T, fc *FakeClock) {
 	t.Helper()
 	for fc.Timers() == 0 {
 		select {
@@ -116,8 +114,8 @@ func TestStopPlanFromTheDeadline(t *testing.T) {
 	dl := time.Now().Add(time.Hour) // a real deadline: planFor reads it from ctx
 	ctx, cancel := context.WithDeadline(context.Background(), dl)
 	defer cancel()
-	fc := newFakeClock(dl.Add(-10 * time.Second))
-	w := &Worker{cfg: Config{HardStopGrace: 2 * time.Second}, clk: fc}
+	fc := NewFakeClock(dl.Add(-10 * time.Second))
+	w := &Engine{cfg: Config{HardStopGrace: 2 * time.Second}, clk: fc}
 
 	p := w.planFor(ctx)
 	require.Equal(t, dl.Add(-2*time.Second), p.hardAt)
@@ -147,27 +145,27 @@ func TestStopPlanFromTheDeadline(t *testing.T) {
 }
 
 // TestEngineErrorLogsOncePerWindow: repeated failures of one source are logged at most once
-// per engine.ErrorLogEvery, the next line counting those held back; every failure is still recorded
+// per ErrorLogEvery, the next line counting those held back; every failure is still recorded
 // as the last error, at the clock's time.
 func TestEngineErrorLogsOncePerWindow(t *testing.T) {
 	var buf bytes.Buffer
-	fc := newFakeClock(clockStart)
-	w := &Worker{log: slog.New(slog.NewTextHandler(&buf, nil)), m: newMetrics(), clk: fc}
-	var th engine.LogThrottle
-	th.Every = engine.ErrorLogEvery
+	fc := NewFakeClock(clockStart)
+	w := &Engine{log: slog.New(slog.NewTextHandler(&buf, nil)), m: newMetrics(), clk: fc}
+	var th LogThrottle
+	th.Every = ErrorLogEvery
 	lines := func() []string { return strings.Split(strings.TrimSpace(buf.String()), "\n") }
 	fail := func() { w.engineError(&th, "claim", errors.New("boom")) }
 
 	fail()
 	require.Len(t, lines(), 1)
 	for range 4 {
-		fc.Advance(engine.ErrorLogEvery/4 - time.Nanosecond) // ends a nanosecond before the window
+		fc.Advance(ErrorLogEvery/4 - time.Nanosecond) // ends a nanosecond before the window
 		fail()
 	}
-	require.Len(t, lines(), 1, "logged again within engine.ErrorLogEvery:\n%s", buf.String())
+	require.Len(t, lines(), 1, "logged again within ErrorLogEvery:\n%s", buf.String())
 	require.Equal(t, fc.Now(), w.m.lastErrorAt, "the last failure is recorded even when not logged")
 
-	fc.Advance(4 * time.Nanosecond) // exactly engine.ErrorLogEvery after the first line
+	fc.Advance(4 * time.Nanosecond) // exactly ErrorLogEvery after the first line
 	fail()
 	require.Len(t, lines(), 2)
 	require.Contains(t, lines()[1], "not_logged_since_last=4")
@@ -195,8 +193,8 @@ func TestPermitRegrowWaits(t *testing.T) {
 // TestFlowPruneSchedule: the reclaim service's flow prune runs at most once per PruneEvery,
 // and after a stall (a clock jump of many periods) once, not once per missed period.
 func TestFlowPruneSchedule(t *testing.T) {
-	fc := newFakeClock(clockStart)
-	w := &Worker{cfg: Config{PruneEvery: time.Minute}, m: newMetrics(), clk: fc} // no queues: a pass runs no statement
+	fc := NewFakeClock(clockStart)
+	w := &Engine{cfg: Config{PruneEvery: time.Minute}, m: newMetrics(), clk: fc} // no queues: a pass runs no statement
 	fp := &flowPruner{}
 	ctx := context.Background()
 	w.maybePruneFlow(ctx, fp)

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // flight complete, and running jobs finish normally).
 
 // pausedQueues reads which of this worker's queues are paused.
-func (w *Worker) pausedQueues(ctx context.Context) (map[string]bool, error) {
+func (w *Engine) pausedQueues(ctx context.Context) (map[string]bool, error) {
 	names := make([]string, 0, len(w.queues))
 	for name := range w.queues {
 		names = append(names, name)
@@ -33,7 +33,7 @@ func (w *Worker) pausedQueues(ctx context.Context) (map[string]bool, error) {
 }
 
 // queueStateService keeps the loops' paused flags in line with tenure.queues.
-func (w *Worker) queueStateService(ctx context.Context) {
+func (w *Engine) queueStateService(ctx context.Context) {
 	t := w.clk.NewTicker(w.cfg.QueueStateEvery)
 	defer t.Stop()
 	for {

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"errors"
@@ -12,13 +12,13 @@ import (
 func TestClaimModeChoice(t *testing.T) {
 	mode := func(cfg QueueConfig) claimMode {
 		cfg.Claimers = 1
-		return newQueue(&Worker{}, "q", cfg).mode
+		return newQueue(&Engine{}, "q", cfg).mode
 	}
 	require.IsType(t, orderedMode{}, mode(QueueConfig{}))
 	require.IsType(t, orderedMode{}, mode(QueueConfig{Fairness: Fairness{Quotas: map[int]int{2: 1}}}))
 	require.IsType(t, &fairMode{}, mode(QueueConfig{Fairness: Fairness{FairShare: true}}))
 	require.IsType(t, &permitMode{}, mode(QueueConfig{Limits: []Limit{{MaxRunning: 40}}}))
-	require.IsType(t, &permitMode{}, mode(QueueConfig{Limits: []Limit{{MaxRunning: maxLimitValue}}}), "permits serve every concurrency-only limit")
+	require.IsType(t, &permitMode{}, mode(QueueConfig{Limits: []Limit{{MaxRunning: 1_000_000}}}), "permits serve every concurrency-only limit")
 	require.IsType(t, &countedMode{}, mode(QueueConfig{Limits: []Limit{{MaxRunning: 1, PerKey: true}}}))
 	require.IsType(t, &countedMode{}, mode(QueueConfig{Limits: []Limit{{Rate: 5, Per: time.Second}}}))
 	require.IsType(t, &countedMode{}, mode(QueueConfig{Limits: []Limit{{MaxRunning: 40}},
@@ -29,7 +29,7 @@ func TestClaimModeChoice(t *testing.T) {
 // through plan and learn on the loop: exclusive first; striped after a claim far from every
 // limit; exclusive again after a claim near a limit; a failed claim changes nothing.
 func TestCountedModeLearns(t *testing.T) {
-	q := newQueue(&Worker{}, "q", QueueConfig{Claimers: 1, Limits: []Limit{{MaxRunning: 100_000, PerKey: true}}})
+	q := newQueue(&Engine{}, "q", QueueConfig{Claimers: 1, Limits: []Limit{{MaxRunning: 100_000, PerKey: true}}})
 	plan := func() claimPlan {
 		p := claimPlan{n: 10}
 		q.mode.plan(q, &p)
@@ -60,7 +60,7 @@ func TestCountedModeLearns(t *testing.T) {
 // plans from it, an allocation the claim ran replaces it (also when the claim then failed), a
 // claim that found no permit row forgets it.
 func TestPermitModeLearns(t *testing.T) {
-	q := newQueue(&Worker{}, "q", QueueConfig{Claimers: 2, Concurrency: 10, Limits: []Limit{{MaxRunning: 40}}})
+	q := newQueue(&Engine{}, "q", QueueConfig{Claimers: 2, Concurrency: 10, Limits: []Limit{{MaxRunning: 40}}})
 	p := claimPlan{n: 10}
 	q.mode.plan(q, &p)
 	require.True(t, p.exclusive, "a permit claim's limited finishes do not linger")

@@ -1,10 +1,9 @@
-package worker
+package engine
 
 import (
 	"context"
 
 	"github.com/tenureq/tenure/db/gen"
-	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is the one interface every claim mode implements (docs/design.md, "The claim
@@ -85,7 +84,7 @@ type claimFeedback struct {
 	// fair (fairshare.go): per band, the tenant the next claim starts after (where fairMoved)
 	// and how far the keyless jobs were read.
 	fairNext    bandKeys
-	fairMoved   [maxPriority + 1]bool
+	fairMoved   [MaxPriority + 1]bool
 	keylessUpto bandTimes
 }
 
@@ -123,7 +122,7 @@ func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 		if err != nil {
 			return nil, claimFeedback{}, err
 		}
-		rows, _ := engine.OwnedRows(got)
+		rows, _ := OwnedRows(got)
 		return rows, claimFeedback{doneLanded: landed}, nil
 	}
 	arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
@@ -141,7 +140,7 @@ func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 	if err != nil {
 		return nil, claimFeedback{}, err
 	}
-	rows, _ := engine.OwnedRows(got)
+	rows, _ := OwnedRows(got)
 	return rows, claimFeedback{doneLanded: landed}, nil
 }
 

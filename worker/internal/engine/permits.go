@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/internal/dbschema"
-	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is flow control for concurrency limits: permits (docs/design.md, "Flow
@@ -124,7 +123,7 @@ func (m *permitMode) learn(_ *queue, r *claimResult) {
 }
 
 // usesPermits reports whether a queue with these limits and this fairness claims under permits.
-func usesPermits(la *limitArgs, pol *engine.Policy) bool {
+func usesPermits(la *limitArgs, pol *Policy) bool {
 	return la != nil && la.concurrencyOnly && !pol.Weighted() && pol.F.Deadline <= 0
 }
 
@@ -201,11 +200,11 @@ type permitFlags struct {
 // share that the claim then uses, and both commit together (the table never shows the new jobs
 // running beside the finished ones). It returns which completions landed (true), and those
 // it skipped because another session holds their rows locked (false).
-func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrderedParams, done []*execution) ([]claimRow, permitFlags, map[int64]bool, error) {
+func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrderedParams, done []*Execution) ([]claimRow, permitFlags, map[int64]bool, error) {
 	la := q.limits
-	var c engine.Capture
+	var c Capture
 	_ = gen.New(&c).PermitLock(ctx, gen.PermitLockParams{Queue: q.name, WorkerID: base.WorkerID})
-	db := &engine.AfterLock{Pool: q.w.eng, Sch: q.w.sch, Locks: []engine.LockedStatement{{SQL: c.SQL, Args: c.Args}}}
+	db := &AfterLock{Pool: q.w.eng, Sch: q.w.sch, Locks: []LockedStatement{{SQL: c.SQL, Args: c.Args}}}
 	// busy completions (another session holds the row: not written) go to the finishers,
 	// which wait for that row alone.
 	landed := rideOn(ctx, db, done)
@@ -217,9 +216,9 @@ func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrde
 	if err != nil {
 		return nil, permitFlags{}, nil, err
 	}
-	rows, feedback := engine.OwnedRows(got)
+	rows, feedback := OwnedRows(got)
 	var f permitFlags
-	if err := engine.DecodeFeedback(feedback, &f); err != nil {
+	if err := DecodeFeedback(feedback, &f); err != nil {
 		return nil, permitFlags{}, nil, err
 	}
 	return rows, f, landed, nil
@@ -239,23 +238,23 @@ func (q *queue) allocatePermit(ctx context.Context) (permitAlloc, error) {
 		amount = min(amount, r.Amount)
 		owed = owed || r.Amount < min(int32(q.cfg.Concurrency), r.Fair)
 	}
-	q.w.m.permitAllocations.Add(1)
+	q.w.m.PermitAllocations.Add(1)
 	return permitAlloc{have: len(got) == len(la.kind), amount: amount, owed: owed, last: q.w.clk.Now()}, nil
 }
 
 // runPermitAllocate sends ClaimLimitsLock (every stripe), PermitAllocateLock and PermitAllocate
 // in one pipeline, one transaction.
-func runPermitAllocate(ctx context.Context, pool engine.Batcher, sch *dbschema.Schema, p gen.PermitAllocateParams) ([]*gen.PermitAllocateRow, error) {
-	var c engine.Capture
+func runPermitAllocate(ctx context.Context, pool Batcher, sch *dbschema.Schema, p gen.PermitAllocateParams) ([]*gen.PermitAllocateRow, error) {
+	var c Capture
 	_ = gen.New(&c).PermitAllocateLock(ctx, p.Queue)
-	db := &engine.AfterLock{Pool: pool, Sch: sch, Locks: []engine.LockedStatement{
-		engine.LockStatement(ctx, p.Queue, sch.LimitsClass(), sch.LimitsClass()+limitStripes-1), {SQL: c.SQL, Args: c.Args}}}
+	db := &AfterLock{Pool: pool, Sch: sch, Locks: []LockedStatement{
+		LockStatement(ctx, p.Queue, sch.LimitsClass(), sch.LimitsClass()+limitStripes-1), {SQL: c.SQL, Args: c.Args}}}
 	return gen.New(db).PermitAllocate(ctx, p)
 }
 
 // releasePermits deletes this worker's permit rows when it stops gracefully (within ctx, at most
 // 2 s); a failure only leaves them to expire.
-func (w *Worker) releasePermits(ctx context.Context) {
+func (w *Engine) releasePermits(ctx context.Context) {
 	uses := false
 	for _, q := range w.queues {
 		uses = uses || (q.limits != nil && q.limits.permits)
@@ -268,4 +267,9 @@ func (w *Worker) releasePermits(ctx context.Context) {
 	if err := w.qon(w.eng).PermitRelease(rctx, w.cfg.ID); err != nil {
 		w.log.Warn("tenure: releasing the worker's limit permits failed; they will expire", "err", err)
 	}
+}
+
+// RunPermitAllocate is runPermitAllocate, for package worker's tests (export_test.go).
+func RunPermitAllocate(ctx context.Context, pool Batcher, sch *dbschema.Schema, p gen.PermitAllocateParams) ([]*gen.PermitAllocateRow, error) {
+	return runPermitAllocate(ctx, pool, sch, p)
 }

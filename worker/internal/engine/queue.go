@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/internal/logkey"
-	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is the owner of a queue's state. One goroutine per queue, the queue loop, owns
@@ -25,7 +24,7 @@ import (
 //	finishers         --settled------->  loop   (shared by all queues)
 //	listener          --wake/cancel/resync--> loop
 //	queue state svc   --pauseCh-------> loop   (paused or not; pause.go)
-//	loop              --*execution-->    finishers (finishCh; never blocks the loop)
+//	loop              --*Execution-->    finishers (finishCh; never blocks the loop)
 //	loop              --claimPlan.done--> claim goroutine (successes riding on the claim, back
 //	                                      in its claimResult; claim.go)
 //
@@ -34,10 +33,10 @@ import (
 // at once when the engine context ends at Stop's deadline, reporting what it abandons).
 
 type queue struct {
-	w    *Worker
+	w    *Engine
 	name string
 	cfg  QueueConfig
-	pol  *engine.Policy
+	pol  *Policy
 
 	claimedCh  chan claimResult
 	returnedCh chan handlerResult
@@ -48,29 +47,29 @@ type queue struct {
 	// dueHint: per band, the oldest due time (unix µs; 0 = none) that NOTIFYs announced since
 	// the loop last planned a claim. The listener lowers it, the loop takes it (claim.go,
 	// "Watermarks").
-	dueHint [maxPriority + 1]atomic.Int64
+	dueHint [MaxPriority + 1]atomic.Int64
 	// plainNotified: a NOTIFY without a due-time hint arrived since the last full claim (the
 	// listener sets it, the loop clears it when it plans a full claim).
 	plainNotified atomic.Bool
-	skip          engine.BandSkip // the bands the batched claims found empty (claimbatch.go)
-	resyncCh      chan struct{}   // the listener reconnected: heartbeat every job now (1-buffered)
-	stopCh        chan stopPlan   // 1-buffered
-	pauseCh       chan bool       // the queue state service: paused or not (1-buffered, latest wins)
-	done          chan struct{}   // closed when the loop returns
+	skip          BandSkip      // the bands the batched claims found empty (claimbatch.go)
+	resyncCh      chan struct{} // the listener reconnected: heartbeat every job now (1-buffered)
+	stopCh        chan stopPlan // 1-buffered
+	pauseCh       chan bool     // the queue state service: paused or not (1-buffered, latest wins)
+	done          chan struct{} // closed when the loop returns
 	// runCh hands an execution to an idle handler goroutine (unbuffered: a send succeeds only
 	// when one waits; execute.go, dispatch).
-	runCh chan *execution
+	runCh chan *Execution
 
 	// Owned by the loop goroutine.
-	active   map[*execution]struct{} // a job can appear twice: a stuck attempt and its successor
+	active   map[*Execution]struct{} // a job can appear twice: a stuck attempt and its successor
 	running  int                     // handler slots in use (handlers running and not declared stuck)
 	reserved int                     // slots reserved by claims in flight
 	claimers []claimer
 	inFlight int // claims in flight
-	pending  []*execution
+	pending  []*Execution
 	// ride: successes waiting for the queue's next claim to complete them in its transaction,
 	// since rideSince (claim.go, "Completions ride on claims").
-	ride       []*execution
+	ride       []*Execution
 	rideSince  time.Time
 	hbInFlight bool
 	hbAll      bool
@@ -113,18 +112,18 @@ type claimResult struct {
 }
 
 type handlerResult struct {
-	e   *execution
+	e   *Execution
 	fin finish
 }
 
 type settled struct {
-	e      *execution
+	e      *Execution
 	landed bool
 	err    error // non-nil: abandoned (not written); landed is false
 }
 
 type hbResult struct {
-	due  []*execution
+	due  []*Execution
 	at   time.Time
 	rows []*gen.HeartbeatRow
 	err  error
@@ -148,12 +147,12 @@ func (p stopPlan) merge(o stopPlan) stopPlan {
 	return stopPlan{hardAt: earlier(p.hardAt, o.hardAt), releaseAt: earlier(p.releaseAt, o.releaseAt), deadline: earlier(p.deadline, o.deadline)}
 }
 
-func newQueue(w *Worker, name string, cfg QueueConfig) *queue {
-	q := &queue{w: w, name: name, cfg: cfg, pol: newPolicy(cfg.Fairness),
+func newQueue(w *Engine, name string, cfg QueueConfig) *queue {
+	q := &queue{w: w, name: name, cfg: cfg, pol: NewPolicy(cfg.Fairness),
 		claimedCh: make(chan claimResult, cfg.Claimers), returnedCh: make(chan handlerResult, cfg.Concurrency), settledCh: make(chan []settled),
 		hbCh: make(chan hbResult), cancelCh: make(chan int64, 16), wakeCh: make(chan struct{}, 1),
-		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), pauseCh: make(chan bool, 1), done: make(chan struct{}), runCh: make(chan *execution),
-		active: map[*execution]struct{}{}, claimers: make([]claimer, cfg.Claimers),
+		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), pauseCh: make(chan bool, 1), done: make(chan struct{}), runCh: make(chan *Execution),
+		active: map[*Execution]struct{}{}, claimers: make([]claimer, cfg.Claimers),
 		limits: newLimitArgs(cfg.Limits)}
 	if q.limits != nil {
 		q.limits.permits = usesPermits(q.limits, q.pol)
@@ -230,8 +229,8 @@ func (q *queue) loop(ctx context.Context) {
 			}
 		}
 		q.handOver()
-		var out chan *execution
-		var next *execution
+		var out chan *Execution
+		var next *Execution
 		if len(q.pending) > 0 {
 			out, next = w.finishCh, q.pending[0]
 		}
@@ -401,7 +400,7 @@ func (q *queue) sleep(c *claimer, d time.Duration, wakeable bool) {
 
 // takeRide returns the completions waiting for a claim (up to MaxFinishBatch, oldest first) for
 // the claim being planned (loop).
-func (q *queue) takeRide() []*execution {
+func (q *queue) takeRide() []*Execution {
 	if len(q.ride) == 0 {
 		return nil
 	}
@@ -410,7 +409,7 @@ func (q *queue) takeRide() []*execution {
 	if n == len(q.ride) {
 		q.ride = nil
 	} else {
-		q.ride = append([]*execution(nil), q.ride[n:]...)
+		q.ride = append([]*Execution(nil), q.ride[n:]...)
 		q.rideSince = time.Now() // an approximation for the rest: they rode on no claim yet
 	}
 	return done
@@ -458,7 +457,7 @@ func (q *queue) claimed(r claimResult) {
 	if r.err == nil {
 		q.recordClaim(r)
 		if q.limits != nil && !r.plan.exclusive {
-			w.m.stripedClaims.Add(1)
+			w.m.StripedClaims.Add(1)
 		}
 	}
 	if len(r.plan.done) > 0 {
@@ -479,7 +478,7 @@ func (q *queue) claimed(r claimResult) {
 					continue
 				}
 				if landed {
-					w.m.finishedOnClaims.Add(1)
+					w.m.FinishedOnClaims.Add(1)
 				}
 				ss = append(ss, settled{e: e, landed: landed})
 			}
@@ -495,7 +494,7 @@ func (q *queue) claimed(r claimResult) {
 		e.limited = e.limited && r.plan.exclusive
 		q.active[e] = struct{}{}
 		q.hbNote(e) // its heartbeat pass (heartbeat.go)
-		w.m.owned.Add(1)
+		w.m.Owned.Add(1)
 		if q.stopping {
 			// Claimed while Stop began: the claim committed, so the jobs are ours; give them
 			// back at once instead of starting handlers the stop would only interrupt.
@@ -510,7 +509,7 @@ func (q *queue) claimed(r claimResult) {
 			q.collect(e) // a batch kind: its batch call starts it (batch.go)
 			continue
 		}
-		w.m.handlersRunning.Add(1)
+		w.m.HandlersRunning.Add(1)
 		q.dispatch(e)
 	}
 	switch {
@@ -518,7 +517,7 @@ func (q *queue) claimed(r claimResult) {
 		if q.stopping {
 			return
 		}
-		w.m.claimErrors.Add(1)
+		w.m.ClaimErrors.Add(1)
 		w.engineError(&w.claimLog, "claim", r.err, logkey.Queue, q.name)
 		c.idle = q.backoff(c.idle)
 		q.sleep(c, c.idle, false)
@@ -529,16 +528,16 @@ func (q *queue) claimed(r claimResult) {
 		// takes the same lock, so polling claims would queue behind each other and delay the
 		// claims that find room. Another worker's finishes are seen by the polls.
 		if len(r.got) == 0 {
-			w.m.emptyClaims.Add(1)
+			w.m.EmptyClaims.Add(1)
 		}
-		w.m.limitedClaims.Add(1)
+		w.m.LimitedClaims.Add(1)
 		c.idle = q.backoff(c.idle)
 		if q.limits.pollCap > 0 {
 			c.idle = min(c.idle, max(q.limits.pollCap, w.cfg.FetchPollMin))
 		}
 		q.sleep(c, c.idle, true)
 	case len(r.got) == 0:
-		w.m.emptyClaims.Add(1)
+		w.m.EmptyClaims.Add(1)
 		if q.behindSuspected(r.plan) {
 			// A NOTIFY announced a due job that this watermark claim did not find: it may
 			// sit behind the watermark. Claim again at once, from the start of every band.
@@ -571,7 +570,7 @@ func (q *queue) handlerReturned(r handlerResult) {
 	if e.stuck {
 		// The engine gave up on this attempt at timeout+grace (its slot was freed then);
 		// whatever the handler says now is fenced out as a timeout.
-		q.w.m.lateFinishes.Add(1)
+		q.w.m.LateFinishes.Add(1)
 		f = q.w.failure(e, CodeTimeout, 0, fmt.Errorf("handler returned %v after it was declared stuck (result discarded)", time.Since(e.start).Round(time.Millisecond)))
 	} else {
 		q.running--
@@ -612,46 +611,46 @@ func (q *queue) settle(s settled) {
 	if e.limited {
 		q.wakeOne() // its group has room again (limits.go)
 	}
-	w.m.owned.Add(-1)
+	w.m.Owned.Add(-1)
 	outcome := ""
 	switch {
 	case s.err != nil:
 		outcome = OutcomeAbandoned
-		w.m.finishAbandoned.Add(1)
+		w.m.FinishAbandoned.Add(1)
 		w.log.Error("tenure: finish abandoned; the job's lease will expire and the sweep retries it",
 			e.c.logAttrs(logkey.Transition, e.fin.to.String(), logkey.Err, s.err)...)
 		w.report(e, s.err)
 	case !s.landed:
 		outcome = OutcomeStale
-		w.m.staleRejected.Add(1)
+		w.m.StaleRejected.Add(1)
 		w.log.Warn("tenure: stale finish rejected: the job is no longer ours",
 			e.c.logAttrs(logkey.Transition, e.fin.to.String())...)
-		w.report(e, &StaleWriteError{JobID: e.c.ID, Generation: e.c.Generation, Transition: e.fin.to.String()})
+		w.report(e, NewStaleWriteError(e.c.ID, e.c.Generation, e.fin.to.String()))
 	default:
 		switch e.fin.to {
 		case toSucceeded:
 			outcome = OutcomeSucceeded
-			w.m.succeeded.Add(1)
-			w.m.lastSuccess.Store(time.Now().UnixNano())
+			w.m.Succeeded.Add(1)
+			w.m.LastSuccess.Store(time.Now().UnixNano())
 		case toRetry: // expected now and then: the job runs again
 			outcome = OutcomeRetried
-			w.m.retried.Add(1)
+			w.m.Retried.Add(1)
 			w.log.Warn("tenure: job attempt failed; retrying", e.c.logAttrs(logkey.Code, e.fin.code, logkey.Next, e.fin.to.String(),
 				logkey.Delay, e.fin.delay, logkey.Err, e.fin.msg)...)
 		case toDead: // needs an operator
 			outcome = OutcomeDead
-			w.m.dead.Add(1)
+			w.m.Dead.Add(1)
 			w.log.Error("tenure: job attempt failed; job is dead", e.c.logAttrs(logkey.Code, e.fin.code, logkey.Next, e.fin.to.String(),
 				logkey.Err, e.fin.msg)...)
 		case toCancelled:
 			outcome = OutcomeCancelled
-			w.m.cancelled.Add(1)
+			w.m.Cancelled.Add(1)
 		case toRelease:
 			outcome = OutcomeReleased
-			w.m.released.Add(1)
+			w.m.Released.Add(1)
 		case toSnooze:
 			outcome = OutcomeSnoozed
-			w.m.snoozed.Add(1)
+			w.m.Snoozed.Add(1)
 		}
 		w.report(e, nil)
 	}
@@ -661,12 +660,12 @@ func (q *queue) settle(s settled) {
 }
 
 // requestCancel cancels the handler of a job an operator asked to cancel.
-func (q *queue) requestCancel(e *execution) {
+func (q *queue) requestCancel(e *Execution) {
 	if e.returned || e.released {
 		return
 	}
 	if context.Cause(e.ctx) == nil {
-		q.w.m.cancelSignals.Add(1)
+		q.w.m.CancelSignals.Add(1)
 		q.w.log.Info("tenure: cancel requested, cancelling handler", e.c.logAttrs()...)
 	}
 	e.cancel(ErrJobCancelled)
@@ -710,7 +709,7 @@ func (q *queue) releaseHeld() {
 		n++
 	}
 	if n > 0 {
-		q.w.m.stillRunning.Add(int64(n))
+		q.w.m.StillRunning.Add(int64(n))
 		q.w.log.Warn("tenure: stop: releasing jobs of handlers that ignore cancellation", logkey.Queue, q.name, logkey.Jobs, n)
 	}
 }
@@ -723,8 +722,8 @@ func (q *queue) abandonAll() {
 	w := q.w
 	for e := range q.active {
 		e.cancel(ErrWorkerStopping)
-		w.m.owned.Add(-1)
-		w.m.finishAbandoned.Add(1)
+		w.m.Owned.Add(-1)
+		w.m.FinishAbandoned.Add(1)
 		w.m.recordOutcome(e.c.Queue, e.c.Kind, OutcomeAbandoned, e.c.Attempt)
 		w.report(e, fmt.Errorf("%w: stop deadline reached before its finish was written", ErrFinishAbandoned))
 	}

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/logkey"
-	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is the completion path. Every finish is a fenced write (id + state='running' +
@@ -26,25 +25,20 @@ import (
 // success. A finish the database did not answer is retried with the same token until it lands
 // or the job's lease is gone.
 
-// Outcome reports the end of one attempt, after its fenced finish was written or rejected.
+// Outcome is one attempt's settled finish, as the engine reports it to Config.OnOutcome
+// (worker.Outcome documents the fields).
 type Outcome struct {
-	// Job is the attempt as claimed: the row its handler saw (Job.ID, Job.Kind, Job.Queue,
-	// Job.Attempt, Job.Generation identify the attempt). It must not be modified.
-	Job *generics.JobRow
-	// Transition is one of the Outcome* names: "succeeded", "retried", "dead", "cancelled", "released" or "snoozed".
+	Job        *generics.JobRow
 	Transition string
-	Code       ErrorCode // empty on success
+	Code       ErrorCode
 	Delay      time.Duration
-	// HandlerErr is what the handler returned (nil on success).
 	HandlerErr error
-	// Err is nil when the fenced write landed; a *StaleWriteError (errors.Is ErrLostOwnership)
-	// when the database rejected it; another error when it was abandoned.
-	Err error
+	Err        error
 }
 
 // landedEarlier reports whether the row shows that e's own finish already happened: a write
 // that committed although its reply was lost, or a CompleteTx that committed.
-func landedEarlier(e *execution, r gen.FinishStatesRow) bool {
+func landedEarlier(e *Execution, r gen.FinishStatesRow) bool {
 	ours := r.ClaimToken != nil && *r.ClaimToken == e.c.token
 	if e.txCompleted.Load() && r.State == gen.TenureJobStateSucceeded && ours {
 		// CompleteTx committed inside the handler's transaction, whatever the handler
@@ -136,9 +130,9 @@ func (t transition) final() bool { return t == toSucceeded || t == toDead || t =
 // the previous ones. One collector means one lingering batch: with a lingering finisher each,
 // the finishers split a low rate between them and each wrote half as many jobs per statement.
 // It runs until the engine context ends (after every loop has returned, or at Stop's deadline).
-func (w *Worker) batcher(ctx context.Context) {
+func (w *Engine) batcher(ctx context.Context) {
 	max := w.cfg.MaxFinishBatch
-	batch := make([]*execution, 0, max)
+	batch := make([]*Execution, 0, max)
 	urgent, due := false, false
 	linger := w.clk.NewTimer(time.Hour)
 	linger.Stop()
@@ -149,7 +143,7 @@ func (w *Worker) batcher(ctx context.Context) {
 		if len(batch) >= max {
 			in = nil // full: the queue loops keep the rest pending until a finisher takes this
 		}
-		var out chan<- []*execution
+		var out chan<- []*Execution
 		if len(batch) > 0 && (due || urgent || w.cfg.FinishLinger <= 0 || len(batch) >= finishLingerTarget || w.stopping.Load()) {
 			out = w.writeCh
 		}
@@ -166,7 +160,7 @@ func (w *Worker) batcher(ctx context.Context) {
 			urgent = urgent || e.limited || e.lingered
 			if !awaited.empty() && awaited.take(e.c.ID, e.fin.to.final()) {
 				urgent = true
-				w.m.awaitedFinishes.Add(1)
+				w.m.AwaitedFinishes.Add(1)
 			}
 		case ids := <-w.awaitCh:
 			now := w.clk.Now()
@@ -179,12 +173,12 @@ func (w *Worker) batcher(ctx context.Context) {
 				for _, e := range batch {
 					if awaited.take(e.c.ID, e.fin.to.final()) {
 						urgent = true
-						w.m.awaitedFinishes.Add(1)
+						w.m.AwaitedFinishes.Add(1)
 					}
 				}
 			}
 		case out <- batch:
-			batch, urgent, due = make([]*execution, 0, max), false, false
+			batch, urgent, due = make([]*Execution, 0, max), false, false
 			linger.Stop()
 			lingerC = nil
 		case <-lingerC:
@@ -196,7 +190,7 @@ func (w *Worker) batcher(ctx context.Context) {
 // finisher is one of Config.Finishers goroutines shared by all queues: it writes the batches
 // the batcher gives it, in batches per transition, and reports each result to the execution's
 // queue loop. It runs until the engine context ends.
-func (w *Worker) finisher(ctx context.Context) {
+func (w *Engine) finisher(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -210,7 +204,7 @@ func (w *Worker) finisher(ctx context.Context) {
 // settleTo reports results to their queue loops: one send per queue, however many results,
 // in the order the queues first appear. (Grouped in one pass: splitting the rest off for each
 // queue in turn was quadratic when a batch spans hundreds of queues.)
-func (w *Worker) settleTo(ctx context.Context, ss ...settled) {
+func (w *Engine) settleTo(ctx context.Context, ss ...settled) {
 	if len(ss) == 0 {
 		return
 	}
@@ -236,8 +230,8 @@ func (w *Worker) settleTo(ctx context.Context, ss ...settled) {
 // flush writes one batch: successes in one CompleteMany (with their outputs), failures in one
 // FailMany, releases in one ReleaseMany, snoozes in one SnoozeMany. Each statement skips rows
 // another session holds locked and returns them busy: writeSorted hands those to finishLocked.
-func (w *Worker) flush(ctx context.Context, batch []*execution) {
-	var ok, fail, rel, snooze []*execution
+func (w *Engine) flush(ctx context.Context, batch []*Execution) {
+	var ok, fail, rel, snooze []*Execution
 	for _, e := range batch {
 		switch e.fin.to {
 		case toSucceeded:
@@ -284,7 +278,7 @@ func (r finishResult) add(id int64, busy bool) {
 	}
 }
 
-func completeMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResult, error) {
+func completeMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishResult, error) {
 	ids, tokens := idsTokens(es)
 	outputs, progress := outputsProgress(es)
 	rows, err := q.CompleteMany(ctx, gen.CompleteManyParams{Ids: ids, Tokens: tokens, Outputs: outputs, Progress: progress,
@@ -298,7 +292,7 @@ func completeMany(ctx context.Context, q *gen.Queries, es []*execution) (finishR
 
 // deletes are the delete-on-success flags of es for CompleteMany (HandlerOptions.DeleteOnSuccess),
 // nil when no job of es deletes.
-func deletes(es []*execution) []bool {
+func deletes(es []*Execution) []bool {
 	var out []bool
 	for i, e := range es {
 		if e.deleteOnSuccess() {
@@ -313,7 +307,7 @@ func deletes(es []*execution) []bool {
 
 // outputsProgress are the outputs (SetOutput) and last progress (Progress) of es for a batched
 // finish: JSON null for none; progress is nil when no job of es has any.
-func outputsProgress(es []*execution) (outputs, progress [][]byte) {
+func outputsProgress(es []*Execution) (outputs, progress [][]byte) {
 	outputs = make([][]byte, len(es))
 	for i, e := range es {
 		outputs[i] = jsonNull
@@ -333,7 +327,7 @@ func outputsProgress(es []*execution) (outputs, progress [][]byte) {
 	return outputs, progress
 }
 
-func snoozeMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResult, error) {
+func snoozeMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishResult, error) {
 	ids, tokens := idsTokens(es)
 	gens, delays := make([]int64, len(es)), make([]int64, len(es))
 	for i, e := range es {
@@ -347,7 +341,7 @@ func snoozeMany(ctx context.Context, q *gen.Queries, es []*execution) (finishRes
 	return res, err
 }
 
-func releaseMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResult, error) {
+func releaseMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishResult, error) {
 	ids, tokens := idsTokens(es)
 	delays := make([]int64, len(es))
 	for i, e := range es {
@@ -361,7 +355,7 @@ func releaseMany(ctx context.Context, q *gen.Queries, es []*execution) (finishRe
 	return res, err
 }
 
-func failMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResult, error) {
+func failMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishResult, error) {
 	arg := gen.FailManyParams{}
 	for _, e := range es {
 		state := "ready"
@@ -389,14 +383,14 @@ func failMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResul
 }
 
 // fencedWrite runs one fenced batch statement on q and reports what it changed.
-type fencedWrite func(context.Context, *gen.Queries, []*execution) (finishResult, error)
+type fencedWrite func(context.Context, *gen.Queries, []*Execution) (finishResult, error)
 
 // maxFinishAttempts bounds how often one finish batch is tried (retryable errors only).
 const maxFinishAttempts = 10
 
 // write runs one fenced batch write and settles each execution.
 //
-// What happens on error depends on its class (engine.ClassifyWriteError):
+// What happens on error depends on its class (ClassifyWriteError):
 //   - retryable (the connection broke, the server restarted or is read-only for a moment,
 //     a serialization failure): the same write, with the same tokens, is retried with backoff
 //     while some job's lease may still hold, at most maxFinishAttempts times; after a retry,
@@ -406,12 +400,12 @@ const maxFinishAttempts = 10
 //     split in halves so that one row cannot block the others, down to the row at fault;
 //   - anything else, or a retry budget used up: abandoned. The job stays running until its
 //     lease expires and the sweep retries it (LEASE_EXPIRED); the outcome reports the error.
-func (w *Worker) write(ctx context.Context, es []*execution, run fencedWrite) {
+func (w *Engine) write(ctx context.Context, es []*Execution, run fencedWrite) {
 	sortByID(es)
 	w.writeSorted(ctx, es, run)
 }
 
-func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWrite) {
+func (w *Engine) writeSorted(ctx context.Context, es []*Execution, run fencedWrite) {
 	backoff := 50 * time.Millisecond
 	readBack := false
 	for _, e := range es {
@@ -431,9 +425,9 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 		}
 		cancel()
 		if err == nil {
-			w.m.finishLatency.Record(time.Since(start))
+			w.m.FinishLatency.Record(time.Since(start))
 			ss := make([]settled, 0, len(es))
-			var busy []*execution
+			var busy []*Execution
 			for _, e := range es {
 				if res.busy[e.c.ID] {
 					busy = append(busy, e) // its row is locked: it waits, the batch does not
@@ -451,18 +445,18 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 			w.abandon(ctx, es, err)
 			return
 		}
-		switch engine.ClassifyWriteError(err) {
-		case engine.WriteData:
+		switch ClassifyWriteError(err) {
+		case WriteData:
 			if len(es) == 1 {
 				w.abandon(ctx, es, fmt.Errorf("the database refused the row: %w", err))
 				return
 			}
-			w.m.finishSplits.Add(1)
+			w.m.FinishSplits.Add(1)
 			h := len(es) / 2
 			w.writeSorted(ctx, es[:h], run)
 			w.writeSorted(ctx, es[h:], run)
 			return
-		case engine.WriteFatal:
+		case WriteFatal:
 			w.abandon(ctx, es, err)
 			return
 		}
@@ -470,7 +464,7 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 		// reclaimed by the sweep.
 		now := time.Now().UnixNano()
 		live := es[:0:0]
-		var gone []*execution
+		var gone []*Execution
 		for _, e := range es {
 			e.finishFails.Add(1)
 			if e.leaseUntil.Load() > now && attempt < maxFinishAttempts {
@@ -487,7 +481,7 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 		}
 		es = live
 		readBack = true
-		w.m.finishRetries.Add(1)
+		w.m.FinishRetries.Add(1)
 		w.engineError(&w.finishLog, "finish write (retried with the same token)", err, logkey.Jobs, len(es), logkey.Try, attempt)
 		select {
 		case <-time.After(backoff):
@@ -504,7 +498,7 @@ const busyRetryDelay = 20 * time.Millisecond
 // worker's own heartbeat's, held for the moment of its statement: one more batched try after
 // busyRetryDelay writes those. A row still busy then is held by another session's transaction:
 // its finish waits for that row alone (finishLocked).
-func (w *Worker) writeBusy(ctx context.Context, es []*execution, run fencedWrite) {
+func (w *Engine) writeBusy(ctx context.Context, es []*Execution, run fencedWrite) {
 	select {
 	case <-time.After(busyRetryDelay):
 	case <-ctx.Done():
@@ -549,10 +543,10 @@ const lockWaitTimeout = 5 * time.Second
 // LOCKED) off the row when the other session ends, so the finish lands first even if the
 // lease ran out meanwhile (nobody can extend a locked row); the fence still decides. It waits
 // until the finish is written, the row is no longer this attempt's, or the engine stops.
-func (w *Worker) finishLocked(ctx context.Context, e *execution, run fencedWrite) {
-	w.m.finishBusy.Add(1)
+func (w *Engine) finishLocked(ctx context.Context, e *Execution, run fencedWrite) {
+	w.m.FinishBusy.Add(1)
 	w.spawn(func() {
-		one := []*execution{e}
+		one := []*Execution{e}
 		ids, tokens := idsTokens(one)
 		backoff := 50 * time.Millisecond
 		for fails := 0; ; {
@@ -598,7 +592,7 @@ func (w *Worker) finishLocked(ctx context.Context, e *execution, run fencedWrite
 				w.abandon(ctx, one, err)
 				return
 			}
-			if engine.ClassifyWriteError(err) != engine.WriteRetry {
+			if ClassifyWriteError(err) != WriteRetry {
 				w.abandon(ctx, one, err)
 				return
 			}
@@ -607,7 +601,7 @@ func (w *Worker) finishLocked(ctx context.Context, e *execution, run fencedWrite
 				w.abandon(ctx, one, fmt.Errorf("database unreachable for %d tries: %w", fails, err))
 				return
 			}
-			w.m.finishRetries.Add(1)
+			w.m.FinishRetries.Add(1)
 			w.engineError(&w.finishLog, "finish write of a locked row (retried with the same token)", err, logkey.Jobs, 1, logkey.Try, fails)
 			select {
 			case <-time.After(backoff):
@@ -622,7 +616,7 @@ func (w *Worker) finishLocked(ctx context.Context, e *execution, run fencedWrite
 var lockWaitSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", lockWaitTimeout.Milliseconds())
 
 // abandon reports executions whose finish will not be written.
-func (w *Worker) abandon(ctx context.Context, es []*execution, err error) {
+func (w *Engine) abandon(ctx context.Context, es []*Execution, err error) {
 	ss := make([]settled, len(es))
 	for i, e := range es {
 		ss[i] = settled{e: e, err: fmt.Errorf("%w: %w", ErrFinishAbandoned, err)}
@@ -632,8 +626,8 @@ func (w *Worker) abandon(ctx context.Context, es []*execution, err error) {
 
 // readBack marks as landed the rows of es that res reports neither landed nor busy and whose
 // state shows that this attempt's own earlier write committed.
-func (w *Worker) readBack(ctx context.Context, es []*execution, res finishResult) error {
-	byID := map[int64]*execution{}
+func (w *Engine) readBack(ctx context.Context, es []*Execution, res finishResult) error {
+	byID := map[int64]*Execution{}
 	var ids []int64
 	for _, e := range es {
 		if !res.landed[e.c.ID] && !res.busy[e.c.ID] {
@@ -675,7 +669,7 @@ func (w *Worker) readBack(ctx context.Context, es []*execution, res finishResult
 	return nil
 }
 
-func (w *Worker) report(e *execution, err error) {
+func (w *Engine) report(e *Execution, err error) {
 	if w.cfg.OnOutcome == nil {
 		return
 	}
@@ -686,7 +680,7 @@ func (w *Worker) report(e *execution, err error) {
 // idsTokens returns the batch's ids and tokens. Callers sort batches by id first (sortByID):
 // every multi-row fenced write locks its rows in id order, so two of them (a heartbeat and a
 // finish batch) can never deadlock.
-func idsTokens(es []*execution) ([]int64, []uuid.UUID) {
+func idsTokens(es []*Execution) ([]int64, []uuid.UUID) {
 	ids, tokens := make([]int64, len(es)), make([]uuid.UUID, len(es))
 	for i, e := range es {
 		ids[i], tokens[i] = e.c.ID, e.c.token
@@ -694,17 +688,14 @@ func idsTokens(es []*execution) ([]int64, []uuid.UUID) {
 	return ids, tokens
 }
 
-func sortByID(es []*execution) {
+func sortByID(es []*Execution) {
 	sort.Slice(es, func(i, j int) bool { return es[i].c.ID < es[j].c.ID })
 }
 
-// CompleteTx completes the job inside the caller's transaction: the fenced running ->
-// succeeded write joins tx, so the business writes and the completion commit or roll back
-// together. It returns ErrLostOwnership (wrapped in a *StaleWriteError) when the job is no
-// longer owned by this attempt: roll tx back then. Call it from the job's handler with the
-// handler's context; the engine sees the commit and does not finish the job again.
+// CompleteTx is worker.CompleteTx: the fenced running -> succeeded write of the attempt
+// running in ctx, in the caller's transaction tx.
 func CompleteTx(ctx context.Context, tx pgx.Tx, job *generics.JobRow) error {
-	e, _ := ctx.Value(execKey{}).(*execution)
+	e := ExecutionFrom(ctx)
 	if !e.owns(job) {
 		return ErrNotInHandler
 	}
@@ -726,8 +717,8 @@ func CompleteTx(ctx context.Context, tx pgx.Tx, job *generics.JobRow) error {
 		return nil
 	}
 	if err == nil || leaseLostErr(e.ctx, err) {
-		e.q.w.m.staleRejected.Add(1)
-		return &StaleWriteError{JobID: e.c.ID, Generation: e.c.Generation, Transition: "succeeded"}
+		e.q.w.m.StaleRejected.Add(1)
+		return NewStaleWriteError(e.c.ID, e.c.Generation, "succeeded")
 	}
 	return err
 }
@@ -743,37 +734,12 @@ func leaseLostErr(handlerCtx context.Context, err error) bool {
 // jsonNull is the CompleteMany output of a job whose handler recorded none.
 var jsonNull = []byte("null")
 
-// MaxOutputBytes bounds the output a handler records with SetOutput, measured as the database
-// measures it (bytes of jsonb text, generics.JSONSize): the database's own bound
-// (generics.MaxOutputBytes, tenure.limit('output')), so an output SetOutput accepts is never
-// refused by the finish that writes it.
-const MaxOutputBytes = generics.MaxOutputBytes
-
-// SetOutput records v, encoded as JSON, as the output of the running job. It is written with
-// the job's success by the fenced completion (the engine's batched CompleteMany, or
-// CompleteTx, which takes the output recorded before it is called), never by a write of its
-// own, so a stale attempt's output can never land. A later call replaces an earlier one; a
-// nil v (or JSON null) records none. An attempt that fails keeps its output in its entry of
-// the error history (generics.AttemptError.Output), not in the job's Output. It
-// returns ErrNotInHandler outside a running handler's context, ErrInvalidOutput (nothing
-// changed) when v does not encode, holds what a jsonb cannot (a NUL character), or is larger
-// than MaxOutputBytes as the database measures it (also errors.Is generics.ErrTooLarge).
-func SetOutput(ctx context.Context, v any) error {
-	e, _ := ctx.Value(execKey{}).(*execution)
-	if e == nil {
-		return ErrNotInHandler
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOutput, err)
-	}
-	if err := generics.CheckJSON("output", b, MaxOutputBytes); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOutput, err)
-	}
-	if string(b) == "null" {
+// SetOutput records b, a JSON encoding package worker checked (worker.SetOutput), as the
+// output of the attempt; nil records none.
+func (e *Execution) SetOutput(b []byte) {
+	if b == nil {
 		e.output.Store(nil)
-		return nil
+		return
 	}
 	e.output.Store(&b)
-	return nil
 }

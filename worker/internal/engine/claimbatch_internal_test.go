@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -17,7 +17,6 @@ import (
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/pgtest"
-	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // pickClaimBatch takes requests oldest first, never two of one queue in a statement (they
@@ -68,13 +67,13 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('a', 'noop', '{}'), ('b', 'noop', '{}')`)
 	require.NoError(t, err)
-	w := &Worker{cfg: Config{ID: "batch-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: engine.RealClock{}}
-	w.claimLog.Every = engine.ErrorLogEvery
+	w := &Engine{cfg: Config{ID: "batch-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: RealClock{}}
+	w.claimLog.Every = ErrorLogEvery
 	bctx, stop := context.WithCancel(ctx)
 	w.spawn(func() { w.claimBatcher(bctx) })
 	defer func() { stop(); w.engWG.Wait() }()
-	segs := []engine.ClaimSeg{{Priority: 2, MaxUs: maxAgeUs(0)}}
+	segs := []ClaimSeg{{Priority: 2, MaxUs: maxAgeUs(0)}}
 	qa, qb := &queue{w: w, name: "a"}, &queue{w: w, name: "b"}
 
 	// Given up before it was sent: nothing is claimed.
@@ -137,7 +136,7 @@ func TestClaimBatchNoBitmapIsLocal(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	rows, err := (&engine.AfterLock{Pool: pool, Sch: dbschema.Must(dbschema.Default), Locks: noBitmap}).Query(ctx, "SELECT current_setting('enable_bitmapscan')")
+	rows, err := (&AfterLock{Pool: pool, Sch: dbschema.Must(dbschema.Default), Locks: noBitmap}).Query(ctx, "SELECT current_setting('enable_bitmapscan')")
 	require.NoError(t, err)
 	var in []string
 	for rows.Next() {
@@ -156,36 +155,29 @@ func TestClaimBatchNoBitmapIsLocal(t *testing.T) {
 }
 
 // batcherWorker is a worker with only a claim batcher running (the queues are driven by hand).
-func batcherWorker(t *testing.T, pool *pgxpool.Pool, clk engine.Clock) *Worker {
+func batcherWorker(t *testing.T, pool *pgxpool.Pool, clk Clock) *Engine {
 	t.Helper()
-	w := &Worker{cfg: Config{ID: "batch-test", MaxClaimBatch: 100}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	w := &Engine{cfg: Config{ID: "batch-test", MaxClaimBatch: 100}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: clk}
-	w.claimLog.Every = engine.ErrorLogEvery
+	w.claimLog.Every = ErrorLogEvery
 	bctx, stop := context.WithCancel(context.Background())
 	w.spawn(func() { w.claimBatcher(bctx) })
 	t.Cleanup(func() { stop(); w.engWG.Wait() })
 	return w
 }
 
-// allBands are a plain ordered claim's segments (the default policy): bands 9 down to 1.
-func allBands() []engine.ClaimSeg {
-	var segs []engine.ClaimSeg
-	for p := maxPriority; p >= minPriority; p-- {
-		segs = append(segs, engine.ClaimSeg{Priority: int16(p), MaxUs: maxAgeUs(0)})
+// allBandsAged are a plain ordered claim's segments (the default policy) as the claim sends
+// them: bands 9 down to 1, each with its age bound.
+func allBandsAged() []ClaimSeg {
+	var segs []ClaimSeg
+	for p := MaxPriority; p >= MinPriority; p-- {
+		segs = append(segs, ClaimSeg{Priority: int16(p), MaxUs: maxAgeUs(0)})
 	}
 	return segs
 }
 
-func bandsOf(segs []engine.ClaimSeg) []int16 {
-	var out []int16
-	for _, s := range segs {
-		out = append(out, s.Priority)
-	}
-	return out
-}
-
 // The cost of skipping, bounded: a job that becomes claimable without a hinted NOTIFY in a band
-// the busy queue found empty is claimed once engine.BandSkipFor has passed (or at once on a hint, or
+// the busy queue found empty is claimed once BandSkipFor has passed (or at once on a hint, or
 // on a full claim), and the claims in between still serve the other bands in order.
 func TestClaimBatchSkippedBandIsProbedAgain(t *testing.T) {
 	t.Parallel()
@@ -194,25 +186,25 @@ func TestClaimBatchSkippedBandIsProbedAgain(t *testing.T) {
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at)
 		SELECT 'a', 'noop', '{}', 2, now() - interval '1 minute' + g * interval '1 millisecond' FROM generate_series(1, 10) g`)
 	require.NoError(t, err)
-	fc := newFakeClock(time.Unix(1_000_000, 0))
+	fc := NewFakeClock(time.Unix(1_000_000, 0))
 	w := batcherWorker(t, pool, fc)
 	q := &queue{w: w, name: "a"}
 	claim := func(full bool) int16 {
 		t.Helper()
-		rep := q.sendClaim(ctx, 1, allBands(), full)
+		rep := q.sendClaim(ctx, 1, allBandsAged(), full)
 		require.NoError(t, rep.err)
 		require.Len(t, rep.rows, 1)
 		return deref0(rep.rows[0].Priority)
 	}
 	require.Equal(t, int16(2), claim(false))
-	require.Equal(t, []int16{2, 1}, bandsOf(q.skip.Filter(allBands(), fc.Now(), false)))
+	require.Equal(t, []int16{2, 1}, bandsOf(q.skip.Filter(allBandsAged(), fc.Now(), false)))
 	// A band-9 job made ready without a NOTIFY (as a retry's due time passing is): skipped...
 	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload, priority, run_at) VALUES ('a', 'noop', '{}', 9, now() - interval '1 minute')`)
 	require.NoError(t, err)
-	fc.Advance(engine.BandSkipFor / 2)
+	fc.Advance(BandSkipFor / 2)
 	require.Equal(t, int16(2), claim(false), "the skipped band was probed")
-	// ...until engine.BandSkipFor has passed since a claim last found the band empty.
-	fc.Advance(engine.BandSkipFor)
+	// ...until BandSkipFor has passed since a claim last found the band empty.
+	fc.Advance(BandSkipFor)
 	require.Equal(t, int16(9), claim(false))
 	// A hint ends the skip at once.
 	require.Equal(t, int16(2), claim(false))
@@ -244,7 +236,7 @@ func TestClaimBatchSmallQueueLeavesWithinTheBound(t *testing.T) {
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT 'small', 'noop', '{}' FROM generate_series(1, $1::int)`, smallJobs)
 	require.NoError(t, err)
-	w := batcherWorker(t, pool, engine.RealClock{})
+	w := batcherWorker(t, pool, RealClock{})
 	busy, small := &queue{w: w, name: "busy"}, &queue{w: w, name: "small"}
 	k := min(claimBatchRequests, claimBatchRows/w.cfg.MaxClaimBatch)
 	const busyClaimers = 2
@@ -263,7 +255,7 @@ func TestClaimBatchSmallQueueLeavesWithinTheBound(t *testing.T) {
 					return
 				default:
 				}
-				rep := busy.sendClaim(ctx, busyBatch, allBands(), false)
+				rep := busy.sendClaim(ctx, busyBatch, allBandsAged(), false)
 				if rep.err != nil || len(rep.rows) == 0 {
 					return
 				}
@@ -272,12 +264,12 @@ func TestClaimBatchSmallQueueLeavesWithinTheBound(t *testing.T) {
 		}()
 	}
 	// Let the busy queue's requests queue up first.
-	for w.m.claimBatches.Load() < 4 {
+	for w.m.ClaimBatches.Load() < 4 {
 		time.Sleep(time.Millisecond)
 	}
 	got := 0
 	for got < smallJobs {
-		rep := small.sendClaim(ctx, 1, allBands(), false)
+		rep := small.sendClaim(ctx, 1, allBandsAged(), false)
 		require.NoError(t, rep.err)
 		require.LessOrEqual(t, rep.behind, bound, "statements started after the small queue's request arrived that did not carry it")
 		got += len(rep.rows)
@@ -294,7 +286,7 @@ func TestClaimBatchSmallQueueLeavesWithinTheBound(t *testing.T) {
 // quadratic: 500 queues, ~4,500 allocations a batch), one send per queue, in order.
 func TestSettleToGroupsInOnePass(t *testing.T) {
 	const n = 500
-	w := &Worker{}
+	w := &Engine{}
 	qs := make([]*queue, n)
 	var ss []settled
 	for i := range qs {
@@ -302,7 +294,7 @@ func TestSettleToGroupsInOnePass(t *testing.T) {
 	}
 	for round := range 2 { // each queue twice, interleaved
 		for i := range qs {
-			ss = append(ss, settled{e: &execution{q: qs[i], c: claimed{JobRow: &generics.JobRow{ID: int64(round*n + i)}}}})
+			ss = append(ss, settled{e: &Execution{q: qs[i], c: claimed{JobRow: &generics.JobRow{ID: int64(round*n + i)}}}})
 		}
 	}
 	drain := func() {
@@ -332,13 +324,13 @@ func TestClaimBatchAnswersTheLoop(t *testing.T) {
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) VALUES ('a', 'noop', '{}')`)
 	require.NoError(t, err)
-	w := &Worker{cfg: Config{ID: "batch-loop-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: engine.RealClock{}}
-	w.claimLog.Every = engine.ErrorLogEvery
+	w := &Engine{cfg: Config{ID: "batch-loop-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: RealClock{}}
+	w.claimLog.Every = ErrorLogEvery
 	bctx, stop := context.WithCancel(ctx)
 	w.spawn(func() { w.claimBatcher(bctx) })
 	q := &queue{w: w, name: "a", claimedCh: make(chan claimResult, 2), done: make(chan struct{})}
-	plan := claimPlan{n: 2, segs: []engine.Segment{{Priority: 2}}}
+	plan := claimPlan{n: 2, segs: []Segment{{Priority: 2}}}
 	q.startBatched(ctx, 1, plan)
 	select {
 	case r := <-q.claimedCh:
@@ -376,13 +368,13 @@ func TestClaimBatchLingerLetsALoneRequestGo(t *testing.T) {
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT q, 'noop', '{}' FROM unnest(ARRAY['a','b','c','a']) q`)
 	require.NoError(t, err)
-	w := &Worker{cfg: Config{ID: "batch-linger-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: engine.RealClock{}}
-	w.claimLog.Every = engine.ErrorLogEvery
+	w := &Engine{cfg: Config{ID: "batch-linger-test"}, eng: pool, q: gen.New(pool), sch: dbschema.Must(dbschema.Default), m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		kinds: claimKinds{names: []string{"noop"}, versions: []int32{1}, leaseMs: []int32{0}}, claimIn: newClaimIntake(), clk: RealClock{}}
+	w.claimLog.Every = ErrorLogEvery
 	bctx, stop := context.WithCancel(ctx)
 	w.spawn(func() { w.claimBatcher(bctx) })
 	defer func() { stop(); w.engWG.Wait() }()
-	segs := []engine.ClaimSeg{{Priority: 2, MaxUs: maxAgeUs(0)}}
+	segs := []ClaimSeg{{Priority: 2, MaxUs: maxAgeUs(0)}}
 	qs := map[string]*queue{"a": {w: w, name: "a"}, "b": {w: w, name: "b"}, "c": {w: w, name: "c"}}
 	for round := range 3 {
 		// A cohort: three queues' requests, answered by one or two statements.

@@ -1,16 +1,15 @@
-package worker
+package engine
 
 import (
 	"sync"
 	"time"
-
-	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
-// fakeClock is an engine.Clock (internal/engine/clock.go) that moves only when a test calls Advance. Its timers fire
+// FakeClock is a Clock (clock.go) for tests (the engine's, and worker's through export_test.go)
+// that moves only when a test calls Advance. Its timers fire
 // (a non-blocking send on their 1-buffered channel, as a real timer's) when Advance reaches
 // their time; Stop and Reset drain an unread fire, as Go's timers do since Go 1.23.
-type fakeClock struct {
+type FakeClock struct {
 	mu      sync.Mutex
 	now     time.Time
 	timers  []*fakeTimer
@@ -18,27 +17,27 @@ type fakeClock struct {
 	armed   chan struct{} // signalled (1-buffered) whenever a timer is started or reset
 }
 
-func newFakeClock(start time.Time) *fakeClock {
-	return &fakeClock{now: start, armed: make(chan struct{}, 1)}
+func NewFakeClock(start time.Time) *FakeClock {
+	return &FakeClock{now: start, armed: make(chan struct{}, 1)}
 }
 
 // Armed is signalled each time a timer is started or reset.
-func (f *fakeClock) Armed() <-chan struct{} { return f.armed }
+func (f *FakeClock) Armed() <-chan struct{} { return f.armed }
 
-func (f *fakeClock) signalArmed() {
+func (f *FakeClock) signalArmed() {
 	select {
 	case f.armed <- struct{}{}:
 	default:
 	}
 }
 
-func (f *fakeClock) Now() time.Time {
+func (f *FakeClock) Now() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.now
 }
 
-func (f *fakeClock) NewTimer(d time.Duration) engine.Timer {
+func (f *FakeClock) NewTimer(d time.Duration) Timer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := &fakeTimer{f: f, c: make(chan time.Time, 1), at: f.now.Add(d), on: true}
@@ -49,7 +48,7 @@ func (f *fakeClock) NewTimer(d time.Duration) engine.Timer {
 }
 
 // Advance moves the clock d forward and fires the timers due by then, earliest first.
-func (f *fakeClock) Advance(d time.Duration) {
+func (f *FakeClock) Advance(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.now = f.now.Add(d)
@@ -57,7 +56,7 @@ func (f *fakeClock) Advance(d time.Duration) {
 }
 
 // Timers is the number of running (armed) timers.
-func (f *fakeClock) Timers() int {
+func (f *FakeClock) Timers() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
@@ -71,7 +70,7 @@ func (f *fakeClock) Timers() int {
 
 // NewTicker returns a ticker that ticks each period the clock passes (a non-blocking send, as
 // a real ticker's: ticks a slow reader misses are dropped).
-func (f *fakeClock) NewTicker(d time.Duration) engine.Ticker {
+func (f *FakeClock) NewTicker(d time.Duration) Ticker {
 	if d <= 0 {
 		panic("non-positive interval for NewTicker")
 	}
@@ -82,7 +81,7 @@ func (f *fakeClock) NewTicker(d time.Duration) engine.Ticker {
 	return t
 }
 
-func (f *fakeClock) fireLocked() {
+func (f *FakeClock) fireLocked() {
 	for _, t := range f.tickers {
 		for t.on && !t.next.After(f.now) {
 			select {
@@ -111,7 +110,7 @@ func (f *fakeClock) fireLocked() {
 }
 
 type fakeTimer struct {
-	f  *fakeClock
+	f  *FakeClock
 	c  chan time.Time
 	at time.Time
 	on bool
@@ -147,7 +146,7 @@ func (t *fakeTimer) drain() {
 }
 
 type fakeTicker struct {
-	f     *fakeClock
+	f     *FakeClock
 	c     chan time.Time
 	every time.Duration
 	next  time.Time

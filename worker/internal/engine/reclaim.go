@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // sweeps split the work, and the fenced FailMany (same token as the expired claim) makes a
 // sweep that lost a race change nothing. Each pass handles at most ReclaimBatch jobs and
 // repeats while full.
-func (w *Worker) reclaimService(ctx context.Context) {
+func (w *Engine) reclaimService(ctx context.Context) {
 	var fp flowPruner // flow control's housekeeping (limits.go), every PruneEvery
 	for {
 		d := w.cfg.ReclaimEvery/2 + time.Duration(rand.Int64N(int64(w.cfg.ReclaimEvery)))
@@ -33,7 +33,7 @@ func (w *Worker) reclaimService(ctx context.Context) {
 			cancel()
 			if err != nil {
 				if ctx.Err() == nil {
-					w.m.reclaimErrors.Add(1)
+					w.m.ReclaimErrors.Add(1)
 					w.engineError(&w.reclaimLog, "reclaim sweep", err)
 				}
 				break
@@ -48,7 +48,7 @@ func (w *Worker) reclaimService(ctx context.Context) {
 
 // ReclaimExpired runs one bounded pass of the lease-expiry sweep and returns the number of
 // jobs it reclaimed. The worker runs it periodically; it is exported for operators and tests.
-func (w *Worker) ReclaimExpired(ctx context.Context) (int, error) {
+func (w *Engine) ReclaimExpired(ctx context.Context) (int, error) {
 	if w.q == nil {
 		return 0, ErrNotStarted
 	}
@@ -58,7 +58,7 @@ func (w *Worker) ReclaimExpired(ctx context.Context) (int, error) {
 }
 
 // reclaimOnce is one ReclaimExpired transaction; it sets *n to the jobs it reclaimed.
-func (w *Worker) reclaimOnce(ctx context.Context, n *int) error {
+func (w *Engine) reclaimOnce(ctx context.Context, n *int) error {
 	*n = 0
 	return pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
 		q := w.qon(tx)
@@ -83,7 +83,7 @@ func (w *Worker) reclaimOnce(ctx context.Context, n *int) error {
 				state = "dead"
 				dead++
 			default:
-				delay = w.retryPolicy(r.Kind).Delay(int(r.Attempts), CodeLeaseExpired)
+				delay = w.retryPolicy(r.Kind)(int(r.Attempts), CodeLeaseExpired)
 			}
 			arg.Ids = append(arg.Ids, r.ID)
 			arg.Tokens = append(arg.Tokens, derefUUID(r.ClaimToken))
@@ -104,8 +104,8 @@ func (w *Worker) reclaimOnce(ctx context.Context, n *int) error {
 				*n++
 			}
 		}
-		w.m.reclaimed.Add(int64(*n))
-		w.m.reclaimedDead.Add(int64(dead))
+		w.m.Reclaimed.Add(int64(*n))
+		w.m.ReclaimedDead.Add(int64(dead))
 		for range *n {
 			w.m.recordCode(CodeLeaseExpired)
 		}
@@ -117,7 +117,7 @@ func (w *Worker) reclaimOnce(ctx context.Context, n *int) error {
 // pruneService deletes final jobs past their retention, every PruneEvery (with jitter): each
 // pass loops over short batches while they come back full, within half a period
 // (jobs.Client.PruneExpired; one pruner at a time across processes, by advisory lock).
-func (w *Worker) pruneService(ctx context.Context) {
+func (w *Engine) pruneService(ctx context.Context) {
 	if w.cfg.FinishedRetention < 0 && w.cfg.DeadRetention < 0 {
 		return
 	}
@@ -129,13 +129,13 @@ func (w *Worker) pruneService(ctx context.Context) {
 		case <-time.After(d):
 		}
 		if err := w.prune(ctx); err != nil && ctx.Err() == nil {
-			w.m.pruneErrors.Add(1)
+			w.m.PruneErrors.Add(1)
 			w.engineError(&w.pruneLog, "prune", err)
 		}
 	}
 }
 
-func (w *Worker) prune(ctx context.Context) error {
+func (w *Engine) prune(ctx context.Context) error {
 	p := jobs.PruneParams{Budget: w.cfg.PruneEvery / 2}
 	if w.cfg.FinishedRetention >= 0 {
 		p.FinishedBefore = time.Now().Add(-w.cfg.FinishedRetention)
@@ -149,6 +149,6 @@ func (w *Worker) prune(ctx context.Context) error {
 		res.Finished, res.Dead = res.Finished+r.Finished, res.Dead+r.Dead
 		return err
 	})
-	w.m.pruned.Add(res.Finished + res.Dead)
+	w.m.Pruned.Add(res.Finished + res.Dead)
 	return err
 }

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // times per engine connection plus once (w.eng nil here: one try).
 func TestRetryStaleBound(t *testing.T) {
 	stale := &pgconn.PgError{Code: "0A000", Message: "cached plan must not change result type"}
-	w := &Worker{m: newMetrics()}
+	w := &Engine{m: newMetrics()}
 	calls := 0
 	err := w.retryStale(func() error { calls++; return stale })
 	if !errors.Is(err, stale) || calls != 1 {

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tenureq/tenure/db/gen"
-	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is the claim batcher: one goroutine per worker that carries the plain ordered
@@ -67,7 +66,7 @@ import (
 // of that queue, one goroutine hop later.
 //
 // Empty bands: a queue's batched claims skip the bands its recent claims found empty
-// (engine.BandSkip, worker/internal/engine/bandskip.go, has the rules and their cost).
+// (BandSkip, worker/internal/engine/bandskip.go, has the rules and their cost).
 
 const (
 	// claimBatchInFlight is how many batched statements may run at once, so that one slow
@@ -92,10 +91,10 @@ type claimReq struct {
 	ctx   context.Context // the caller's: ended before the request is sent, it does not run
 	queue string
 	n     int
-	segs  []engine.ClaimSeg
+	segs  []ClaimSeg
 	// done: the queue's completions the statement carries (claim.go, "Completions ride on
 	// claims").
-	done []*execution
+	done []*Execution
 	// The answer goes to exactly one of:
 	//   - to: the loop of the queue that planned the claim (startBatched), as its claimResult
 	//     for claimer idx, on to.claimedCh (buffered Claimers, and the queue has at most
@@ -114,7 +113,7 @@ type claimReq struct {
 
 // answer delivers rep to the request's loop or caller. To a loop it is what a claim goroutine
 // reported before the loop handed its plain ordered claims to the batcher itself: the bands
-// found empty are recorded (engine.BandSkip), the rows converted, and the result sent unless
+// found empty are recorded (BandSkip), the rows converted, and the result sent unless
 // the loop has returned.
 func (r *claimReq) answer(rep claimReply) {
 	q := r.to
@@ -200,10 +199,10 @@ func (q *queue) useClaimBatch(p *claimPlan) bool {
 }
 
 // batchSegs are a plain ordered plan's segments as a request carries them.
-func batchSegs(p *claimPlan) []engine.ClaimSeg {
-	segs := make([]engine.ClaimSeg, len(p.segs))
+func batchSegs(p *claimPlan) []ClaimSeg {
+	segs := make([]ClaimSeg, len(p.segs))
 	for i, s := range p.segs {
-		segs[i] = engine.ClaimSeg{Priority: int16(s.Priority), AfterUs: p.after[s.Priority], MinAgeUs: s.MinAge.Microseconds(), MaxUs: maxAgeUs(s.MaxAge)}
+		segs[i] = ClaimSeg{Priority: int16(s.Priority), AfterUs: p.after[s.Priority], MinAgeUs: s.MinAge.Microseconds(), MaxUs: maxAgeUs(s.MaxAge)}
 	}
 	return segs
 }
@@ -230,13 +229,13 @@ func (q *queue) startBatched(ctx context.Context, idx int, p claimPlan) {
 // found empty unless full. It returns an error without claiming when ctx ends before the
 // request is taken into a statement; once taken, it returns what the statement claimed even
 // if ctx ended meanwhile.
-func (q *queue) claimBatched(ctx context.Context, n int, segs []engine.ClaimSeg, full bool) ([]claimRow, error) {
+func (q *queue) claimBatched(ctx context.Context, n int, segs []ClaimSeg, full bool) ([]claimRow, error) {
 	rep := q.sendClaim(ctx, n, segs, full)
 	return rep.rows, rep.err
 }
 
 // sendClaim is claimBatched, answering with the batcher's whole reply.
-func (q *queue) sendClaim(ctx context.Context, n int, segs []engine.ClaimSeg, full bool) claimReply {
+func (q *queue) sendClaim(ctx context.Context, n int, segs []ClaimSeg, full bool) claimReply {
 	start := q.w.clk.Now()
 	if !full {
 		segs = q.skip.Filter(segs, start, q.plainNotified.Load())
@@ -253,7 +252,7 @@ func (q *queue) sendClaim(ctx context.Context, n int, segs []engine.ClaimSeg, fu
 // claimBatcher is the batcher goroutine. It owns the pending requests and the count of
 // statements in flight; each statement runs on its own goroutine and answers its requests.
 // It runs until the engine context ends, and then answers whatever is still pending.
-func (w *Worker) claimBatcher(ctx context.Context) {
+func (w *Engine) claimBatcher(ctx context.Context) {
 	in := w.claimIn
 	var pending []*claimReq
 	inFlight := 0
@@ -345,7 +344,7 @@ func pickClaimBatch(pending []*claimReq) (take, rest []*claimReq) {
 	return take, rest
 }
 
-// noBitmap is sent before ClaimOrderedMany, in its pipeline and transaction (engine.AfterLock: one
+// noBitmap is sent before ClaimOrderedMany, in its pipeline and transaction (AfterLock: one
 // round trip, committed at its Sync like an autocommitted statement): bitmap scans off for
 // that transaction. Each request's probe is parameterized by the request (its queue and band);
 // where a queue's band holds a few hundred ready jobs, the generic plan estimates one row per
@@ -353,15 +352,15 @@ func pickClaimBatch(pending []*claimReq) (take, rest []*claimReq) {
 // all) to the ordered walk of jobs_ready_idx that stops at the first unlocked ones (measured:
 // 50 requests of one job over 100 queues of 400 ready jobs, 21,160 buffers against 1,017).
 // The connection caches the plan at the statement's first execution, under the same setting.
-var noBitmap = []engine.LockedStatement{{SQL: "SELECT set_config('enable_bitmapscan', 'off', true)"}}
+var noBitmap = []LockedStatement{{SQL: "SELECT set_config('enable_bitmapscan', 'off', true)"}}
 
 // runClaimBatch runs one ClaimOrderedMany for reqs, the batcher's statement number seq
 // (0-based, in the order started), and answers each request with its rows, or every request
 // with the statement's error.
-func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64) {
+func (w *Engine) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64) {
 	k := &w.kinds
 	arg := gen.ClaimOrderedManyParams{WorkerID: w.cfg.ID, Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
-	var done []*execution
+	var done []*Execution
 	for _, r := range reqs {
 		done = append(done, r.done...)
 		arg.ReqQueue = append(arg.ReqQueue, r.queue)
@@ -380,21 +379,21 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 	var landed map[int64]bool
 	err := w.retryStale(func() (err error) {
 		// The requests' completions ride in the statement's transaction, in one CompleteMany.
-		db := &engine.AfterLock{Pool: w.eng, Sch: w.sch, Locks: noBitmap}
+		db := &AfterLock{Pool: w.eng, Sch: w.sch, Locks: noBitmap}
 		landed = rideOn(cctx, db, done)
 		got, err = gen.New(db).ClaimOrderedMany(cctx, arg)
 		return err
 	})
 	cancel()
-	w.m.claimBatches.Add(1)
-	w.m.claimBatchRequests.Add(int64(len(reqs)))
+	w.m.ClaimBatches.Add(1)
+	w.m.ClaimBatchRequests.Add(int64(len(reqs)))
 	if err != nil {
 		for _, r := range reqs {
 			r.answer(claimReply{err: err, behind: seq - r.arrived})
 		}
 		return
 	}
-	rows, _ := engine.OwnedRows(got)
+	rows, _ := OwnedRows(got)
 	out := make([][]claimRow, len(reqs))
 	// A statement carries at most one request per queue (pickClaimBatch), so a row's queue
 	// names its request. (Found by a map: a search of the requests for each row was quadratic,

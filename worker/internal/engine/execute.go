@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -14,16 +14,16 @@ import (
 	"github.com/tenureq/tenure/internal/logkey"
 )
 
-// execution is one claimed attempt, from dispatch until its fenced finish is settled.
+// Execution is one claimed attempt, from dispatch until its fenced finish is settled.
 //
 // Ownership: the queue loop that claimed it owns every plain field below; the handler
 // goroutine only reads c, h and ctx and reports its result over the loop's channel; finishers
 // read fin after the loop handed them the execution. The atomics are the only state
 // other goroutines touch, each written by one side.
-type execution struct {
+type Execution struct {
 	c      claimed
 	q      *queue
-	h      *handler // nil when no handler is registered for the kind
+	h      *Handler // nil when no handler is registered for the kind
 	ctx    context.Context
 	cancel context.CancelCauseFunc // ends ctx with a cause (lease lost, cancel, stop, timeout)
 	start  time.Time
@@ -79,11 +79,46 @@ type finish struct {
 }
 
 // deleteOnSuccess reports whether e's success deletes its row (HandlerOptions.DeleteOnSuccess).
-func (e *execution) deleteOnSuccess() bool {
+func (e *Execution) deleteOnSuccess() bool {
 	return e.h != nil && e.h.opts.DeleteOnSuccess
 }
 
+// execKey is the one context key of a running attempt: the handler's context (and a batch
+// job's own context) carries its Execution, which the handler-side helpers of package worker
+// (Progress, SetOutput, Effect, CompleteTx, DependencyOutput) reach through ExecutionFrom.
 type execKey struct{}
+
+// ExecutionFrom returns the attempt running in ctx, nil outside a running handler.
+func ExecutionFrom(ctx context.Context) *Execution {
+	e, _ := ctx.Value(execKey{}).(*Execution)
+	return e
+}
+
+// Job returns the attempt's row, the one its handler sees.
+func (e *Execution) Job() *generics.JobRow { return e.c.JobRow }
+
+// Owns reports whether job is e's attempt (same job, same claim token); e may be nil.
+func (e *Execution) Owns(job *generics.JobRow) bool { return e.owns(job) }
+
+// Engine returns the engine running the attempt.
+func (e *Execution) Engine() *Engine { return e.q.w }
+
+// EffectKeyPrefix returns the engine's Config.EffectKeyPrefix.
+func (w *Engine) EffectKeyPrefix() string { return w.cfg.EffectKeyPrefix }
+
+// Registry returns the kind registry (payloads decode with it).
+func (e *Execution) Registry() *generics.Registry { return e.q.w.reg }
+
+// LogPanic counts a panic of the application's code outside its handler call (a payload
+// upgrader) and logs it with the attempt's attributes.
+func (e *Execution) LogPanic(msg string, r any, stack []byte) {
+	e.q.w.m.Panics.Add(1)
+	e.q.w.log.Error(msg, e.c.logAttrs("panic", r, "stack", string(stack))...)
+}
+
+// defaultTimeout is the attempt timeout of a kind without a handler here (worker's default
+// HandlerOptions.Timeout).
+const defaultTimeout = time.Minute
 
 // versionDeferDelay is how long a job whose payload version is newer than this worker knows
 // waits before it is due again (a rolling deploy: a newer worker will take it meanwhile).
@@ -91,14 +126,14 @@ const versionDeferDelay = 30 * time.Second
 
 // owns reports whether job is e's attempt (same job, same claim token): the check of the
 // helpers a handler calls with its job (CompleteTx, Effect). e may be nil (not in a handler).
-func (e *execution) owns(job *generics.JobRow) bool {
+func (e *Execution) owns(job *generics.JobRow) bool {
 	return e != nil && job != nil && e.c.ID == job.ID && job.ClaimToken != nil && *job.ClaimToken == e.c.token
 }
 
 // newExecution prepares the attempt the claim returned; the queue loop starts it (dispatch).
-func (q *queue) newExecution(c *claimed) *execution {
+func (q *queue) newExecution(c *claimed) *Execution {
 	w := q.w
-	e := &execution{c: *c, q: q, h: w.handlers[c.Kind], start: time.Now()}
+	e := &Execution{c: *c, q: q, h: w.handlers[c.Kind], start: time.Now()}
 	if la := q.limits; la != nil {
 		e.limited = la.concurrencyLimited[""] || la.concurrencyLimited[c.Kind]
 	}
@@ -128,7 +163,7 @@ func (q *queue) newExecution(c *claimed) *execution {
 // grows it several times, each a copy of the whole stack): the goroutines that keep running
 // keep their stacks. A handler that never returns keeps its goroutine, as before; the
 // goroutines are never more than the handlers that ran at the same time.
-func (q *queue) dispatch(e *execution) {
+func (q *queue) dispatch(e *Execution) {
 	select {
 	case q.runCh <- e:
 	default:
@@ -138,7 +173,7 @@ func (q *queue) dispatch(e *execution) {
 
 // runner is a handler goroutine: it runs e, then each execution the loop hands it, until the
 // loop returns.
-func (q *queue) runner(e *execution) {
+func (q *queue) runner(e *Execution) {
 	for e != nil {
 		q.run(e)
 		e = q.await()
@@ -155,7 +190,7 @@ const idleStackReserve = 4 << 10
 // await waits for the queue's next execution, nil when the loop returned.
 //
 //go:noinline
-func (q *queue) await() *execution {
+func (q *queue) await() *Execution {
 	var reserve [idleStackReserve]byte
 	holdStack(&reserve)
 	select {
@@ -174,10 +209,10 @@ func holdStack(*[idleStackReserve]byte) {}
 // run runs one handler and reports the finish to the queue loop. It touches no engine state.
 // If the loop is gone (Stop's deadline passed) the result is dropped: the job was released by
 // Stop, or its lease will expire.
-func (q *queue) run(e *execution) {
+func (q *queue) run(e *Execution) {
 	f := q.w.runHandler(e)
 	e.cancel(nil)
-	q.w.m.handlersRunning.Add(-1)
+	q.w.m.HandlersRunning.Add(-1)
 	select {
 	case q.returnedCh <- handlerResult{e: e, fin: f}:
 	case <-q.done:
@@ -185,10 +220,10 @@ func (q *queue) run(e *execution) {
 }
 
 // runHandler runs the handler, recovering a panic, and decides the job's next state.
-func (w *Worker) runHandler(e *execution) (f finish) {
+func (w *Engine) runHandler(e *Execution) (f finish) {
 	defer func() {
 		if r := recover(); r != nil {
-			w.m.panics.Add(1)
+			w.m.Panics.Add(1)
 			w.log.Error("tenure: handler panicked", e.c.logAttrs("panic", r, "stack", string(debug.Stack()))...)
 			f = w.failure(e, CodePanic, 0, fmt.Errorf("panic: %v", r))
 		}
@@ -198,13 +233,13 @@ func (w *Worker) runHandler(e *execution) (f finish) {
 		// sharing this one's ID, or a bug. Give it back rather than fail it.
 		return w.deferJob(e, fmt.Errorf("no handler registered for kind %q on worker %s", e.c.Kind, w.cfg.ID))
 	}
-	return w.outcome(e.ctx, e, w.runWrapped(e))
+	return w.outcome(e.ctx, e, e.h.run(e.ctx, e))
 }
 
 // outcome decides the next state of e's job from what its handler returned (err) and its
 // context ctx (the handler's, or a batch job's own: batch.go): success, deferral, cancel,
 // release at stop, snooze, or a classified failure.
-func (w *Worker) outcome(ctx context.Context, e *execution, err error) finish {
+func (w *Engine) outcome(ctx context.Context, e *Execution, err error) finish {
 	cause := context.Cause(ctx)
 	switch {
 	case err == nil:
@@ -212,18 +247,18 @@ func (w *Worker) outcome(ctx context.Context, e *execution, err error) finish {
 	case errors.Is(err, generics.ErrUnsupportedVersion):
 		return w.deferJob(e, err)
 	case errors.Is(cause, ErrJobCancelled):
-		return finish{to: toCancelled, code: CodeCancelled, msg: cleanMessage(err.Error()), err: err}
+		return finish{to: toCancelled, code: CodeCancelled, msg: CleanMessage(err.Error()), err: err}
 	case errors.Is(cause, ErrWorkerStopping):
 		return finish{to: toRelease, err: err}
 	}
-	var snooze *SnoozeError
-	if errors.As(err, &snooze) {
+	v := ClassifyError(ctx, err)
+	if v.Snooze {
 		if e.c.Snoozes < e.h.opts.MaxSnoozes {
-			return finish{to: toSnooze, delay: snooze.Delay, err: err}
+			return finish{to: toSnooze, delay: v.SnoozeDelay, err: err}
 		}
 		return w.failure(e, CodeSnoozeLimit, 0, fmt.Errorf("snoozed %d times, the kind's MaxSnoozes: %w", e.c.Snoozes, err))
 	}
-	code, delay := classify(ctx, err)
+	code, delay := v.Code, v.Delay
 	if delay > 0 && e.q != nil && e.q.limits != nil {
 		w.flowBlock(e, delay) // RetryAfter: pause the job's limit groups too (limits.go)
 	}
@@ -232,8 +267,8 @@ func (w *Worker) outcome(ctx context.Context, e *execution, err error) finish {
 
 // deferJob gives a job this worker cannot run yet back to ready without charging the
 // attempt, due again after versionDeferDelay (with jitter), logged once per kind.
-func (w *Worker) deferJob(e *execution, err error) finish {
-	w.m.deferred.Add(1)
+func (w *Engine) deferJob(e *Execution, err error) finish {
+	w.m.Deferred.Add(1)
 	if _, seen := w.deferLogged.LoadOrStore(e.c.Kind, true); !seen {
 		w.log.Warn("tenure: job deferred: this worker cannot run its payload yet (logged once per kind)",
 			e.c.logAttrs(logkey.PayloadVersion, e.c.PayloadVersion, logkey.Err, err)...)
@@ -243,9 +278,9 @@ func (w *Worker) deferJob(e *execution, err error) finish {
 }
 
 // failure turns a classified error into retry or dead.
-func (w *Worker) failure(e *execution, code ErrorCode, delay time.Duration, err error) finish {
+func (w *Engine) failure(e *Execution, code ErrorCode, delay time.Duration, err error) finish {
 	w.m.recordCode(code)
-	f := finish{code: code, msg: cleanMessage(err.Error()), err: err}
+	f := finish{code: code, msg: CleanMessage(err.Error()), err: err}
 	switch {
 	case code == CodeCancelled:
 		f.to = toCancelled
@@ -254,28 +289,28 @@ func (w *Worker) failure(e *execution, code ErrorCode, delay time.Duration, err 
 	default:
 		f.to = toRetry
 		if delay <= 0 {
-			delay = w.retryPolicy(e.c.Kind).Delay(e.c.Attempt, code)
+			delay = w.retryPolicy(e.c.Kind)(e.c.Attempt, code)
 		}
 		f.delay = delay
 	}
 	return f // logged once its fenced write lands (queue.settle)
 }
 
-func (w *Worker) retryPolicy(kind string) RetryPolicy {
+func (w *Engine) retryPolicy(kind string) func(attempt int, code ErrorCode) time.Duration {
 	if h := w.handlers[kind]; h != nil {
 		return h.opts.Retry
 	}
-	return FullJitter{}
+	return DefaultRetry
 }
 
 // maxErrorMessage bounds the message stored in a job's error history (bytes), the ellipsis of
 // a cut message included.
 const maxErrorMessage = generics.MaxErrorMessageBytes
 
-// cleanMessage makes an error message storable, whatever the handler put in it: valid UTF-8,
+// CleanMessage makes an error message storable, whatever the handler put in it: valid UTF-8,
 // no NUL (PostgreSQL text cannot hold it), at most maxErrorMessage bytes, never split inside
 // a character. Every message goes through it before any write.
-func cleanMessage(s string) string {
+func CleanMessage(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	if strings.IndexByte(s, 0) >= 0 {
 		s = strings.ReplaceAll(s, "\x00", "\uFFFD")

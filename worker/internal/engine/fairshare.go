@@ -1,12 +1,10 @@
-package worker
+package engine
 
 import (
 	"context"
-	"errors"
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/jobs"
-	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is fair share (docs/guide.md §20, "Fair share between tenants"): within each
@@ -35,12 +33,8 @@ import (
 // its first ready entry, so the dead index entries of claimed jobs (until VACUUM, or while a
 // long transaction holds the horizon) are walked again by each claim, as by every peer's claim.
 
-// ErrFairShareWithLimits: a queue with Fairness.FairShare cannot have Limits yet (the limited
-// claim does not serve tenants round robin). Returned by New, wrapped with ErrInvalidConfig.
-var ErrFairShareWithLimits = errors.New("tenure: fair share does not combine with limits yet")
-
 // bandKeys holds one fair key per priority band (index = priority); "" = from the first key.
-type bandKeys [maxPriority + 1]string
+type bandKeys [MaxPriority + 1]string
 
 // tenantKey names a tenant's watermark: its band and fair key.
 type tenantKey struct {
@@ -126,26 +120,26 @@ func (m *fairMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 	// The feedback: per band, how far the keyless jobs were read (the statement's, on every
 	// row; the one row when nothing was claimed), and per claimed row its tenant's position
 	// and round. The band's last served tenant: the keyed row of the latest (round, position).
-	rows, feedback := engine.OwnedRows(got)
+	rows, feedback := OwnedRows(got)
 	var fb fairFeedback
-	if err := engine.DecodeFeedback(feedback, &fb); err != nil {
+	if err := DecodeFeedback(feedback, &fb); err != nil {
 		return nil, out, err
 	}
 	for j, b := range fb.KeylessBand {
-		if b >= minPriority && b <= maxPriority && j < len(fb.KeylessUptoUs) {
+		if b >= MinPriority && b <= MaxPriority && j < len(fb.KeylessUptoUs) {
 			out.keylessUpto[b] = fb.KeylessUptoUs[j]
 		}
 	}
-	var last [maxPriority + 1]*claimRow
-	var lastAt [maxPriority + 1]fairFeedback
+	var last [MaxPriority + 1]*claimRow
+	var lastAt [MaxPriority + 1]fairFeedback
 	for i := range rows {
 		r := &rows[i]
 		var f fairFeedback
-		if err := engine.DecodeFeedback(r.Feedback, &f); err != nil {
+		if err := DecodeFeedback(r.Feedback, &f); err != nil {
 			return nil, out, err
 		}
 		b, pos, round := int(deref0(r.Priority)), f.FairPos, f.FairRound
-		if pos == 0 || b < minPriority || b > maxPriority {
+		if pos == 0 || b < MinPriority || b > MaxPriority {
 			continue
 		}
 		if l := lastAt[b]; last[b] == nil || round > l.FairRound || (round == l.FairRound && pos > l.FairPos) {
@@ -154,7 +148,7 @@ func (m *fairMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 	}
 	for b, r := range last {
 		if r != nil {
-			out.fairNext[b] = engine.DecodeMetadata(r.Metadata)[jobs.FairKeyMetadata]
+			out.fairNext[b] = DecodeMetadata(r.Metadata)[jobs.FairKeyMetadata]
 			out.fairMoved[b] = true
 		}
 	}
@@ -201,7 +195,7 @@ func (m *fairMode) advance(q *queue, p *claimPlan, fb *claimFeedback, got []clai
 	for i := range got {
 		key, ok := got[i].Metadata[jobs.FairKeyMetadata]
 		b := got[i].Priority
-		if !ok || b < minPriority || b > maxPriority {
+		if !ok || b < MinPriority || b > MaxPriority {
 			continue
 		}
 		t := tenantKey{b, key}

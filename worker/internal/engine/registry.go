@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"cmp"
@@ -17,20 +17,20 @@ import (
 	"github.com/tenureq/tenure/jobs"
 )
 
-// RegistryTTLIntervals is how many registry intervals a worker's row outlives its last
-// heartbeat: other workers delete rows older than that (the worker was killed).
+// RegistryTTLIntervals is worker.RegistryTTLIntervals: how many registry intervals a worker's
+// row outlives its last heartbeat (a test checks the two are equal).
 const RegistryTTLIntervals = 6
 
 // registryService keeps this worker's row in tenure.workers fresh: one upsert every
 // RegistryEvery, which also deletes other workers' expired rows. Stop deletes the row
 // (deregister), best effort.
-func (w *Worker) registryService(ctx context.Context) {
+func (w *Engine) registryService(ctx context.Context) {
 	if w.cfg.RegistryEvery < 0 {
 		// No registry row, but tenure.enqueue still gets this worker's kind defaults.
 		pctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
 		defer cancel()
 		if err := w.publishKinds(pctx); err != nil && ctx.Err() == nil {
-			w.m.registryErrors.Add(1)
+			w.m.RegistryErrors.Add(1)
 			w.engineError(&w.registryLog, "publishing kind defaults", err)
 		}
 		return
@@ -39,7 +39,7 @@ func (w *Worker) registryService(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if err := w.retryStale(func() error { return w.register(ctx) }); err != nil && ctx.Err() == nil {
-			w.m.registryErrors.Add(1)
+			w.m.RegistryErrors.Add(1)
 			w.engineError(&w.registryLog, "worker registry heartbeat", err)
 		}
 		select {
@@ -51,14 +51,14 @@ func (w *Worker) registryService(ctx context.Context) {
 }
 
 // register writes one registry heartbeat and returns the number of expired rows it deleted.
-func (w *Worker) register(ctx context.Context) error {
-	st := w.Stats()
+func (w *Engine) register(ctx context.Context) error {
+	m := w.m
 	counters := map[string]int64{
-		"claims": st.Claims, "claims_empty": st.EmptyClaims, "claimed": st.Claimed,
-		"succeeded": st.Succeeded, "retried": st.Retried, "dead": st.Dead, "cancelled": st.Cancelled,
-		"released": st.Released, "snoozed": st.Snoozed, "stale_rejected": st.StaleRejected, "finish_abandoned": st.FinishAbandoned,
-		"heartbeats": st.Heartbeats, "lease_extensions": st.HeartbeatRows, "leases_lost": st.LeasesLost,
-		"reclaimed": st.Reclaimed, "stuck": st.Stuck, "panics": st.Panics, "running": int64(st.Running),
+		"claims": m.Claims.Load(), "claims_empty": m.EmptyClaims.Load(), "claimed": m.Claimed.Load(),
+		"succeeded": m.Succeeded.Load(), "retried": m.Retried.Load(), "dead": m.Dead.Load(), "cancelled": m.Cancelled.Load(),
+		"released": m.Released.Load(), "snoozed": m.Snoozed.Load(), "stale_rejected": m.StaleRejected.Load(), "finish_abandoned": m.FinishAbandoned.Load(),
+		"heartbeats": m.Heartbeats.Load(), "lease_extensions": m.HeartbeatRows.Load(), "leases_lost": m.LeasesLost.Load(),
+		"reclaimed": m.Reclaimed.Load(), "stuck": m.Stuck.Load(), "panics": m.Panics.Load(), "running": m.Owned.Load(),
 	}
 	cj, err := json.Marshal(counters)
 	if err != nil {
@@ -76,8 +76,9 @@ func (w *Worker) register(ctx context.Context) error {
 		return err
 	}
 	var last *time.Time
-	if !st.LastSuccess.IsZero() {
-		last = &st.LastSuccess
+	if ns := m.LastSuccess.Load(); ns != 0 {
+		t := time.Unix(0, ns)
+		last = &t
 	}
 	host, _ := os.Hostname()
 	rctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
@@ -93,7 +94,7 @@ func (w *Worker) register(ctx context.Context) error {
 	if err := w.publishKinds(rctx); err != nil {
 		return err
 	}
-	w.m.registryWrites.Add(1)
+	w.m.RegistryWrites.Add(1)
 	if aged > 0 {
 		w.log.Info("tenure: aged out expired worker registrations", "workers", aged)
 	}
@@ -104,7 +105,7 @@ func (w *Worker) register(ctx context.Context) error {
 // where tenure.enqueue applies them and Stats reads which kinds a live worker registers, and
 // which kinds delete their succeeded jobs (migration 0024). Rows that did not change are not
 // rewritten.
-func (w *Worker) publishKinds(ctx context.Context) error {
+func (w *Engine) publishKinds(ctx context.Context) error {
 	kinds := slices.Sorted(maps.Keys(w.handlers))
 	if len(kinds) == 0 {
 		return nil
@@ -128,7 +129,7 @@ func (w *Worker) publishKinds(ctx context.Context) error {
 
 // deregister deletes this worker's registry row when it stops gracefully, within ctx (or at
 // most 2 s). A failure only leaves the row to age out.
-func (w *Worker) deregister(ctx context.Context) {
+func (w *Engine) deregister(ctx context.Context) {
 	if w.cfg.RegistryEvery < 0 || w.skipDeregister || ctx.Err() != nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenureq/tenure/internal/logkey"
-	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // listenService holds one connection in LISTEN on the new-job channel (payload: a queue name,
@@ -24,14 +23,14 @@ import (
 // with backoff; after every (re)connect all queues are woken, and every running job is
 // heartbeated at once (which also reports cancel requests), since notifications sent meanwhile
 // are lost. Polling stays the authority either way.
-func (w *Worker) listenService(ctx context.Context) {
+func (w *Engine) listenService(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	first := true
 	for ctx.Err() == nil {
 		err := w.listenOnce(ctx, func() {
 			backoff = 100 * time.Millisecond
 			if !first {
-				w.m.listenerReconnects.Add(1)
+				w.m.ListenerReconnects.Add(1)
 				w.log.Info("tenure: listener reconnected")
 			}
 			first = false
@@ -45,12 +44,12 @@ func (w *Worker) listenService(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if ok, n := w.listenLog.Allow(time.Now()); ok { // at most one line per engine.ErrorLogEvery
+		if ok, n := w.listenLog.Allow(time.Now()); ok { // at most one line per ErrorLogEvery
 			attrs := []any{logkey.Err, err, "retry_in", backoff}
 			if n > 0 {
 				attrs = append(attrs, logkey.NotLogged, n)
 			}
-			w.log.Warn("tenure: listener connection lost; polling continues (repeats are logged at most every "+engine.ErrorLogEvery.String()+")", attrs...)
+			w.log.Warn("tenure: listener connection lost; polling continues (repeats are logged at most every "+ErrorLogEvery.String()+")", attrs...)
 		}
 		select {
 		case <-ctx.Done():
@@ -72,7 +71,7 @@ const (
 	listenRetryMax = 2 * time.Second
 )
 
-func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
+func (w *Engine) listenOnce(ctx context.Context, connected func()) error {
 	cctx, cancel := context.WithTimeout(ctx, listenPingTimeout+2*time.Second)
 	defer cancel()
 	pc, err := w.eng.Acquire(cctx)
@@ -110,7 +109,7 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 		}
 		switch n.Channel {
 		case jobsCh:
-			name, prio, runAt, hinted := engine.ParseJobsPayload(n.Payload)
+			name, prio, runAt, hinted := ParseJobsPayload(n.Payload)
 			if q := w.queues[name]; q != nil {
 				if hinted {
 					q.hintDue(prio, runAt)
@@ -124,7 +123,7 @@ func (w *Worker) listenOnce(ctx context.Context, connected func()) error {
 				signal(w.queueStateCh)
 			}
 		case awaitCh:
-			if ids := engine.ParseIDs(n.Payload); len(ids) > 0 {
+			if ids := ParseIDs(n.Payload); len(ids) > 0 {
 				select {
 				case w.awaitCh <- ids:
 				default: // the batcher is far behind: these finishes linger, nothing else

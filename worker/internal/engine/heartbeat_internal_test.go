@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -19,13 +19,13 @@ import (
 // of the machine's load. These tests pass the times a ticker would.
 
 func hbQueue() *queue {
-	w := &Worker{cfg: Config{HeartbeatDivisor: 3, StuckGrace: 10 * time.Second}, m: newMetrics(),
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)), clk: newFakeClock(clockStart), engCtx: context.Background()}
-	return &queue{w: w, name: "default", active: map[*execution]struct{}{}}
+	w := &Engine{cfg: Config{HeartbeatDivisor: 3, StuckGrace: 10 * time.Second}, m: newMetrics(),
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), clk: NewFakeClock(clockStart), engCtx: context.Background()}
+	return &queue{w: w, name: "default", active: map[*Execution]struct{}{}}
 }
 
-func hbExec(q *queue, id int64, lease time.Duration) *execution {
-	e := &execution{start: clockStart, c: claimed{JobRow: &generics.JobRow{ID: id, Lease: lease}}}
+func hbExec(q *queue, id int64, lease time.Duration) *Execution {
+	e := &Execution{start: clockStart, c: claimed{JobRow: &generics.JobRow{ID: id, Lease: lease}}}
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	e.leaseUntil.Store(clockStart.Add(lease).UnixNano())
 	e.nextHB = clockStart.Add(lease / 3)
@@ -45,7 +45,7 @@ func TestHeartbeatLeaseSchedule(t *testing.T) {
 	e := hbExec(q, 1, lease)
 
 	at := clockStart.Add(10 * time.Second)
-	q.heartbeatDone(hbResult{due: []*execution{e}, at: at, rows: []*gen.HeartbeatRow{{ID: 1, Extended: true}}})
+	q.heartbeatDone(hbResult{due: []*Execution{e}, at: at, rows: []*gen.HeartbeatRow{{ID: 1, Extended: true}}})
 	require.Equal(t, at.Add(lease).UnixNano(), e.leaseUntil.Load(), "the lease is extended from the statement's start")
 	require.Equal(t, at.Add(lease/3), e.nextHB)
 
@@ -53,39 +53,39 @@ func TestHeartbeatLeaseSchedule(t *testing.T) {
 	leaseEnd := at.Add(lease)
 	busy := []*gen.HeartbeatRow{{ID: 1}}
 	at2 := leaseEnd.Add(-time.Nanosecond)
-	q.heartbeatDone(hbResult{due: []*execution{e}, at: at2, rows: busy})
+	q.heartbeatDone(hbResult{due: []*Execution{e}, at: at2, rows: busy})
 	require.False(t, e.leaseLost, "busy a nanosecond before the lease's end: still ours")
 	require.Equal(t, at2.Add(lease/6), e.nextHB)
 	require.NoError(t, context.Cause(e.ctx))
-	q.heartbeatDone(hbResult{due: []*execution{e}, at: leaseEnd, rows: busy})
+	q.heartbeatDone(hbResult{due: []*Execution{e}, at: leaseEnd, rows: busy})
 	require.True(t, e.leaseLost, "busy at the lease's end: lost")
 	require.ErrorIs(t, context.Cause(e.ctx), ErrLeaseLost)
 
 	// Failed statements: the first is retried at lease/6, the second in a row loses the lease.
 	f := hbExec(q, 2, lease)
 	boom := errors.New("connection reset")
-	q.heartbeatDone(hbResult{due: []*execution{f}, at: at, err: boom})
+	q.heartbeatDone(hbResult{due: []*Execution{f}, at: at, err: boom})
 	require.False(t, f.leaseLost)
 	require.Equal(t, at.Add(lease/6), f.nextHB)
-	q.heartbeatDone(hbResult{due: []*execution{f}, at: at.Add(lease / 6), err: boom})
+	q.heartbeatDone(hbResult{due: []*Execution{f}, at: at.Add(lease / 6), err: boom})
 	require.True(t, f.leaseLost, "two failed heartbeats in a row")
 
 	// A success in between resets the count.
 	g := hbExec(q, 3, lease)
-	q.heartbeatDone(hbResult{due: []*execution{g}, at: at, err: boom})
-	q.heartbeatDone(hbResult{due: []*execution{g}, at: at, rows: []*gen.HeartbeatRow{{ID: 3, Extended: true}}})
-	q.heartbeatDone(hbResult{due: []*execution{g}, at: at, err: boom})
+	q.heartbeatDone(hbResult{due: []*Execution{g}, at: at, err: boom})
+	q.heartbeatDone(hbResult{due: []*Execution{g}, at: at, rows: []*gen.HeartbeatRow{{ID: 3, Extended: true}}})
+	q.heartbeatDone(hbResult{due: []*Execution{g}, at: at, err: boom})
 	require.False(t, g.leaseLost, "the failures were not consecutive")
 
 	// A row the statement did not return is no longer this attempt's; a cancel request
 	// cancels the handler while the lease is extended.
 	h := hbExec(q, 4, lease)
 	c := hbExec(q, 5, lease)
-	q.heartbeatDone(hbResult{due: []*execution{h, c}, at: at, rows: []*gen.HeartbeatRow{{ID: 5, Extended: true, CancelRequested: true}}})
+	q.heartbeatDone(hbResult{due: []*Execution{h, c}, at: at, rows: []*gen.HeartbeatRow{{ID: 5, Extended: true, CancelRequested: true}}})
 	require.True(t, h.leaseLost)
 	require.False(t, c.leaseLost)
 	require.ErrorIs(t, context.Cause(c.ctx), ErrJobCancelled)
-	require.EqualValues(t, 3, q.w.m.leasesLost.Load())
+	require.EqualValues(t, 3, q.w.m.LeasesLost.Load())
 }
 
 // TestHeartbeatDeclaresStuckAfterTimeoutAndGrace: a handler running past its Timeout plus
@@ -94,7 +94,7 @@ func TestHeartbeatLeaseSchedule(t *testing.T) {
 func TestHeartbeatDeclaresStuckAfterTimeoutAndGrace(t *testing.T) {
 	q := hbQueue()
 	e := hbExec(q, 1, time.Hour)
-	e.h = &handler{opts: HandlerOptions{Timeout: time.Minute}}
+	e.h = &Handler{opts: KindOptions{Timeout: time.Minute}}
 	e.nextHB = clockStart.Add(24 * time.Hour) // no heartbeat due: the tick only judges the handler
 	limit := clockStart.Add(time.Minute + 10*time.Second)
 
@@ -131,7 +131,7 @@ func TestHeartbeatPassWhenDue(t *testing.T) {
 
 	// A handler whose stuck deadline comes first: the pass is due then.
 	s := hbExec(q, 2, time.Hour)
-	s.h = &handler{opts: HandlerOptions{Timeout: time.Second}}
+	s.h = &Handler{opts: KindOptions{Timeout: time.Second}}
 	q.hbNote(s)
 	at, _ = q.hbNext()
 	require.Equal(t, clockStart.Add(time.Second+10*time.Second), at, "timeout + StuckGrace")
@@ -154,7 +154,7 @@ func TestHeartbeatPassWhenDue(t *testing.T) {
 	// Its answer schedules the next pass at the jobs' next heartbeats.
 	q.hbInFlight = false
 	q.hbDue = time.Time{}
-	q.heartbeatDone(hbResult{due: []*execution{e}, at: due, rows: []*gen.HeartbeatRow{{ID: 1, Extended: true}}})
+	q.heartbeatDone(hbResult{due: []*Execution{e}, at: due, rows: []*gen.HeartbeatRow{{ID: 1, Extended: true}}})
 	at, _ = q.hbNext()
 	require.Equal(t, due.Add(20*time.Second), at)
 

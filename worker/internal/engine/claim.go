@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/logkey"
-	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
 // This file is the claim path: the single-statement claim (docs/contract.md, "Ownership is
@@ -47,8 +46,8 @@ func (c *claimed) logAttrs(more ...any) []any {
 type claimPlan struct {
 	n      int
 	ranked bool // the policy ranks its segments together (quotas, deadline): ClaimSegments' order
-	segs   []engine.Segment
-	quota  engine.BandCounts
+	segs   []Segment
+	quota  BandCounts
 	after  bandTimes
 	// full: the watermarks were reset for this claim (it reads every band from its start);
 	// prev holds the watermarks it replaced.
@@ -63,7 +62,7 @@ type claimPlan struct {
 	permit permitView
 	// done: the successes the claim completes first, in its transaction ("Completions ride on
 	// claims", below); every mode carries them.
-	done []*execution
+	done []*Execution
 	// fair-share claims (fairshare.go): each band's cursor and, with fairWatermarks, the
 	// tenants' watermarks (after holds the keyless jobs').
 	fair           bool
@@ -124,7 +123,7 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 // for the queue's next claim, which completes them first, in its own transaction: the
 // CompleteMany the finishers would have sent (completeMany, fenced by id and claim token as
 // always) goes in the same pipeline as the claim statement, before it, and both commit at its
-// one Sync (engine.AfterLock; for the batched claims, the batch's CompleteMany carries every request's
+// one Sync (AfterLock; for the batched claims, the batch's CompleteMany carries every request's
 // completions). The claim's snapshot sees the rows it completed as finished (a limited claim
 // counts the room they freed).
 //
@@ -152,15 +151,15 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 // goroutine). It returns the map that the query, once run, holds the result in: per completion,
 // true when it landed, false when another session held its row (busy, not written); a
 // completion missing from the map was not written (stale).
-func rideOn(ctx context.Context, db *engine.AfterLock, done []*execution) map[int64]bool {
+func rideOn(ctx context.Context, db *AfterLock, done []*Execution) map[int64]bool {
 	if len(done) == 0 {
 		return nil
 	}
 	sortByID(done) // every multi-row fenced write locks its rows in id order
-	var cm engine.Capture
+	var cm Capture
 	_, _ = completeMany(ctx, gen.New(&cm), done)
 	landed := make(map[int64]bool, len(done))
-	db.Pre = &engine.LockedStatement{SQL: cm.SQL, Args: cm.Args}
+	db.Pre = &LockedStatement{SQL: cm.SQL, Args: cm.Args}
 	db.PreRows = func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id int64
@@ -178,11 +177,11 @@ func rideOn(ctx context.Context, db *engine.AfterLock, done []*execution) map[in
 // claimDB is what a claim's statements run on: the engine's queries, or, when the claim carries
 // completions, a pipeline that sends CompleteMany before the claim, in its transaction
 // (rideOn). landed is rideOn's.
-func (q *queue) claimDB(ctx context.Context, done []*execution) (db *gen.Queries, landed map[int64]bool) {
+func (q *queue) claimDB(ctx context.Context, done []*Execution) (db *gen.Queries, landed map[int64]bool) {
 	if len(done) == 0 {
 		return q.w.q, nil
 	}
-	a := &engine.AfterLock{Pool: q.w.eng, Sch: q.w.sch}
+	a := &AfterLock{Pool: q.w.eng, Sch: q.w.sch}
 	return gen.New(a), rideOn(ctx, a, done)
 }
 
@@ -199,21 +198,21 @@ func (q *queue) recordClaim(r claimResult) {
 		q.advance(r.got)
 	}
 	if r.plan.full {
-		w.m.fullClaims.Add(1)
+		w.m.FullClaims.Add(1)
 		q.fullClaimed(r.plan, r.got)
 	}
-	var perBand engine.BandCounts
+	var perBand BandCounts
 	for i := range r.got {
-		if p := r.got[i].Priority; p >= minPriority && p <= maxPriority {
+		if p := r.got[i].Priority; p >= MinPriority && p <= MaxPriority {
 			perBand[p]++
 		}
 	}
 	q.pol.Observe(r.n, r.plan.quota, &perBand)
 
-	w.m.claims.Add(1)
-	w.m.claimAsked.Add(int64(r.n))
-	w.m.claimed.Add(int64(len(r.got)))
-	w.m.claimLatency.Record(r.took)
+	w.m.Claims.Add(1)
+	w.m.ClaimAsked.Add(int64(r.n))
+	w.m.Claimed.Add(int64(len(r.got)))
+	w.m.ClaimLatency.Record(r.took)
 	for i := range r.got {
 		w.m.recordWait(r.got[i].Queue, r.got[i].Priority, deref(r.got[i].AttemptedAt).Sub(r.got[i].RunAt))
 	}
@@ -248,7 +247,7 @@ const (
 	watermarkResetMax = 16 * time.Second
 )
 
-type bandTimes [maxPriority + 1]int64 // unix microseconds per band; 0 = from the start
+type bandTimes [MaxPriority + 1]int64 // unix microseconds per band; 0 = from the start
 
 // watermarks returns the bands' lower bounds for the next claim, and whether that claim is
 // a full one (with the watermarks it replaces) (loop only).
@@ -272,7 +271,7 @@ func (q *queue) watermarks() (after bandTimes, full bool, prev bandTimes) {
 		}
 		if h < q.wm[b] {
 			q.wm[b] = h // a job committed behind the watermark: start the band there
-			q.w.m.watermarkHints.Add(1)
+			q.w.m.WatermarkHints.Add(1)
 		}
 		if fm, ok := q.mode.(*fairMode); ok {
 			fm.hint(b, h)
@@ -300,7 +299,7 @@ func (q *queue) hintDue(prio int, runAtUs int64) {
 func (q *queue) advance(got []claimed) {
 	for i := range got {
 		p, t := got[i].Priority, got[i].RunAt.UnixMicro()
-		if p >= minPriority && p <= maxPriority && t > q.wm[p] {
+		if p >= MinPriority && p <= MaxPriority && t > q.wm[p] {
 			q.wm[p] = t
 		}
 	}
@@ -311,8 +310,8 @@ func (q *queue) advance(got []claimed) {
 func (q *queue) fullClaimed(p claimPlan, got []claimed) {
 	for i := range got {
 		b := got[i].Priority
-		if b >= minPriority && b <= maxPriority && got[i].RunAt.UnixMicro() < p.prev[b] {
-			q.w.m.claimedBehindWatermark.Add(1)
+		if b >= MinPriority && b <= MaxPriority && got[i].RunAt.UnixMicro() < p.prev[b] {
+			q.w.m.ClaimedBehindWatermark.Add(1)
 			q.wmEvery = watermarkReset
 			return
 		}
@@ -334,26 +333,12 @@ func maxAgeUs(d time.Duration) int64 {
 	return d.Microseconds()
 }
 
-// claimRow is what every claim statement returns (engine.ClaimRow).
-type claimRow = engine.ClaimRow
+// claimRow is what every claim statement returns (ClaimRow).
+type claimRow = ClaimRow
 
 // fromClaimRow is the one conversion from what a claim statement returned (an owned row:
-// engine.OwnedRows) to the attempt it is run as: the row (engine.ToJobRow) and the claim token.
+// OwnedRows) to the attempt it is run as: the row (ToJobRow) and the claim token.
 func fromClaimRow(r claimRow, workerID string) claimed {
-	row, token := engine.ToJobRow(r, workerID)
+	row, token := ToJobRow(r, workerID)
 	return claimed{token: token, JobRow: row}
-}
-
-func deref(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return *t
-}
-
-func derefUUID(u *uuid.UUID) uuid.UUID {
-	if u == nil {
-		return uuid.Nil
-	}
-	return *u
 }

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -35,7 +35,7 @@ const maxHeartbeatedFinishFails = 3
 
 // hbNote records that execution e needs a heartbeat pass at its next heartbeat, or at its
 // handler's stuck deadline if sooner (loop only).
-func (q *queue) hbNote(e *execution) {
+func (q *queue) hbNote(e *Execution) {
 	at := e.nextHB
 	if !e.returned && e.h != nil {
 		if s := e.start.Add(e.h.opts.Timeout + q.w.cfg.StuckGrace); s.Before(at) {
@@ -72,7 +72,7 @@ func (q *queue) heartbeat(ctx context.Context, now time.Time) {
 	w := q.w
 	all := q.hbAll
 	q.hbLast, q.hbDue = now, time.Time{}
-	var due []*execution
+	var due []*Execution
 	for e := range q.active {
 		if e.released || e.leaseLost || e.stuck {
 			continue
@@ -148,7 +148,7 @@ func (q *queue) heartbeatDone(r hbResult) {
 			}
 		}
 	}()
-	w.m.heartbeats.Add(1)
+	w.m.Heartbeats.Add(1)
 	for _, e := range r.due {
 		e.prog.settled(r.err != nil)
 	}
@@ -156,7 +156,7 @@ func (q *queue) heartbeatDone(r hbResult) {
 		if w.engCtx.Err() != nil {
 			return
 		}
-		w.m.heartbeatErrors.Add(1)
+		w.m.HeartbeatErrors.Add(1)
 		w.engineError(&w.heartbeatLog, "heartbeat", r.err, logkey.Queue, q.name, logkey.Jobs, len(r.due))
 		for _, e := range r.due {
 			if _, ok := q.active[e]; !ok {
@@ -186,7 +186,7 @@ func (q *queue) heartbeatDone(r hbResult) {
 			cancelled[row.ID] = true
 		}
 	}
-	w.m.heartbeatRows.Add(n)
+	w.m.HeartbeatRows.Add(n)
 	for _, e := range r.due {
 		if _, ok := q.active[e]; !ok {
 			continue // settled meanwhile
@@ -216,22 +216,22 @@ func (q *queue) heartbeatDone(r hbResult) {
 	}
 }
 
-func (q *queue) loseLease(e *execution, why string) {
+func (q *queue) loseLease(e *Execution, why string) {
 	if e.leaseLost {
 		return
 	}
 	e.leaseLost = true
-	q.w.m.leasesLost.Add(1)
+	q.w.m.LeasesLost.Add(1)
 	q.w.log.Warn("tenure: lease lost, cancelling handler", e.c.logAttrs("why", why)...)
 	e.leaseUntil.Store(0)
 	e.cancel(ErrLeaseLost)
 }
 
 // declareStuck gives a hung handler's slot back and stops heartbeating its job.
-func (q *queue) declareStuck(e *execution, now time.Time) {
+func (q *queue) declareStuck(e *Execution, now time.Time) {
 	e.stuck = true
 	q.running--
-	q.w.m.stuck.Add(1)
+	q.w.m.Stuck.Add(1)
 	q.w.log.Error("tenure: handler stuck past timeout+grace; no more heartbeats, its job will be reclaimed when the lease expires",
 		e.c.logAttrs("running_for", now.Sub(e.start).Round(time.Millisecond))...)
 	e.cancel(ErrHandlerTimeout)
