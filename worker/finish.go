@@ -267,21 +267,44 @@ func (w *Worker) flush(ctx context.Context, batch []*execution) {
 // finishResult is what a fenced batch write reports: the rows it changed (landed), and the
 // rows it skipped because another session holds them locked (busy: still this attempt's as the
 // statement's snapshot saw them). A row in neither is a stale write, or one that an earlier try
-// already wrote (readBack).
+// already wrote (readBack). final holds the done-signal entries of the landed rows that
+// reached a final state (engine.DoneEntry), sent after the write returns (w.done).
 type finishResult struct {
 	landed, busy map[int64]bool
+	final        map[int64]string
 }
 
 func newFinishResult(n int) finishResult {
-	return finishResult{landed: make(map[int64]bool, n), busy: map[int64]bool{}}
+	return finishResult{landed: make(map[int64]bool, n), busy: map[int64]bool{}, final: make(map[int64]string, n)}
 }
 
-func (r finishResult) add(id int64, busy bool) {
+// add records one returned row: busy, or landed in state (final states get a done entry;
+// deleted: the row was deleted on success).
+func (r finishResult) add(id int64, busy bool, state gen.TenureJobState, deleted bool) {
 	if busy {
 		r.busy[id] = true
-	} else {
-		r.landed[id] = true
+		return
 	}
+	r.landed[id] = true
+	if finalState(state) {
+		r.final[id] = engine.DoneEntry(id, deleted)
+	}
+}
+
+// doneEntries are the done-signal entries of what the write ended.
+func (r finishResult) doneEntries() []string {
+	if len(r.final) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(r.final))
+	for _, e := range r.final {
+		out = append(out, e)
+	}
+	return out
+}
+
+func finalState(s gen.TenureJobState) bool {
+	return s == gen.TenureJobStateSucceeded || s == gen.TenureJobStateDead || s == gen.TenureJobStateCancelled
 }
 
 func completeMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResult, error) {
@@ -291,7 +314,7 @@ func completeMany(ctx context.Context, q *gen.Queries, es []*execution) (finishR
 		Deletes: deletes(es)})
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		res.add(r.ID, r.Busy)
+		res.add(r.ID, r.Busy, gen.TenureJobStateSucceeded, r.Deleted)
 	}
 	return res, err
 }
@@ -342,7 +365,7 @@ func snoozeMany(ctx context.Context, q *gen.Queries, es []*execution) (finishRes
 	rows, err := q.SnoozeMany(ctx, gen.SnoozeManyParams{Ids: ids, Tokens: tokens, Generations: gens, DelayUs: delays})
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		res.add(r.ID, r.Busy)
+		res.add(r.ID, r.Busy, r.State, false)
 	}
 	return res, err
 }
@@ -356,7 +379,7 @@ func releaseMany(ctx context.Context, q *gen.Queries, es []*execution) (finishRe
 	rows, err := q.ReleaseMany(ctx, gen.ReleaseManyParams{Ids: ids, Tokens: tokens, DelayUs: delays})
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		res.add(r.ID, r.Busy)
+		res.add(r.ID, r.Busy, r.State, false)
 	}
 	return res, err
 }
@@ -383,7 +406,7 @@ func failMany(ctx context.Context, q *gen.Queries, es []*execution) (finishResul
 	rows, err := q.FailMany(ctx, arg)
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		res.add(r.ID, r.Busy)
+		res.add(r.ID, r.Busy, r.State, false)
 	}
 	return res, err
 }
@@ -432,6 +455,7 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 		cancel()
 		if err == nil {
 			w.m.finishLatency.Record(time.Since(start))
+			w.done.Add(res.doneEntries()) // before the settles: Stop's last send follows them
 			ss := make([]settled, 0, len(es))
 			var busy []*execution
 			for _, e := range es {
@@ -522,6 +546,9 @@ func (w *Worker) writeBusy(ctx context.Context, es []*execution, run fencedWrite
 		err = w.retryStale(func() error { return w.readBack(wctx, es, res) })
 	}
 	cancel()
+	if err == nil {
+		w.done.Add(res.doneEntries())
+	}
 	ss := make([]settled, 0, len(es))
 	for _, e := range es {
 		if err != nil || res.busy[e.c.ID] {
@@ -590,6 +617,7 @@ func (w *Worker) finishLocked(ctx context.Context, e *execution, run fencedWrite
 			var pgErr *pgconn.PgError
 			switch {
 			case err == nil && !res.busy[e.c.ID]:
+				w.done.Add(res.doneEntries())
 				w.settleTo(ctx, settled{e: e, landed: res.landed[e.c.ID]})
 				return
 			case err == nil, errors.As(err, &pgErr) && pgErr.Code == "55P03":
@@ -649,8 +677,13 @@ func (w *Worker) readBack(ctx context.Context, es []*execution, res finishResult
 		return err
 	}
 	for _, r := range rows {
-		if landedEarlier(byID[r.ID], *r) {
+		if e := byID[r.ID]; landedEarlier(e, *r) {
 			res.landed[r.ID] = true
+			if finalState(r.State) && !e.txCompleted.Load() {
+				// Its commit's reply was lost, and with it the done signal that follows it
+				// (a CompleteTx's signal went with the handler's transaction).
+				res.final[r.ID] = engine.DoneEntry(r.ID, false)
+			}
 		}
 		delete(byID, r.ID)
 	}
@@ -776,4 +809,22 @@ func SetOutput(ctx context.Context, v any) error {
 	}
 	e.output.Store(&b)
 	return nil
+}
+
+// doneLastSend bounds the done notifier's last send, when the engine stops.
+const doneLastSend = time.Second
+
+// sendDone sends done-signal entries in one autocommitted statement (NotifyDoneMany), after the
+// commits that ended their jobs (engine/donenotify.go explains why never inside them).
+func (w *Worker) sendDone(ctx context.Context, entries []string) error {
+	payloads := engine.DonePayloads(entries)
+	if len(payloads) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, finishTimeout)
+	defer cancel()
+	return w.retryStale(func() error {
+		_, err := w.q.NotifyDoneMany(ctx, payloads)
+		return err
+	})
 }

@@ -92,7 +92,10 @@ type Worker struct {
 	noRide         bool      // tests and benchmarks: completions never ride on claims (claim.go)
 	noClaimBatch   bool      // tests: every claim runs its own statement (claimbatch.go)
 	// Repeated engine failures are logged at most once per engine.ErrorLogEvery per source.
-	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog engine.LogThrottle
+	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog, doneLog engine.LogThrottle
+	// done sends the done signal of what the finishes ended, after their commits
+	// (engine/donenotify.go); its Run goroutine is started with the finishers.
+	done *engine.DoneNotifier
 
 	mu       sync.Mutex
 	state    int // 0 new, 1 started, 2 stopping/stopped
@@ -147,11 +150,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		sch: sch, cfg: c, pool: pool, log: c.Logger.With(logkey.Worker, c.ID), reg: c.Registry, m: newMetrics(),
 		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
 		queueStateCh: make(chan struct{}, 1), lockWait: make(chan struct{}, lockWaiters), clk: engine.RealClock{},
+		done: engine.NewDoneNotifier(),
 	}
 	for i := range w.cfg.Periodic {
 		w.periodic = append(w.periodic, &w.cfg.Periodic[i])
 	}
-	for _, t := range []*engine.LogThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.finishLog, &w.registryLog, &w.listenLog, &w.periodicLog, &w.pauseLog} {
+	for _, t := range []*engine.LogThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.finishLog, &w.registryLog, &w.listenLog, &w.periodicLog, &w.pauseLog, &w.doneLog} {
 		t.Every = engine.ErrorLogEvery
 	}
 	for name, qc := range c.Queues {
@@ -412,6 +416,11 @@ func (w *Worker) Start(ctx context.Context) error {
 
 	w.writeCh = make(chan []*execution)
 	w.spawn(func() { w.batcher(w.engCtx) })
+	w.spawn(func() {
+		// Until the engine context ends, which Stop does after every queue loop ended, so after
+		// the last settle; then one last send of at most doneLastSend.
+		w.done.Run(w.engCtx, doneLastSend, w.sendDone, func(err error) { w.engineError(&w.doneLog, "done signal", err) })
+	})
 	for range w.cfg.Finishers {
 		w.spawn(func() { w.finisher(w.engCtx) })
 	}
