@@ -375,7 +375,7 @@ func (w *Worker) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 		}
 		arg.ReqSegHi = append(arg.ReqSegHi, int32(len(arg.SegPriority)))
 	}
-	cctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	cctx, cancel := context.WithTimeout(ctx, w.claimTimeout)
 	var got []*gen.ClaimOrderedManyRow
 	var landed rideLanded
 	err := w.retryStale(func() (err error) {

@@ -441,9 +441,10 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 		// A completion that rode on a failed claim may have committed with it (claim.go).
 		readBack = readBack || e.txCompleted.Load() || e.rideFailed
 	}
+	timedOut := 0
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		wctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		wctx, cancel := context.WithTimeout(ctx, w.finishDeadline(timedOut))
 		var res finishResult
 		err := w.retryStale(func() (err error) {
 			res, err = run(wctx, w.q, es)
@@ -451,6 +452,9 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 		})
 		if err == nil && readBack {
 			err = w.retryStale(func() error { return w.readBack(wctx, es, res) })
+		}
+		if err != nil && ranOutOfTime(ctx, wctx) {
+			timedOut++
 		}
 		cancel()
 		if err == nil {
@@ -521,6 +525,26 @@ func (w *Worker) writeSorted(ctx context.Context, es []*execution, run fencedWri
 	}
 }
 
+// maxFinishDeadline bounds the deadline of a finish write's try (finishDeadline).
+const maxFinishDeadline = 5 * time.Minute
+
+// finishDeadline is the deadline of a finish write's try after timedOut earlier tries of the
+// same write ran out of time: finishTimeout, doubled per such try, at most maxFinishDeadline.
+// A fixed deadline turns a finish that needs longer into a livelock: the finish of a workflow
+// task that releases 100,000 dependents is one statement of 5–8 s here, more on a slower or
+// busier server; cancelled at every try, it would be abandoned, its lease would expire and its
+// handler would run again, to be cancelled again. finishTimeout stays the first try's
+// deadline, so a dead connection still costs seconds.
+func (w *Worker) finishDeadline(timedOut int) time.Duration {
+	return min(w.finishTimeout<<min(timedOut, 8), maxFinishDeadline)
+}
+
+// ranOutOfTime reports whether a write under wctx failed because wctx's own deadline passed
+// (not the engine's context, which ends at Stop).
+func ranOutOfTime(ctx, wctx context.Context) bool {
+	return ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded)
+}
+
 // busyRetryDelay is how long writeBusy waits before it tries the busy rows of a batch again.
 const busyRetryDelay = 20 * time.Millisecond
 
@@ -536,7 +560,7 @@ func (w *Worker) writeBusy(ctx context.Context, es []*execution, run fencedWrite
 		return
 	}
 	res := newFinishResult(len(es))
-	wctx, cancel := context.WithTimeout(ctx, finishTimeout)
+	wctx, cancel := context.WithTimeout(ctx, w.finishTimeout)
 	err := w.retryStale(func() (err error) {
 		res, err = run(wctx, w.q, es)
 		return err
@@ -582,6 +606,7 @@ func (w *Worker) finishLocked(ctx context.Context, e *execution, run fencedWrite
 		one := []*execution{e}
 		ids, tokens := idsTokens(one)
 		backoff := 50 * time.Millisecond
+		timedOut := 0
 		for fails := 0; ; {
 			select {
 			case w.lockWait <- struct{}{}:
@@ -590,7 +615,7 @@ func (w *Worker) finishLocked(ctx context.Context, e *execution, run fencedWrite
 				return
 			}
 			res, owned := newFinishResult(1), true
-			wctx, cancel := context.WithTimeout(ctx, finishTimeout)
+			wctx, cancel := context.WithTimeout(ctx, w.finishDeadline(timedOut))
 			err := w.retryStale(func() error {
 				return pgx.BeginFunc(wctx, w.eng, func(tx pgx.Tx) error {
 					if _, err := tx.Exec(wctx, lockWaitSQL); err != nil {
@@ -611,6 +636,9 @@ func (w *Worker) finishLocked(ctx context.Context, e *execution, run fencedWrite
 			if err == nil && !owned {
 				// No longer this attempt's: a stale write, unless an earlier write landed.
 				err = w.retryStale(func() error { return w.readBack(wctx, one, res) })
+			}
+			if err != nil && ranOutOfTime(ctx, wctx) {
+				timedOut++
 			}
 			cancel()
 			<-w.lockWait
@@ -821,7 +849,7 @@ func (w *Worker) sendDone(ctx context.Context, entries []string) error {
 	if len(payloads) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, finishTimeout)
+	ctx, cancel := context.WithTimeout(ctx, w.finishTimeout)
 	defer cancel()
 	return w.retryStale(func() error {
 		_, err := w.q.NotifyDoneMany(ctx, payloads)

@@ -90,7 +90,9 @@ type Worker struct {
 	started        time.Time // when Start ran, for the registry
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
 	noRide         bool      // tests and benchmarks: completions never ride on claims (claim.go)
-	noClaimBatch   bool      // tests: every claim runs its own statement (claimbatch.go)
+	claimTimeout   time.Duration
+	finishTimeout  time.Duration
+	noClaimBatch   bool // tests: every claim runs its own statement (claimbatch.go)
 	// Repeated engine failures are logged at most once per engine.ErrorLogEvery per source.
 	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog, doneLog engine.LogThrottle
 	// done sends the done signal of what the finishes ended, after their commits
@@ -150,7 +152,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		sch: sch, cfg: c, pool: pool, log: c.Logger.With(logkey.Worker, c.ID), reg: c.Registry, m: newMetrics(),
 		handlers: map[string]*handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
 		queueStateCh: make(chan struct{}, 1), lockWait: make(chan struct{}, lockWaiters), clk: engine.RealClock{},
-		done: engine.NewDoneNotifier(),
+		done:         engine.NewDoneNotifier(),
+		claimTimeout: claimTimeout, finishTimeout: finishTimeout,
 	}
 	for i := range w.cfg.Periodic {
 		w.periodic = append(w.periodic, &w.cfg.Periodic[i])
