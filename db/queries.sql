@@ -943,8 +943,12 @@ SELECT (SELECT count(*) FROM scanned)::integer AS scanned,
 -- row is deleted instead, with its effect-ledger rows, fenced exactly like the update (same
 -- locked rows, id + state + claim token), unless the row must stay: a workflow task or sequence
 -- job (its dependents and DependencyOutput read it), or a unique job whose unique states hold
--- the key in succeeded (deleting it would free the key). The done signal names a deleted job
--- as s<id> (jobs.Client.Wait: succeeded, row gone).
+-- the key in succeeded (deleting it would free the key); such rows are returned with
+-- deleted = true. No NOTIFY here: the engine sends the done signal after the commit
+-- (NotifyDoneMany; a deleted job named s<id>: jobs.Client.Wait reads it as succeeded, row gone).
+-- A NOTIFY in a writing transaction holds PostgreSQL's one notification-queue lock from its
+-- pre-commit through its WAL flush, so every such commit in the cluster waits for the previous
+-- one's flush (docs/design.md, "The done signal after the commit").
 WITH f AS (
     SELECT unnest(@ids::bigint[]) AS id,
            unnest(@tokens::uuid[]) AS token,
@@ -973,19 +977,12 @@ WITH f AS (
     RETURNING j.id
 ), gone_effects AS (
     DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT g.id FROM gone g)
-), notified AS (
-    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
-    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes); a
-    -- deleted job's id prefixed with s.
-    SELECT count(pg_notify('tenure_done', c.ids)) AS n
-    FROM (SELECT string_agg(x.id, ',') AS ids
-          FROM (SELECT a.id, row_number() OVER () AS rn
-                FROM (SELECT d.id::text AS id FROM done d UNION ALL SELECT 's' || g.id::text FROM gone g) a) x
-          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT a.id, false AS busy FROM (SELECT d.id FROM done d UNION ALL SELECT g.id FROM gone g) a CROSS JOIN notified
+SELECT d.id, false AS busy, false AS deleted FROM done d
 UNION ALL
-SELECT j.id, true FROM f JOIN tenure.jobs j ON j.id = f.id
+SELECT g.id, false, true FROM gone g
+UNION ALL
+SELECT j.id, true, false FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
 
 -- name: CompleteOne :one
@@ -994,7 +991,9 @@ WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.clai
 -- row is deleted instead, under the same conditions and fence as there. It returns the rows
 -- changed (0 or 1) and, when 1, the caller's transaction id (txid_current): after a delete the
 -- engine asks txid_status whether that transaction committed (the row cannot tell it).
--- It notifies the done channel (CompleteMany): delivered when the caller's transaction commits.
+-- It notifies the done channel in the caller's transaction (the engine cannot act after that
+-- transaction commits; CompleteMany's signal is sent after its own commit instead): delivered
+-- when the caller's transaction commits.
 WITH me AS (
     SELECT j.id,
            (sqlc.arg(delete)::boolean AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND j.has_dependents IS NOT TRUE
@@ -1033,7 +1032,9 @@ FROM (SELECT d.id, false AS deleted FROM done d UNION ALL SELECT g.id, true FROM
 -- turned into dead here too, so the database never loops a job past max_attempts; a retry of a
 -- job an operator asked to cancel ends cancelled (the owner's write lands, and the cancel wins).
 -- A row another session holds locked is skipped and returned busy (CompleteMany); rows this
--- transaction holds locked (the sweep's LockExpired) are not skipped.
+-- transaction holds locked (the sweep's LockExpired) are not skipped. The rows returned in a
+-- final state (dead, cancelled) get their done signal from the engine after the commit
+-- (NotifyDoneMany), as do ReleaseMany's and SnoozeMany's cancelled rows.
 WITH f AS (
     SELECT unnest(@ids::bigint[]) AS id,
            unnest(@tokens::uuid[]) AS token,
@@ -1075,15 +1076,8 @@ WITH f AS (
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
     RETURNING j.id, j.state
-), notified AS (
-    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
-    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
-    SELECT count(pg_notify('tenure_done', c.ids)) AS n
-    FROM (SELECT string_agg(x.id::text, ',') AS ids
-          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d WHERE d.state IN ('dead', 'cancelled')) x
-          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, d.state, false AS busy FROM done d CROSS JOIN notified
+SELECT d.id, d.state, false AS busy FROM done d
 UNION ALL
 SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
@@ -1117,15 +1111,8 @@ WITH f AS (
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
     RETURNING j.id, j.state
-), notified AS (
-    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
-    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
-    SELECT count(pg_notify('tenure_done', c.ids)) AS n
-    FROM (SELECT string_agg(x.id::text, ',') AS ids
-          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d WHERE d.state = 'cancelled') x
-          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, d.state, false AS busy FROM done d CROSS JOIN notified
+SELECT d.id, d.state, false AS busy FROM done d
 UNION ALL
 SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
@@ -1162,15 +1149,8 @@ WITH f AS (
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
     RETURNING j.id, j.state
-), notified AS (
-    -- One NOTIFY per finish batch on the done channel (jobs.Client.Wait): the ids that reached
-    -- a final state, comma-separated, 350 per payload (under PostgreSQL's 8000 bytes).
-    SELECT count(pg_notify('tenure_done', c.ids)) AS n
-    FROM (SELECT string_agg(x.id::text, ',') AS ids
-          FROM (SELECT d.id, row_number() OVER () AS rn FROM done d WHERE d.state = 'cancelled') x
-          GROUP BY (x.rn - 1) / 350) c
 )
-SELECT d.id, d.state, false AS busy FROM done d CROSS JOIN notified
+SELECT d.id, d.state, false AS busy FROM done d
 UNION ALL
 SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
@@ -1283,6 +1263,14 @@ SELECT pg_notify('tenure_cancel', to_char(@job_id::bigint, 'FM999999999999999999
 -- name: NotifyDone :exec
 -- The done signal for jobs an operator ended or deleted (CompleteMany's payload: ids).
 SELECT pg_notify('tenure_done', @ids::text);
+
+-- name: NotifyDoneMany :one
+-- The engine's done signal, sent after the finish that ended the jobs committed (never inside
+-- it: CompleteMany): one notification per payload, each up to 350 comma-separated entries (the
+-- id of a job that reached a final state, s<id> for one deleted on success). Autocommitted and
+-- writing nothing, its commit flushes no WAL, so it holds the notification-queue lock only
+-- for the moment of its own commit.
+SELECT count(pg_notify('tenure_done', p))::bigint AS notified FROM unnest(@payloads::text[]) AS p;
 
 -- name: KindTimeout :one
 -- The handler timeout (ms) published for a kind (tenure.kinds): the given worker's when it

@@ -17,9 +17,13 @@ import (
 	"github.com/tenureq/tenure/generics"
 )
 
-// This file is awaiting a job's end (Client.Wait, WaitOutput, InsertAndWait). The finishes
-// NOTIFY the schema's done channel ("tenure_done") with the ids of the jobs that reached a final
-// state, one notification per finish batch (db/queries.sql, CompleteMany). All the waiters of a
+// This file is awaiting a job's end (Client.Wait, WaitOutput, InsertAndWait). The schema's done
+// channel ("tenure_done") carries the ids of the jobs that reached a final state: the engine
+// sends them right after the commit of the finishes that ended them, up to 350 per notification
+// (worker/internal/engine/donenotify.go, NotifyDoneMany: never inside the finish's own
+// transaction, where the NOTIFY would hold PostgreSQL's notification lock through the WAL
+// flush); operator actions and CompleteTx notify in their own transactions. A worker that dies
+// between its commit and the signal leaves the waiter to the poll. All the waiters of a
 // Client share one registry: one goroutine, one connection in LISTEN (taken out of the pool,
 // Hijack), and one re-read statement (WaitFinal) for every waited id a notification names or
 // the fallback poll covers. A waiter is checked against the row only after the LISTEN is

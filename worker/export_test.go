@@ -45,3 +45,9 @@ func ClaimBatchStats(w *Worker) (statements, requests int64) {
 
 // CheckProgress is Progress's validation.
 var CheckProgress = checkProgress
+
+// SetStatementDeadlines sets w's claim and finish statement deadlines (claimTimeout,
+// finishTimeout by default). Call it before Start.
+func SetStatementDeadlines(w *Worker, claim, finish time.Duration) {
+	w.e.SetStatementDeadlines(claim, finish)
+}

@@ -96,7 +96,7 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	mode := q.mode
 	q.w.spawn(func() {
 		start := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
+		cctx, cancel := context.WithTimeout(ctx, q.w.claimTimeout)
 		var rows []claimRow
 		var fb claimFeedback
 		err := q.w.retryStale(func() (err error) {
@@ -151,33 +151,41 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 // goroutine). It returns the map that the query, once run, holds the result in: per completion,
 // true when it landed, false when another session held its row (busy, not written); a
 // completion missing from the map was not written (stale).
-func rideOn(ctx context.Context, db *AfterLock, done []*Execution) map[int64]bool {
+func rideOn(ctx context.Context, db *AfterLock, done []*Execution) rideLanded {
 	if len(done) == 0 {
 		return nil
 	}
 	sortByID(done) // every multi-row fenced write locks its rows in id order
 	var cm Capture
 	_, _ = completeMany(ctx, gen.New(&cm), done)
-	landed := make(map[int64]bool, len(done))
+	landed := make(rideLanded, len(done))
 	db.Pre = &LockedStatement{SQL: cm.SQL, Args: cm.Args}
 	db.PreRows = func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id int64
-			var busy bool
-			if err := rows.Scan(&id, &busy); err != nil {
+			var busy, deleted bool
+			if err := rows.Scan(&id, &busy, &deleted); err != nil {
 				return err
 			}
-			landed[id] = !busy
+			landed[id] = rideRow{landed: !busy, deleted: deleted}
 		}
 		return nil
 	}
 	return landed
 }
 
+// rideLanded is what the completions riding on a claim became, by job id (rideOn): a
+// completion missing from it was not written (stale).
+type rideLanded map[int64]rideRow
+
+// rideRow is one riding completion's result: landed (false: another session held the row, not
+// written), and deleted (landed by deleting the row: delete on success).
+type rideRow struct{ landed, deleted bool }
+
 // claimDB is what a claim's statements run on: the engine's queries, or, when the claim carries
 // completions, a pipeline that sends CompleteMany before the claim, in its transaction
 // (rideOn). landed is rideOn's.
-func (q *queue) claimDB(ctx context.Context, done []*Execution) (db *gen.Queries, landed map[int64]bool) {
+func (q *queue) claimDB(ctx context.Context, done []*Execution) (db *gen.Queries, landed rideLanded) {
 	if len(done) == 0 {
 		return q.w.q, nil
 	}

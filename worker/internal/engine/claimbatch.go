@@ -186,7 +186,7 @@ type claimReply struct {
 	err  error
 	// landed: for the completions the statement carried (of every request: the map is the
 	// statement's), whether each landed or was busy (claimFeedback.doneLanded).
-	landed map[int64]bool
+	landed rideLanded
 	// behind: how many statements the batcher started after the request reached it and before
 	// the statement that carried it (the fairness bound above; tests read it).
 	behind int64
@@ -374,9 +374,9 @@ func (w *Engine) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 		}
 		arg.ReqSegHi = append(arg.ReqSegHi, int32(len(arg.SegPriority)))
 	}
-	cctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	cctx, cancel := context.WithTimeout(ctx, w.claimTimeout)
 	var got []*gen.ClaimOrderedManyRow
-	var landed map[int64]bool
+	var landed rideLanded
 	err := w.retryStale(func() (err error) {
 		// The requests' completions ride in the statement's transaction, in one CompleteMany.
 		db := &AfterLock{Pool: w.eng, Sch: w.sch, Locks: noBitmap}

@@ -74,7 +74,7 @@ type claimFeedback struct {
 	// each landed (true) or was skipped because another session held its row (false); a
 	// completion missing from it was stale; nil when the claim failed (claim.go, "Completions
 	// ride on claims").
-	doneLanded map[int64]bool
+	doneLanded rideLanded
 
 	// permit (permits.go): alloc is the last allocation that committed (nil: none ran);
 	// lostPermit, that the claim found no permit row for some limit.

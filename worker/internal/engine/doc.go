@@ -87,8 +87,11 @@
 //     and starts one goroutine per call; JobContext.
 //
 //   - finish.go: the completion path: batched fenced finishes checked by affected rows,
-//     stale-write accounting, retries of writes the database did not answer, CompleteTx,
-//     Outcome, SetOutput.
+//     stale-write accounting, retries of writes the database did not answer (each try's
+//     deadline doubling after a timeout: finishDeadline), CompleteTx, Outcome, SetOutput.
+//
+//   - donenotify.go: DoneNotifier, the done signal (jobs.Client.Wait) of what the finishes
+//     ended, sent by its own goroutine after their commits, never inside them.
 //
 //   - heartbeat.go: batched fenced lease extensions, lease loss, stuck handlers, cancel.
 //

@@ -87,8 +87,14 @@ type Engine struct {
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
 	noRide         bool      // tests and benchmarks: completions never ride on claims (claim.go)
 	noClaimBatch   bool      // tests: every claim runs its own statement (claimbatch.go)
+	// Statement deadlines: claimTimeout and finishTimeout, shorter in tests
+	// (SetStatementDeadlines); a finish's tries grow theirs (finishDeadline).
+	claimTimeout, finishTimeout time.Duration
 	// Repeated engine failures are logged at most once per ErrorLogEvery per source.
-	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog LogThrottle
+	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog, doneLog LogThrottle
+	// done sends the done signal of what the finishes ended, after their commits
+	// (donenotify.go); its Run goroutine is started with the finishers.
+	done *DoneNotifier
 
 	mu       sync.Mutex
 	state    int // 0 new, 1 started, 2 stopping/stopped
@@ -132,9 +138,9 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 		sch: cfg.Schema, cfg: cfg, pool: pool, log: cfg.Logger.With(logkey.Worker, cfg.ID), reg: cfg.Registry, m: newMetrics(),
 		handlers: map[string]*Handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
 		queueStateCh: make(chan struct{}, 1), lockWait: make(chan struct{}, lockWaiters), clk: RealClock{},
-		periodic: cfg.Periodic,
+		periodic: cfg.Periodic, done: NewDoneNotifier(), claimTimeout: claimTimeout, finishTimeout: finishTimeout,
 	}
-	for _, t := range []*LogThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.finishLog, &w.registryLog, &w.listenLog, &w.periodicLog, &w.pauseLog} {
+	for _, t := range []*LogThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.finishLog, &w.registryLog, &w.listenLog, &w.periodicLog, &w.pauseLog, &w.doneLog} {
 		t.Every = ErrorLogEvery
 	}
 	for name, qc := range cfg.Queues {
@@ -306,6 +312,11 @@ func (w *Engine) Start(ctx context.Context) error {
 
 	w.writeCh = make(chan []*Execution)
 	w.spawn(func() { w.batcher(w.engCtx) })
+	w.spawn(func() {
+		// Until the engine context ends, which Stop does after every queue loop ended, so after
+		// the last settle; then one last send of at most doneLastSend.
+		w.done.Run(w.engCtx, doneLastSend, w.sendDone, func(err error) { w.engineError(&w.doneLog, "done signal", err) })
+	})
 	for range w.cfg.Finishers {
 		w.spawn(func() { w.finisher(w.engCtx) })
 	}
@@ -554,3 +565,9 @@ func (w *Engine) NoRide() { w.noRide = true }
 
 // SetClock sets the clock of the engine's own timing decisions (before Start).
 func (w *Engine) SetClock(c Clock) { w.clk = c }
+
+// SetStatementDeadlines sets the claim and finish statements' first deadlines (claimTimeout,
+// finishTimeout by default; before Start).
+func (w *Engine) SetStatementDeadlines(claim, finish time.Duration) {
+	w.claimTimeout, w.finishTimeout = claim, finish
+}

@@ -261,21 +261,44 @@ func (w *Engine) flush(ctx context.Context, batch []*Execution) {
 // finishResult is what a fenced batch write reports: the rows it changed (landed), and the
 // rows it skipped because another session holds them locked (busy: still this attempt's as the
 // statement's snapshot saw them). A row in neither is a stale write, or one that an earlier try
-// already wrote (readBack).
+// already wrote (readBack). final holds the done-signal entries of the landed rows that
+// reached a final state (DoneEntry), sent after the write returns (w.done).
 type finishResult struct {
 	landed, busy map[int64]bool
+	final        map[int64]string
 }
 
 func newFinishResult(n int) finishResult {
-	return finishResult{landed: make(map[int64]bool, n), busy: map[int64]bool{}}
+	return finishResult{landed: make(map[int64]bool, n), busy: map[int64]bool{}, final: make(map[int64]string, n)}
 }
 
-func (r finishResult) add(id int64, busy bool) {
+// add records one returned row: busy, or landed in state (final states get a done entry;
+// deleted: the row was deleted on success).
+func (r finishResult) add(id int64, busy bool, state gen.TenureJobState, deleted bool) {
 	if busy {
 		r.busy[id] = true
-	} else {
-		r.landed[id] = true
+		return
 	}
+	r.landed[id] = true
+	if finalState(state) {
+		r.final[id] = DoneEntry(id, deleted)
+	}
+}
+
+// doneEntries are the done-signal entries of what the write ended.
+func (r finishResult) doneEntries() []string {
+	if len(r.final) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(r.final))
+	for _, e := range r.final {
+		out = append(out, e)
+	}
+	return out
+}
+
+func finalState(s gen.TenureJobState) bool {
+	return s == gen.TenureJobStateSucceeded || s == gen.TenureJobStateDead || s == gen.TenureJobStateCancelled
 }
 
 func completeMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishResult, error) {
@@ -285,7 +308,7 @@ func completeMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishR
 		Deletes: deletes(es)})
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		res.add(r.ID, r.Busy)
+		res.add(r.ID, r.Busy, gen.TenureJobStateSucceeded, r.Deleted)
 	}
 	return res, err
 }
@@ -336,7 +359,7 @@ func snoozeMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishRes
 	rows, err := q.SnoozeMany(ctx, gen.SnoozeManyParams{Ids: ids, Tokens: tokens, Generations: gens, DelayUs: delays})
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		res.add(r.ID, r.Busy)
+		res.add(r.ID, r.Busy, r.State, false)
 	}
 	return res, err
 }
@@ -350,7 +373,7 @@ func releaseMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishRe
 	rows, err := q.ReleaseMany(ctx, gen.ReleaseManyParams{Ids: ids, Tokens: tokens, DelayUs: delays})
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		res.add(r.ID, r.Busy)
+		res.add(r.ID, r.Busy, r.State, false)
 	}
 	return res, err
 }
@@ -377,7 +400,7 @@ func failMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishResul
 	rows, err := q.FailMany(ctx, arg)
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		res.add(r.ID, r.Busy)
+		res.add(r.ID, r.Busy, r.State, false)
 	}
 	return res, err
 }
@@ -412,9 +435,10 @@ func (w *Engine) writeSorted(ctx context.Context, es []*Execution, run fencedWri
 		// A completion that rode on a failed claim may have committed with it (claim.go).
 		readBack = readBack || e.txCompleted.Load() || e.rideFailed
 	}
+	timedOut := 0
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		wctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		wctx, cancel := context.WithTimeout(ctx, w.finishDeadline(timedOut))
 		var res finishResult
 		err := w.retryStale(func() (err error) {
 			res, err = run(wctx, w.q, es)
@@ -423,9 +447,13 @@ func (w *Engine) writeSorted(ctx context.Context, es []*Execution, run fencedWri
 		if err == nil && readBack {
 			err = w.retryStale(func() error { return w.readBack(wctx, es, res) })
 		}
+		if err != nil && ranOutOfTime(ctx, wctx) {
+			timedOut++
+		}
 		cancel()
 		if err == nil {
 			w.m.FinishLatency.Record(time.Since(start))
+			w.done.Add(res.doneEntries()) // before the settles: Stop's last send follows them
 			ss := make([]settled, 0, len(es))
 			var busy []*Execution
 			for _, e := range es {
@@ -491,6 +519,26 @@ func (w *Engine) writeSorted(ctx context.Context, es []*Execution, run fencedWri
 	}
 }
 
+// maxFinishDeadline bounds the deadline of a finish write's try (finishDeadline).
+const maxFinishDeadline = 5 * time.Minute
+
+// finishDeadline is the deadline of a finish write's try after timedOut earlier tries of the
+// same write ran out of time: finishTimeout, doubled per such try, at most maxFinishDeadline.
+// A fixed deadline turns a finish that needs longer into a livelock: the finish of a workflow
+// task that releases 100,000 dependents is one statement of 5–8 s here, more on a slower or
+// busier server; cancelled at every try, it would be abandoned, its lease would expire and its
+// handler would run again, to be cancelled again. finishTimeout stays the first try's
+// deadline, so a dead connection still costs seconds.
+func (w *Engine) finishDeadline(timedOut int) time.Duration {
+	return min(w.finishTimeout<<min(timedOut, 8), maxFinishDeadline)
+}
+
+// ranOutOfTime reports whether a write under wctx failed because wctx's own deadline passed
+// (not the engine's context, which ends at Stop).
+func ranOutOfTime(ctx, wctx context.Context) bool {
+	return ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded)
+}
+
 // busyRetryDelay is how long writeBusy waits before it tries the busy rows of a batch again.
 const busyRetryDelay = 20 * time.Millisecond
 
@@ -506,7 +554,7 @@ func (w *Engine) writeBusy(ctx context.Context, es []*Execution, run fencedWrite
 		return
 	}
 	res := newFinishResult(len(es))
-	wctx, cancel := context.WithTimeout(ctx, finishTimeout)
+	wctx, cancel := context.WithTimeout(ctx, w.finishTimeout)
 	err := w.retryStale(func() (err error) {
 		res, err = run(wctx, w.q, es)
 		return err
@@ -516,6 +564,9 @@ func (w *Engine) writeBusy(ctx context.Context, es []*Execution, run fencedWrite
 		err = w.retryStale(func() error { return w.readBack(wctx, es, res) })
 	}
 	cancel()
+	if err == nil {
+		w.done.Add(res.doneEntries())
+	}
 	ss := make([]settled, 0, len(es))
 	for _, e := range es {
 		if err != nil || res.busy[e.c.ID] {
@@ -549,6 +600,7 @@ func (w *Engine) finishLocked(ctx context.Context, e *Execution, run fencedWrite
 		one := []*Execution{e}
 		ids, tokens := idsTokens(one)
 		backoff := 50 * time.Millisecond
+		timedOut := 0
 		for fails := 0; ; {
 			select {
 			case w.lockWait <- struct{}{}:
@@ -557,7 +609,7 @@ func (w *Engine) finishLocked(ctx context.Context, e *Execution, run fencedWrite
 				return
 			}
 			res, owned := newFinishResult(1), true
-			wctx, cancel := context.WithTimeout(ctx, finishTimeout)
+			wctx, cancel := context.WithTimeout(ctx, w.finishDeadline(timedOut))
 			err := w.retryStale(func() error {
 				return pgx.BeginFunc(wctx, w.eng, func(tx pgx.Tx) error {
 					if _, err := tx.Exec(wctx, lockWaitSQL); err != nil {
@@ -579,11 +631,15 @@ func (w *Engine) finishLocked(ctx context.Context, e *Execution, run fencedWrite
 				// No longer this attempt's: a stale write, unless an earlier write landed.
 				err = w.retryStale(func() error { return w.readBack(wctx, one, res) })
 			}
+			if err != nil && ranOutOfTime(ctx, wctx) {
+				timedOut++
+			}
 			cancel()
 			<-w.lockWait
 			var pgErr *pgconn.PgError
 			switch {
 			case err == nil && !res.busy[e.c.ID]:
+				w.done.Add(res.doneEntries())
 				w.settleTo(ctx, settled{e: e, landed: res.landed[e.c.ID]})
 				return
 			case err == nil, errors.As(err, &pgErr) && pgErr.Code == "55P03":
@@ -643,8 +699,13 @@ func (w *Engine) readBack(ctx context.Context, es []*Execution, res finishResult
 		return err
 	}
 	for _, r := range rows {
-		if landedEarlier(byID[r.ID], *r) {
+		if e := byID[r.ID]; landedEarlier(e, *r) {
 			res.landed[r.ID] = true
+			if finalState(r.State) && !e.txCompleted.Load() {
+				// Its commit's reply was lost, and with it the done signal that follows it
+				// (a CompleteTx's signal went with the handler's transaction).
+				res.final[r.ID] = DoneEntry(r.ID, false)
+			}
 		}
 		delete(byID, r.ID)
 	}
@@ -742,4 +803,22 @@ func (e *Execution) SetOutput(b []byte) {
 		return
 	}
 	e.output.Store(&b)
+}
+
+// doneLastSend bounds the done notifier's last send, when the engine stops.
+const doneLastSend = time.Second
+
+// sendDone sends done-signal entries in one autocommitted statement (NotifyDoneMany), after the
+// commits that ended their jobs (engine/donenotify.go explains why never inside them).
+func (w *Engine) sendDone(ctx context.Context, entries []string) error {
+	payloads := DonePayloads(entries)
+	if len(payloads) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.finishTimeout)
+	defer cancel()
+	return w.retryStale(func() error {
+		_, err := w.q.NotifyDoneMany(ctx, payloads)
+		return err
+	})
 }

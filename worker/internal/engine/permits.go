@@ -200,7 +200,7 @@ type permitFlags struct {
 // share that the claim then uses, and both commit together (the table never shows the new jobs
 // running beside the finished ones). It returns which completions landed (true), and those
 // it skipped because another session holds their rows locked (false).
-func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrderedParams, done []*Execution) ([]claimRow, permitFlags, map[int64]bool, error) {
+func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrderedParams, done []*Execution) ([]claimRow, permitFlags, rideLanded, error) {
 	la := q.limits
 	var c Capture
 	_ = gen.New(&c).PermitLock(ctx, gen.PermitLockParams{Queue: q.name, WorkerID: base.WorkerID})

@@ -471,17 +471,20 @@ func (q *queue) claimed(r claimResult) {
 			q.pending = append(q.pending, r.plan.done...)
 		} else {
 			ss := make([]settled, 0, len(r.plan.done))
+			var entries []string
 			for _, e := range r.plan.done {
-				landed, seen := r.fb.doneLanded[e.c.ID]
-				if seen && !landed {
+				rr, seen := r.fb.doneLanded[e.c.ID]
+				if seen && !rr.landed {
 					q.pending = append(q.pending, e) // busy: the finishers wait for its row
 					continue
 				}
-				if landed {
+				if rr.landed {
 					w.m.FinishedOnClaims.Add(1)
+					entries = append(entries, DoneEntry(e.c.ID, rr.deleted))
 				}
-				ss = append(ss, settled{e: e, landed: landed})
+				ss = append(ss, settled{e: e, landed: rr.landed})
 			}
+			w.done.Add(entries) // the claim committed: the done signal (engine/donenotify.go)
 			q.settleAll(ss)
 		}
 	}

@@ -60,7 +60,8 @@ func (w *Engine) ReclaimExpired(ctx context.Context) (int, error) {
 // reclaimOnce is one ReclaimExpired transaction; it sets *n to the jobs it reclaimed.
 func (w *Engine) reclaimOnce(ctx context.Context, n *int) error {
 	*n = 0
-	return pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
+	var ended []string // the done signal of the jobs it ended (dead, cancelled), after the commit
+	err := pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
 		q := w.qon(tx)
 		rows, err := q.LockExpired(ctx, int32(w.cfg.ReclaimBatch))
 		if err != nil || len(rows) == 0 {
@@ -99,9 +100,13 @@ func (w *Engine) reclaimOnce(ctx context.Context, n *int) error {
 		if err != nil {
 			return err
 		}
+		ended = ended[:0]
 		for _, r := range got {
 			if !r.Busy { // never busy here: this transaction holds the rows (LockExpired)
 				*n++
+				if finalState(r.State) {
+					ended = append(ended, DoneEntry(r.ID, false))
+				}
 			}
 		}
 		w.m.Reclaimed.Add(int64(*n))
@@ -112,6 +117,13 @@ func (w *Engine) reclaimOnce(ctx context.Context, n *int) error {
 		w.log.Info("tenure: reclaimed expired leases", logkey.Jobs, *n, "dead", dead)
 		return nil
 	})
+	if err == nil && len(ended) > 0 {
+		if nerr := w.sendDone(ctx, ended); nerr != nil {
+			// Committed: the waiters' poll finds these jobs (engine/donenotify.go).
+			w.engineError(&w.doneLog, "done signal", nerr)
+		}
+	}
+	return err
 }
 
 // pruneService deletes final jobs past their retention, every PruneEvery (with jitter): each

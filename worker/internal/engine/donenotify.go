@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The done signal after the commit. jobs.Client.Wait wakes on the done channel: the ids of jobs
+// that reached a final state. The engine's finishes (CompleteMany, FailMany, ReleaseMany,
+// SnoozeMany, on the finishers and riding on claims) do not NOTIFY in their own transaction:
+// PostgreSQL serialises every committing transaction that notified behind one lock on the
+// notification queue, taken before the commit and held until the commit record is flushed, so
+// writing transactions that notify cannot share a WAL flush (group commit) and a fleet's
+// finishes and claims queue behind each other's fsyncs (measured: docs/design.md). The
+// finishers and the queue loops hand each landed final transition to a DoneNotifier, which
+// sends them in an autocommitted statement of its own that writes nothing (NotifyDoneMany): its
+// commit needs no flush, so it holds that lock only for the moment of its commit.
+//
+// What it gives up: the signal follows the commit by one statement instead of coming with it,
+// and a process that dies between the two never sends it; a waiter then finds the job on its
+// fallback poll (jobs.Config.WaitPoll), as after a lost notification.
+
+// DoneEntriesPerPayload is how many entries one notification carries (an id is at most 20
+// digits: 350 of them stay under PostgreSQL's 8,000-byte payload limit).
+const DoneEntriesPerPayload = 350
+
+// DoneEntry is a job's entry in the done signal: its id, or s<id> when its finish deleted the
+// row (delete on success).
+func DoneEntry(id int64, deleted bool) string {
+	if deleted {
+		return "s" + strconv.FormatInt(id, 10)
+	}
+	return strconv.FormatInt(id, 10)
+}
+
+// DoneNotifier collects done entries and sends them after the commits that made them true.
+// Add never blocks on the database; Run is the one goroutine that sends.
+type DoneNotifier struct {
+	mu      sync.Mutex
+	pending []string
+	wake    chan struct{}
+}
+
+// NewDoneNotifier returns an idle notifier.
+func NewDoneNotifier() *DoneNotifier {
+	return &DoneNotifier{wake: make(chan struct{}, 1)}
+}
+
+// Add queues entries whose finishes have committed. Callers add before they report the finish
+// as settled, so that everything added is in the notifier before the worker's loops end and
+// Run's last send.
+func (n *DoneNotifier) Add(entries []string) {
+	if len(entries) == 0 {
+		return
+	}
+	n.mu.Lock()
+	n.pending = append(n.pending, entries...)
+	n.mu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the entries pending.
+func (n *DoneNotifier) take() []string {
+	n.mu.Lock()
+	entries := n.pending
+	n.pending = nil
+	n.mu.Unlock()
+	return entries
+}
+
+// DonePayloads joins entries into payloads of at most DoneEntriesPerPayload entries each.
+func DonePayloads(entries []string) []string {
+	var out []string
+	for len(entries) > 0 {
+		k := min(len(entries), DoneEntriesPerPayload)
+		out = append(out, strings.Join(entries[:k], ","))
+		entries = entries[k:]
+	}
+	return out
+}
+
+// Run sends what is added until ctx ends, then sends what is left once more under a context of
+// its own bounded by last. send runs one statement for the entries (DonePayloads); a failed send is reported to failed and
+// dropped (the waiters' poll covers it): retrying a notification could only delay the others.
+// Entries added while a send runs go out in the next one, so under load one statement carries
+// the entries of many finishes.
+func (n *DoneNotifier) Run(ctx context.Context, last time.Duration, send func(context.Context, []string) error, failed func(error)) {
+	for {
+		select {
+		case <-n.wake:
+			if p := n.take(); len(p) > 0 {
+				if err := send(ctx, p); err != nil && ctx.Err() == nil {
+					failed(err)
+				}
+			}
+		case <-ctx.Done():
+			if p := n.take(); len(p) > 0 {
+				lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), last)
+				if err := send(lctx, p); err != nil {
+					failed(err)
+				}
+				cancel()
+			}
+			return
+		}
+	}
+}
