@@ -96,7 +96,7 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 	mode := q.mode
 	q.w.spawn(func() {
 		start := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, q.w.claimTimeout)
+		cctx, cancel := context.WithTimeout(ctx, q.w.claimDeadline())
 		var rows []claimRow
 		var fb claimFeedback
 		err := q.w.retryStale(func() (err error) {

@@ -374,7 +374,7 @@ func (w *Engine) runClaimBatch(ctx context.Context, reqs []*claimReq, seq int64)
 		}
 		arg.ReqSegHi = append(arg.ReqSegHi, int32(len(arg.SegPriority)))
 	}
-	cctx, cancel := context.WithTimeout(ctx, w.claimTimeout)
+	cctx, cancel := context.WithTimeout(ctx, w.claimDeadline())
 	var got []*gen.ClaimOrderedManyRow
 	var landed rideLanded
 	err := w.retryStale(func() (err error) {

@@ -87,8 +87,9 @@ type Engine struct {
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
 	noRide         bool      // tests and benchmarks: completions never ride on claims (claim.go)
 	noClaimBatch   bool      // tests: every claim runs its own statement (claimbatch.go)
-	// Statement deadlines: claimTimeout and finishTimeout, shorter in tests
-	// (SetStatementDeadlines); a finish's tries grow theirs (finishDeadline).
+	// Statement deadlines set by tests (SetStatementDeadlines); zero: claimTimeout and
+	// finishTimeout (claimDeadline, firstFinishDeadline; a finish's tries grow theirs:
+	// finishDeadline).
 	claimTimeout, finishTimeout time.Duration
 	// Repeated engine failures are logged at most once per ErrorLogEvery per source.
 	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog, doneLog LogThrottle
@@ -138,7 +139,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 		sch: cfg.Schema, cfg: cfg, pool: pool, log: cfg.Logger.With(logkey.Worker, cfg.ID), reg: cfg.Registry, m: newMetrics(),
 		handlers: map[string]*Handler{}, queues: map[string]*queue{}, stopDone: make(chan struct{}),
 		queueStateCh: make(chan struct{}, 1), lockWait: make(chan struct{}, lockWaiters), clk: RealClock{},
-		periodic: cfg.Periodic, done: NewDoneNotifier(), claimTimeout: claimTimeout, finishTimeout: finishTimeout,
+		periodic: cfg.Periodic, done: NewDoneNotifier(),
 	}
 	for _, t := range []*LogThrottle{&w.claimLog, &w.heartbeatLog, &w.reclaimLog, &w.pruneLog, &w.finishLog, &w.registryLog, &w.listenLog, &w.periodicLog, &w.pauseLog, &w.doneLog} {
 		t.Every = ErrorLogEvery
@@ -570,4 +571,21 @@ func (w *Engine) SetClock(c Clock) { w.clk = c }
 // finishTimeout by default; before Start).
 func (w *Engine) SetStatementDeadlines(claim, finish time.Duration) {
 	w.claimTimeout, w.finishTimeout = claim, finish
+}
+
+// claimDeadline is a claim statement's deadline: claimTimeout unless a test set another.
+func (w *Engine) claimDeadline() time.Duration {
+	if w.claimTimeout > 0 {
+		return w.claimTimeout
+	}
+	return claimTimeout
+}
+
+// firstFinishDeadline is a finish write's first try's deadline (finishDeadline grows the next
+// ones): finishTimeout unless a test set another.
+func (w *Engine) firstFinishDeadline() time.Duration {
+	if w.finishTimeout > 0 {
+		return w.finishTimeout
+	}
+	return finishTimeout
 }

@@ -530,7 +530,7 @@ const maxFinishDeadline = 5 * time.Minute
 // handler would run again, to be cancelled again. finishTimeout stays the first try's
 // deadline, so a dead connection still costs seconds.
 func (w *Engine) finishDeadline(timedOut int) time.Duration {
-	return min(w.finishTimeout<<min(timedOut, 8), maxFinishDeadline)
+	return min(w.firstFinishDeadline()<<min(timedOut, 8), maxFinishDeadline)
 }
 
 // ranOutOfTime reports whether a write under wctx failed because wctx's own deadline passed
@@ -554,7 +554,7 @@ func (w *Engine) writeBusy(ctx context.Context, es []*Execution, run fencedWrite
 		return
 	}
 	res := newFinishResult(len(es))
-	wctx, cancel := context.WithTimeout(ctx, w.finishTimeout)
+	wctx, cancel := context.WithTimeout(ctx, w.firstFinishDeadline())
 	err := w.retryStale(func() (err error) {
 		res, err = run(wctx, w.q, es)
 		return err
@@ -815,7 +815,7 @@ func (w *Engine) sendDone(ctx context.Context, entries []string) error {
 	if len(payloads) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, w.finishTimeout)
+	ctx, cancel := context.WithTimeout(ctx, w.firstFinishDeadline())
 	defer cancel()
 	return w.retryStale(func() error {
 		_, err := w.q.NotifyDoneMany(ctx, payloads)

@@ -251,7 +251,7 @@ func (w *Engine) flowBlock(e *Execution, d time.Duration) {
 	if len(kinds) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(w.engCtx, w.finishTimeout)
+	ctx, cancel := context.WithTimeout(w.engCtx, w.firstFinishDeadline())
 	defer cancel()
 	if err := w.q.FlowBlock(ctx, gen.FlowBlockParams{Queue: q.name, DelayUs: d.Microseconds(), Kinds: kinds, GroupKeys: keys}); err != nil {
 		w.log.Warn("tenure: could not pause the job's limit groups after RetryAfter", "job_id", e.c.ID, "kind", e.c.Kind, "err", err)
