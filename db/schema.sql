@@ -981,7 +981,7 @@ CREATE TABLE tenure.job_deps (
 
     CONSTRAINT job_deps_on_failure CHECK (on_failure IN ('cancel', 'run', 'block')),
     CONSTRAINT job_deps_not_self   CHECK (dep_id <> job_id)
-);
+) WITH (fillfactor = 50); -- resolving an edge is a HOT update (migration 0028)
 -- A task's dependencies (worker.DependencyOutput, the views).
 CREATE INDEX job_deps_job_idx ON tenure.job_deps (job_id);
 
@@ -1366,7 +1366,7 @@ AS $$
     UNION ALL
     SELECT tenure.grant_privileges(role, ARRAY[
         'jobs:UPDATE, DELETE', 'effects:DELETE', 'audit:INSERT', 'queues:INSERT, UPDATE',
-        'job_deps:UPDATE, DELETE', 'job_dep_stripes:DELETE'])
+        'job_deps:UPDATE, DELETE', 'job_dep_stripes:UPDATE, DELETE'])
 $$;
 
 -- Jobs waiting on dependencies, by queue, kind and age (migration 0022): the cluster metrics and

@@ -77,6 +77,7 @@ $$;
 DROP FUNCTION tenure.insert_deps(bigint[], bigint[], text[]);
 DROP TABLE tenure.job_dep_stripes;
 ALTER TABLE tenure.job_deps DROP COLUMN stripe;
+ALTER TABLE tenure.job_deps RESET (fillfactor);
 
 -- the grant functions as 0020 and 0023 left them
 CREATE OR REPLACE FUNCTION tenure.grant_reader(role name) RETURNS SETOF text

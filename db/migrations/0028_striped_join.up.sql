@@ -27,6 +27,14 @@
 -- The stripe of an edge into a striped dependent; NULL: the count is on the dependent's row.
 ALTER TABLE tenure.job_deps ADD COLUMN stripe smallint;
 
+-- Room on each page of tenure.job_deps for the new version of an edge: resolving an edge
+-- (resolved = true, no indexed column) is then a HOT update, with no new entries in its two
+-- indexes. The mass release of a 1 -> 100,000 fan-out resolves 100,000 edges in the root's
+-- finish statement: EXPLAIN (ANALYZE, BUFFERS) of it, alternated, 4 runs: the edges' update
+-- 1.0-1.3 s with the default fillfactor, 0.29-0.34 s with 50; the statement 5.2-5.4 s against
+-- 3.9-4.7 s (bench/results/2026-12-04-join.md). Only pages written from now on are affected.
+ALTER TABLE tenure.job_deps SET (fillfactor = 50);
+
 -- The unresolved edges of a striped dependent, per stripe. Rows are created with the edges and
 -- deleted by the release (or with the job: pruning, Delete). pending is never indexed, so a
 -- decrement is a HOT update; half of each page is left free for them.
@@ -232,8 +240,10 @@ BEGIN
 END
 $$;
 
--- Roles: an enqueuer writes stripes with the edges; a worker decrements and deletes them (the
--- trigger, pruning); an operator deletes them with a job (Delete); readers see them.
+-- Roles: an enqueuer writes stripes with the edges (tenure.insert_deps); a worker's and an
+-- operator's transitions fire the trigger, which decrements and deletes them; pruning and
+-- Delete remove those of a job deleted; readers see them. (worker.Start's privilege check has
+-- to learn the new table: see bench/results/2026-12-04-join.md.)
 CREATE OR REPLACE FUNCTION tenure.grant_reader(role name) RETURNS SETOF text
     LANGUAGE sql VOLATILE
 AS $$
@@ -273,5 +283,5 @@ AS $$
     UNION ALL
     SELECT tenure.grant_privileges(role, ARRAY[
         'jobs:UPDATE, DELETE', 'effects:DELETE', 'audit:INSERT', 'queues:INSERT, UPDATE',
-        'job_deps:UPDATE, DELETE', 'job_dep_stripes:DELETE'])
+        'job_deps:UPDATE, DELETE', 'job_dep_stripes:UPDATE, DELETE'])
 $$;
