@@ -1069,7 +1069,7 @@ CREATE INDEX jobs_sequence_idx ON tenure.jobs (sequence_key, id) WHERE sequence_
 -- state while holding its row: an edge is counted once.
 -- With striped dependents (migration 0028): Per round:
 -- 1. one statement resolves the edges out of the jobs, decrements the stripes of striped
---    dependents (in (job_id, stripe) order), and settles the other dependents on their rows as
+--    dependents (locked first, in (job_id, stripe) order), and settles the other dependents on their rows as
 --    0026 did (decrement, release, cancel; EvalPlanQual under the row lock); it returns the
 --    striped dependents to settle: those a stripe of which it brought to 0, and those an edge
 --    of which failed under 'cancel';
@@ -1107,11 +1107,21 @@ BEGIN
             WHERE s.stripe IS NOT NULL AND s.release
             GROUP BY s.job_id, s.stripe
             ORDER BY s.job_id, s.stripe
+        ), locked AS (
+            -- the stripes' row locks in (job_id, stripe) order, whatever join the plan uses
+            -- for the UPDATE (a hash join reads the table in its physical order, which a
+            -- concurrent update changes): two finishers sharing stripes cannot deadlock
+            SELECT t.job_id, t.stripe
+            FROM tenure.job_dep_stripes t
+            JOIN per_stripe p ON t.job_id = p.job_id AND t.stripe = p.stripe
+            ORDER BY t.job_id, t.stripe
+            FOR NO KEY UPDATE OF t
         ), decremented AS (
             UPDATE tenure.job_dep_stripes t
             SET pending = t.pending - p.n
-            FROM per_stripe p
+            FROM per_stripe p, locked l
             WHERE t.job_id = p.job_id AND t.stripe = p.stripe
+              AND l.job_id = p.job_id AND l.stripe = p.stripe
             RETURNING t.job_id, t.pending
         ), per_job AS (
             SELECT s.job_id,
