@@ -74,11 +74,13 @@ AS $$
 $$;
 
 -- settle_jobs (0026) with striped dependents. Per round:
--- 1. one statement resolves the edges out of the jobs, decrements the stripes of striped
---    dependents (locked first, in (job_id, stripe) order), and settles the other dependents on their rows as
---    0026 did (decrement, release, cancel; EvalPlanQual under the row lock); it returns the
---    striped dependents to settle: those a stripe of which it brought to 0, and those an edge
---    of which failed under 'cancel';
+-- 1. one statement resolves the edges out of the jobs and settles the dependents that are not
+--    striped on their rows as 0026 did (decrement, release, cancel; EvalPlanQual under the row
+--    lock); it returns the striped edges' counts per stripe and the striped dependents;
+-- 1b. only if there are striped edges, one statement locks their stripes (in (job_id, stripe)
+--    order) and decrements them (a workload without large fan-ins never reads
+--    tenure.job_dep_stripes, nor needs privileges on it); the striped dependents to settle are
+--    those a stripe of which it brought to 0, and those an edge of which failed under 'cancel';
 -- 2. if there are any, one statement locks their rows (FOR NO KEY UPDATE, the lock an UPDATE
 --    takes, in id order), and
 -- 3. the next (its snapshot taken after the locks were granted) cancels them, or releases each
@@ -96,6 +98,10 @@ DECLARE
     z_fail  boolean[];
     z_dep   bigint[];
     z_state text[];
+    s_job   bigint[];
+    s_strip smallint[];
+    s_n     integer[];
+    zeroed  bigint[];
     more_ids    bigint[];
     more_states text[];
 BEGIN
@@ -113,22 +119,6 @@ BEGIN
             WHERE s.stripe IS NOT NULL AND s.release
             GROUP BY s.job_id, s.stripe
             ORDER BY s.job_id, s.stripe
-        ), locked AS (
-            -- the stripes' row locks in (job_id, stripe) order, whatever join the plan uses
-            -- for the UPDATE (a hash join reads the table in its physical order, which a
-            -- concurrent update changes): two finishers sharing stripes cannot deadlock
-            SELECT t.job_id, t.stripe
-            FROM tenure.job_dep_stripes t
-            JOIN per_stripe p ON t.job_id = p.job_id AND t.stripe = p.stripe
-            ORDER BY t.job_id, t.stripe
-            FOR NO KEY UPDATE OF t
-        ), decremented AS (
-            UPDATE tenure.job_dep_stripes t
-            SET pending = t.pending - p.n
-            FROM per_stripe p, locked l
-            WHERE t.job_id = p.job_id AND t.stripe = p.stripe
-              AND l.job_id = p.job_id AND l.stripe = p.stripe
-            RETURNING t.job_id, t.pending
         ), per_job AS (
             SELECT s.job_id,
                    bool_or(s.stripe IS NOT NULL) AS striped,
@@ -177,11 +167,10 @@ BEGIN
                   FROM (SELECT c.id, row_number() OVER () AS rn FROM changed c WHERE c.state = 'cancelled') x
                   GROUP BY (x.rn - 1) / 350) e
         ), striped AS (
-            -- the striped dependents to settle in steps 2-3
+            -- the striped dependents: cancelled, or released if a stripe reaches 0 (below)
             SELECT p.job_id, p.cancel, p.failed_dep, p.failed_state
             FROM per_job p
             WHERE p.striped
-              AND (p.cancel OR EXISTS (SELECT 1 FROM decremented z WHERE z.job_id = p.job_id AND z.pending = 0))
         )
         SELECT coalesce((SELECT array_agg(c.id) FROM changed c
                          WHERE c.state = 'cancelled' AND coalesce(c.has_dependents, false)), '{}'),
@@ -190,9 +179,47 @@ BEGIN
                coalesce((SELECT array_agg(z.job_id ORDER BY z.job_id) FROM striped z), '{}'),
                coalesce((SELECT array_agg(z.cancel ORDER BY z.job_id) FROM striped z), '{}'),
                coalesce((SELECT array_agg(z.failed_dep ORDER BY z.job_id) FROM striped z), '{}'),
-               coalesce((SELECT array_agg(z.failed_state ORDER BY z.job_id) FROM striped z), '{}')
-        INTO more_ids, more_states, z_ids, z_fail, z_dep, z_state
+               coalesce((SELECT array_agg(z.failed_state ORDER BY z.job_id) FROM striped z), '{}'),
+               coalesce((SELECT array_agg(p.job_id ORDER BY p.job_id, p.stripe) FROM per_stripe p), '{}'),
+               coalesce((SELECT array_agg(p.stripe ORDER BY p.job_id, p.stripe) FROM per_stripe p), '{}'),
+               coalesce((SELECT array_agg(p.n ORDER BY p.job_id, p.stripe) FROM per_stripe p), '{}')
+        INTO more_ids, more_states, z_ids, z_fail, z_dep, z_state, s_job, s_strip, s_n
         FROM woken w CROSS JOIN ended;
+
+        IF cardinality(s_job) > 0 THEN
+            -- 1b. the stripes, locked in (job_id, stripe) order (a hash join would read the
+            --     table in its physical order, which a concurrent update changes), decremented.
+            --     A separate statement, run only when striped edges were resolved: settling
+            --     jobs of no striped dependent never reads the stripes table.
+            WITH p AS (
+                SELECT * FROM unnest(s_job, s_strip, s_n) AS u(job_id, stripe, n)
+            ), locked AS (
+                SELECT t.job_id, t.stripe
+                FROM tenure.job_dep_stripes t
+                JOIN p ON t.job_id = p.job_id AND t.stripe = p.stripe
+                WHERE t.job_id = ANY (s_job)
+                ORDER BY t.job_id, t.stripe
+                FOR NO KEY UPDATE OF t
+            ), decremented AS (
+                UPDATE tenure.job_dep_stripes t
+                SET pending = t.pending - p.n
+                FROM p, locked l
+                WHERE t.job_id = ANY (s_job) AND t.job_id = p.job_id AND t.stripe = p.stripe
+                  AND l.job_id = p.job_id AND l.stripe = p.stripe
+                RETURNING t.job_id, t.pending
+            )
+            SELECT coalesce(array_agg(DISTINCT d.job_id) FILTER (WHERE d.pending = 0), '{}')
+            INTO zeroed
+            FROM decremented d;
+        ELSE
+            zeroed := '{}';
+        END IF;
+        -- the striped dependents to settle in steps 2-3: cancelled, or a stripe of which reached 0
+        SELECT coalesce(array_agg(z.job_id ORDER BY z.job_id), '{}'), coalesce(array_agg(z.cancel ORDER BY z.job_id), '{}'),
+               coalesce(array_agg(z.failed_dep ORDER BY z.job_id), '{}'), coalesce(array_agg(z.failed_state ORDER BY z.job_id), '{}')
+        INTO z_ids, z_fail, z_dep, z_state
+        FROM unnest(z_ids, z_fail, z_dep, z_state) AS z(job_id, cancel, failed_dep, failed_state)
+        WHERE z.cancel OR z.job_id = ANY (zeroed);
 
         IF cardinality(z_ids) > 0 THEN
             -- 2. the striped dependents' rows, in id order
@@ -254,6 +281,8 @@ $$;
 -- operator's transitions fire the trigger, which decrements and deletes them; pruning and
 -- Delete remove those of a job deleted; readers see them. (worker.Start's privilege check has
 -- to learn the new table: see bench/results/2026-12-04-join.md.)
+-- Existing roles: run the grant functions again (without them an enqueuer cannot insert, and a
+-- worker or an operator cannot finish or cancel, a job of a dependent of 32 dependencies or more).
 CREATE OR REPLACE FUNCTION tenure.grant_reader(role name) RETURNS SETOF text
     LANGUAGE sql VOLATILE
 AS $$
