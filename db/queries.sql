@@ -1334,6 +1334,9 @@ WITH gone AS (
     DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT id FROM gone)
 ), deps AS (
     DELETE FROM tenure.job_deps d WHERE d.dep_id IN (SELECT id FROM gone) OR d.job_id IN (SELECT id FROM gone)
+), stripes AS (
+    -- a striped dependent's counts (migration 0028)
+    DELETE FROM tenure.job_dep_stripes s WHERE s.job_id IN (SELECT id FROM gone)
 )
 SELECT id FROM gone;
 
@@ -1384,6 +1387,11 @@ WITH picked AS (
     -- the workflow and sequence edges into and out of the deleted jobs (migration 0020)
     DELETE FROM tenure.job_deps d
     WHERE d.dep_id = ANY(ARRAY(SELECT id FROM gone)) OR d.job_id = ANY(ARRAY(SELECT id FROM gone))
+), stripes AS (
+    -- the stripes of striped dependents cancelled while waiting (a release deletes its own;
+    -- migration 0028)
+    DELETE FROM tenure.job_dep_stripes s
+    WHERE s.job_id = ANY(ARRAY(SELECT id FROM gone))
 )
 SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
        (SELECT count(*) FROM effects)::bigint AS effects,
@@ -1411,6 +1419,11 @@ WITH picked AS (
     -- the workflow and sequence edges into and out of the deleted jobs (migration 0020)
     DELETE FROM tenure.job_deps d
     WHERE d.dep_id = ANY(ARRAY(SELECT id FROM gone)) OR d.job_id = ANY(ARRAY(SELECT id FROM gone))
+), stripes AS (
+    -- the stripes of striped dependents cancelled while waiting (a release deletes its own;
+    -- migration 0028)
+    DELETE FROM tenure.job_dep_stripes s
+    WHERE s.job_id = ANY(ARRAY(SELECT id FROM gone))
 )
 SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
        (SELECT count(*) FROM effects)::bigint AS effects,
@@ -1819,9 +1832,9 @@ ORDER BY id;
 
 -- name: InsertDeps :exec
 -- The edges of waiting jobs: job_ids[i] waits for dep_ids[i], with on_failure[i] ('cancel',
--- 'run' or 'block').
-INSERT INTO tenure.job_deps (dep_id, job_id, on_failure)
-SELECT unnest(@dep_ids::bigint[]), unnest(@job_ids::bigint[]), unnest(@on_failure::text[]);
+-- 'run' or 'block'); a dependent of 32 edges or more gets its count in stripes
+-- (tenure.insert_deps, migration 0028): pass all the edges of a dependent in one call.
+SELECT tenure.insert_deps(@dep_ids::bigint[], @job_ids::bigint[], @on_failure::text[]);
 
 -- name: SequencePrev :one
 -- The job a new job of the sequence must wait for (0: none), with the key's row locked until

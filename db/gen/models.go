@@ -154,6 +154,13 @@ type TenureJobDep struct {
 	JobID     int64
 	OnFailure string
 	Resolved  bool
+	Stripe    *int16
+}
+
+type TenureJobDepStripe struct {
+	JobID   int64
+	Stripe  int16
+	Pending int32
 }
 
 type TenureKind struct {

@@ -1619,6 +1619,9 @@ WITH gone AS (
     DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT id FROM gone)
 ), deps AS (
     DELETE FROM tenure.job_deps d WHERE d.dep_id IN (SELECT id FROM gone) OR d.job_id IN (SELECT id FROM gone)
+), stripes AS (
+    -- a striped dependent's counts (migration 0028)
+    DELETE FROM tenure.job_dep_stripes s WHERE s.job_id IN (SELECT id FROM gone)
 )
 SELECT id FROM gone
 `
@@ -2278,8 +2281,7 @@ func (q *Queries) InsertAudit(ctx context.Context, arg InsertAuditParams) (*Tenu
 }
 
 const insertDeps = `-- name: InsertDeps :exec
-INSERT INTO tenure.job_deps (dep_id, job_id, on_failure)
-SELECT unnest($1::bigint[]), unnest($2::bigint[]), unnest($3::text[])
+SELECT tenure.insert_deps($1::bigint[], $2::bigint[], $3::text[])
 `
 
 type InsertDepsParams struct {
@@ -2289,7 +2291,8 @@ type InsertDepsParams struct {
 }
 
 // The edges of waiting jobs: job_ids[i] waits for dep_ids[i], with on_failure[i] ('cancel',
-// 'run' or 'block').
+// 'run' or 'block'); a dependent of 32 edges or more gets its count in stripes
+// (tenure.insert_deps, migration 0028): pass all the edges of a dependent in one call.
 func (q *Queries) InsertDeps(ctx context.Context, arg InsertDepsParams) error {
 	_, err := q.db.Exec(ctx, insertDeps, arg.DepIds, arg.JobIds, arg.OnFailure)
 	return err
@@ -4125,6 +4128,11 @@ WITH picked AS (
     -- the workflow and sequence edges into and out of the deleted jobs (migration 0020)
     DELETE FROM tenure.job_deps d
     WHERE d.dep_id = ANY(ARRAY(SELECT id FROM gone)) OR d.job_id = ANY(ARRAY(SELECT id FROM gone))
+), stripes AS (
+    -- the stripes of striped dependents cancelled while waiting (a release deletes its own;
+    -- migration 0028)
+    DELETE FROM tenure.job_dep_stripes s
+    WHERE s.job_id = ANY(ARRAY(SELECT id FROM gone))
 )
 SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
        (SELECT count(*) FROM effects)::bigint AS effects,
@@ -4172,6 +4180,11 @@ WITH picked AS (
     -- the workflow and sequence edges into and out of the deleted jobs (migration 0020)
     DELETE FROM tenure.job_deps d
     WHERE d.dep_id = ANY(ARRAY(SELECT id FROM gone)) OR d.job_id = ANY(ARRAY(SELECT id FROM gone))
+), stripes AS (
+    -- the stripes of striped dependents cancelled while waiting (a release deletes its own;
+    -- migration 0028)
+    DELETE FROM tenure.job_dep_stripes s
+    WHERE s.job_id = ANY(ARRAY(SELECT id FROM gone))
 )
 SELECT (SELECT count(*) FROM gone)::bigint AS jobs,
        (SELECT count(*) FROM effects)::bigint AS effects,
@@ -5254,16 +5267,23 @@ WHERE d.job_id IN (SELECT j.id FROM tenure.jobs j WHERE j.workflow_id = $1::uuid
 ORDER BY d.job_id, d.dep_id
 `
 
+type WorkflowEdgesRow struct {
+	DepID     int64
+	JobID     int64
+	OnFailure string
+	Resolved  bool
+}
+
 // The edges between a workflow's tasks: job_id waits for dep_id.
-func (q *Queries) WorkflowEdges(ctx context.Context, workflowID uuid.UUID) ([]*TenureJobDep, error) {
+func (q *Queries) WorkflowEdges(ctx context.Context, workflowID uuid.UUID) ([]*WorkflowEdgesRow, error) {
 	rows, err := q.db.Query(ctx, workflowEdges, workflowID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []*TenureJobDep{}
+	items := []*WorkflowEdgesRow{}
 	for rows.Next() {
-		var i TenureJobDep
+		var i WorkflowEdgesRow
 		if err := rows.Scan(
 			&i.DepID,
 			&i.JobID,

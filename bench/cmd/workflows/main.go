@@ -54,6 +54,7 @@ func (task) PayloadVersion() int { return 1 }
 
 type config struct {
 	server, adminURL string
+	pgSettings       []string
 	fanout           int
 	fanoutJoin       bool
 	preRelease       bool
@@ -138,6 +139,10 @@ func main() {
 	flag.DurationVar(&c.latencyDur, "latency-duration", 20*time.Second, "latency: how long a chain and a plain job are inserted every 20 ms (0 = skip)")
 	flag.IntVar(&c.concurrency, "concurrency", 32, "worker slots")
 	flag.IntVar(&c.conns, "conns", 12, "pool connections of the worker and the client")
+	flag.Func("pg-set", "with -server own (diagnosis, repeatable): an extra server setting name=value, e.g. shared_preload_libraries=pg_stat_statements", func(v string) error {
+		c.pgSettings = append(c.pgSettings, v)
+		return nil
+	})
 	flag.StringVar(&c.out, "out", "", "write the JSON report to this file (e.g. results/workflows-<date>.json)")
 	flag.DurationVar(&c.timeout, "timeout", 15*time.Minute, "give up a drain after this long")
 	flag.Parse()
@@ -152,7 +157,7 @@ func logf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
 func run(ctx context.Context, c config) error {
 	switch c.server {
 	case "own":
-		srv, err := pgserver.StartWith(ctx, logf, pgserver.Options{Stock: true, Settings: []string{"autovacuum=on"}})
+		srv, err := pgserver.StartWith(ctx, logf, pgserver.Options{Stock: true, Settings: append([]string{"autovacuum=on"}, c.pgSettings...)})
 		if err != nil {
 			return fmt.Errorf("start the benchmark's own PostgreSQL (or use -server url): %w", err)
 		}
