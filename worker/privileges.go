@@ -63,6 +63,7 @@ func (w *Worker) neededPrivileges() []tablePrivilege {
 	add("jobs", "claims, heartbeats, finishes, reclaim", "SELECT", "UPDATE")
 	add("effects", "worker.Effect's ledger", "SELECT", "INSERT", "UPDATE")
 	add("job_deps", "finishes release workflow and sequence dependents", "SELECT", "UPDATE")
+	add("job_dep_stripes", "finishes count down large fan-ins (striped joins)", "SELECT", "UPDATE")
 	add("queues", "queue pause", "SELECT")
 	// The flow prune runs every PruneEvery over every queue served (limits.go), limits or not.
 	add("flow", "the flow prune", "SELECT", "UPDATE", "DELETE")
@@ -70,6 +71,7 @@ func (w *Worker) neededPrivileges() []tablePrivilege {
 		add("jobs", "retention pruning", "DELETE")
 		add("effects", "retention pruning", "DELETE")
 		add("job_deps", "retention pruning", "DELETE")
+		add("job_dep_stripes", "retention pruning", "DELETE")
 		add("sequences", "retention pruning", "SELECT", "UPDATE", "DELETE") // UPDATE: its row locks
 	}
 	if w.cfg.RegistryEvery > 0 {

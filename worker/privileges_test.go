@@ -86,13 +86,16 @@ func TestStartRefusesOldGuideGrants(t *testing.T) {
 		// tenure.job_deps came with migration 0020 (workflows and sequences).
 		"SELECT, UPDATE on tenure.job_deps (finishes release workflow and sequence dependents)",
 		"DELETE on tenure.job_deps (retention pruning)",
+		// tenure.job_dep_stripes came with migration 0028 (striped joins).
+		"SELECT, UPDATE on tenure.job_dep_stripes (finishes count down large fan-ins (striped joins))",
+		"DELETE on tenure.job_dep_stripes (retention pruning)",
 		// the pruning of tenure.sequences came with migration 0023.
 		"SELECT, UPDATE, DELETE on tenure.sequences (retention pruning)",
 		"SELECT tenure.grant_worker('" + role + "')",
 	} {
 		require.Contains(t, msg, want)
 	}
-	require.Len(t, pe.Missing, 8, "only the flow tables, tenure.kinds, tenure.job_deps and tenure.sequences are missing: %v", pe.Missing)
+	require.Len(t, pe.Missing, 10, "only the flow tables, tenure.kinds, tenure.job_deps, tenure.job_dep_stripes and tenure.sequences are missing: %v", pe.Missing)
 	require.Zero(t, ran.Load())
 
 	// The function the error names fixes it.
@@ -149,7 +152,7 @@ func TestGrantWorkerCoversStartCheck(t *testing.T) {
 		return g, r.Scan(&g.table, &g.priv)
 	})
 	require.NoError(t, err)
-	require.Len(t, grants, 46, "grant_worker's privileges: %v", grants)
+	require.Len(t, grants, 49, "grant_worker's privileges: %v", grants)
 	for _, g := range grants {
 		_, err := pool.Exec(ctx, fmt.Sprintf("REVOKE %s ON tenure.%s FROM %s", g.priv, g.table, role))
 		require.NoError(t, err)
