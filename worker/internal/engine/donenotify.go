@@ -85,29 +85,57 @@ func DonePayloads(entries []string) []string {
 	return out
 }
 
+// DoneSendGap is the least time between two sends of the done signal: a send that comes due
+// sooner waits for it, and carries what arrives meanwhile. Each send is a statement and a commit
+// of its own; at 10,000 jobs/s a send per finish batch was ~40 statements per 1,000 jobs and cost
+// a single worker's burn-down ~15 % (BenchmarkFleetBurnDown). An idle queue's waiter pays
+// nothing (its send is the first in DoneSendGap); under load a waiter pays at most DoneSendGap.
+const DoneSendGap = 5 * time.Millisecond
+
 // Run sends what is added until ctx ends, then sends what is left once more under a context of
-// its own bounded by last. send runs one statement for the entries (DonePayloads); a failed send is reported to failed and
-// dropped (the waiters' poll covers it): retrying a notification could only delay the others.
-// Entries added while a send runs go out in the next one, so under load one statement carries
-// the entries of many finishes.
+// its own bounded by last. send runs one statement for the entries (DonePayloads); a failed send
+// is reported to failed and dropped (the waiters' poll covers it): retrying a notification could
+// only delay the others. Sends are at least DoneSendGap apart; entries added while a send runs
+// or waits go out with it or in the next one, so under load one statement carries the entries of
+// many finishes.
 func (n *DoneNotifier) Run(ctx context.Context, last time.Duration, send func(context.Context, []string) error, failed func(error)) {
+	var lastSend time.Time
+	gap := time.NewTimer(0)
+	defer gap.Stop()
 	for {
 		select {
 		case <-n.wake:
+			if wait := DoneSendGap - time.Since(lastSend); wait > 0 {
+				gap.Reset(wait)
+				select {
+				case <-gap.C:
+				case <-ctx.Done():
+					n.flush(ctx, last, send, failed)
+					return
+				}
+			}
 			if p := n.take(); len(p) > 0 {
+				lastSend = time.Now()
 				if err := send(ctx, p); err != nil && ctx.Err() == nil {
 					failed(err)
 				}
 			}
 		case <-ctx.Done():
-			if p := n.take(); len(p) > 0 {
-				lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), last)
-				if err := send(lctx, p); err != nil {
-					failed(err)
-				}
-				cancel()
-			}
+			n.flush(ctx, last, send, failed)
 			return
 		}
+	}
+}
+
+// flush sends what is left when the engine stops, bounded by last.
+func (n *DoneNotifier) flush(ctx context.Context, last time.Duration, send func(context.Context, []string) error, failed func(error)) {
+	p := n.take()
+	if len(p) == 0 {
+		return
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), last)
+	defer cancel()
+	if err := send(lctx, p); err != nil {
+		failed(err)
 	}
 }
