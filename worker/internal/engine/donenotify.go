@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -27,20 +26,19 @@ import (
 // digits: 350 of them stay under PostgreSQL's 8,000-byte payload limit).
 const DoneEntriesPerPayload = 350
 
-// DoneEntry is a job's entry in the done signal: its id, or s<id> when its finish deleted the
-// row (delete on success).
-func DoneEntry(id int64, deleted bool) string {
-	if deleted {
-		return "s" + strconv.FormatInt(id, 10)
-	}
-	return strconv.FormatInt(id, 10)
+// DoneID is a job's entry in the done signal: its id, written s<id> when its finish deleted
+// the row (delete on success). Entries stay ids until a payload is written (DonePayloads), so
+// a finish costs the signal no allocation per job.
+type DoneID struct {
+	ID      int64
+	Deleted bool
 }
 
 // DoneNotifier collects done entries and sends them after the commits that made them true.
 // Add never blocks on the database; Run is the one goroutine that sends.
 type DoneNotifier struct {
 	mu      sync.Mutex
-	pending []string
+	pending []DoneID
 	wake    chan struct{}
 }
 
@@ -52,7 +50,7 @@ func NewDoneNotifier() *DoneNotifier {
 // Add queues entries whose finishes have committed. Callers add before they report the finish
 // as settled, so that everything added is in the notifier before the worker's loops end and
 // Run's last send.
-func (n *DoneNotifier) Add(entries []string) {
+func (n *DoneNotifier) Add(entries []DoneID) {
 	if n == nil || len(entries) == 0 { // nil: an engine built without New (white-box tests)
 		return
 	}
@@ -66,7 +64,7 @@ func (n *DoneNotifier) Add(entries []string) {
 }
 
 // take returns the entries pending.
-func (n *DoneNotifier) take() []string {
+func (n *DoneNotifier) take() []DoneID {
 	n.mu.Lock()
 	entries := n.pending
 	n.pending = nil
@@ -74,12 +72,24 @@ func (n *DoneNotifier) take() []string {
 	return entries
 }
 
-// DonePayloads joins entries into payloads of at most DoneEntriesPerPayload entries each.
-func DonePayloads(entries []string) []string {
+// DonePayloads writes entries as payloads of at most DoneEntriesPerPayload comma-separated
+// entries each (an id, or s<id>).
+func DonePayloads(entries []DoneID) []string {
 	var out []string
+	var b []byte
 	for len(entries) > 0 {
 		k := min(len(entries), DoneEntriesPerPayload)
-		out = append(out, strings.Join(entries[:k], ","))
+		b = b[:0]
+		for i, e := range entries[:k] {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if e.Deleted {
+				b = append(b, 's')
+			}
+			b = strconv.AppendInt(b, e.ID, 10)
+		}
+		out = append(out, string(b))
 		entries = entries[k:]
 	}
 	return out
@@ -98,7 +108,7 @@ const DoneSendGap = 5 * time.Millisecond
 // only delay the others. Sends are at least DoneSendGap apart; entries added while a send runs
 // or waits go out with it or in the next one, so under load one statement carries the entries of
 // many finishes.
-func (n *DoneNotifier) Run(ctx context.Context, last time.Duration, send func(context.Context, []string) error, failed func(error)) {
+func (n *DoneNotifier) Run(ctx context.Context, last time.Duration, send func(context.Context, []DoneID) error, failed func(error)) {
 	var lastSend time.Time
 	gap := time.NewTimer(0)
 	defer gap.Stop()
@@ -128,7 +138,7 @@ func (n *DoneNotifier) Run(ctx context.Context, last time.Duration, send func(co
 }
 
 // flush sends what is left when the engine stops, bounded by last.
-func (n *DoneNotifier) flush(ctx context.Context, last time.Duration, send func(context.Context, []string) error, failed func(error)) {
+func (n *DoneNotifier) flush(ctx context.Context, last time.Duration, send func(context.Context, []DoneID) error, failed func(error)) {
 	p := n.take()
 	if len(p) == 0 {
 		return

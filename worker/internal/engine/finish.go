@@ -262,14 +262,14 @@ func (w *Engine) flush(ctx context.Context, batch []*Execution) {
 // rows it skipped because another session holds them locked (busy: still this attempt's as the
 // statement's snapshot saw them). A row in neither is a stale write, or one that an earlier try
 // already wrote (readBack). final holds the done-signal entries of the landed rows that
-// reached a final state (DoneEntry), sent after the write returns (w.done).
+// reached a final state (DoneID), sent after the write returns (w.done).
 type finishResult struct {
 	landed, busy map[int64]bool
-	final        map[int64]string
+	final        map[int64]DoneID
 }
 
 func newFinishResult(n int) finishResult {
-	return finishResult{landed: make(map[int64]bool, n), busy: map[int64]bool{}, final: make(map[int64]string, n)}
+	return finishResult{landed: make(map[int64]bool, n), busy: map[int64]bool{}, final: make(map[int64]DoneID, n)}
 }
 
 // add records one returned row: busy, or landed in state (final states get a done entry;
@@ -281,16 +281,16 @@ func (r finishResult) add(id int64, busy bool, state gen.TenureJobState, deleted
 	}
 	r.landed[id] = true
 	if finalState(state) {
-		r.final[id] = DoneEntry(id, deleted)
+		r.final[id] = DoneID{ID: id, Deleted: deleted}
 	}
 }
 
 // doneEntries are the done-signal entries of what the write ended.
-func (r finishResult) doneEntries() []string {
+func (r finishResult) doneEntries() []DoneID {
 	if len(r.final) == 0 {
 		return nil
 	}
-	out := make([]string, 0, len(r.final))
+	out := make([]DoneID, 0, len(r.final))
 	for _, e := range r.final {
 		out = append(out, e)
 	}
@@ -704,7 +704,7 @@ func (w *Engine) readBack(ctx context.Context, es []*Execution, res finishResult
 			if finalState(r.State) && !e.txCompleted.Load() {
 				// Its commit's reply was lost, and with it the done signal that follows it
 				// (a CompleteTx's signal went with the handler's transaction).
-				res.final[r.ID] = DoneEntry(r.ID, false)
+				res.final[r.ID] = DoneID{ID: r.ID}
 			}
 		}
 		delete(byID, r.ID)
@@ -810,7 +810,7 @@ const doneLastSend = time.Second
 
 // sendDone sends done-signal entries in one autocommitted statement (NotifyDoneMany), after the
 // commits that ended their jobs (engine/donenotify.go explains why never inside them).
-func (w *Engine) sendDone(ctx context.Context, entries []string) error {
+func (w *Engine) sendDone(ctx context.Context, entries []DoneID) error {
 	payloads := DonePayloads(entries)
 	if len(payloads) == 0 {
 		return nil

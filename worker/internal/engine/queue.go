@@ -471,7 +471,7 @@ func (q *queue) claimed(r claimResult) {
 			q.pending = append(q.pending, r.plan.done...)
 		} else {
 			ss := make([]settled, 0, len(r.plan.done))
-			var entries []string
+			var entries []DoneID
 			for _, e := range r.plan.done {
 				rr, seen := r.fb.doneLanded[e.c.ID]
 				if seen && !rr.landed {
@@ -480,7 +480,7 @@ func (q *queue) claimed(r claimResult) {
 				}
 				if rr.landed {
 					w.m.FinishedOnClaims.Add(1)
-					entries = append(entries, DoneEntry(e.c.ID, rr.deleted))
+					entries = append(entries, DoneID{ID: e.c.ID, Deleted: rr.deleted})
 				}
 				ss = append(ss, settled{e: e, landed: rr.landed})
 			}
