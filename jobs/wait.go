@@ -153,8 +153,9 @@ func newWaitReg(c *Client, poll time.Duration) *waitReg {
 // A job of a kind that deletes on success (worker.HandlerOptions.DeleteOnSuccess) has no row
 // once it succeeded: a waiter registered before that (or while this Client's registry was
 // listening) gets a row with only ID and State (succeeded) set and a nil error; one that starts
-// after the row is gone, with no waiter of this Client listening then, gets ErrNotFound, as for
-// a job pruned after its retention (docs/guide.md §28). InsertAndWait listens before it inserts.
+// after the row is gone, with no waiter of this Client listening when the job's done signal was
+// sent (just after its finish committed), gets ErrNotFound, as for a job pruned after its
+// retention (docs/guide.md §28). InsertAndWait listens before it inserts.
 //
 // Guarantee: a job that reaches a final state is seen, from any process or machine that writes
 // it, within about the notification's delivery (the finish's NOTIFY) or, when the notification

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -360,10 +362,23 @@ func TestWaitOnDeleteOnSuccess(t *testing.T) {
 		require.Equal(t, generics.JobStateSucceeded, row.State)
 	}
 
-	// A new client, whose registry did not listen when the job was deleted.
+	// A new client, whose registry did not listen when the job was deleted. The done signal is
+	// sent after the finish commits (docs/design.md, "The done signal after the commit"), so
+	// the row is gone a little before s<id> is on the channel: a registry listening in between
+	// would still hear it and answer "succeeded". The test hears it itself first.
+	listen, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer listen.Release()
+	_, err = listen.Exec(ctx, "LISTEN tenure_done")
+	require.NoError(t, err)
 	late, err := c.Insert(ctx, gcArgs{Mode: "fast"}, nil)
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "deleted", func() bool { return !rowExists(t, pool, late.Job.ID) })
+	for heard := false; !heard; {
+		n, err := listen.Conn().WaitForNotification(ctx)
+		require.NoError(t, err, "the done signal of the deleted job")
+		heard = slices.Contains(strings.Split(n.Payload, ","), fmt.Sprintf("s%d", late.Job.ID))
+	}
 	_, err = newClient(t, pool, w).Wait(ctx, late.Job.ID)
 	require.ErrorIs(t, err, jobs.ErrNotFound)
 }
