@@ -47,7 +47,7 @@ func ClaimBatchStats(w *Worker) (statements, requests int64) {
 var CheckProgress = checkProgress
 
 // SetStatementDeadlines sets w's claim and finish statement deadlines (claimTimeout,
-// finishTimeout by default). Call it before Start.
+// finishTimeout by default, and for 0); it may be called while w runs.
 func SetStatementDeadlines(w *Worker, claim, finish time.Duration) {
 	w.e.SetStatementDeadlines(claim, finish)
 }

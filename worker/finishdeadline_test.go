@@ -33,27 +33,33 @@ func TestFinishOutlastingItsDeadlineLands(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			pool := pgtest.NewPool(t)
-			// Every finish of this kind's job takes 300 ms in the database: six times the
-			// deadline the test gives the engine's statements.
+			// Every finish of this kind's job takes 1 s in the database: twenty times the
+			// deadline the test gives the engine's finishes, and twice the claims' once the job
+			// runs (a claim it rides on runs out of time). Claims keep the default deadline
+			// until then: a claim that runs out of time may still commit, and the job it owned
+			// would come back only when its lease expires (attempt 2), which on a loaded machine
+			// a 500 ms claim deadline makes likely.
 			_, err := pool.Exec(ctx, `
 CREATE FUNCTION public.slow_finish() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$;
+BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$;
 CREATE TRIGGER slow_finish BEFORE UPDATE ON tenure.jobs FOR EACH ROW
   WHEN (NEW.state <> 'running' AND NEW.kind = 'slow_finish') EXECUTE FUNCTION public.slow_finish();`)
 			require.NoError(t, err)
 
 			var runs atomic.Int32
+			gate := make(chan struct{})
 			outcomes := make(chan worker.Outcome, 1024)
 			cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: 2}})
 			cfg.OnOutcome = func(o worker.Outcome) { outcomes <- o }
 			w, err := worker.New(pool, cfg)
 			require.NoError(t, err)
-			worker.SetStatementDeadlines(w, 50*time.Millisecond, 50*time.Millisecond)
+			worker.SetStatementDeadlines(w, 0, 50*time.Millisecond)
 			if !tc.ride {
 				worker.NoRide(w)
 			}
 			worker.MustRegister(w, func(context.Context, *generics.Job[slowFinishArgs]) error {
 				runs.Add(1)
+				<-gate
 				return nil
 			}, nil)
 			worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
@@ -68,9 +74,14 @@ CREATE TRIGGER slow_finish BEFORE UPDATE ON tenure.jobs FOR EACH ROW
 				}
 			}
 			startWorker(t, w)
+			waitFor(t, 60*time.Second, "the slow job running", func() bool { return runs.Load() == 1 })
+			if tc.ride {
+				worker.SetStatementDeadlines(w, 500*time.Millisecond, 50*time.Millisecond)
+			}
+			close(gate)
 
 			var got worker.Outcome
-			waitFor(t, 30*time.Second, "the slow finish to land", func() bool {
+			waitFor(t, 90*time.Second, "the slow finish to land", func() bool {
 				select {
 				case o := <-outcomes:
 					if o.Job.ID == res.Job.ID && o.Err == nil {

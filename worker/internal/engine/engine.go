@@ -87,10 +87,10 @@ type Engine struct {
 	skipDeregister bool      // tests: leave the registry row behind, as a killed process does
 	noRide         bool      // tests and benchmarks: completions never ride on claims (claim.go)
 	noClaimBatch   bool      // tests: every claim runs its own statement (claimbatch.go)
-	// Statement deadlines set by tests (SetStatementDeadlines); zero: claimTimeout and
-	// finishTimeout (claimDeadline, firstFinishDeadline; a finish's tries grow theirs:
-	// finishDeadline).
-	claimTimeout, finishTimeout time.Duration
+	// Statement deadlines set by tests (SetStatementDeadlines, also while running); zero:
+	// claimTimeout and finishTimeout (claimDeadline, firstFinishDeadline; a finish's tries
+	// grow theirs: finishDeadline).
+	testClaimDeadline, testFinishDeadline atomic.Int64
 	// Repeated engine failures are logged at most once per ErrorLogEvery per source.
 	claimLog, heartbeatLog, reclaimLog, pruneLog, finishLog, registryLog, listenLog, periodicLog, pauseLog, doneLog LogThrottle
 	// done sends the done signal of what the finishes ended, after their commits
@@ -568,15 +568,16 @@ func (w *Engine) NoRide() { w.noRide = true }
 func (w *Engine) SetClock(c Clock) { w.clk = c }
 
 // SetStatementDeadlines sets the claim and finish statements' first deadlines (claimTimeout,
-// finishTimeout by default; before Start).
+// finishTimeout by default, and when given 0); it may be called while the engine runs.
 func (w *Engine) SetStatementDeadlines(claim, finish time.Duration) {
-	w.claimTimeout, w.finishTimeout = claim, finish
+	w.testClaimDeadline.Store(int64(claim))
+	w.testFinishDeadline.Store(int64(finish))
 }
 
 // claimDeadline is a claim statement's deadline: claimTimeout unless a test set another.
 func (w *Engine) claimDeadline() time.Duration {
-	if w.claimTimeout > 0 {
-		return w.claimTimeout
+	if d := time.Duration(w.testClaimDeadline.Load()); d > 0 {
+		return d
 	}
 	return claimTimeout
 }
@@ -584,8 +585,8 @@ func (w *Engine) claimDeadline() time.Duration {
 // firstFinishDeadline is a finish write's first try's deadline (finishDeadline grows the next
 // ones): finishTimeout unless a test set another.
 func (w *Engine) firstFinishDeadline() time.Duration {
-	if w.finishTimeout > 0 {
-		return w.finishTimeout
+	if d := time.Duration(w.testFinishDeadline.Load()); d > 0 {
+		return d
 	}
 	return finishTimeout
 }
