@@ -87,7 +87,8 @@ func TestSlotPoolBusyQueueDoesNotStarveQuietOne(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	const slots, busyJobs, quietJobs = 4, 3000, 20
-	qs := map[string]worker.QueueConfig{"busy": {Concurrency: slots}, "quiet": {Concurrency: slots}}
+	// The busy queue has a claimer ready while another claim is in flight: it always wants more.
+	qs := map[string]worker.QueueConfig{"busy": {Concurrency: slots, Claimers: slots}, "quiet": {Concurrency: slots}}
 	cfg := fastConfig(qs)
 	cfg.Slots = slots
 	w, err := worker.New(pool, cfg)
