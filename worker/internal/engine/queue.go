@@ -27,6 +27,9 @@ import (
 //	loop              --*Execution-->    finishers (finishCh; never blocks the loop)
 //	loop              --claimPlan.done--> claim goroutine (successes riding on the claim, back
 //	                                      in its claimResult; claim.go)
+//	loop              <--sync/leave-->   slot pool (Config.Slots; a mutex-guarded counter the
+//	                                      loops call, never wait on; slotpool.go)
+//	slot pool         --poolCh-------->  loop   (slots granted: the next sync reads them)
 //
 // Stop sends the loop a stopPlan; the loop stops claiming, lets handlers finish, cancels them
 // at hardAt, releases what they still hold at releaseAt, and returns once it owns nothing (or
