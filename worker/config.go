@@ -69,6 +69,15 @@ type Config struct {
 	FetchPollMin, FetchPollMax time.Duration
 	// MaxClaimBatch bounds one claim (it is also bounded by the queue's free slots). Default 100.
 	MaxClaimBatch int
+	// Slots, when positive, is a worker-wide pool of handler slots that the queues share: all
+	// queues together run at most Slots handlers, and each queue still at most its own
+	// QueueConfig.Concurrency (its cap). A worker serving many queues with little work each can
+	// then give a busy queue more than an even split, so one claim takes several of its jobs
+	// instead of one job per round trip. Slots freed while other queues wait for some go to
+	// them in turn (round-robin, at most max(1, Slots/8) slots per turn), so a busy queue
+	// cannot starve a quiet one (docs/guide.md, "Many queues"). Default 0: no pool, each queue
+	// has its Concurrency slots to itself. At most 100000.
+	Slots int
 	// MaxFinishBatch bounds one batched completion write. Default 500.
 	MaxFinishBatch int
 	// Finishers is the number of batched finish writes that may be in flight at once; each
@@ -374,6 +383,8 @@ func (c *Config) withDefaults() (Config, error) {
 		out.ReclaimBatch = 1000
 	}
 	switch {
+	case out.Slots < 0 || out.Slots > 100000:
+		return out, fmt.Errorf("%w: Slots %d outside 0..100000", ErrInvalidConfig, out.Slots)
 	case out.MaxClaimBatch < 1 || out.MaxClaimBatch > 1000:
 		return out, fmt.Errorf("%w: MaxClaimBatch outside 1..1000", ErrInvalidConfig)
 	case out.MaxFinishBatch < 1 || out.MaxFinishBatch > 10000:
@@ -431,7 +442,7 @@ func (c *Config) engineConfig(sch *dbschema.Schema, check func(ctx context.Conte
 	ec := engine.Config{
 		ID: c.ID, Registry: c.Registry, Logger: c.Logger, Schema: sch,
 		EnginePool: c.EnginePool, AsynchronousCommit: c.AsynchronousCommit, EngineConns: c.EngineConns,
-		FetchPollMin: c.FetchPollMin, FetchPollMax: c.FetchPollMax, MaxClaimBatch: c.MaxClaimBatch,
+		FetchPollMin: c.FetchPollMin, FetchPollMax: c.FetchPollMax, MaxClaimBatch: c.MaxClaimBatch, Slots: c.Slots,
 		MaxFinishBatch: c.MaxFinishBatch, Finishers: c.Finishers, FinishLinger: c.FinishLinger,
 		HeartbeatDivisor: c.HeartbeatDivisor, StuckGrace: c.StuckGrace, ReclaimEvery: c.ReclaimEvery,
 		ReclaimBatch: c.ReclaimBatch, FinishedRetention: c.FinishedRetention, DeadRetention: c.DeadRetention,

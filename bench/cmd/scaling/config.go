@@ -35,7 +35,10 @@ type config struct {
 	queues   []int // queues with work sweep points
 	workers  []int // total slots sweep points
 
-	slots       int // the standard worker's slots (Concurrency) where the sweep does not vary them
+	slots int // the standard worker's slots (Concurrency) where the sweep does not vary them
+	// sharedSlots: the queues sweep's worker shares its slots between the queues
+	// (worker.Config.Slots = slots, each queue's Concurrency = slots).
+	sharedSlots bool
 	slice       int // jobs measured per point (fewer when the backlog is smaller)
 	fixedReady  int // ready backlog of the finished, queues and workers sweeps
 	payload     int // approximate encoded args size
@@ -138,6 +141,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Var(intsFlag{&queues}, "queues", "queues-with-work points (default 1,10,100,1000; quick 1,10)")
 	fs.Var(intsFlag{&workers}, "workers", "total slots points (default 8,32,128,512,2000; quick 8,128)")
 	fs.IntVar(&c.slots, "slots", 100, "slots (Concurrency) of the standard worker")
+	fs.BoolVar(&c.sharedSlots, "shared-slots", false, "queues sweep: the worker's -slots slots are a pool the queues share (worker.Config.Slots), each queue's Concurrency = -slots; default: each queue has max(1, slots/queues) of its own")
 	fs.IntVar(&c.slice, "slice", 0, "jobs measured per point (default 100000; quick 5000)")
 	fs.IntVar(&c.fixedReady, "ready", 0, "ready backlog of the finished, queues and workers sweeps (default 150000; quick 10000)")
 	fs.IntVar(&c.payload, "payload", 256, "approximate encoded job args size in bytes")

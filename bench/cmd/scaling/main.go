@@ -76,9 +76,12 @@ var sweepDefs = []sweepDef{
 	{SweepQueues, "queues with work", "queues", "Queues with work",
 		func(c *config) []int { return c.queues },
 		func(c *config, x int) shape {
-			return shape{Ready: c.fixedReady, Queues: x, Slots: c.slots, Slice: c.slice}
+			return shape{Ready: c.fixedReady, Queues: x, Slots: c.slots, Slice: c.slice, SharedSlots: c.sharedSlots}
 		},
 		func(c *config) string {
+			if c.sharedSlots {
+				return fmt.Sprintf("%d ready jobs spread round-robin over the queues; one worker serving every queue (worker.Config.Queues) with a worker-wide pool of %d slots the queues share (worker.Config.Slots), each queue Concurrency = %d (its own cap); measured: %d jobs", c.fixedReady, c.slots, c.slots, c.slice)
+			}
 			return fmt.Sprintf("%d ready jobs spread round-robin over the queues; one worker serving every queue (worker.Config.Queues), each queue Concurrency = max(1, %d / queues), so 1000 queues run 1000 slots; measured: %d jobs", c.fixedReady, c.slots, c.slice)
 		}},
 	{SweepWorkers, "worker slots", "slots", "Worker slots",

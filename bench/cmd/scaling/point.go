@@ -36,7 +36,10 @@ type shape struct {
 	FinishedSpan time.Duration `json:"finished_span_ns,omitempty"`
 	Queues       int           `json:"queues"` // the ready jobs are spread round-robin over this many queues
 	Slots        int           `json:"slots"`  // total Concurrency of the one worker
-	Slice        int           `json:"slice"`  // jobs measured
+	// SharedSlots: Slots is a worker-wide pool the queues share (worker.Config.Slots), each
+	// queue's Concurrency (its own cap) = Slots; else each queue has Slots/Queues (at least 1).
+	SharedSlots bool `json:"shared_slots,omitempty"`
+	Slice       int  `json:"slice"` // jobs measured
 }
 
 // Point is one measured point of a sweep.
@@ -294,9 +297,14 @@ func engineConnsFor(queues, perQueue, capConns int) int {
 // newRig builds the worker: queues of Slots/len(queues) slots each (at least 1), an engine
 // pool made as the worker makes its private one (the engine's session settings) plus the
 // claim tracer, the library's default size capped at -engine-conns-cap.
-func newRig(ctx context.Context, c *config, dbURL string, queues []string, slots int, mod func(*worker.Config)) (*rig, error) {
+// With shared, the queues share a pool of slots slots (mod sets worker.Config.Slots) and each
+// queue's Concurrency is slots.
+func newRig(ctx context.Context, c *config, dbURL string, queues []string, slots int, shared bool, mod func(*worker.Config)) (*rig, error) {
 	r := &rig{tr: claimtrace.New()}
 	r.perQueue = max(1, slots/len(queues))
+	if shared {
+		r.perQueue = slots
+	}
 	app, err := pgutil.NewPool(ctx, dbURL, 10)
 	if err != nil {
 		return nil, err
@@ -376,7 +384,11 @@ func runPoint(ctx context.Context, c *config, adminURL, dbName string, x int, s 
 		return nil, err
 	}
 	p.PreloadS = time.Since(t0).Seconds()
-	r, err := newRig(ctx, c, e.url, queues, s.Slots, nil)
+	var mod func(*worker.Config)
+	if s.SharedSlots {
+		mod = func(wc *worker.Config) { wc.Slots = s.Slots }
+	}
+	r, err := newRig(ctx, c, e.url, queues, s.Slots, s.SharedSlots, mod)
 	if err != nil {
 		return nil, err
 	}

@@ -280,7 +280,7 @@ func measureCapacity(ctx context.Context, c *config, adminURL string, logf func(
 		}
 		configure = func(wc *worker.Config) { wc.FinishedRetention = c.soakRetain }
 	}
-	r, err := newRig(ctx, c, e.url, []string{"default"}, c.slots, configure)
+	r, err := newRig(ctx, c, e.url, []string{"default"}, c.slots, false, configure)
 	if err != nil {
 		return 0, claimtrace.Summary{}, "", err
 	}
@@ -338,7 +338,7 @@ func runSoak(ctx context.Context, c *config, adminURL string, logf func(string, 
 		return nil, err
 	}
 	defer e.drop()
-	r, err := newRig(ctx, c, e.url, []string{"default"}, c.slots, func(wc *worker.Config) {
+	r, err := newRig(ctx, c, e.url, []string{"default"}, c.slots, false, func(wc *worker.Config) {
 		wc.FinishedRetention = c.soakRetain
 	})
 	if err != nil {

@@ -27,9 +27,11 @@ type Config struct {
 
 	FetchPollMin, FetchPollMax time.Duration
 	MaxClaimBatch              int
-	MaxFinishBatch             int
-	Finishers                  int
-	FinishLinger               time.Duration
+	// Slots: the worker-wide slot pool's size (slotpool.go); 0: none.
+	Slots          int
+	MaxFinishBatch int
+	Finishers      int
+	FinishLinger   time.Duration
 
 	HeartbeatDivisor int
 	StuckGrace       time.Duration

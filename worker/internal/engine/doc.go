@@ -72,6 +72,9 @@
 //   - claimbatch.go: the claim batcher: the plain ordered claims of many queues as one
 //     statement (ClaimOrderedMany).
 //
+//   - slotpool.go: the worker-wide slot pool (Config.Slots): handler slots the queues share,
+//     granted to waiting queues in turn; the loops sync with it every turn (queue.go).
+//
 //   - fairshare.go: per-tenant fair share within a band (fairMode).
 //
 //   - limits.go: flow control's claims (countedMode: exclusive and striped), the proof that a

@@ -69,6 +69,9 @@ type Engine struct {
 	// claimIn: queue loops → the claim batcher (claimbatch.go); nil when the worker serves a
 	// single queue (no batcher: its claims run their own statements).
 	claimIn *claimIntake
+	// slots: the worker-wide slot pool the queues share (slotpool.go); nil: Config.Slots 0,
+	// each queue has its Concurrency to itself.
+	slots *slotPool
 
 	// queueStateCh asks the queue state service to read the paused queues now (the listener
 	// got a NOTIFY tenure_queues, or reconnected).
@@ -328,6 +331,9 @@ func (w *Engine) Start(ctx context.Context) error {
 	for _, svc := range []func(context.Context){w.reclaimService, w.pruneService, w.listenService, w.registryService,
 		w.queueStateService, w.periodicService} {
 		w.spawn(func() { svc(w.svcCtx) })
+	}
+	if w.cfg.Slots > 0 {
+		w.slots = newSlotPool(w.cfg.Slots)
 	}
 	for _, q := range w.queues {
 		w.spawn(func() { q.loop(w.engCtx) })

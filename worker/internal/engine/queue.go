@@ -27,6 +27,9 @@ import (
 //	loop              --*Execution-->    finishers (finishCh; never blocks the loop)
 //	loop              --claimPlan.done--> claim goroutine (successes riding on the claim, back
 //	                                      in its claimResult; claim.go)
+//	loop              <--sync/leave-->   slot pool (Config.Slots; a mutex-guarded counter the
+//	                                      loops call, never wait on; slotpool.go)
+//	slot pool         --poolCh-------->  loop   (slots granted: the next sync reads them)
 //
 // Stop sends the loop a stopPlan; the loop stops claiming, lets handlers finish, cancels them
 // at hardAt, releases what they still hold at releaseAt, and returns once it owns nothing (or
@@ -89,6 +92,14 @@ type queue struct {
 	forming map[string]*forming
 
 	limits *limitArgs // nil: no limits (limits.go); fixed at New
+
+	// The worker-wide slot pool (slotpool.go; nil w.slots: none). pm is the queue's account,
+	// guarded by the pool's lock; poolHeld and poolWaiting are the loop's copy of what its
+	// last sync returned; poolCh: the pool granted slots (1-buffered).
+	pm          poolMember
+	poolHeld    int
+	poolWaiting bool
+	poolCh      chan struct{}
 }
 
 // claimer is one claim slot's backoff state: a queue may have Claimers claims in flight.
@@ -151,7 +162,7 @@ func newQueue(w *Engine, name string, cfg QueueConfig) *queue {
 	q := &queue{w: w, name: name, cfg: cfg, pol: NewPolicy(cfg.Fairness),
 		claimedCh: make(chan claimResult, cfg.Claimers), returnedCh: make(chan handlerResult, cfg.Concurrency), settledCh: make(chan []settled),
 		hbCh: make(chan hbResult), cancelCh: make(chan int64, 16), wakeCh: make(chan struct{}, 1),
-		resyncCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), pauseCh: make(chan bool, 1), done: make(chan struct{}), runCh: make(chan *Execution),
+		resyncCh: make(chan struct{}, 1), poolCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), pauseCh: make(chan bool, 1), done: make(chan struct{}), runCh: make(chan *Execution),
 		active: map[*Execution]struct{}{}, claimers: make([]claimer, cfg.Claimers),
 		limits: newLimitArgs(cfg.Limits)}
 	if q.limits != nil {
@@ -178,6 +189,9 @@ const heartbeatTick = 50 * time.Millisecond
 func (q *queue) loop(ctx context.Context) {
 	defer close(q.done)
 	w := q.w
+	if w.slots != nil {
+		defer w.slots.leave(q) // whatever it still holds goes back to the pool
+	}
 	hbTimer := time.NewTimer(time.Hour)
 	hbTimer.Stop()
 	defer hbTimer.Stop()
@@ -195,6 +209,7 @@ func (q *queue) loop(ctx context.Context) {
 	var plan stopPlan
 	hardDone, releaseDone := false, false
 	for {
+		q.poolSync()
 		if !q.stopping {
 			if !q.paused {
 				q.claimMore(ctx)
@@ -279,6 +294,7 @@ func (q *queue) loop(ctx context.Context) {
 			q.pauseChanged(p)
 		case <-q.wakeCh:
 			q.wakeOne()
+		case <-q.poolCh: // the pool granted slots: poolSync reads them
 		case <-claimTimer.C:
 		case <-rideTimer.C:
 			rideArmed = time.Time{}
@@ -321,10 +337,50 @@ func after(t time.Time) <-chan time.Time {
 
 // free is the number of jobs a new claim may take: free handler slots, bounded by the owned
 // cap (jobs whose handler returned but whose finish has not landed still belong to this worker:
-// with a slow database they push back on claiming instead of piling up leases) and the batch.
+// with a slow database they push back on claiming instead of piling up leases), the batch and,
+// with a worker-wide slot pool, the slots the queue holds.
 func (q *queue) free() int {
+	n := q.ownFree()
+	if q.w.slots != nil {
+		n = min(n, q.poolHeld-q.running-q.reserved)
+	}
+	return n
+}
+
+// ownFree is free without the slot pool: what the queue's own Concurrency leaves.
+func (q *queue) ownFree() int {
 	c := q.cfg.Concurrency
 	return min(c-q.running-q.reserved, 4*c-len(q.active)-q.reserved, q.w.cfg.MaxClaimBatch)
+}
+
+// poolSync settles the queue's account with the worker-wide slot pool (loop, every turn;
+// slotpool.go): it holds what it uses, plus what a claim could take now if a claimer is ready
+// and the pool has it for this queue; it gives back the rest.
+func (q *queue) poolSync() {
+	p := q.w.slots
+	if p == nil {
+		return
+	}
+	want := 0
+	if !q.stopping && !q.paused && q.claimerReady() {
+		want = max(q.ownFree(), 0)
+	}
+	q.poolHeld, q.poolWaiting = p.sync(q, q.running+q.reserved, want, q.poolHeld)
+}
+
+// claimerReady reports whether claimMore could start a claim now if it had free slots.
+func (q *queue) claimerReady() bool {
+	if q.inFlight > 0 && q.limits != nil && q.limits.permits {
+		return false
+	}
+	now := time.Now()
+	for i := range q.claimers {
+		c := &q.claimers[i]
+		if !c.busy && (c.sleepUntil.IsZero() || !now.Before(c.sleepUntil)) {
+			return true
+		}
+	}
+	return false
 }
 
 // claimMore starts claims for ready claimers while slots are free.
@@ -352,9 +408,15 @@ func (q *queue) claimMore(ctx context.Context) {
 	}
 }
 
-// mayClaim reports whether claimMore could start a claim now, given a ready claimer.
+// mayClaim reports whether claimMore could start a claim now, given a ready claimer. With a
+// slot pool, a queue waiting in the pool's line is not (the grant wakes its loop: poolCh),
+// and one that is not waiting may be, once a claimer is ready (poolSync then asks the pool).
 func (q *queue) mayClaim() bool {
-	return !q.stopping && !q.paused && q.free() > 0 && !(q.inFlight > 0 && q.limits != nil && q.limits.permits)
+	free := q.free() > 0
+	if q.w.slots != nil && !q.poolWaiting {
+		free = q.ownFree() > 0
+	}
+	return !q.stopping && !q.paused && free && !(q.inFlight > 0 && q.limits != nil && q.limits.permits)
 }
 
 // nextClaimWake returns how long until the first sleeping claimer wakes.
