@@ -700,7 +700,9 @@ SELECT p.kind FROM tenure.flow_permit p WHERE p.queue = @queue AND p.worker_id =
 SELECT p.kind FROM tenure.flow_permit p WHERE p.queue = @queue FOR UPDATE;
 
 -- name: PermitAllocate :many
--- Permits: (re)size this worker's share of each limit (parallel arrays lim_kind,
+-- Permits: (re)size this worker's share of each limit, first in a permit transaction that
+-- allocates (after ClaimLimitsLock on every stripe and PermitAllocateLock; ClaimPermitted
+-- follows in the same pipeline and transaction) (parallel arrays lim_kind,
 -- lim_max_running: every limit of a queue in permit mode is a concurrency limit without PerKey
 -- and without Rate). Runs with every stripe and every permit row of the queue locked, so its
 -- counts are exact: per limit and worker, used = the worker's running, leased, marked jobs the
@@ -778,7 +780,8 @@ SELECT m.kind, m.amount, g.fair::integer AS fair,
 FROM mine m JOIN grant_ g ON g.kind = m.kind;
 
 -- name: ClaimPermitted :many
--- Permits: ClaimOrdered within this worker's permits (run after PermitLock, same transaction).
+-- Permits: ClaimOrdered within this worker's permits (run after PermitLock, or, in a permit
+-- transaction that allocates, after PermitAllocate: its snapshot then includes the new share).
 -- Per limit: room = amount − the worker's running, leased, marked jobs it covers (0 without a
 -- row, or while a RetryAfter pause blocks the limit); the candidates (ordered, up to scan,
 -- skipping kinds whose room is 0) are admitted in claim order while every covering limit's

@@ -1061,7 +1061,8 @@ type ClaimPermittedRow struct {
 	Feedback       []byte
 }
 
-// Permits: ClaimOrdered within this worker's permits (run after PermitLock, same transaction).
+// Permits: ClaimOrdered within this worker's permits (run after PermitLock, or, in a permit
+// transaction that allocates, after PermitAllocate: its snapshot then includes the new share).
 // Per limit: room = amount − the worker's running, leased, marked jobs it covers (0 without a
 // row, or while a RetryAfter pause blocks the limit); the candidates (ordered, up to scan,
 // skipping kinds whose room is 0) are admitted in claim order while every covering limit's
@@ -4016,7 +4017,9 @@ type PermitAllocateRow struct {
 	Changed int32
 }
 
-// Permits: (re)size this worker's share of each limit (parallel arrays lim_kind,
+// Permits: (re)size this worker's share of each limit, first in a permit transaction that
+// allocates (after ClaimLimitsLock on every stripe and PermitAllocateLock; ClaimPermitted
+// follows in the same pipeline and transaction) (parallel arrays lim_kind,
 // lim_max_running: every limit of a queue in permit mode is a concurrency limit without PerKey
 // and without Rate). Runs with every stripe and every permit row of the queue locked, so its
 // counts are exact: per limit and worker, used = the worker's running, leased, marked jobs the

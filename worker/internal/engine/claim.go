@@ -159,8 +159,7 @@ func rideOn(ctx context.Context, db *AfterLock, done []*Execution) rideLanded {
 	var cm Capture
 	_, _ = completeMany(ctx, gen.New(&cm), done)
 	landed := make(rideLanded, len(done))
-	db.Pre = &LockedStatement{SQL: cm.SQL, Args: cm.Args}
-	db.PreRows = func(rows pgx.Rows) error {
+	db.Pre = append(db.Pre, PreStatement{LockedStatement{SQL: cm.SQL, Args: cm.Args}, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id int64
 			var busy, deleted bool
@@ -170,7 +169,7 @@ func rideOn(ctx context.Context, db *AfterLock, done []*Execution) rideLanded {
 			landed[id] = rideRow{landed: !busy, deleted: deleted}
 		}
 		return nil
-	}
+	}})
 	return landed
 }
 
