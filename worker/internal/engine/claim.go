@@ -45,7 +45,7 @@ func (c *claimed) logAttrs(more ...any) []any {
 // the claim goroutine only reads it.
 type claimPlan struct {
 	n      int
-	ranked bool // the policy ranks its segments together (quotas, deadline): ClaimSegments' order
+	ranked bool // the policy ranks its segments together (quotas, deadline): ClaimOrdered reads every segment's limit
 	segs   []Segment
 	quota  BandCounts
 	after  bandTimes
@@ -196,7 +196,7 @@ func (q *queue) claimDB(ctx context.Context, done []*Execution) (db *gen.Queries
 func (q *queue) recordClaim(r claimResult) {
 	w := q.w
 	if !r.plan.ranked && !r.plan.fair && !r.fb.skipped {
-		// Only exact claims move watermarks: ClaimSegments locks more candidates than it
+		// Only exact claims move watermarks: a ranked claim locks more candidates than it
 		// claims, and a concurrent claimer that skipped those (locked, but then left ready)
 		// must not be allowed to jump past them. Nor does a limited claim a limit held back
 		// (limits.go): the jobs it skipped may lie before the ones it claimed. A fair claim

@@ -84,7 +84,7 @@ import (
 // choice is countedMode's state, owned by the queue loop: the claim goroutines report what they
 // saw (claimFeedback) and the loop plans the next claim (claimmode.go).
 //
-// Queues without limits claim exactly as before (ClaimOrdered, no lock, no extra index entry).
+// Queues without limits claim with ClaimOrdered (no lock, no extra index entry).
 
 // limitArgs are a queue's limits as the claim statement's parallel arrays (built once, at New).
 type limitArgs struct {
@@ -173,13 +173,6 @@ func (m *countedMode) learn(_ *queue, r *claimResult) {
 // else the claimer's) then ClaimLimited, in one pipeline.
 func (m *countedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow, claimFeedback, error) {
 	la := q.limits
-	base := orderedParams(q, p)
-	var segLimit, segRank, segQuota []int32
-	if p.ranked { // quotas, deadline: ClaimSegments' candidates and order (each segment its own LIMIT)
-		for _, s := range p.segs {
-			segLimit, segRank, segQuota = append(segLimit, int32(s.Limit)), append(segRank, int32(s.Rank)), append(segQuota, int32(s.Quota))
-		}
-	}
 	first, last := q.w.sch.LimitsClass(), q.w.sch.LimitsClass()+limitStripes-1
 	reserve, groupCap := int32(0), int32(noCap)
 	scan := min(p.n*limitScanFactor, 10000)
@@ -188,21 +181,17 @@ func (m *countedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimR
 		first = q.w.sch.LimitsClass() + int32(p.stripe%limitStripes)
 		last, reserve, groupCap = first, stripeReserve, stripeGroupCap
 	}
-	if p.ranked {
-		scan = 0 // every segment's candidates (each segment has its own LIMIT)
-		for _, l := range segLimit {
-			scan += int(l)
-		}
-	}
+	// Ranked plans (quotas, deadline) read every segment up to its own limit (orderedParams).
+	base := orderedParams(q, p, scan)
 	db := &AfterLock{Pool: q.w.eng, Sch: q.w.sch, Locks: []LockedStatement{LockStatement(ctx, q.name, first, last)}}
 	// The completions ride after the lock (claim.go): the claim's count sees the room they free.
 	landed := rideOn(ctx, db, p.done)
 	got, err := gen.New(db).ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: reserve, GroupCap: groupCap,
-		WorkerID: base.WorkerID, Queue: base.Queue, Batch: base.Batch, Scan: int32(scan),
+		WorkerID: base.WorkerID, Queue: base.Queue, Batch: base.Batch, Scan: base.Scan,
 		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,
+		SegLimit: base.SegLimit, SegRank: base.SegRank, SegQuota: base.SegQuota,
 		Kinds: base.Kinds, KindVersions: base.KindVersions, KindLeaseMs: base.KindLeaseMs,
 		LimID: la.id, LimKind: la.kind, LimPerKey: la.perKey, LimMaxRunning: la.maxRunning, LimRate: la.rate, LimPeriodUs: la.periodUs,
-		Ranked: p.ranked, SegLimit: segLimit, SegRank: segRank, SegQuota: segQuota,
 	})
 	if err != nil {
 		return nil, claimFeedback{}, err

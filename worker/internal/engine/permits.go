@@ -155,7 +155,7 @@ func (m *permitMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRo
 	var fb claimFeedback
 	view := p.permit
 	allocate := !view.have
-	base := orderedParams(q, p)
+	base := orderedParams(q, p, p.n) // permit plans never rank (usesPermits)
 	rows, f, landed, alloc, err := q.permitTx(ctx, allocate, p.n, base, p.done)
 	if err != nil {
 		return nil, fb, err
