@@ -57,8 +57,8 @@ type claimMode interface {
 	plan(q *queue, p *claimPlan)
 	// run runs the planned claim (claim goroutine). Rows that committed are returned with a
 	// nil error, whatever failed after them (the loop must own them: rows returned with an
-	// error are dropped); an error means the claim owns nothing. fb is meaningful even when
-	// err is not nil (an allocation that committed before a failed claim, for instance).
+	// error are dropped); an error means the claim owns nothing. fb is read even when err is
+	// not nil (learn decides what a failed claim teaches).
 	run(ctx context.Context, q *queue, p *claimPlan) (rows []claimRow, fb claimFeedback, err error)
 	// learn folds what the claim returned (its plan, rows, feedback, error) into the mode's
 	// state (loop).

@@ -18,7 +18,8 @@ import (
 // A queue whose limits are all concurrency limits without PerKey and without Rate, and whose
 // fairness does not rank (no Quotas, no Deadline), claims under per-worker permits
 // (permits.go, permitMode), with its own proof. Every other queue with limits (a PerKey or a
-// Rate limit, or a ranking policy) claims counted (countedMode), in one of two ways:
+// Rate limit, or a ranking policy) claims counted (countedMode): one transaction, one function
+// (countedMode.run), whose lock scope is an argument, in one of two ways:
 //   - exclusive: ClaimLimitsLock (transaction-scoped advisory locks on all limitStripes of the
 //     queue's limit stripes, in order) and ClaimLimited, sent in one pipeline (one round trip,
 //     one implicit transaction). ClaimLimited counts the groups' running, leased, marked jobs
@@ -75,7 +76,8 @@ import (
 //	(L3) no job of a group paused by RetryAfter (RetryAfterPauses) starts before blocked_until:
 //	     its room is 0 in ClaimLimited and ClaimPermitted. TestRetryAfterPausesKey.
 //	(P)  permits (permits.go): Σ_w max(U_w, P_w) ≤ MaxRunning for each limit of a permit
-//	     queue. TestPermitAccounting, TestPermitAllocationRace, TestPermitClaimersOfOneWorker,
+//	     queue. TestPermitAccounting, TestPermitAllocationRace,
+//	     TestPermitAllocatingClaimsDoNotOverlap, TestPermitClaimersOfOneWorker,
 //	     TestLimitPermitsNearTheLimit, TestLimitPermitsLargeLimit, TestLimitGlobalAcrossWorkers.
 //
 // Mode choice (a hint for speed; every claim keeps the limit on its own): a queue starts
