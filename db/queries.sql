@@ -175,7 +175,7 @@ SELECT * FROM tenure.jobs WHERE id = ANY(@ids::bigint[]) ORDER BY id;
 -- instead lets a generic plan, which assumes a large LIMIT, hash-join against a sequential scan
 -- of the whole table). Every claim statement returns the same columns (worker/claim.go,
 -- claimRow): the owned rows' job columns and feedback, a JSON object of what the mode learnt
--- (NULL for ClaimStrict, ClaimOrdered, ClaimSegments), on every row; when nothing was owned,
+-- (NULL for ClaimStrict, ClaimOrdered, ClaimOrderedMany), on every row; when nothing was owned,
 -- one row of NULL job columns carrying the feedback.
 -- A worker claims only what it can run: kinds/kind_versions list its registered kinds and the
 -- newest payload version each knows, so a job of an unknown kind (array_position is NULL) or of
@@ -205,32 +205,54 @@ SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at
 FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true;
 
 -- name: ClaimOrdered :many
--- The engine's claim for strict priority, aging and deadlines. The fairness policy
--- (worker/fairness.go) lists segments in the order they should be served: a priority band
--- (an equality, so the run_at bounds position the index scan), a lower bound on run_at (the band's watermark: everything older was claimed already, so the
--- scan starts past the index entries those claims left behind, which only VACUUM removes) and an
--- age window on the database clock. Each segment is read oldest-first through jobs_ready_idx;
--- the nested loop runs the segments in the given order and stops as soon as the batch is full,
--- so no row is locked that is not claimed.
+-- The engine's claim of a queue without limits or fair share, for every priority policy
+-- (worker/internal/engine/claimmode.go, orderedMode). The fairness policy
+-- (worker/internal/engine/fairness.go) lists segments in serving order (rank ascending): a
+-- priority band (an equality, so the run_at bounds position the index scan), a lower bound on
+-- run_at (the band's watermark: everything older was claimed already, so the scan starts past
+-- the index entries those claims left behind, which only VACUUM removes), an age window on the
+-- database clock, a LIMIT, a rank and the band's quota.
+-- 1. cand: each segment read oldest-first through jobs_ready_idx up to its limit, locked as it
+--    is read (FOR UPDATE SKIP LOCKED); the nested loop runs the segments in the given order and
+--    stops at @scan rows.
+-- 2. picked: the candidates in rank order, a band's first `quota` (by rank, run_at) ahead of
+--    every band's overflow, so unused share flows to the others; the first @batch are claimed.
+-- Ordered policies (strict priority, aging) pass scan = batch (each limit = batch, each quota =
+-- batch, ranks growing in serving order): the loop stops as soon as the batch is full, so no
+-- row is locked that is not claimed, and picked is every candidate. Ranked policies (quotas, a
+-- deadline) pass scan = the sum of the limits: every segment's candidates are read and locked
+-- for the statement's moment, and picked ranks them (deadline segments, rank 0, oldest first
+-- across bands and ahead of every quota).
 WITH seg AS (
     SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
             unnest(@seg_after_us::bigint[]) AS after_us,
             unnest(@seg_min_age_us::bigint[]) AS min_age_us,
-            unnest(@seg_max_age_us::bigint[]) AS max_age_us) AS s
-), picked AS (
-    SELECT c.id
+            unnest(@seg_max_age_us::bigint[]) AS max_age_us,
+            unnest(@seg_limit::integer[]) AS lim,
+            unnest(@seg_rank::integer[]) AS rank,
+            unnest(@seg_quota::integer[]) AS quota) AS s
+), cand AS (
+    SELECT c.id, c.run_at, s.priority AS band, s.rank, s.quota
     FROM seg s
     CROSS JOIN LATERAL (
-        SELECT j.id FROM tenure.jobs j
+        SELECT j.id, j.run_at FROM tenure.jobs j
         WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
           AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
         ORDER BY j.run_at, j.id
-        LIMIT @batch
+        LIMIT s.lim
         FOR UPDATE SKIP LOCKED
     ) c
+    LIMIT @scan
+), ranked AS (
+    SELECT id, run_at, rank, quota,
+           row_number() OVER (PARTITION BY band ORDER BY rank, run_at, id) AS band_rn
+    FROM cand
+), picked AS (
+    SELECT id FROM ranked
+    ORDER BY (rank > 0 AND band_rn > quota), rank, run_at, id
     LIMIT @batch
 ), owned AS MATERIALIZED (
     SELECT o.* FROM tenure.own(ARRAY(SELECT id FROM picked), @worker_id::text, @kinds::text[], @kind_lease_ms::integer[]) o
@@ -291,54 +313,10 @@ SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at
        u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
 FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true;
 
--- name: ClaimSegments :many
--- Fair claim with quotas. The fairness policy (worker/fairness.go) describes the batch as segments: a
--- priority band and an age window (on the database clock), each read oldest-first through
--- jobs_ready_idx with its own LIMIT. Candidates are ordered by the policy's rank; a band's
--- quota puts its first `quota` candidates ahead of every band's overflow, so unused share
--- flows to the others. Only the first batch candidates are claimed.
-WITH seg AS (
-    SELECT * FROM (SELECT unnest(@seg_priority::smallint[]) AS priority,
-            unnest(@seg_after_us::bigint[]) AS after_us,
-            unnest(@seg_min_age_us::bigint[]) AS min_age_us,
-            unnest(@seg_max_age_us::bigint[]) AS max_age_us,
-            unnest(@seg_limit::integer[]) AS lim,
-            unnest(@seg_rank::integer[]) AS rank,
-            unnest(@seg_quota::integer[]) AS quota) AS s
-), cand AS (
-    SELECT c.id, c.run_at, s.priority AS band, s.rank, s.quota
-    FROM seg s
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.run_at FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
-          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
-          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
-          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
-        ORDER BY j.run_at, j.id
-        LIMIT s.lim
-        FOR UPDATE SKIP LOCKED
-    ) c
-), ranked AS (
-    SELECT id, run_at, rank, quota,
-           row_number() OVER (PARTITION BY band ORDER BY rank, run_at, id) AS band_rn
-    FROM cand
-), picked AS (
-    SELECT id FROM ranked
-    ORDER BY (rank > 0 AND band_rn > quota), rank, run_at, id
-    LIMIT @batch
-), owned AS MATERIALIZED (
-    SELECT o.* FROM tenure.own(ARRAY(SELECT id FROM picked), @worker_id::text, @kinds::text[], @kind_lease_ms::integer[]) o
-)
-SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
-       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
-FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true;
-
 -- name: ClaimFair :many
 -- Fair share (worker/fairshare.go): the claim of a queue with Fairness.FairShare, for every
 -- priority policy. Within each segment (a priority band and an age window, as in
--- ClaimSegments) the tenants (metadata "tenure.fair_key") with ready jobs are served round
+-- ClaimOrdered) the tenants (metadata "tenure.fair_key") with ready jobs are served round
 -- robin: every tenant's first job, then every tenant's second, ... so one tenant's backlog
 -- cannot starve another. Jobs without a key form one more participant, served oldest first.
 -- Watermarks, as in ClaimOrdered, keep each read past the index entries earlier claims left
@@ -359,7 +337,7 @@ FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true;
 --    give up to the shortfall each, ranked after every share: their next rows that cand did not
 --    take. (Not "OFFSET share": a row another claim held while cand read and released before
 --    more read it would shift the offset back over rows cand took, and return those twice.)
--- 4. ranked: the policy's rank and quotas as in ClaimSegments, and within them the round:
+-- 4. ranked: the policy's rank and quotas as in ClaimOrdered, and within them the round:
 --    (n-th job of its tenant, tenant's rotation position).
 -- 5. picked: the first @batch in that order.
 -- The result is the claimed rows, each with feedback: its tenant's position and round
@@ -501,8 +479,8 @@ SELECT pg_advisory_xact_lock(s.class, hashtext(@queue::text))
 FROM generate_series(@first_class::integer, @last_class::integer) AS s(class);
 
 -- name: ClaimLimited :many
--- ClaimOrdered (or, @ranked, ClaimSegments) under the queue's limits (worker/limits.go; run
--- after ClaimLimitsLock in the same transaction). Limits
+-- ClaimOrdered under the queue's limits (worker/limits.go; run after ClaimLimitsLock in the
+-- same transaction). Limits
 -- are parallel arrays; a limit covers the jobs of lim_kind ('' = every kind of the queue),
 -- grouped by their concurrency key (metadata "tenure.concurrency_key") when lim_per_key (jobs
 -- without a key are not covered by a per-key limit). A group has room = min(max_running -
@@ -510,10 +488,9 @@ FROM generate_series(@first_class::integer, @last_class::integer) AS s(class);
 -- RetryAfter blocks it; 0 for max_running or rate means no such limit.
 -- 1. grp: the groups something is counted for: marked running leased jobs (jobs_limited_idx),
 --    and the rate groups' starts in the current window (tenure.flow).
--- 2. cand: the segments' candidates with their claim order pos: ordered (ClaimOrdered's order,
---    up to @scan in all: the nested loop stops there) or ranked (each segment up to its
---    seg_limit, ClaimSegments' order), skipping (a heap filter on the same index range) jobs of
---    groups without room.
+-- 2. cand: the segments' candidates (each segment up to its seg_limit, up to @scan in all: the
+--    nested loop stops there) with their claim order pos, ClaimOrdered's, skipping (a heap
+--    filter on the same index range) jobs of groups without room.
 -- 3. hit: each candidate under each limit covering it, numbered in claim order within its group
 --    (skipped when roomy: every group has room for the whole batch and no limit counts starts);
 --    a candidate is admitted if its number is within every group's room less @reserve (what
@@ -574,31 +551,9 @@ WITH clk AS MATERIALIZED (
             unnest(@seg_max_age_us::bigint[]) AS max_age_us,
             unnest(@seg_limit::integer[]) AS lim,
             unnest(@seg_rank::integer[]) AS rank,
-            unnest(@seg_quota::integer[]) AS quota,
-            generate_subscripts(@seg_priority::smallint[], 1) AS ord) AS s
-), ordc AS MATERIALIZED (
-    SELECT s.ord, c.id, c.run_at, c.kind, c.ckey
-    FROM seg s
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.run_at, j.kind, nullif(j.metadata ->> 'tenure.concurrency_key', '') AS ckey
-        FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = @queue AND j.priority = s.priority
-          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
-          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
-          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= (@kind_versions::integer[])[array_position(@kinds::text[], j.kind)]
-          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - @reserve::integer <= 0))
-               OR NOT EXISTS (SELECT 1 FROM grp g
-                          WHERE g.room - @reserve::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
-                            AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
-        ORDER BY j.run_at, j.id
-        LIMIT @scan
-        FOR UPDATE SKIP LOCKED
-    ) c
-    WHERE NOT @ranked::boolean
-    LIMIT @scan
-), rankc AS MATERIALIZED (
-    SELECT s.ord, s.priority AS band, s.rank, s.quota, c.id, c.run_at, c.kind, c.ckey
+            unnest(@seg_quota::integer[]) AS quota) AS s
+), cand0 AS MATERIALIZED (
+    SELECT s.priority AS band, s.rank, s.quota, c.id, c.run_at, c.kind, c.ckey
     FROM seg s
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at, j.kind, nullif(j.metadata ->> 'tenure.concurrency_key', '') AS ckey
@@ -616,18 +571,14 @@ WITH clk AS MATERIALIZED (
         LIMIT s.lim
         FOR UPDATE SKIP LOCKED
     ) c
-    WHERE @ranked::boolean
     LIMIT @scan
 ), cand AS MATERIALIZED (
-    -- pos: the claim order. Ordered: segment order, then run_at. Ranked (ClaimSegments'): a
-    -- band's first `quota` candidates ahead of every band's overflow, then rank, run_at.
-    SELECT o.ord, o.id, o.run_at, o.kind, o.ckey, row_number() OVER (ORDER BY o.ord, o.run_at, o.id) AS pos
-    FROM ordc o
-    UNION ALL
-    SELECT r.ord, r.id, r.run_at, r.kind, r.ckey,
+    -- pos: the claim order, ClaimOrdered's: a band's first `quota` candidates ahead of every
+    -- band's overflow, then rank, run_at (ordered policies: segment order, then run_at).
+    SELECT r.id, r.run_at, r.kind, r.ckey,
            row_number() OVER (ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.run_at, r.id) AS pos
-    FROM (SELECT rankc.*, row_number() OVER (PARTITION BY rankc.band ORDER BY rankc.rank, rankc.run_at, rankc.id) AS band_rn
-          FROM rankc) AS r
+    FROM (SELECT c.*, row_number() OVER (PARTITION BY c.band ORDER BY c.rank, c.run_at, c.id) AS band_rn
+          FROM cand0 c) AS r
 ), roomy AS MATERIALIZED (
     -- Every group, counted or not, has room for the whole batch (less the reserve, within the
     -- cap), none is paused and no limit counts starts: every candidate is admitted, and hit
@@ -700,7 +651,9 @@ SELECT p.kind FROM tenure.flow_permit p WHERE p.queue = @queue AND p.worker_id =
 SELECT p.kind FROM tenure.flow_permit p WHERE p.queue = @queue FOR UPDATE;
 
 -- name: PermitAllocate :many
--- Permits: (re)size this worker's share of each limit (parallel arrays lim_kind,
+-- Permits: (re)size this worker's share of each limit, first in a permit transaction that
+-- allocates (after ClaimLimitsLock on every stripe and PermitAllocateLock; ClaimPermitted
+-- follows in the same pipeline and transaction) (parallel arrays lim_kind,
 -- lim_max_running: every limit of a queue in permit mode is a concurrency limit without PerKey
 -- and without Rate). Runs with every stripe and every permit row of the queue locked, so its
 -- counts are exact: per limit and worker, used = the worker's running, leased, marked jobs the
@@ -778,7 +731,8 @@ SELECT m.kind, m.amount, g.fair::integer AS fair,
 FROM mine m JOIN grant_ g ON g.kind = m.kind;
 
 -- name: ClaimPermitted :many
--- Permits: ClaimOrdered within this worker's permits (run after PermitLock, same transaction).
+-- Permits: ClaimOrdered within this worker's permits (run after PermitLock, or, in a permit
+-- transaction that allocates, after PermitAllocate: its snapshot then includes the new share).
 -- Per limit: room = amount − the worker's running, leased, marked jobs it covers (0 without a
 -- row, or while a RetryAfter pause blocks the limit); the candidates (ordered, up to scan,
 -- skipping kinds whose room is 0) are admitted in claim order while every covering limit's

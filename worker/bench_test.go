@@ -201,14 +201,11 @@ func BenchmarkClaimWithFinishedRows(b *testing.B) {
 	require.NoError(b, err)
 	// The engine's claim: one segment per band, highest first, no watermark.
 	sql, _ := plantest.SQL(b, "ClaimOrdered")
-	bands := []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}
-	noAge := []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}
 	var h hist.H
 	b.ResetTimer()
 	for i := range b.N {
 		t0 := time.Now()
-		rows, err := pool.Query(ctx, sql, bands, make([]int64, 9), make([]int64, 9), noAge,
-			"default", []int32{1}, []string{"noop"}, 10, "bench", []int32{0})
+		rows, err := pool.Query(ctx, sql, strictArgs(nil, 10, "bench")...)
 		require.NoError(b, err)
 		rows.Close()
 		require.NoError(b, rows.Err())

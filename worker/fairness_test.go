@@ -135,6 +135,27 @@ func TestDeadlinePromotionTakesOldestFirst(t *testing.T) {
 	require.Equal(t, map[int]int{jobs.PriorityLow: 1}, collect(t, started, 1))
 }
 
+// orderedParamNames are ClaimOrdered's parameters in order.
+var orderedParamNames = []string{"seg_priority", "seg_after_us", "seg_min_age_us", "seg_max_age_us", "seg_limit", "seg_rank", "seg_quota",
+	"queue", "kind_versions", "kinds", "scan", "batch", "worker_id", "kind_lease_ms"}
+
+// strictArgs are ClaimOrdered's arguments (in db/queries.sql's order) for a strict-priority
+// claim of batch noop jobs of queue "default" by workerID: one segment per band, 9..1, from
+// after (each band's watermark, nil: from the start), every limit and quota the batch, ranks in
+// serving order, scan = batch (the loop stops when the batch is full).
+func strictArgs(after []int64, batch int, workerID string) []any {
+	if after == nil {
+		after = make([]int64, 9)
+	}
+	lim := []int32{}
+	for range 9 {
+		lim = append(lim, int32(batch))
+	}
+	return []any{[]int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, after, make([]int64, 9),
+		[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}, lim, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}, lim,
+		"default", []int32{1}, []string{"noop"}, batch, batch, workerID, []int32{0}}
+}
+
 // claimSQL extracts a named query from db/queries.sql (the source of truth) and rewrites
 // sqlc's named parameters into positional ones, in order of first appearance.
 // TestClaimPlansUseThePartialIndex is docs/contract.md §10 scenario 10: both claim statements read the ready
@@ -158,24 +179,22 @@ func TestClaimPlansUseThePartialIndex(t *testing.T) {
 	}
 	var queries []claimQuery
 	for _, q := range []struct {
-		name string
-		args []any
-		want []string
+		name, label string
+		args        []any
+		want        []string
 	}{
-		{"ClaimStrict", []any{"default", []int32{1}, []string{"noop"}, 10, "explain-worker", []int32{0}},
+		{"ClaimStrict", "ClaimStrict", []any{"default", []int32{1}, []string{"noop"}, 10, "explain-worker", []int32{0}},
 			[]string{"queue", "kind_versions", "kinds", "batch", "worker_id", "kind_lease_ms"}},
-		{"ClaimOrdered", []any{
-			[]int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, make([]int64, 9), make([]int64, 9),
-			[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}, "default", []int32{1}, []string{"noop"}, 10, "explain-worker", []int32{0},
-		}, []string{"seg_priority", "seg_after_us", "seg_min_age_us", "seg_max_age_us", "queue", "kind_versions", "kinds", "batch", "worker_id", "kind_lease_ms"}},
-		{"ClaimSegments", []any{
+		{"ClaimOrdered", "ClaimOrdered (strict)", strictArgs(nil, 10, "explain-worker"), orderedParamNames},
+		// Quotas and aging: every segment read up to its own limit, ranked by the statement.
+		{"ClaimOrdered", "ClaimOrdered (ranked)", []any{
 			[]int16{3, 2, 2, 1}, []int64{0, 0, 0, 0}, []int64{0, 0, 300e6, 0}, []int64{3e15, 300e6, 3e15, 3e15},
-			[]int32{10, 10, 10, 10}, []int32{1, 2, 1, 3}, []int32{6, 4, 4, 0}, "default", []int32{1}, []string{"noop"}, 10, "explain-worker", []int32{0},
-		}, []string{"seg_priority", "seg_after_us", "seg_min_age_us", "seg_max_age_us", "seg_limit", "seg_rank", "seg_quota", "queue", "kind_versions", "kinds", "batch", "worker_id", "kind_lease_ms"}},
+			[]int32{10, 10, 10, 10}, []int32{1, 2, 1, 3}, []int32{6, 4, 4, 0}, "default", []int32{1}, []string{"noop"}, 40, 10, "explain-worker", []int32{0},
+		}, orderedParamNames},
 	} {
 		sql, order := plantest.SQL(t, q.name)
 		require.Equal(t, q.want, order, q.name)
-		queries = append(queries, claimQuery{q.name, sql, q.args})
+		queries = append(queries, claimQuery{q.label, sql, q.args})
 	}
 
 	buffers := func() []int64 {
@@ -249,8 +268,7 @@ func TestWatermarkSkipsDeadIndexEntries(t *testing.T) {
 	claimFrom := func(afterUs int64) int64 {
 		after := make([]int64, 9)
 		after[9-jobs.PriorityNormal] = afterUs // bands are listed 9..1
-		plan := plantest.ExplainEngine(t, pool, true, sql, []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, after, make([]int64, 9),
-			[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}, "default", []int32{1}, []string{"noop"}, 10, "w", []int32{0})
+		plan := plantest.ExplainEngine(t, pool, true, sql, strictArgs(after, 10, "w")...)
 		return plan.SharedHit + plan.SharedRd
 	}
 	full, fromMark := claimFrom(0), claimFrom(mark.UnixMicro())
@@ -408,13 +426,11 @@ func TestClaimCostFlatWhileHorizonHeld(t *testing.T) {
 	_, err = pool.Exec(ctx, "ANALYZE tenure.jobs")
 	require.NoError(t, err)
 	sql, _ := plantest.SQL(t, "ClaimOrdered")
-	bands := []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}
-	noAge := []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}
 	var mark int64 // the engine's watermark for the normal band: newest run_at claimed
 	claim := func(batch int, afterUs int64) []time.Time {
 		after := make([]int64, 9)
 		after[9-jobs.PriorityNormal] = afterUs
-		rows, err := pool.Query(ctx, sql, bands, after, make([]int64, 9), noAge, "default", []int32{1}, []string{"noop"}, batch, "w", []int32{0})
+		rows, err := pool.Query(ctx, sql, strictArgs(after, batch, "w")...)
 		require.NoError(t, err)
 		var out []time.Time
 		for rows.Next() {
@@ -439,7 +455,7 @@ func TestClaimCostFlatWhileHorizonHeld(t *testing.T) {
 	cost := func(afterUs int64) int64 {
 		after := make([]int64, 9)
 		after[9-jobs.PriorityNormal] = afterUs
-		plan := plantest.ExplainEngine(t, pool, true, sql, bands, after, make([]int64, 9), noAge, "default", []int32{1}, []string{"noop"}, 10, "w", []int32{0})
+		plan := plantest.ExplainEngine(t, pool, true, sql, strictArgs(after, 10, "w")...)
 		return plan.Buffers()
 	}
 	claimUpTo(1000)
@@ -477,8 +493,7 @@ func TestClaimSkipsFutureJobsOfHigherBands(t *testing.T) {
 	strictSQL, _ := plantest.SQL(t, "ClaimStrict")
 	strict := plantest.ExplainEngine(t, pool, true, strictSQL, kinds...)
 	orderedSQL, _ := plantest.SQL(t, "ClaimOrdered")
-	ordered := plantest.ExplainEngine(t, pool, true, orderedSQL, append([]any{[]int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, make([]int64, 9), make([]int64, 9),
-		[]int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}}, kinds...)...)
+	ordered := plantest.ExplainEngine(t, pool, true, orderedSQL, strictArgs(nil, 10, "w")...)
 	t.Logf("claim of 10 due jobs behind 300,000 future ones: ClaimOrdered %d buffers, ClaimStrict %d",
 		ordered.SharedHit+ordered.SharedRd, strict.SharedHit+strict.SharedRd)
 	require.Less(t, ordered.SharedHit+ordered.SharedRd, int64(400))
@@ -496,13 +511,11 @@ func TestEngineStatementsPlanIndexPathsOnATinyTable(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	nine := []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15}
-	kinds := []any{"default", []int32{1}, []string{"noop"}, 10, "w", []int32{0}}
 	ids, tokens := []int64{1, 2}, []uuid.UUID{uuid.New(), uuid.New()}
-	stmts := map[string][]any{
-		"ClaimOrdered": append([]any{[]int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, make([]int64, 9), make([]int64, 9), nine}, kinds...),
-		"ClaimSegments": append([]any{[]int16{3, 2}, []int64{0, 0}, []int64{0, 0}, []int64{3e15, 3e15},
-			[]int32{10, 10}, []int32{1, 2}, []int32{5, 5}}, kinds...),
+	stmts := map[string][]any{ // a name, and after a slash what the arguments make of it
+		"ClaimOrdered": strictArgs(nil, 10, "w"),
+		"ClaimOrdered/ranked": {[]int16{3, 2}, []int64{0, 0}, []int64{0, 0}, []int64{3e15, 3e15},
+			[]int32{10, 10}, []int32{1, 2}, []int32{5, 5}, "default", []int32{1}, []string{"noop"}, 20, 10, "w", []int32{0}},
 		"CompleteMany": {ids, tokens, [][]byte{[]byte("null"), []byte("null")}, [][]byte{[]byte("null"), []byte("null")}, []bool{true, false}},
 		"Heartbeat":    {ids, tokens, [][]byte{[]byte("null"), []byte("null")}},
 		"FailMany": {ids, tokens, []string{"ready", "dead"}, []int64{0, 0}, []string{"HANDLER_ERROR", "PERMANENT"},
@@ -516,11 +529,12 @@ func TestEngineStatementsPlanIndexPathsOnATinyTable(t *testing.T) {
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, "ANALYZE tenure.jobs")
 		require.NoError(t, err)
-		for name, args := range stmts {
+		for label, args := range stmts {
+			name, _, _ := strings.Cut(label, "/")
 			sql, _ := plantest.SQL(t, name)
 			plan := plantest.ExplainEngine(t, pool, false, sql, args...)
 			plantest.Walk(plan, func(nd plantest.Node) {
-				require.False(t, nd.NodeType == "Seq Scan" && nd.Relation == "jobs", "%s reads tenure.jobs by a sequential scan at %d rows", name, total)
+				require.False(t, nd.NodeType == "Seq Scan" && nd.Relation == "jobs", "%s reads tenure.jobs by a sequential scan at %d rows", label, total)
 			})
 			if strings.HasPrefix(name, "Claim") {
 				// tenure.own's UPDATE, planned generically from these statistics, reads the
@@ -530,4 +544,44 @@ func TestEngineStatementsPlanIndexPathsOnATinyTable(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestOrderedClaimLocksOnlyWhatItClaims: ClaimOrdered serves every policy since issue 28
+// (ClaimSegments retired), and for an ordered policy (strict, aging) it must still lock no row
+// it does not claim: the loop stops at scan = batch. A claim of 5 in an open transaction over
+// three bands of 10 ready jobs; another session then finds exactly 5 ready rows locked. (A
+// ranked claim of the same batch would lock every segment's candidates: shown for contrast.)
+func TestOrderedClaimLocksOnlyWhatItClaims(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload, priority, run_at)
+		SELECT 'noop', '{"n":0}', 1 + g % 3, now() - interval '1 second' FROM generate_series(1, 30) g`)
+	require.NoError(t, err)
+	sql, _ := plantest.SQL(t, "ClaimOrdered")
+	locked := func(args []any) (claimed, locked int) {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		rows, err := tx.Query(ctx, sql, args...)
+		require.NoError(t, err)
+		for rows.Next() {
+			claimed++
+		}
+		require.NoError(t, rows.Err())
+		var free int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT id FROM tenure.jobs WHERE state = 'ready' FOR UPDATE SKIP LOCKED) f`).Scan(&free))
+		return claimed, 30 - free
+	}
+	claimed, n := locked(strictArgs(nil, 5, "w"))
+	require.Equal(t, 5, claimed)
+	require.Equal(t, 5, n, "the ordered claim locked rows it did not claim")
+
+	// Ranked (quotas 1:1:1 over the three bands): each band read up to the batch, then ranked.
+	five := []int32{5, 5, 5}
+	claimed, n = locked([]any{[]int16{3, 2, 1}, make([]int64, 3), make([]int64, 3), []int64{3e15, 3e15, 3e15},
+		five, []int32{1, 2, 3}, []int32{2, 2, 1}, "default", []int32{1}, []string{"noop"}, 15, 5, "w", []int32{0}})
+	require.Equal(t, 5, claimed)
+	t.Logf("ranked claim of 5: %d rows locked for the statement's moment", n)
+	require.Equal(t, 15, n)
 }

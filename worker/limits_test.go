@@ -484,7 +484,9 @@ func TestClaimLimitedPlan(t *testing.T) {
 		"kind_versions": []int32{1, 1}, "kinds": []string{"lim", "noop"}, "scan": 20, "batch": 10,
 		"reserve": 300, "group_cap": 100,
 		"worker_id": "explain-worker", "kind_lease_ms": []int32{0, 0},
-		"ranked": false, "seg_limit": []int32(nil), "seg_rank": []int32(nil), "seg_quota": []int32(nil),
+		// ordered (strict): every limit and quota the scan, ranks in serving order
+		"seg_limit": []int32{20, 20, 20, 20, 20, 20, 20, 20, 20}, "seg_rank": []int32{1, 2, 3, 4, 5, 6, 7, 8, 9},
+		"seg_quota": []int32{20, 20, 20, 20, 20, 20, 20, 20, 20},
 	}
 	vals := func() []any {
 		var vals []any
@@ -514,7 +516,7 @@ func TestClaimLimitedPlan(t *testing.T) {
 	})
 
 	// Ranked (quotas, deadline): each segment reads its own LIMIT through jobs_ready_idx.
-	args["ranked"] = true
+	args["scan"] = 90
 	args["seg_limit"], args["seg_rank"], args["seg_quota"] = []int32{10, 10, 10, 10, 10, 10, 10, 10, 10}, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}, []int32{5, 1, 1, 1, 1, 1, 1, 1, 1}
 	plan = plantest.ExplainEngine(t, pool, true, sql, vals()...)
 	idx = plantest.Indexes(plan)
@@ -602,12 +604,18 @@ func TestLimitFreedBySIGKILL(t *testing.T) {
 }
 
 // limitedOrdered are the ClaimOrdered parameters of a claim of batch lim jobs of queue
-// "default", every band from its start, as the tests drive the limited claim statements.
+// "default", every band from its start, in strict priority order reading up to 2·batch
+// candidates, as the tests drive the limited claim statements.
 func limitedOrdered(batch int32) gen.ClaimOrderedParams {
-	return gen.ClaimOrderedParams{WorkerID: "limit-test", Queue: "default", Batch: batch,
+	scan := 2 * batch
+	o := gen.ClaimOrderedParams{WorkerID: "limit-test", Queue: "default", Batch: batch, Scan: scan,
 		SegPriority: []int16{9, 8, 7, 6, 5, 4, 3, 2, 1}, SegAfterUs: make([]int64, 9), SegMinAgeUs: make([]int64, 9),
 		SegMaxAgeUs: []int64{3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15, 3e15},
 		Kinds:       []string{"lim"}, KindVersions: []int32{1}, KindLeaseMs: []int32{0}}
+	for i := range o.SegPriority {
+		o.SegLimit, o.SegRank, o.SegQuota = append(o.SegLimit, scan), append(o.SegRank, int32(i+1)), append(o.SegQuota, scan)
+	}
+	return o
 }
 
 // rateClaim runs an exclusive limited claim of batch jobs of kind lim under one limit, 10 starts
@@ -624,8 +632,8 @@ func rateClaim(ctx context.Context, pool *pgxpool.Pool, batch int32) (int, error
 		return 0, err
 	}
 	rows, err := q.ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: 0, GroupCap: 1 << 30, WorkerID: o.WorkerID, Queue: o.Queue,
-		Batch: batch, Scan: 2 * batch, SegPriority: o.SegPriority, SegAfterUs: o.SegAfterUs, SegMinAgeUs: o.SegMinAgeUs, SegMaxAgeUs: o.SegMaxAgeUs,
-		Kinds: o.Kinds, KindVersions: o.KindVersions, KindLeaseMs: o.KindLeaseMs,
+		Batch: batch, Scan: o.Scan, SegPriority: o.SegPriority, SegAfterUs: o.SegAfterUs, SegMinAgeUs: o.SegMinAgeUs, SegMaxAgeUs: o.SegMaxAgeUs,
+		SegLimit: o.SegLimit, SegRank: o.SegRank, SegQuota: o.SegQuota, Kinds: o.Kinds, KindVersions: o.KindVersions, KindLeaseMs: o.KindLeaseMs,
 		LimID: []int32{0}, LimKind: []string{"lim"}, LimPerKey: []bool{true}, LimMaxRunning: []int32{0}, LimRate: []int32{10}, LimPeriodUs: []int64{3600e6}})
 	if err != nil {
 		return 0, err

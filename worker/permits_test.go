@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/db/gen"
+	"github.com/tenureq/tenure/internal/locks"
 	"github.com/tenureq/tenure/internal/pgtest"
 	"github.com/tenureq/tenure/internal/plantest"
 	"github.com/tenureq/tenure/worker"
@@ -216,6 +217,76 @@ func TestPermitAllocationRace(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Len(t, r.rows, 1)
 	require.Zero(t, r.rows[0].Amount, "the allocation missed the jobs of the claim it waited for")
+	require.Equal(t, 10, h.invariant(ctx))
+}
+
+// TestPermitAllocatingClaimsDoNotOverlap: the permit transaction with its allocation (issue 28:
+// one permit transaction) of a new worker A is in flight (allocated and claimed under its new
+// share, not yet committed) when a new worker B's allocating transaction starts. A's row is an
+// uncommitted insert that PermitAllocateLock cannot lock, so only the stripes (ClaimLimitsLock on
+// every stripe, first in every allocating transaction) make B wait; without that wait B would
+// not count A's share nor its jobs, and take the whole limit too: (P) of worker/permits.go
+// broken, 20 running under a limit of 10. Also: A's claim, a later statement of its allocating
+// transaction, claims under the share that transaction just wrote.
+func TestPermitAllocatingClaimsDoNotOverlap(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	h := permitHarness{t: t, pool: pool, max: 10}
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (queue, kind, payload) SELECT 'default', 'lim', '{}' FROM generate_series(1, 100)`)
+	require.NoError(t, err)
+
+	// A's allocating permit transaction, statement by statement as the engine's pipeline sends
+	// it, left open.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	q := gen.New(tx)
+	require.NoError(t, q.ClaimLimitsLock(ctx, gen.ClaimLimitsLockParams{Queue: "default", FirstClass: locks.LimitsClass, LastClass: locks.LimitsClass + 3}))
+	require.NoError(t, q.PermitAllocateLock(ctx, "default"))
+	granted, err := q.PermitAllocate(ctx, gen.PermitAllocateParams{LimKind: []string{"lim"}, LimMaxRunning: []int32{10},
+		Queue: "default", WorkerID: "A", Want: 10, TtlMs: 10_000})
+	require.NoError(t, err)
+	require.Len(t, granted, 1)
+	require.Equal(t, int32(10), granted[0].Amount)
+	n, f := h.claimOn(ctx, tx, "A", 50)
+	require.Equal(t, 10, n, "the claim did not use the share its own transaction allocated")
+	require.True(t, f.HasPermit)
+
+	type res struct {
+		rows []*gen.PermitAllocateRow
+		err  error
+	}
+	done := make(chan res, 1)
+	go func() {
+		rows, err := worker.RunPermitAllocate(ctx, pool, gen.PermitAllocateParams{LimKind: []string{"lim"}, LimMaxRunning: []int32{10},
+			Queue: "default", WorkerID: "B", Want: 10, TtlMs: 10_000})
+		done <- res{rows, err}
+	}()
+	// B must be waiting for A's stripes: its backend shows a lock wait (no sleep decides it).
+	require.Eventually(t, func() bool {
+		select {
+		case r := <-done:
+			done <- r
+			return true
+		default:
+		}
+		var waiting int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&waiting))
+		return waiting > 0
+	}, 10*time.Second, 5*time.Millisecond)
+	select {
+	case r := <-done:
+		t.Fatalf("B's allocation did not wait for A's allocating claim in flight: %+v", r)
+	default:
+	}
+	require.NoError(t, tx.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Len(t, r.rows, 1)
+	require.Zero(t, r.rows[0].Amount, "B's allocation missed A's share and jobs")
+	n, _ = h.claim(ctx, "B", 50)
+	require.Zero(t, n)
 	require.Equal(t, 10, h.invariant(ctx))
 }
 

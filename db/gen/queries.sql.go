@@ -260,7 +260,7 @@ type ClaimFairRow struct {
 
 // Fair share (worker/fairshare.go): the claim of a queue with Fairness.FairShare, for every
 // priority policy. Within each segment (a priority band and an age window, as in
-// ClaimSegments) the tenants (metadata "tenure.fair_key") with ready jobs are served round
+// ClaimOrdered) the tenants (metadata "tenure.fair_key") with ready jobs are served round
 // robin: every tenant's first job, then every tenant's second, ... so one tenant's backlog
 // cannot starve another. Jobs without a key form one more participant, served oldest first.
 // Watermarks, as in ClaimOrdered, keep each read past the index entries earlier claims left
@@ -281,7 +281,7 @@ type ClaimFairRow struct {
 //     give up to the shortfall each, ranked after every share: their next rows that cand did not
 //     take. (Not "OFFSET share": a row another claim held while cand read and released before
 //     more read it would shift the offset back over rows cand took, and return those twice.)
-//  4. ranked: the policy's rank and quotas as in ClaimSegments, and within them the round:
+//  4. ranked: the policy's rank and quotas as in ClaimOrdered, and within them the round:
 //     (n-th job of its tenant, tenant's rotation position).
 //  5. picked: the first @batch in that order.
 //
@@ -392,37 +392,15 @@ WITH clk AS MATERIALIZED (
     LEFT JOIN marked b ON b.id = k.id AND b.key = k.key
     LEFT JOIN rated r ON r.id = k.id AND r.key = k.key
 ), seg AS (
-    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota, ord FROM (SELECT unnest($8::smallint[]) AS priority,
+    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota FROM (SELECT unnest($8::smallint[]) AS priority,
             unnest($9::bigint[]) AS after_us,
             unnest($10::bigint[]) AS min_age_us,
             unnest($11::bigint[]) AS max_age_us,
             unnest($12::integer[]) AS lim,
             unnest($13::integer[]) AS rank,
-            unnest($14::integer[]) AS quota,
-            generate_subscripts($8::smallint[], 1) AS ord) AS s
-), ordc AS MATERIALIZED (
-    SELECT s.ord, c.id, c.run_at, c.kind, c.ckey
-    FROM seg s
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.run_at, j.kind, nullif(j.metadata ->> 'tenure.concurrency_key', '') AS ckey
-        FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = $7 AND j.priority = s.priority
-          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
-          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
-          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($15::integer[])[array_position($16::text[], j.kind)]
-          AND (NOT (SELECT EXISTS (SELECT 1 FROM grp WHERE grp.room - $17::integer <= 0))
-               OR NOT EXISTS (SELECT 1 FROM grp g
-                          WHERE g.room - $17::integer <= 0 AND (g.kind = '' OR g.kind = j.kind)
-                            AND (NOT g.per_key OR g.key = j.metadata ->> 'tenure.concurrency_key')))
-        ORDER BY j.run_at, j.id
-        LIMIT $18
-        FOR UPDATE SKIP LOCKED
-    ) c
-    WHERE NOT $19::boolean
-    LIMIT $18
-), rankc AS MATERIALIZED (
-    SELECT s.ord, s.priority AS band, s.rank, s.quota, c.id, c.run_at, c.kind, c.ckey
+            unnest($14::integer[]) AS quota) AS s
+), cand0 AS MATERIALIZED (
+    SELECT s.priority AS band, s.rank, s.quota, c.id, c.run_at, c.kind, c.ckey
     FROM seg s
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at, j.kind, nullif(j.metadata ->> 'tenure.concurrency_key', '') AS ckey
@@ -440,26 +418,22 @@ WITH clk AS MATERIALIZED (
         LIMIT s.lim
         FOR UPDATE SKIP LOCKED
     ) c
-    WHERE $19::boolean
     LIMIT $18
 ), cand AS MATERIALIZED (
-    -- pos: the claim order. Ordered: segment order, then run_at. Ranked (ClaimSegments'): a
-    -- band's first ` + "`" + `quota` + "`" + ` candidates ahead of every band's overflow, then rank, run_at.
-    SELECT o.ord, o.id, o.run_at, o.kind, o.ckey, row_number() OVER (ORDER BY o.ord, o.run_at, o.id) AS pos
-    FROM ordc o
-    UNION ALL
-    SELECT r.ord, r.id, r.run_at, r.kind, r.ckey,
+    -- pos: the claim order, ClaimOrdered's: a band's first ` + "`" + `quota` + "`" + ` candidates ahead of every
+    -- band's overflow, then rank, run_at (ordered policies: segment order, then run_at).
+    SELECT r.id, r.run_at, r.kind, r.ckey,
            row_number() OVER (ORDER BY (r.rank > 0 AND r.band_rn > r.quota), r.rank, r.run_at, r.id) AS pos
-    FROM (SELECT rankc.ord, rankc.band, rankc.rank, rankc.quota, rankc.id, rankc.run_at, rankc.kind, rankc.ckey, row_number() OVER (PARTITION BY rankc.band ORDER BY rankc.rank, rankc.run_at, rankc.id) AS band_rn
-          FROM rankc) AS r
+    FROM (SELECT c.band, c.rank, c.quota, c.id, c.run_at, c.kind, c.ckey, row_number() OVER (PARTITION BY c.band ORDER BY c.rank, c.run_at, c.id) AS band_rn
+          FROM cand0 c) AS r
 ), roomy AS MATERIALIZED (
     -- Every group, counted or not, has room for the whole batch (less the reserve, within the
     -- cap), none is paused and no limit counts starts: every candidate is admitted, and hit
     -- (the numbering) is never computed.
-    SELECT ($20::integer >= $21::integer
+    SELECT ($19::integer >= $20::integer
             AND NOT EXISTS (SELECT 1 FROM lim WHERE lim.rate > 0
-                            OR (lim.max_running > 0 AND lim.max_running - $17::integer < $21::integer))
-            AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - $17::integer < $21::integer))::boolean AS ok
+                            OR (lim.max_running > 0 AND lim.max_running - $17::integer < $20::integer))
+            AND NOT EXISTS (SELECT 1 FROM grp WHERE grp.room - $17::integer < $20::integer))::boolean AS ok
 ), hit AS MATERIALIZED (
     SELECT c.id, l.id AS lid, l.kind, l.rate, l.win, x.key,
            row_number() OVER (PARTITION BY l.id, x.key ORDER BY c.pos) AS nth,
@@ -467,7 +441,7 @@ WITH clk AS MATERIALIZED (
                                   CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) AS room,
            least(coalesce(g.room, least(CASE WHEN l.max_running > 0 THEN l.max_running ELSE 2147483647 END,
                                         CASE WHEN l.rate > 0 THEN l.rate ELSE 2147483647 END)) - $17::integer,
-                 $20::integer) AS admit
+                 $19::integer) AS admit
     FROM cand c
     JOIN lim l ON (l.kind = '' OR l.kind = c.kind) AND (NOT l.per_key OR c.ckey IS NOT NULL)
     CROSS JOIN LATERAL (SELECT CASE WHEN l.per_key THEN c.ckey ELSE '' END AS key) x
@@ -477,7 +451,7 @@ WITH clk AS MATERIALIZED (
     WHERE (SELECT roomy.ok FROM roomy)
        OR NOT EXISTS (SELECT 1 FROM hit h WHERE h.id = c.id AND h.nth > h.admit)
     ORDER BY c.pos
-    LIMIT $21
+    LIMIT $20
 ), counted AS (
     INSERT INTO tenure.flow AS f (queue, kind, key, window_start, started, updated_at)
     SELECT $7, h.kind, h.key, h.win, count(*)::integer, (SELECT t FROM clk)
@@ -492,7 +466,7 @@ WITH clk AS MATERIALIZED (
     RETURNING f.key
 ), upd AS MATERIALIZED (
     -- marked limited: the kinds a concurrency limit covers; attempted_at: the rate windows' clock
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents, o.progress FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $22::text, $16::text[], $23::integer[],
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents, o.progress FROM tenure.own(ARRAY(SELECT picked.id FROM picked), $21::text, $16::text[], $22::integer[],
                                ARRAY(SELECT l.kind FROM lim l WHERE l.max_running > 0), (SELECT t FROM clk)) o
 ), flags AS (
     SELECT jsonb_build_object(
@@ -501,7 +475,7 @@ WITH clk AS MATERIALIZED (
              'min_room', least((SELECT min(grp.room) FROM grp),
                                (SELECT min(least(CASE WHEN lim.max_running > 0 THEN lim.max_running ELSE 2147483647 END,
                                                  CASE WHEN lim.rate > 0 THEN lim.rate ELSE 2147483647 END)) FROM lim),
-                               2147483647) - $21::integer) AS feedback
+                               2147483647) - $20::integer) AS feedback
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -528,7 +502,6 @@ type ClaimLimitedParams struct {
 	Kinds         []string
 	Reserve       int32
 	Scan          int32
-	Ranked        bool
 	GroupCap      int32
 	Batch         int32
 	WorkerID      string
@@ -557,8 +530,8 @@ type ClaimLimitedRow struct {
 	Feedback       []byte
 }
 
-// ClaimOrdered (or, @ranked, ClaimSegments) under the queue's limits (worker/limits.go; run
-// after ClaimLimitsLock in the same transaction). Limits
+// ClaimOrdered under the queue's limits (worker/limits.go; run after ClaimLimitsLock in the
+// same transaction). Limits
 // are parallel arrays; a limit covers the jobs of lim_kind (” = every kind of the queue),
 // grouped by their concurrency key (metadata "tenure.concurrency_key") when lim_per_key (jobs
 // without a key are not covered by a per-key limit). A group has room = min(max_running -
@@ -566,10 +539,9 @@ type ClaimLimitedRow struct {
 // RetryAfter blocks it; 0 for max_running or rate means no such limit.
 //  1. grp: the groups something is counted for: marked running leased jobs (jobs_limited_idx),
 //     and the rate groups' starts in the current window (tenure.flow).
-//  2. cand: the segments' candidates with their claim order pos: ordered (ClaimOrdered's order,
-//     up to @scan in all: the nested loop stops there) or ranked (each segment up to its
-//     seg_limit, ClaimSegments' order), skipping (a heap filter on the same index range) jobs of
-//     groups without room.
+//  2. cand: the segments' candidates (each segment up to its seg_limit, up to @scan in all: the
+//     nested loop stops there) with their claim order pos, ClaimOrdered's, skipping (a heap
+//     filter on the same index range) jobs of groups without room.
 //  3. hit: each candidate under each limit covering it, numbered in claim order within its group
 //     (skipped when roomy: every group has room for the whole batch and no limit counts starts);
 //     a candidate is admitted if its number is within every group's room less @reserve (what
@@ -602,7 +574,6 @@ func (q *Queries) ClaimLimited(ctx context.Context, arg ClaimLimitedParams) ([]*
 		arg.Kinds,
 		arg.Reserve,
 		arg.Scan,
-		arg.Ranked,
 		arg.GroupCap,
 		arg.Batch,
 		arg.WorkerID,
@@ -672,27 +643,38 @@ func (q *Queries) ClaimLimitsLock(ctx context.Context, arg ClaimLimitsLockParams
 
 const claimOrdered = `-- name: ClaimOrdered :many
 WITH seg AS (
-    SELECT priority, after_us, min_age_us, max_age_us FROM (SELECT unnest($1::smallint[]) AS priority,
+    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota FROM (SELECT unnest($1::smallint[]) AS priority,
             unnest($2::bigint[]) AS after_us,
             unnest($3::bigint[]) AS min_age_us,
-            unnest($4::bigint[]) AS max_age_us) AS s
-), picked AS (
-    SELECT c.id
+            unnest($4::bigint[]) AS max_age_us,
+            unnest($5::integer[]) AS lim,
+            unnest($6::integer[]) AS rank,
+            unnest($7::integer[]) AS quota) AS s
+), cand AS (
+    SELECT c.id, c.run_at, s.priority AS band, s.rank, s.quota
     FROM seg s
     CROSS JOIN LATERAL (
-        SELECT j.id FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = $5 AND j.priority = s.priority
+        SELECT j.id, j.run_at FROM tenure.jobs j
+        WHERE j.state = 'ready' AND j.queue = $8 AND j.priority = s.priority
           AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
           AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
           AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($6::integer[])[array_position($7::text[], j.kind)]
+          AND j.payload_version <= ($9::integer[])[array_position($10::text[], j.kind)]
         ORDER BY j.run_at, j.id
-        LIMIT $8
+        LIMIT s.lim
         FOR UPDATE SKIP LOCKED
     ) c
-    LIMIT $8
+    LIMIT $11
+), ranked AS (
+    SELECT id, run_at, rank, quota,
+           row_number() OVER (PARTITION BY band ORDER BY rank, run_at, id) AS band_rn
+    FROM cand
+), picked AS (
+    SELECT id FROM ranked
+    ORDER BY (rank > 0 AND band_rn > quota), rank, run_at, id
+    LIMIT $12
 ), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents, o.progress FROM tenure.own(ARRAY(SELECT id FROM picked), $9::text, $7::text[], $10::integer[]) o
+    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents, o.progress FROM tenure.own(ARRAY(SELECT id FROM picked), $13::text, $10::text[], $14::integer[]) o
 )
 SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
        u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
@@ -705,9 +687,13 @@ type ClaimOrderedParams struct {
 	SegAfterUs   []int64
 	SegMinAgeUs  []int64
 	SegMaxAgeUs  []int64
+	SegLimit     []int32
+	SegRank      []int32
+	SegQuota     []int32
 	Queue        string
 	KindVersions []int32
 	Kinds        []string
+	Scan         int32
 	Batch        int32
 	WorkerID     string
 	KindLeaseMs  []int32
@@ -735,22 +721,38 @@ type ClaimOrderedRow struct {
 	Feedback       []byte
 }
 
-// The engine's claim for strict priority, aging and deadlines. The fairness policy
-// (worker/fairness.go) lists segments in the order they should be served: a priority band
-// (an equality, so the run_at bounds position the index scan), a lower bound on run_at (the band's watermark: everything older was claimed already, so the
-// scan starts past the index entries those claims left behind, which only VACUUM removes) and an
-// age window on the database clock. Each segment is read oldest-first through jobs_ready_idx;
-// the nested loop runs the segments in the given order and stops as soon as the batch is full,
-// so no row is locked that is not claimed.
+// The engine's claim of a queue without limits or fair share, for every priority policy
+// (worker/internal/engine/claimmode.go, orderedMode). The fairness policy
+// (worker/internal/engine/fairness.go) lists segments in serving order (rank ascending): a
+// priority band (an equality, so the run_at bounds position the index scan), a lower bound on
+// run_at (the band's watermark: everything older was claimed already, so the scan starts past
+// the index entries those claims left behind, which only VACUUM removes), an age window on the
+// database clock, a LIMIT, a rank and the band's quota.
+//  1. cand: each segment read oldest-first through jobs_ready_idx up to its limit, locked as it
+//     is read (FOR UPDATE SKIP LOCKED); the nested loop runs the segments in the given order and
+//     stops at @scan rows.
+//  2. picked: the candidates in rank order, a band's first `quota` (by rank, run_at) ahead of
+//     every band's overflow, so unused share flows to the others; the first @batch are claimed.
+//
+// Ordered policies (strict priority, aging) pass scan = batch (each limit = batch, each quota =
+// batch, ranks growing in serving order): the loop stops as soon as the batch is full, so no
+// row is locked that is not claimed, and picked is every candidate. Ranked policies (quotas, a
+// deadline) pass scan = the sum of the limits: every segment's candidates are read and locked
+// for the statement's moment, and picked ranks them (deadline segments, rank 0, oldest first
+// across bands and ahead of every quota).
 func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]*ClaimOrderedRow, error) {
 	rows, err := q.db.Query(ctx, claimOrdered,
 		arg.SegPriority,
 		arg.SegAfterUs,
 		arg.SegMinAgeUs,
 		arg.SegMaxAgeUs,
+		arg.SegLimit,
+		arg.SegRank,
+		arg.SegQuota,
 		arg.Queue,
 		arg.KindVersions,
 		arg.Kinds,
+		arg.Scan,
 		arg.Batch,
 		arg.WorkerID,
 		arg.KindLeaseMs,
@@ -1061,7 +1063,8 @@ type ClaimPermittedRow struct {
 	Feedback       []byte
 }
 
-// Permits: ClaimOrdered within this worker's permits (run after PermitLock, same transaction).
+// Permits: ClaimOrdered within this worker's permits (run after PermitLock, or, in a permit
+// transaction that allocates, after PermitAllocate: its snapshot then includes the new share).
 // Per limit: room = amount − the worker's running, leased, marked jobs it covers (0 without a
 // row, or while a RetryAfter pause blocks the limit); the candidates (ordered, up to scan,
 // skipping kinds whose room is 0) are admitted in claim order while every covering limit's
@@ -1098,143 +1101,6 @@ func (q *Queries) ClaimPermitted(ctx context.Context, arg ClaimPermittedParams) 
 	items := []*ClaimPermittedRow{}
 	for rows.Next() {
 		var i ClaimPermittedRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Queue,
-			&i.Kind,
-			&i.Payload,
-			&i.PayloadVersion,
-			&i.Priority,
-			&i.RunAt,
-			&i.Attempts,
-			&i.MaxAttempts,
-			&i.LeaseMs,
-			&i.LockedUntil,
-			&i.ClaimToken,
-			&i.Generation,
-			&i.AttemptedAt,
-			&i.CreatedAt,
-			&i.Metadata,
-			&i.Tags,
-			&i.Snoozes,
-			&i.Feedback,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, &i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const claimSegments = `-- name: ClaimSegments :many
-WITH seg AS (
-    SELECT priority, after_us, min_age_us, max_age_us, lim, rank, quota FROM (SELECT unnest($1::smallint[]) AS priority,
-            unnest($2::bigint[]) AS after_us,
-            unnest($3::bigint[]) AS min_age_us,
-            unnest($4::bigint[]) AS max_age_us,
-            unnest($5::integer[]) AS lim,
-            unnest($6::integer[]) AS rank,
-            unnest($7::integer[]) AS quota) AS s
-), cand AS (
-    SELECT c.id, c.run_at, s.priority AS band, s.rank, s.quota
-    FROM seg s
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.run_at FROM tenure.jobs j
-        WHERE j.state = 'ready' AND j.queue = $8 AND j.priority = s.priority
-          AND j.run_at >= 'epoch'::timestamptz + s.after_us * interval '1 microsecond'
-          AND j.run_at <= now() - s.min_age_us * interval '1 microsecond'
-          AND j.run_at >  now() - s.max_age_us * interval '1 microsecond'
-          AND j.payload_version <= ($9::integer[])[array_position($10::text[], j.kind)]
-        ORDER BY j.run_at, j.id
-        LIMIT s.lim
-        FOR UPDATE SKIP LOCKED
-    ) c
-), ranked AS (
-    SELECT id, run_at, rank, quota,
-           row_number() OVER (PARTITION BY band ORDER BY rank, run_at, id) AS band_rn
-    FROM cand
-), picked AS (
-    SELECT id FROM ranked
-    ORDER BY (rank > 0 AND band_rn > quota), rank, run_at, id
-    LIMIT $11
-), owned AS MATERIALIZED (
-    SELECT o.id, o.queue, o.kind, o.payload, o.payload_version, o.state, o.priority, o.run_at, o.attempts, o.max_attempts, o.lease_ms, o.locked_by, o.locked_until, o.claim_token, o.generation, o.attempted_at, o.last_error_code, o.errors, o.created_at, o.updated_at, o.finished_at, o.cancel_requested_at, o.metadata, o.unique_key, o.unique_states, o.tags, o.output, o.snoozes, o.limited, o.workflow_id, o.task_name, o.sequence_key, o.deps_pending, o.has_dependents, o.progress FROM tenure.own(ARRAY(SELECT id FROM picked), $12::text, $10::text[], $13::integer[]) o
-)
-SELECT u.id, u.queue, u.kind, u.payload, u.payload_version, u.priority, u.run_at,
-       u.attempts, u.max_attempts, u.lease_ms, u.locked_until, u.claim_token, u.generation,
-       u.attempted_at, u.created_at, u.metadata, u.tags, u.snoozes, f.feedback
-FROM (SELECT NULL::jsonb AS feedback) f LEFT JOIN owned u ON true
-`
-
-type ClaimSegmentsParams struct {
-	SegPriority  []int16
-	SegAfterUs   []int64
-	SegMinAgeUs  []int64
-	SegMaxAgeUs  []int64
-	SegLimit     []int32
-	SegRank      []int32
-	SegQuota     []int32
-	Queue        string
-	KindVersions []int32
-	Kinds        []string
-	Batch        int32
-	WorkerID     string
-	KindLeaseMs  []int32
-}
-
-type ClaimSegmentsRow struct {
-	ID             *int64
-	Queue          *string
-	Kind           *string
-	Payload        []byte
-	PayloadVersion *int32
-	Priority       *int16
-	RunAt          *time.Time
-	Attempts       *int32
-	MaxAttempts    *int32
-	LeaseMs        *int32
-	LockedUntil    *time.Time
-	ClaimToken     *uuid.UUID
-	Generation     *int64
-	AttemptedAt    *time.Time
-	CreatedAt      *time.Time
-	Metadata       []byte
-	Tags           []string
-	Snoozes        *int32
-	Feedback       []byte
-}
-
-// Fair claim with quotas. The fairness policy (worker/fairness.go) describes the batch as segments: a
-// priority band and an age window (on the database clock), each read oldest-first through
-// jobs_ready_idx with its own LIMIT. Candidates are ordered by the policy's rank; a band's
-// quota puts its first `quota` candidates ahead of every band's overflow, so unused share
-// flows to the others. Only the first batch candidates are claimed.
-func (q *Queries) ClaimSegments(ctx context.Context, arg ClaimSegmentsParams) ([]*ClaimSegmentsRow, error) {
-	rows, err := q.db.Query(ctx, claimSegments,
-		arg.SegPriority,
-		arg.SegAfterUs,
-		arg.SegMinAgeUs,
-		arg.SegMaxAgeUs,
-		arg.SegLimit,
-		arg.SegRank,
-		arg.SegQuota,
-		arg.Queue,
-		arg.KindVersions,
-		arg.Kinds,
-		arg.Batch,
-		arg.WorkerID,
-		arg.KindLeaseMs,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []*ClaimSegmentsRow{}
-	for rows.Next() {
-		var i ClaimSegmentsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Queue,
@@ -1324,7 +1190,7 @@ type ClaimStrictRow struct {
 // instead lets a generic plan, which assumes a large LIMIT, hash-join against a sequential scan
 // of the whole table). Every claim statement returns the same columns (worker/claim.go,
 // claimRow): the owned rows' job columns and feedback, a JSON object of what the mode learnt
-// (NULL for ClaimStrict, ClaimOrdered, ClaimSegments), on every row; when nothing was owned,
+// (NULL for ClaimStrict, ClaimOrdered, ClaimOrderedMany), on every row; when nothing was owned,
 // one row of NULL job columns carrying the feedback.
 // A worker claims only what it can run: kinds/kind_versions list its registered kinds and the
 // newest payload version each knows, so a job of an unknown kind (array_position is NULL) or of
@@ -4016,7 +3882,9 @@ type PermitAllocateRow struct {
 	Changed int32
 }
 
-// Permits: (re)size this worker's share of each limit (parallel arrays lim_kind,
+// Permits: (re)size this worker's share of each limit, first in a permit transaction that
+// allocates (after ClaimLimitsLock on every stripe and PermitAllocateLock; ClaimPermitted
+// follows in the same pipeline and transaction) (parallel arrays lim_kind,
 // lim_max_running: every limit of a queue in permit mode is a concurrency limit without PerKey
 // and without Rate). Runs with every stripe and every permit row of the queue locked, so its
 // counts are exact: per limit and worker, used = the worker's running, leased, marked jobs the

@@ -56,6 +56,7 @@ func TestClaimAndFinishStayOnTheRowsPage(t *testing.T) {
 	for len(ids) < 300 {
 		got, err := q.ClaimOrdered(ctx, gen.ClaimOrderedParams{
 			SegPriority: []int16{2}, SegAfterUs: []int64{0}, SegMinAgeUs: []int64{0}, SegMaxAgeUs: []int64{1e15},
+			SegLimit: []int32{30}, SegRank: []int32{1}, SegQuota: []int32{30}, Scan: 30,
 			Queue: "default", KindVersions: []int32{1}, Kinds: []string{"k"}, Batch: 30, WorkerID: "w", KindLeaseMs: []int32{0}})
 		require.NoError(t, err)
 		require.NotEmpty(t, got)

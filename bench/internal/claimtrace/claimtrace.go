@@ -60,8 +60,9 @@ func StatementName(sql string) string {
 }
 
 // IsClaim reports whether a statement name is one of the engine's claim statements (the
-// statements that select and lock ready jobs: ClaimStrict, ClaimOrdered, ClaimSegments,
-// ClaimLimited; not ClaimLimitsLock, which only takes advisory locks).
+// statements that select and lock ready jobs: ClaimStrict, ClaimOrdered, ClaimOrderedMany,
+// ClaimFair, ClaimLimited, ClaimPermitted (ClaimSegments before issue 28); not ClaimLimitsLock,
+// which only takes advisory locks).
 func IsClaim(name string) bool {
 	return strings.HasPrefix(name, "Claim") && name != "ClaimLimitsLock"
 }

@@ -45,7 +45,7 @@ func (c *claimed) logAttrs(more ...any) []any {
 // the claim goroutine only reads it.
 type claimPlan struct {
 	n      int
-	ranked bool // the policy ranks its segments together (quotas, deadline): ClaimSegments' order
+	ranked bool // the policy ranks its segments together (quotas, deadline): ClaimOrdered reads every segment's limit
 	segs   []Segment
 	quota  BandCounts
 	after  bandTimes
@@ -159,8 +159,7 @@ func rideOn(ctx context.Context, db *AfterLock, done []*Execution) rideLanded {
 	var cm Capture
 	_, _ = completeMany(ctx, gen.New(&cm), done)
 	landed := make(rideLanded, len(done))
-	db.Pre = &LockedStatement{SQL: cm.SQL, Args: cm.Args}
-	db.PreRows = func(rows pgx.Rows) error {
+	db.Pre = append(db.Pre, PreStatement{LockedStatement{SQL: cm.SQL, Args: cm.Args}, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id int64
 			var busy, deleted bool
@@ -170,7 +169,7 @@ func rideOn(ctx context.Context, db *AfterLock, done []*Execution) rideLanded {
 			landed[id] = rideRow{landed: !busy, deleted: deleted}
 		}
 		return nil
-	}
+	}})
 	return landed
 }
 
@@ -197,7 +196,7 @@ func (q *queue) claimDB(ctx context.Context, done []*Execution) (db *gen.Queries
 func (q *queue) recordClaim(r claimResult) {
 	w := q.w
 	if !r.plan.ranked && !r.plan.fair && !r.fb.skipped {
-		// Only exact claims move watermarks: ClaimSegments locks more candidates than it
+		// Only exact claims move watermarks: a ranked claim locks more candidates than it
 		// claims, and a concurrent claimer that skipped those (locked, but then left ready)
 		// must not be allowed to jump past them. Nor does a limited claim a limit held back
 		// (limits.go): the jobs it skipped may lie before the ones it claimed. A fair claim

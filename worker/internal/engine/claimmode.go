@@ -7,20 +7,26 @@ import (
 )
 
 // This file is the one interface every claim mode implements (docs/design.md, "The claim
-// path"). A queue has exactly one mode, chosen at New from its configuration (newClaimMode):
+// path"). A queue has exactly one mode, chosen at New from its configuration (newClaimMode).
+// Four claim transactions, each one Go function (run) over the same statements whatever its
+// arguments decide:
 //
-//	mode          configuration                              transactions (db/queries.sql)
-//	ordered       no limits, no fair share                   [CompleteMany]+ClaimOrdered (or
-//	                                                         [CompleteMany]+ClaimOrderedMany through the
-//	                                                         batcher); [CompleteMany]+ClaimSegments with
-//	                                                         quotas or a deadline (ranked)
-//	fair          Fairness.FairShare                         [CompleteMany]+ClaimFair
-//	counted       limits permits do not hold (a PerKey or    ClaimLimitsLock (every stripe: exclusive;
-//	              Rate limit, or a ranked fairness)          one: striped) + [CompleteMany] +
-//	                                                         ClaimLimited (limits.go)
-//	permit        every limit a concurrency limit without    PermitLock+[CompleteMany]+ClaimPermitted;
-//	              PerKey/Rate, fairness not ranked           PermitAllocate when the share must change
-//	              (usesPermits)                              (permits.go)
+//	mode      configuration                        transaction (db/queries.sql)             arguments
+//	ordered   no limits, no fair share             [CompleteMany]+ClaimOrdered              ranked (quotas, deadline):
+//	                                               (ClaimOrderedMany: the batcher's,        read every segment's limit
+//	                                               claimbatch.go, for many queues)          and rank; else stop at batch
+//	fair      Fairness.FairShare                   [CompleteMany]+ClaimFair                 cursors, tenant watermarks
+//	counted   a PerKey or Rate limit, or a         ClaimLimitsLock+[CompleteMany]+          lock scope: every stripe
+//	          ranked fairness with limits          ClaimLimited (limits.go)                 (exclusive) or one (striped)
+//	permit    every limit a concurrency limit      PermitLock | ClaimLimitsLock+            lock scope and allocation:
+//	          without PerKey/Rate, fairness not    PermitAllocateLock+PermitAllocate;       own rows, or every stripe and
+//	          ranked (usesPermits)                 [CompleteMany]+ClaimPermitted            row + PermitAllocate
+//	                                               (permits.go)
+//
+// Until issue 28 there were seven: the ranked claim had its own statement (ClaimSegments, now
+// ClaimOrdered with limits), and an allocation its own transaction before the permit claim
+// (now its first statements, same pipeline and commit). The exclusive and striped claims were
+// already one function over the same statements, their lock scope an argument.
 //
 // [CompleteMany]: the queue's successes waiting for a claim (claimPlan.done), completed first in
 // the claim's pipeline and transaction, when there are any (claim.go, "Completions ride on
@@ -51,8 +57,8 @@ type claimMode interface {
 	plan(q *queue, p *claimPlan)
 	// run runs the planned claim (claim goroutine). Rows that committed are returned with a
 	// nil error, whatever failed after them (the loop must own them: rows returned with an
-	// error are dropped); an error means the claim owns nothing. fb is meaningful even when
-	// err is not nil (an allocation that committed before a failed claim, for instance).
+	// error are dropped); an error means the claim owns nothing. fb is read even when err is
+	// not nil (learn decides what a failed claim teaches).
 	run(ctx context.Context, q *queue, p *claimPlan) (rows []claimRow, fb claimFeedback, err error)
 	// learn folds what the claim returned (its plan, rows, feedback, error) into the mode's
 	// state (loop).
@@ -102,41 +108,22 @@ func newClaimMode(q *queue) claimMode {
 }
 
 // orderedMode is the claim of a queue without limits or fair share: the fairness policy's
-// segments served in order (ClaimOrdered, through the batcher when the worker serves several
-// queues), or ranked together by the database (ClaimSegments) for quotas and deadlines. It has
-// no state of its own: the watermarks and the quota credits are the loop's (claim.go,
-// internal/engine/fairness.go), for every mode.
+// segments in serving order, one statement for every policy (ClaimOrdered, or ClaimOrderedMany
+// through the batcher when the worker serves several queues and the policy does not rank).
+// Strict priority and aging read the segments in order and stop when the batch is full;
+// quotas and a deadline read every segment up to its limit and let the statement rank them
+// (orderedParams). It has no state of its own: the watermarks and the quota credits are the
+// loop's (claim.go, internal/engine/fairness.go), for every mode.
 type orderedMode struct{}
 
 func (orderedMode) plan(*queue, *claimPlan)    {}
 func (orderedMode) learn(*queue, *claimResult) {}
 
 func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow, claimFeedback, error) {
-	w := q.w
-	k := &w.kinds
 	// A plan that goes through the batcher (useClaimBatch) never reaches here: the loop hands
 	// it to the batcher itself (startBatched).
 	db, landed := q.claimDB(ctx, p.done)
-	if !p.ranked {
-		got, err := db.ClaimOrdered(ctx, orderedParams(q, p))
-		if err != nil {
-			return nil, claimFeedback{}, err
-		}
-		rows, _ := OwnedRows(got)
-		return rows, claimFeedback{doneLanded: landed}, nil
-	}
-	arg := gen.ClaimSegmentsParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
-		Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
-	for _, s := range p.segs {
-		arg.SegPriority = append(arg.SegPriority, int16(s.Priority))
-		arg.SegAfterUs = append(arg.SegAfterUs, p.after[s.Priority])
-		arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.MinAge.Microseconds())
-		arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.MaxAge))
-		arg.SegLimit = append(arg.SegLimit, int32(s.Limit))
-		arg.SegRank = append(arg.SegRank, int32(s.Rank))
-		arg.SegQuota = append(arg.SegQuota, int32(s.Quota))
-	}
-	got, err := db.ClaimSegments(ctx, arg)
+	got, err := db.ClaimOrdered(ctx, orderedParams(q, p, p.n))
 	if err != nil {
 		return nil, claimFeedback{}, err
 	}
@@ -144,19 +131,36 @@ func (orderedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow,
 	return rows, claimFeedback{doneLanded: landed}, nil
 }
 
-// orderedParams are the arguments every ordered claim shares (ClaimOrdered's; the limited
-// claims take theirs from it): the worker, the queue, the batch, the segments in serving order
-// with their watermarks, and the kinds the worker runs.
-func orderedParams(q *queue, p *claimPlan) gen.ClaimOrderedParams {
+// orderedParams are the arguments every claim but the fair one shares (ClaimOrdered's; the
+// limited and permit claims take theirs from it): the worker, the queue, the batch, the
+// segments in serving order with their watermarks, limits, ranks and quotas, and the kinds the
+// worker runs. An ordered plan (strict, aging) reads up to scan candidates in serving order:
+// every segment's limit and quota are scan, so the statement's ranking keeps the read order
+// and its loop stops at scan (nothing locked beyond it). A ranked plan (quotas, a deadline)
+// reads every segment up to its own limit (scan = their sum) for the statement to rank.
+func orderedParams(q *queue, p *claimPlan, scan int) gen.ClaimOrderedParams {
 	w := q.w
 	k := &w.kinds
 	arg := gen.ClaimOrderedParams{WorkerID: w.cfg.ID, Queue: q.name, Batch: int32(p.n),
 		Kinds: k.names, KindVersions: k.versions, KindLeaseMs: k.leaseMs}
+	total := 0
 	for _, s := range p.segs {
 		arg.SegPriority = append(arg.SegPriority, int16(s.Priority))
 		arg.SegAfterUs = append(arg.SegAfterUs, p.after[s.Priority])
 		arg.SegMinAgeUs = append(arg.SegMinAgeUs, s.MinAge.Microseconds())
 		arg.SegMaxAgeUs = append(arg.SegMaxAgeUs, maxAgeUs(s.MaxAge))
+		arg.SegRank = append(arg.SegRank, int32(s.Rank))
+		lim, quota := scan, scan
+		if p.ranked {
+			lim, quota = s.Limit, s.Quota
+		}
+		arg.SegLimit = append(arg.SegLimit, int32(lim))
+		arg.SegQuota = append(arg.SegQuota, int32(quota))
+		total += lim
+	}
+	arg.Scan = int32(scan)
+	if p.ranked {
+		arg.Scan = int32(total)
 	}
 	return arg
 }

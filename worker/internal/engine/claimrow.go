@@ -14,14 +14,14 @@ import (
 // ClaimRow is what every claim statement returns (db/queries.sql, "Claim"): the columns of
 // the rows tenure.own owned (the one ownership statement, migration 0019) and feedback, what
 // the claim mode learnt (a JSON object, NULL for the plain modes: ClaimStrict, ClaimOrdered,
-// ClaimSegments). A claim that owned nothing returns one row of NULL job columns carrying the
+// ClaimOrderedMany). A claim that owned nothing returns one row of NULL job columns carrying the
 // feedback. sqlc generates one row type per statement; they are the same struct, and
 // OwnedRows converts each to this one.
 type ClaimRow = gen.ClaimStrictRow
 
 // ClaimRows are the row types sqlc generates for the claim statements (identical structs).
 type ClaimRows interface {
-	gen.ClaimStrictRow | gen.ClaimOrderedRow | gen.ClaimOrderedManyRow | gen.ClaimSegmentsRow |
+	gen.ClaimStrictRow | gen.ClaimOrderedRow | gen.ClaimOrderedManyRow |
 		gen.ClaimFairRow | gen.ClaimLimitedRow | gen.ClaimPermittedRow
 }
 

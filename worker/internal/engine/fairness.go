@@ -9,11 +9,12 @@ import (
 // This file is the fairness hook: how a queue chooses which ready jobs one claim takes.
 //
 // A claim is described as "segments": each segment is one priority band and one age window
-// (on the database clock), read oldest-first through the ready index with its own LIMIT.
-// Without quotas the segments are served in the policy's order and the statement stops as
-// soon as the batch is full (db/queries.sql, ClaimOrdered): the zero Fairness, strict
-// priority, is one segment per band, highest first. With quotas the database ranks the
-// candidates of every segment by rank and band quota and takes the batch (ClaimSegments).
+// (on the database clock), read oldest-first through the ready index with its own LIMIT, in
+// the policy's serving order (rank), by one statement for every policy (db/queries.sql,
+// ClaimOrdered). Without quotas or a deadline the statement stops as soon as the batch is full
+// (strict priority, the zero Fairness, is one segment per band, highest first; aging adds age
+// windows): it locks only what it claims. With quotas or a deadline it reads every segment up
+// to its limit and ranks the candidates by rank and band quota (Plan's third result).
 // Everything a policy decides is computed here, in the application, from the configuration
 // (worker.Fairness, copied to Fairness here) and what earlier claims returned; the claim stays
 // one statement and never sorts the whole ready set. The queue loop owns a queue's Policy.
@@ -24,7 +25,7 @@ const (
 	defaultAgingCeiling = 4
 )
 
-// Segment is one (band, age window) slice of the ready set, as ClaimSegments reads it.
+// Segment is one (band, age window) slice of the ready set, as ClaimOrdered reads it.
 type Segment struct {
 	Priority       int
 	MinAge, MaxAge time.Duration // MaxAge 0 = unbounded
@@ -75,8 +76,8 @@ func NewPolicy(f Fairness) *Policy {
 
 // Plan returns the segments of a claim of n jobs in serving order, the band quotas it used
 // (pass them back to Observe), and whether the claim must rank all candidates together
-// (quotas or deadlines: ClaimSegments; otherwise the segments are served in order:
-// ClaimOrdered).
+// (quotas or deadlines: ClaimOrdered reads every segment up to its Limit and ranks them;
+// otherwise it serves the segments in order and stops at the batch: orderedParams).
 //
 // Ranks: deadline-promoted segments are 0 (first, oldest first across bands); otherwise higher
 // effective priority first, and within one effective priority the lower base priority (the
@@ -117,7 +118,7 @@ func (p *Policy) Plan(n int) ([]Segment, BandCounts, bool) {
 		}
 	}
 	// Serving order (ranks of different bands always differ, except deadline segments, which
-	// ClaimSegments orders oldest first across bands).
+	// ClaimOrdered ranks oldest first across bands).
 	sort.SliceStable(segs, func(i, j int) bool { return segs[i].Rank < segs[j].Rank })
 	// Quotas, and deadlines (oldest first across bands), need the database to rank the
 	// candidates of all segments together.

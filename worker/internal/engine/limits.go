@@ -18,7 +18,8 @@ import (
 // A queue whose limits are all concurrency limits without PerKey and without Rate, and whose
 // fairness does not rank (no Quotas, no Deadline), claims under per-worker permits
 // (permits.go, permitMode), with its own proof. Every other queue with limits (a PerKey or a
-// Rate limit, or a ranking policy) claims counted (countedMode), in one of two ways:
+// Rate limit, or a ranking policy) claims counted (countedMode): one transaction, one function
+// (countedMode.run), whose lock scope is an argument, in one of two ways:
 //   - exclusive: ClaimLimitsLock (transaction-scoped advisory locks on all limitStripes of the
 //     queue's limit stripes, in order) and ClaimLimited, sent in one pipeline (one round trip,
 //     one implicit transaction). ClaimLimited counts the groups' running, leased, marked jobs
@@ -75,7 +76,8 @@ import (
 //	(L3) no job of a group paused by RetryAfter (RetryAfterPauses) starts before blocked_until:
 //	     its room is 0 in ClaimLimited and ClaimPermitted. TestRetryAfterPausesKey.
 //	(P)  permits (permits.go): Σ_w max(U_w, P_w) ≤ MaxRunning for each limit of a permit
-//	     queue. TestPermitAccounting, TestPermitAllocationRace, TestPermitClaimersOfOneWorker,
+//	     queue. TestPermitAccounting, TestPermitAllocationRace,
+//	     TestPermitAllocatingClaimsDoNotOverlap, TestPermitClaimersOfOneWorker,
 //	     TestLimitPermitsNearTheLimit, TestLimitPermitsLargeLimit, TestLimitGlobalAcrossWorkers.
 //
 // Mode choice (a hint for speed; every claim keeps the limit on its own): a queue starts
@@ -84,7 +86,7 @@ import (
 // choice is countedMode's state, owned by the queue loop: the claim goroutines report what they
 // saw (claimFeedback) and the loop plans the next claim (claimmode.go).
 //
-// Queues without limits claim exactly as before (ClaimOrdered, no lock, no extra index entry).
+// Queues without limits claim with ClaimOrdered (no lock, no extra index entry).
 
 // limitArgs are a queue's limits as the claim statement's parallel arrays (built once, at New).
 type limitArgs struct {
@@ -173,13 +175,6 @@ func (m *countedMode) learn(_ *queue, r *claimResult) {
 // else the claimer's) then ClaimLimited, in one pipeline.
 func (m *countedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow, claimFeedback, error) {
 	la := q.limits
-	base := orderedParams(q, p)
-	var segLimit, segRank, segQuota []int32
-	if p.ranked { // quotas, deadline: ClaimSegments' candidates and order (each segment its own LIMIT)
-		for _, s := range p.segs {
-			segLimit, segRank, segQuota = append(segLimit, int32(s.Limit)), append(segRank, int32(s.Rank)), append(segQuota, int32(s.Quota))
-		}
-	}
 	first, last := q.w.sch.LimitsClass(), q.w.sch.LimitsClass()+limitStripes-1
 	reserve, groupCap := int32(0), int32(noCap)
 	scan := min(p.n*limitScanFactor, 10000)
@@ -188,21 +183,17 @@ func (m *countedMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimR
 		first = q.w.sch.LimitsClass() + int32(p.stripe%limitStripes)
 		last, reserve, groupCap = first, stripeReserve, stripeGroupCap
 	}
-	if p.ranked {
-		scan = 0 // every segment's candidates (each segment has its own LIMIT)
-		for _, l := range segLimit {
-			scan += int(l)
-		}
-	}
+	// Ranked plans (quotas, deadline) read every segment up to its own limit (orderedParams).
+	base := orderedParams(q, p, scan)
 	db := &AfterLock{Pool: q.w.eng, Sch: q.w.sch, Locks: []LockedStatement{LockStatement(ctx, q.name, first, last)}}
 	// The completions ride after the lock (claim.go): the claim's count sees the room they free.
 	landed := rideOn(ctx, db, p.done)
 	got, err := gen.New(db).ClaimLimited(ctx, gen.ClaimLimitedParams{Reserve: reserve, GroupCap: groupCap,
-		WorkerID: base.WorkerID, Queue: base.Queue, Batch: base.Batch, Scan: int32(scan),
+		WorkerID: base.WorkerID, Queue: base.Queue, Batch: base.Batch, Scan: base.Scan,
 		SegPriority: base.SegPriority, SegAfterUs: base.SegAfterUs, SegMinAgeUs: base.SegMinAgeUs, SegMaxAgeUs: base.SegMaxAgeUs,
+		SegLimit: base.SegLimit, SegRank: base.SegRank, SegQuota: base.SegQuota,
 		Kinds: base.Kinds, KindVersions: base.KindVersions, KindLeaseMs: base.KindLeaseMs,
 		LimID: la.id, LimKind: la.kind, LimPerKey: la.perKey, LimMaxRunning: la.maxRunning, LimRate: la.rate, LimPeriodUs: la.periodUs,
-		Ranked: p.ranked, SegLimit: segLimit, SegRank: segRank, SegQuota: segQuota,
 	})
 	if err != nil {
 		return nil, claimFeedback{}, err

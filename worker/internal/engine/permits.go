@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/internal/dbschema"
 )
@@ -38,17 +40,24 @@ import (
 //
 // so the running, leased jobs L covers, Σ_w U_w, never exceed MaxRunning: the guarantee. Events:
 //   - a finish, release, reclaim or lease expiry lowers some U_w: (P) holds;
-//   - a permit claim of w (PermitLock then ClaimPermitted, one transaction) holds w's rows from
-//     before ClaimPermitted's snapshot until its commit. Every claim of w holds those rows (and
-//     only w claims for w), and every change to P_w holds them too, so the snapshot sees U_w and
-//     P_w exactly, save finishes that only lower U_w. It claims k ≤ P_w − U_w: max(U_w, P_w)
-//     stays P_w. With no row it claims nothing;
-//   - an allocation (ClaimLimitsLock on every stripe, PermitAllocateLock, PermitAllocate, one
-//     transaction) holds every row of the queue, so no permit claim is in flight and its
-//     snapshot sees every U_w and P_w exactly (save finishes). It may delete or lower other
-//     workers' rows (max(U_w, P_w) only falls) and sets its own amount to at most MaxRunning less
-//     the others' Σ max(U_w, P_w): (P) holds after it. Allocations take every stripe, so they
-//     never overlap each other (two could otherwise each insert a row the other cannot see);
+//   - a permit transaction (permitTx: one pipeline, one commit) is one of two lock scopes with
+//     the same statements after them. Without an allocation it holds w's rows (PermitLock)
+//     from before ClaimPermitted's snapshot until its commit; with one it holds every stripe
+//     and every permit row of the queue (ClaimLimitsLock on every stripe, PermitAllocateLock),
+//     runs PermitAllocate, then ClaimPermitted;
+//   - its allocation step: while it holds every row of the queue no other permit transaction is
+//     in flight, so PermitAllocate's snapshot sees every U_w and P_w exactly (save finishes).
+//     It may delete or lower other workers' rows (max(U_w, P_w) only falls) and sets its own
+//     amount to at most MaxRunning less the others' Σ max(U_w, P_w): (P) holds after it.
+//     Allocating transactions take every stripe, so they never overlap each other (two could
+//     otherwise each insert a row the other cannot see and lock: an uncommitted insert).
+//     TestPermitAllocatingClaimsDoNotOverlap, TestPermitAllocationRace;
+//   - its claim step (ClaimPermitted, a later statement, so its snapshot includes its own
+//     transaction's allocation): every claim of w holds w's rows (and only w claims for w), and
+//     every change to P_w holds them too, so the snapshot sees U_w and P_w exactly, save
+//     finishes that only lower U_w. It claims k ≤ P_w − U_w: max(U_w, P_w) stays P_w. With no
+//     row it claims nothing. The allocation and the claim commit together: no instant shows
+//     one without the other;
 //   - a graceful stop deletes the worker's rows (PermitRelease): P_w falls, U_w still counts.
 //
 // Expiry is not part of the proof: a row whose expires_at has passed still counts until an
@@ -67,12 +76,23 @@ import (
 // jobs' own leases count until they expire).
 //
 // Cost. A permit claim is two statements in one round trip (three with completions), the count
-// of the worker's own running jobs of the limit and one row lock no other worker takes. The
+// of the worker's own running jobs of the limit and one row lock no other worker takes; one
+// that allocates adds two lock statements and PermitAllocate to the same round trip and commit
+// (until issue 28 the allocation was its own transaction: a round trip and a commit more). The
 // count walks the queue's entries of jobs_limited_idx for the limit's kind (every worker's
 // running, leased, marked jobs: at most min(MaxRunning, the fleet's slots), plus dead entries)
 // and keeps this worker's: its cost grows with the fleet's running jobs, not with MaxRunning.
 // Finishes of limited jobs do not linger, and each wakes a claimer when it lands (the share has
 // room again).
+//
+// Which limits permits cannot hold (issue 28 asked whether they cover every limit shape). A
+// PerKey limit bounds each concurrency key's running jobs, and keys are unbounded and unknown in
+// advance: a share per (worker, key) would be a row per key per worker allocated on first sight,
+// each first job of a key an allocating (queue-exclusive) transaction, which is the counted
+// exclusive claim with more writes. A Rate limit bounds starts per window, which no count of
+// running jobs (U_w) measures: a share of a window would have to be re-split every window and
+// its unspent part is lost when a worker stops, so the counted claim's single row per window
+// (tenure.flow, limits.go) stays both cheaper and exact. Large MaxRunning is permits' (measured).
 
 // Permit timing: a row expires permitTTL after its owner's last renewal; a claim renews it when
 // less than permitRenewBelow is left; a worker held back by its share asks for a larger one at
@@ -103,7 +123,7 @@ type permitView struct {
 	last   time.Time // when it ran
 }
 
-// permitAlloc is what an allocation granted (allocatePermit), for the loop to record.
+// permitAlloc is what an allocation granted (permitTx), for the loop to record.
 type permitAlloc = permitView
 
 // plan hands the claim the loop's view of the share (loop).
@@ -127,44 +147,34 @@ func usesPermits(la *limitArgs, pol *Policy) bool {
 	return la != nil && la.concurrencyOnly && !pol.Weighted() && pol.F.Deadline <= 0
 }
 
-// run runs a permit claim (claim goroutine), allocating first when this worker holds no share,
-// and once more (then claiming the rest) when its share held the claim back and may grow.
+// run runs a permit claim (claim goroutine): one permit transaction (permitTx), which
+// allocates first when this worker holds no share; and, when the share held the claim back and
+// may grow (or the claim found no row), one more permit transaction that allocates and claims
+// the rest.
 func (m *permitMode) run(ctx context.Context, q *queue, p *claimPlan) ([]claimRow, claimFeedback, error) {
 	var fb claimFeedback
 	view := p.permit
-	allocated := false
-	if !view.have {
-		a, err := q.allocatePermit(ctx)
-		if err != nil {
-			return nil, fb, err
-		}
-		fb.alloc, view, allocated = &a, a, true
-	}
-	base := orderedParams(q, p)
-	rows, f, landed, err := q.claimWithinPermit(ctx, p.n, base, p.done)
+	allocate := !view.have
+	base := orderedParams(q, p, p.n) // permit plans never rank (usesPermits)
+	rows, f, landed, alloc, err := q.permitTx(ctx, allocate, p.n, base, p.done)
 	if err != nil {
 		return nil, fb, err
 	}
 	fb.doneLanded = landed
-	if len(rows) < p.n && !allocated && (!f.HasPermit || (f.Binding && view.mayGrow(int32(q.cfg.Concurrency), q.w.clk.Now()))) {
-		a, err := q.allocatePermit(ctx)
+	if alloc != nil {
+		fb.alloc, view = alloc, *alloc
+	}
+	if len(rows) < p.n && !allocate && (!f.HasPermit || (f.Binding && view.mayGrow(int32(q.cfg.Concurrency), q.w.clk.Now()))) {
+		more, f2, _, alloc, err := q.permitTx(ctx, true, p.n-len(rows), base, nil)
 		if err != nil {
 			if len(rows) > 0 || len(p.done) > 0 {
-				fb.binding, fb.skipped = true, true
-				return rows, fb, nil // the claim committed: its jobs are ours
-			}
-			return nil, fb, err
-		}
-		fb.alloc = &a
-		more, f2, _, err := q.claimWithinPermit(ctx, p.n-len(rows), base, nil)
-		if err != nil {
-			if len(rows) > 0 || len(p.done) > 0 {
-				// The first claim committed (its jobs are ours, its completions landed).
+				// The first transaction committed (its jobs are ours, its completions landed).
 				fb.binding, fb.skipped = true, true
 				return rows, fb, nil
 			}
 			return nil, fb, err
 		}
+		fb.alloc = alloc
 		skipped := f.Skipped || (len(rows) > 0 && len(more) > 0 && f.Binding)
 		rows, f = append(rows, more...), f2
 		f.Skipped = f.Skipped || skipped
@@ -195,18 +205,26 @@ type permitFlags struct {
 	RoomLeft  int32 `json:"room_left"`
 }
 
-// claimWithinPermit runs PermitLock, CompleteMany of done (when there are any) and
-// ClaimPermitted in one pipeline, one transaction: the completions free room in the worker's
-// share that the claim then uses, and both commit together (the table never shows the new jobs
-// running beside the finished ones). It returns which completions landed (true), and those
-// it skipped because another session holds their rows locked (false).
-func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrderedParams, done []*Execution) ([]claimRow, permitFlags, rideLanded, error) {
+// permitTx is the one permit transaction (claim goroutine), one pipeline, one commit:
+//
+//	allocate: ClaimLimitsLock (every stripe), PermitAllocateLock, PermitAllocate,
+//	          [CompleteMany], ClaimPermitted
+//	else:     PermitLock, [CompleteMany], ClaimPermitted
+//
+// The completions (done, when there are any) free room in the worker's share that the claim
+// then uses, and both commit together (the table never shows the new jobs running beside the
+// finished ones); ClaimPermitted, a later statement of the same transaction, claims under the
+// share the allocation just wrote. It returns the rows, ClaimPermitted's flags, which
+// completions landed (true) or were skipped because another session holds their rows (false),
+// and, when it allocated, what the allocation granted.
+func (q *queue) permitTx(ctx context.Context, allocate bool, n int, base gen.ClaimOrderedParams, done []*Execution) ([]claimRow, permitFlags, rideLanded, *permitAlloc, error) {
 	la := q.limits
-	var c Capture
-	_ = gen.New(&c).PermitLock(ctx, gen.PermitLockParams{Queue: q.name, WorkerID: base.WorkerID})
-	db := &AfterLock{Pool: q.w.eng, Sch: q.w.sch, Locks: []LockedStatement{{SQL: c.SQL, Args: c.Args}}}
-	// busy completions (another session holds the row: not written) go to the finishers,
-	// which wait for that row alone.
+	var alloc *gen.PermitAllocateParams
+	if allocate {
+		alloc = &gen.PermitAllocateParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
+			Queue: q.name, WorkerID: q.w.cfg.ID, Want: int32(q.cfg.Concurrency), TtlMs: int32(permitTTL.Milliseconds())}
+	}
+	db, granted := permitPipeline(ctx, q.w.eng, q.w.sch, q.name, base.WorkerID, alloc)
 	landed := rideOn(ctx, db, done)
 	got, err := gen.New(db).ClaimPermitted(ctx, gen.ClaimPermittedParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
 		Queue: base.Queue, WorkerID: base.WorkerID, Batch: int32(n), Scan: int32(min(n*limitScanFactor, 10000)),
@@ -214,42 +232,53 @@ func (q *queue) claimWithinPermit(ctx context.Context, n int, base gen.ClaimOrde
 		KindVersions: base.KindVersions, Kinds: base.Kinds, KindLeaseMs: base.KindLeaseMs,
 		TtlMs: int32(permitTTL.Milliseconds()), RenewBelowMs: int32(permitRenewBelow.Milliseconds())})
 	if err != nil {
-		return nil, permitFlags{}, nil, err
+		return nil, permitFlags{}, nil, nil, err
 	}
 	rows, feedback := OwnedRows(got)
 	var f permitFlags
 	if err := DecodeFeedback(feedback, &f); err != nil {
-		return nil, permitFlags{}, nil, err
+		return nil, permitFlags{}, nil, nil, err
 	}
-	return rows, f, landed, nil
+	var a *permitAlloc
+	if allocate {
+		amount, owed := int32(noCap), false
+		for _, r := range *granted {
+			amount = min(amount, r.Amount)
+			owed = owed || r.Amount < min(int32(q.cfg.Concurrency), r.Fair)
+		}
+		q.w.m.PermitAllocations.Add(1)
+		a = &permitAlloc{have: len(*granted) == len(la.kind), amount: amount, owed: owed, last: q.w.clk.Now()}
+	}
+	return rows, f, landed, a, nil
 }
 
-// allocatePermit runs ClaimLimitsLock (every stripe), PermitAllocateLock and PermitAllocate in
-// one pipeline and returns the share it got (claim goroutine: the loop records it).
-func (q *queue) allocatePermit(ctx context.Context) (permitAlloc, error) {
-	la := q.limits
-	got, err := runPermitAllocate(ctx, q.w.eng, q.w.sch, gen.PermitAllocateParams{LimKind: la.kind, LimMaxRunning: la.maxRunning,
-		Queue: q.name, WorkerID: q.w.cfg.ID, Want: int32(q.cfg.Concurrency), TtlMs: int32(permitTTL.Milliseconds())})
-	if err != nil {
-		return permitAlloc{}, err
-	}
-	amount, owed := int32(noCap), false
-	for _, r := range got {
-		amount = min(amount, r.Amount)
-		owed = owed || r.Amount < min(int32(q.cfg.Concurrency), r.Fair)
-	}
-	q.w.m.PermitAllocations.Add(1)
-	return permitAlloc{have: len(got) == len(la.kind), amount: amount, owed: owed, last: q.w.clk.Now()}, nil
-}
-
-// runPermitAllocate sends ClaimLimitsLock (every stripe), PermitAllocateLock and PermitAllocate
-// in one pipeline, one transaction.
-func runPermitAllocate(ctx context.Context, pool Batcher, sch *dbschema.Schema, p gen.PermitAllocateParams) ([]*gen.PermitAllocateRow, error) {
+// permitPipeline returns the pipeline of a permit transaction up to its completions and claim:
+// the locks (this worker's permit rows; with an allocation, every stripe and every permit row of
+// the queue) and, with alloc, PermitAllocate, whose rows land in *granted once the pipeline has
+// run.
+func permitPipeline(ctx context.Context, pool Batcher, sch *dbschema.Schema, queue, workerID string, alloc *gen.PermitAllocateParams) (*AfterLock, *[]*gen.PermitAllocateRow) {
+	granted := new([]*gen.PermitAllocateRow)
 	var c Capture
-	_ = gen.New(&c).PermitAllocateLock(ctx, p.Queue)
+	if alloc == nil {
+		_ = gen.New(&c).PermitLock(ctx, gen.PermitLockParams{Queue: queue, WorkerID: workerID})
+		return &AfterLock{Pool: pool, Sch: sch, Locks: []LockedStatement{{SQL: c.SQL, Args: c.Args}}}, granted
+	}
+	_ = gen.New(&c).PermitAllocateLock(ctx, queue)
 	db := &AfterLock{Pool: pool, Sch: sch, Locks: []LockedStatement{
-		LockStatement(ctx, p.Queue, sch.LimitsClass(), sch.LimitsClass()+limitStripes-1), {SQL: c.SQL, Args: c.Args}}}
-	return gen.New(db).PermitAllocate(ctx, p)
+		LockStatement(ctx, queue, sch.LimitsClass(), sch.LimitsClass()+limitStripes-1), {SQL: c.SQL, Args: c.Args}}}
+	var a Capture
+	_, _ = gen.New(&a).PermitAllocate(ctx, *alloc)
+	db.Pre = append(db.Pre, PreStatement{LockedStatement{SQL: a.SQL, Args: a.Args}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var r gen.PermitAllocateRow
+			if err := rows.Scan(&r.Kind, &r.Amount, &r.Fair, &r.Changed); err != nil {
+				return err
+			}
+			*granted = append(*granted, &r)
+		}
+		return nil
+	}})
+	return db, granted
 }
 
 // releasePermits deletes this worker's permit rows when it stops gracefully (within ctx, at most
@@ -269,7 +298,17 @@ func (w *Engine) releasePermits(ctx context.Context) {
 	}
 }
 
-// RunPermitAllocate is runPermitAllocate, for package worker's tests (export_test.go).
+// RunPermitAllocate runs the permit transaction with its allocation for p's worker and a
+// claim of no job, and returns what the allocation granted: the allocation as the engine runs
+// it, for package worker's tests (export_test.go).
 func RunPermitAllocate(ctx context.Context, pool Batcher, sch *dbschema.Schema, p gen.PermitAllocateParams) ([]*gen.PermitAllocateRow, error) {
-	return runPermitAllocate(ctx, pool, sch, p)
+	db, granted := permitPipeline(ctx, pool, sch, p.Queue, p.WorkerID, &p)
+	_, err := gen.New(db).ClaimPermitted(ctx, gen.ClaimPermittedParams{LimKind: p.LimKind, LimMaxRunning: p.LimMaxRunning,
+		Queue: p.Queue, WorkerID: p.WorkerID, Batch: 0, Scan: 0,
+		SegPriority: []int16{}, SegAfterUs: []int64{}, SegMinAgeUs: []int64{}, SegMaxAgeUs: []int64{},
+		KindVersions: []int32{}, Kinds: []string{}, KindLeaseMs: []int32{}, TtlMs: p.TtlMs, RenewBelowMs: 0})
+	if err != nil {
+		return nil, err
+	}
+	return *granted, nil
 }

@@ -67,10 +67,16 @@ type AfterLock struct {
 	// query) is rewritten for it, as Sch.Wrap would.
 	Sch   *dbschema.Schema
 	Locks []LockedStatement // sent in order before the query
-	// Pre, if set, is a statement sent after the locks and before the query (same transaction)
-	// whose rows PreRows reads.
-	Pre     *LockedStatement
-	PreRows func(pgx.Rows) error
+	// Pre are statements sent in order after the locks and before the query (same
+	// transaction), each with a function that reads its rows: a permit allocation
+	// (permits.go), the completions riding on a claim (claim.go, rideOn).
+	Pre []PreStatement
+}
+
+// PreStatement is a captured statement whose rows the pipeline hands to Rows.
+type PreStatement struct {
+	LockedStatement
+	Rows func(pgx.Rows) error
 }
 
 func (a *AfterLock) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
@@ -83,8 +89,8 @@ func (a *AfterLock) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 	for _, l := range a.Locks {
 		b.Queue(a.Sch.Rewrite(l.SQL), l.Args...)
 	}
-	if a.Pre != nil {
-		b.Queue(a.Sch.Rewrite(a.Pre.SQL), a.Pre.Args...)
+	for _, p := range a.Pre {
+		b.Queue(a.Sch.Rewrite(p.SQL), p.Args...)
 	}
 	b.Queue(a.Sch.Rewrite(sql), args...)
 	br := a.Pool.SendBatch(ctx, b)
@@ -94,10 +100,10 @@ func (a *AfterLock) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 			return nil, err
 		}
 	}
-	if a.Pre != nil {
+	for _, p := range a.Pre {
 		rows, err := br.Query()
 		if err == nil {
-			err = a.PreRows(rows)
+			err = p.Rows(rows)
 			rows.Close()
 			if err == nil {
 				err = rows.Err()
