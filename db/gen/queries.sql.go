@@ -1391,12 +1391,18 @@ WITH f AS (
            unnest($3::jsonb[]) AS output,
            unnest($4::jsonb[]) AS progress,
            unnest($5::boolean[]) AS del
+), sig AS (
+    -- The settle of dependents (the trigger jobs_settle_dependents) sends no NOTIFY in this
+    -- transaction (tenure.settle_jobs, migration 0030): the engine sends the wake-up of what it
+    -- released and the done signal of what it cancelled after the commit (NotifyDoneMany, from
+    -- the ids returned with settles). Read by locked's filter, so set before any row changes.
+    SELECT set_config('tenure.signals', 'after_commit', true) = 'after_commit' AS quiet
 ), locked AS (
     SELECT j.id,
            (coalesce(f.del, false) AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND j.has_dependents IS NOT TRUE
             AND NOT (j.unique_key IS NOT NULL AND tenure.unique_state_held(j.unique_states, 'succeeded'))) AS del
     FROM tenure.jobs j JOIN f ON j.id = f.id
-    WHERE j.state = 'running' AND j.claim_token = f.token
+    WHERE j.state = 'running' AND j.claim_token = f.token AND (SELECT s.quiet FROM sig s)
     FOR UPDATE OF j SKIP LOCKED
 ), done AS (
     UPDATE tenure.jobs j
@@ -1405,7 +1411,7 @@ WITH f AS (
         progress = coalesce(nullif(f.progress, 'null'::jsonb), j.progress)
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND NOT l.del AND j.state = 'running' AND j.claim_token = f.token
-    RETURNING j.id
+    RETURNING j.id, coalesce(j.has_dependents, false) AS settles
 ), gone AS (
     DELETE FROM tenure.jobs j
     USING f JOIN locked l ON l.id = f.id
@@ -1414,11 +1420,11 @@ WITH f AS (
 ), gone_effects AS (
     DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT g.id FROM gone g)
 )
-SELECT d.id, false AS busy, false AS deleted FROM done d
+SELECT d.id, false AS busy, false AS deleted, d.settles FROM done d
 UNION ALL
-SELECT g.id, false, true FROM gone g
+SELECT g.id, false, true, false FROM gone g
 UNION ALL
-SELECT j.id, true, false FROM f JOIN tenure.jobs j ON j.id = f.id
+SELECT j.id, true, false, false FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
 `
 
@@ -1434,6 +1440,7 @@ type CompleteManyRow struct {
 	ID      int64
 	Busy    bool
 	Deleted bool
+	Settles bool
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1453,7 +1460,9 @@ type CompleteManyRow struct {
 // job (its dependents and DependencyOutput read it), or a unique job whose unique states hold
 // the key in succeeded (deleting it would free the key); such rows are returned with
 // deleted = true. No NOTIFY here: the engine sends the done signal after the commit
-// (NotifyDoneMany; a deleted job named s<id>: jobs.Client.Wait reads it as succeeded, row gone).
+// (NotifyDoneMany; a deleted job named s<id>: jobs.Client.Wait reads it as succeeded, row gone),
+// and so the signals of the dependents the trigger released or cancelled (sig; settles: the
+// row has dependents, NotifyDoneMany reads what they became).
 // A NOTIFY in a writing transaction holds PostgreSQL's one notification-queue lock from its
 // pre-commit through its WAL flush, so every such commit in the cluster waits for the previous
 // one's flush (docs/design.md, "The done signal after the commit").
@@ -1472,7 +1481,12 @@ func (q *Queries) CompleteMany(ctx context.Context, arg CompleteManyParams) ([]*
 	items := []*CompleteManyRow{}
 	for rows.Next() {
 		var i CompleteManyRow
-		if err := rows.Scan(&i.ID, &i.Busy, &i.Deleted); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Busy,
+			&i.Deleted,
+			&i.Settles,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)
@@ -1712,10 +1726,13 @@ WITH f AS (
            unnest($6::text[]) AS message,
            unnest($7::jsonb[]) AS output,
            unnest($8::jsonb[]) AS progress
+), sig AS (
+    -- settle signals after the commit (CompleteMany)
+    SELECT set_config('tenure.signals', 'after_commit', true) = 'after_commit' AS quiet
 ), locked AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
-    WHERE j.state = 'running' AND j.claim_token = f.token
+    WHERE j.state = 'running' AND j.claim_token = f.token AND (SELECT s.quiet FROM sig s)
     FOR UPDATE OF j SKIP LOCKED
 ), done AS (
     UPDATE tenure.jobs j
@@ -1743,11 +1760,11 @@ WITH f AS (
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
-    RETURNING j.id, j.state
+    RETURNING j.id, j.state, coalesce(j.has_dependents, false) AS settles
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy, d.settles FROM done d
 UNION ALL
-SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
+SELECT j.id, j.state, true, false FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
 `
 
@@ -1763,9 +1780,10 @@ type FailManyParams struct {
 }
 
 type FailManyRow struct {
-	ID    int64
-	State TenureJobState
-	Busy  bool
+	ID      int64
+	State   TenureJobState
+	Busy    bool
+	Settles bool
 }
 
 // running -> ready (retry after delay_us), dead or cancelled, batched, with the error code and a
@@ -1794,7 +1812,12 @@ func (q *Queries) FailMany(ctx context.Context, arg FailManyParams) ([]*FailMany
 	items := []*FailManyRow{}
 	for rows.Next() {
 		var i FailManyRow
-		if err := rows.Scan(&i.ID, &i.State, &i.Busy); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.State,
+			&i.Busy,
+			&i.Settles,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)
@@ -3726,16 +3749,54 @@ func (q *Queries) NotifyDone(ctx context.Context, ids string) error {
 }
 
 const notifyDoneMany = `-- name: NotifyDoneMany :one
-SELECT count(pg_notify('tenure_done', p))::bigint AS notified FROM unnest($1::text[]) AS p
+WITH RECURSIVE dep AS (
+    SELECT d.job_id FROM tenure.job_deps d WHERE d.dep_id = ANY ($2::bigint[])
+    UNION
+    SELECT d.job_id
+    FROM dep x
+    JOIN tenure.jobs j ON j.id = x.job_id
+    JOIN tenure.job_deps d ON d.dep_id = j.id
+    WHERE j.state = 'cancelled' AND j.has_dependents
+), st AS MATERIALIZED (
+    SELECT j.id, j.state::text AS state, j.queue, j.priority, j.run_at
+    FROM tenure.jobs j
+    WHERE j.id IN (SELECT x.job_id FROM dep x) AND j.state IN ('ready', 'cancelled')
+), woken AS (
+    SELECT count(pg_notify('tenure_jobs', r.queue || chr(31) || r.priority || chr(31)
+                           || (extract(epoch FROM r.run_at) * 1000000)::bigint)) AS n
+    FROM (SELECT s.queue, s.priority, min(s.run_at) AS run_at FROM st s
+          WHERE s.state = 'ready' AND s.run_at <= now()
+          GROUP BY s.queue, s.priority) r
+), ended AS (
+    SELECT count(pg_notify('tenure_done', e.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT s.id, row_number() OVER () AS rn FROM st s WHERE s.state = 'cancelled') x
+          GROUP BY (x.rn - 1) / 350) e
+)
+SELECT ((SELECT count(pg_notify('tenure_done', p)) FROM unnest($1::text[]) AS p)
+        + (SELECT w.n FROM woken w) + (SELECT e.n FROM ended e))::bigint AS notified
 `
+
+type NotifyDoneManyParams struct {
+	Payloads []string
+	Settled  []int64
+}
 
 // The engine's done signal, sent after the finish that ended the jobs committed (never inside
 // it: CompleteMany): one notification per payload, each up to 350 comma-separated entries (the
 // id of a job that reached a final state, s<id> for one deleted on success). Autocommitted and
 // writing nothing, its commit flushes no WAL, so it holds the notification-queue lock only
 // for the moment of its own commit.
-func (q *Queries) NotifyDoneMany(ctx context.Context, payloads []string) (int64, error) {
-	row := q.db.QueryRow(ctx, notifyDoneMany, payloads)
+// settled: the jobs of those finishes that have dependents (the finishes' settles column). Their
+// settle (tenure.settle_jobs) sent no signal in the finish's transaction (migration 0030); this
+// statement reads what their dependents are now, after that commit, and sends what the settle
+// would have: the new-job wake-up (InsertJob's payload) per queue and band of those ready and
+// due, and the done signal of those cancelled, following cancelled dependents to their own (a
+// cascade). A dependent already claimed needs no wake-up; one ready or cancelled before (by
+// another finish, an operator) is signalled again, which a listener tolerates (a wake-up finds
+// nothing to claim, a waiter reads a final job). An empty settled reads nothing.
+func (q *Queries) NotifyDoneMany(ctx context.Context, arg NotifyDoneManyParams) (int64, error) {
+	row := q.db.QueryRow(ctx, notifyDoneMany, arg.Payloads, arg.Settled)
 	var notified int64
 	err := row.Scan(&notified)
 	return notified, err
@@ -4492,10 +4553,13 @@ WITH f AS (
     SELECT unnest($1::bigint[]) AS id,
            unnest($2::uuid[]) AS token,
            unnest($3::bigint[]) AS delay_us
+), sig AS (
+    -- settle signals after the commit (CompleteMany)
+    SELECT set_config('tenure.signals', 'after_commit', true) = 'after_commit' AS quiet
 ), locked AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
-    WHERE j.state = 'running' AND j.claim_token = f.token
+    WHERE j.state = 'running' AND j.claim_token = f.token AND (SELECT s.quiet FROM sig s)
     FOR UPDATE OF j SKIP LOCKED
 ), done AS (
     UPDATE tenure.jobs j
@@ -4510,11 +4574,11 @@ WITH f AS (
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
-    RETURNING j.id, j.state
+    RETURNING j.id, j.state, coalesce(j.has_dependents, false) AS settles
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy, d.settles FROM done d
 UNION ALL
-SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
+SELECT j.id, j.state, true, false FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
 `
 
@@ -4525,9 +4589,10 @@ type ReleaseManyParams struct {
 }
 
 type ReleaseManyRow struct {
-	ID    int64
-	State TenureJobState
-	Busy  bool
+	ID      int64
+	State   TenureJobState
+	Busy    bool
+	Settles bool
 }
 
 // Give running jobs back without charging the interrupted attempt, due again after delay_us:
@@ -4544,7 +4609,12 @@ func (q *Queries) ReleaseMany(ctx context.Context, arg ReleaseManyParams) ([]*Re
 	items := []*ReleaseManyRow{}
 	for rows.Next() {
 		var i ReleaseManyRow
-		if err := rows.Scan(&i.ID, &i.State, &i.Busy); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.State,
+			&i.Busy,
+			&i.Settles,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)
@@ -4906,10 +4976,13 @@ WITH f AS (
            unnest($2::uuid[]) AS token,
            unnest($3::bigint[]) AS generation,
            unnest($4::bigint[]) AS delay_us
+), sig AS (
+    -- settle signals after the commit (CompleteMany)
+    SELECT set_config('tenure.signals', 'after_commit', true) = 'after_commit' AS quiet
 ), locked AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
-    WHERE j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
+    WHERE j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation AND (SELECT s.quiet FROM sig s)
     FOR UPDATE OF j SKIP LOCKED
 ), done AS (
     UPDATE tenure.jobs j
@@ -4925,11 +4998,11 @@ WITH f AS (
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
-    RETURNING j.id, j.state
+    RETURNING j.id, j.state, coalesce(j.has_dependents, false) AS settles
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy, d.settles FROM done d
 UNION ALL
-SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
+SELECT j.id, j.state, true, false FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
   AND j.generation = f.generation
 `
@@ -4942,9 +5015,10 @@ type SnoozeManyParams struct {
 }
 
 type SnoozeManyRow struct {
-	ID    int64
-	State TenureJobState
-	Busy  bool
+	ID      int64
+	State   TenureJobState
+	Busy    bool
+	Settles bool
 }
 
 // running -> ready after delay_us, asked by the handler (worker.Snooze): the attempt is not
@@ -4967,7 +5041,12 @@ func (q *Queries) SnoozeMany(ctx context.Context, arg SnoozeManyParams) ([]*Snoo
 	items := []*SnoozeManyRow{}
 	for rows.Next() {
 		var i SnoozeManyRow
-		if err := rows.Scan(&i.ID, &i.State, &i.Busy); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.State,
+			&i.Busy,
+			&i.Settles,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)

@@ -28,10 +28,15 @@ const DoneEntriesPerPayload = 350
 
 // DoneID is a job's entry in the done signal: its id, written s<id> when its finish deleted
 // the row (delete on success). Entries stay ids until a payload is written (DonePayloads), so
-// a finish costs the signal no allocation per job.
+// a finish costs the signal no allocation per job. Settles marks a job with dependents (the
+// finish statement's settles column): its finish settled them (released or cancelled the
+// dependents whose last edge it resolved) without sending their signals in its transaction
+// (tenure.settle_jobs, migration 0030), so the send reads what they became and signals them
+// (NotifyDoneMany's settled ids, DoneSettled).
 type DoneID struct {
 	ID      int64
 	Deleted bool
+	Settles bool
 }
 
 // DoneNotifier collects done entries and sends them after the commits that made them true.
@@ -91,6 +96,17 @@ func DonePayloads(entries []DoneID) []string {
 		}
 		out = append(out, string(b))
 		entries = entries[k:]
+	}
+	return out
+}
+
+// DoneSettled returns the ids of the entries that Settle (nil when none).
+func DoneSettled(entries []DoneID) []int64 {
+	var out []int64
+	for _, e := range entries {
+		if e.Settles {
+			out = append(out, e.ID)
+		}
 	}
 	return out
 }

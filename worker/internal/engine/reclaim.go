@@ -105,7 +105,7 @@ func (w *Engine) reclaimOnce(ctx context.Context, n *int) error {
 			if !r.Busy { // never busy here: this transaction holds the rows (LockExpired)
 				*n++
 				if finalState(r.State) {
-					ended = append(ended, DoneID{ID: r.ID})
+					ended = append(ended, DoneID{ID: r.ID, Settles: r.Settles})
 				}
 			}
 		}
