@@ -21,6 +21,14 @@ import (
 // What it gives up: the signal follows the commit by one statement instead of coming with it,
 // and a process that dies between the two never sends it; a waiter then finds the job on its
 // fallback poll (jobs.Config.WaitPoll), as after a lost notification.
+//
+// The release's signals go the same way (migration 0030): the finish statements set
+// tenure.signals, so the settle of dependents in their trigger (tenure.settle_jobs) releases
+// and cancels without notifying, and return settles for rows with dependents (DoneID.Settles).
+// The send passes those ids to NotifyDoneMany, which reads what their dependents are after the
+// commit and sends the new-job wake-up of those ready and due and the done signal of those
+// cancelled (a cascade followed). Lost with the process, as above: a released task then waits
+// for a worker's poll (FetchPollMax).
 
 // DoneEntriesPerPayload is how many entries one notification carries (an id is at most 20
 // digits: 350 of them stay under PostgreSQL's 8,000-byte payload limit).
