@@ -1294,14 +1294,24 @@ SELECT pg_notify('tenure_done', @ids::text);
 -- due, and the done signal of those cancelled, following cancelled dependents to their own (a
 -- cascade). A dependent already claimed needs no wake-up; one ready or cancelled before (by
 -- another finish, an operator) is signalled again, which a listener tolerates (a wake-up finds
--- nothing to claim, a waiter reads a final job). An empty settled reads nothing.
+-- nothing to claim, a waiter reads a final job). An empty settled reads nothing. At most 1,000
+-- dependents of each job are read: a settle round that resolved 1,000 edges or more (a mass
+-- release, a fan-out's root) notified in its own transaction (settle_jobs), so its signals are
+-- sent already, and reading 100,000 dependents back (~0.1-1.5 s) would hold up every other
+-- done signal. Missed, so left to the poll (FetchPollMax): a job of more than 1,000
+-- dependents whose last ones it released in a round of fewer than 1,000 edges (its 'block'
+-- edges, resolved by a success after an operator's retry of its failure).
 WITH RECURSIVE dep AS (
-    SELECT d.job_id FROM tenure.job_deps d WHERE d.dep_id = ANY (@settled::bigint[])
+    SELECT e.job_id
+    FROM unnest(@settled::bigint[]) AS s(id)
+    CROSS JOIN LATERAL (SELECT d.job_id FROM tenure.job_deps d WHERE d.dep_id = s.id
+                        ORDER BY d.job_id LIMIT 1000) e
     UNION
-    SELECT d.job_id
+    SELECT e.job_id
     FROM dep x
     JOIN tenure.jobs j ON j.id = x.job_id
-    JOIN tenure.job_deps d ON d.dep_id = j.id
+    CROSS JOIN LATERAL (SELECT d.job_id FROM tenure.job_deps d WHERE d.dep_id = j.id
+                        ORDER BY d.job_id LIMIT 1000) e
     WHERE j.state = 'cancelled' AND j.has_dependents
 ), st AS MATERIALIZED (
     SELECT j.id, j.state::text AS state, j.queue, j.priority, j.run_at

@@ -23,7 +23,9 @@ DECLARE
     more_ids    bigint[];
     more_states text[];
     -- set (transaction-local) by the engine's finish statements, which send these signals
-    -- after their commit (NotifyDoneMany); every other caller notifies in its transaction
+    -- after their commit (NotifyDoneMany); every other caller notifies in its transaction, and
+    -- so does a round that resolved 1,000 edges or more (a mass release: one notifying commit,
+    -- where NotifyDoneMany would read every dependent back; it reads at most 1,000 a job)
     quiet   boolean := coalesce(current_setting('tenure.signals', true), '') = 'after_commit';
 BEGIN
     WHILE cardinality(ids) > 0 LOOP
@@ -80,7 +82,7 @@ BEGIN
             FROM (SELECT c.queue, c.priority, min(c.run_at) AS run_at FROM changed c
                   WHERE c.state = 'ready' AND c.run_at <= now()
                   GROUP BY c.queue, c.priority) r
-            WHERE NOT quiet
+            WHERE NOT quiet OR (SELECT count(*) FROM settled) >= 1000
         ), ended AS (
             -- the done signal (CompleteMany's payload: ids, 350 a message) for the dependents
             -- this round cancelled: they reached a final state (jobs.Client.Wait)
@@ -88,7 +90,7 @@ BEGIN
             FROM (SELECT string_agg(x.id::text, ',') AS ids
                   FROM (SELECT c.id, row_number() OVER () AS rn FROM changed c WHERE c.state = 'cancelled') x
                   GROUP BY (x.rn - 1) / 350) e
-            WHERE NOT quiet
+            WHERE NOT quiet OR (SELECT count(*) FROM settled) >= 1000
         ), striped AS (
             -- the striped dependents: cancelled, or released if a stripe reaches 0 (below)
             SELECT p.job_id, p.cancel, p.failed_dep, p.failed_state
