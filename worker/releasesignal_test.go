@@ -182,3 +182,48 @@ func keys(m map[string]bool) []string {
 	sort.Strings(out)
 	return out
 }
+
+// TestMassReleaseNotifiesInItsTransaction: a settle round that resolves 1,000 edges or more (a
+// fan-out's root) keeps its NOTIFY in the finish's transaction, so that NotifyDoneMany need not
+// read 100,000 dependents back after the commit (it reads at most 1,000 a job): the wake-up of
+// the root's 1,000 released tasks arrives before the sentinel notified after the commit.
+func TestMassReleaseNotifiesInItsTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPoolWith(t, func(c *pgxpool.Config) { c.MaxConns = 4 })
+	c, err := jobs.NewClient(pool, nil)
+	require.NoError(t, err)
+	wf := jobs.NewWorkflow("mass", nil).Add("root", stepArgs{Name: "root"}, nil)
+	for i := range 1000 {
+		wf.Add(fmt.Sprintf("t%d", i), stepArgs{Name: "t"}, &jobs.TaskOpts{DependsOn: []string{"root"}, InsertOpts: jobs.InsertOpts{Queue: "mass"}})
+	}
+	res, err := c.InsertWorkflow(ctx, wf)
+	require.NoError(t, err)
+	root := res.Tasks["root"].ID
+
+	listen, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer listen.Release()
+	_, err = listen.Exec(ctx, "LISTEN tenure_jobs")
+	require.NoError(t, err)
+	tok := uuid.New()
+	_, err = pool.Exec(ctx, `UPDATE tenure.jobs SET state = 'running', attempts = 1, generation = 1, claim_token = $2,
+		locked_by = 't', attempted_at = now(), locked_until = now() + interval '1 hour' WHERE id = $1`, root, tok)
+	require.NoError(t, err)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	rows, err := gen.New(conn).CompleteMany(ctx, gen.CompleteManyParams{Ids: []int64{root}, Tokens: []uuid.UUID{tok}, Outputs: [][]byte{[]byte("null")}})
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	_, err = conn.Exec(ctx, "SELECT pg_notify('tenure_jobs', 'sentinel')")
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := listen.Conn().WaitForNotification(wctx)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(n.Payload, "mass\x1f"), "the mass release's wake-up comes with its commit, got %q", n.Payload)
+	var ready int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tenure.jobs WHERE queue = 'mass' AND state = 'ready'").Scan(&ready))
+	require.Equal(t, 1000, ready)
+}
