@@ -947,7 +947,7 @@ SELECT (SELECT count(*) FROM scanned)::integer AS scanned,
 -- deleted = true. No NOTIFY here: the engine sends the done signal after the commit
 -- (NotifyDoneMany; a deleted job named s<id>: jobs.Client.Wait reads it as succeeded, row gone),
 -- and so the signals of the dependents the trigger released or cancelled (sig; settles: the
--- row has dependents, NotifyDoneMany reads what they became).
+-- row has dependents, NotifyDoneSettled reads what they became).
 -- A NOTIFY in a writing transaction holds PostgreSQL's one notification-queue lock from its
 -- pre-commit through its WAL flush, so every such commit in the cluster waits for the previous
 -- one's flush (docs/design.md, "The done signal after the commit").
@@ -1287,7 +1287,11 @@ SELECT pg_notify('tenure_done', @ids::text);
 -- id of a job that reached a final state, s<id> for one deleted on success). Autocommitted and
 -- writing nothing, its commit flushes no WAL, so it holds the notification-queue lock only
 -- for the moment of its own commit.
--- settled: the jobs of those finishes that have dependents (the finishes' settles column). Their
+SELECT count(pg_notify('tenure_done', p))::bigint AS notified FROM unnest(@payloads::text[]) AS p;
+
+-- name: NotifyDoneSettled :one
+-- NotifyDoneMany, when some of the jobs have dependents (the engine sends NotifyDoneMany
+-- alone otherwise, so that plain jobs pay nothing for this read). settled: the jobs of those finishes that have dependents (the finishes' settles column). Their
 -- settle (tenure.settle_jobs) sent no signal in the finish's transaction (migration 0030); this
 -- statement reads what their dependents are now, after that commit, and sends what the settle
 -- would have: the new-job wake-up (InsertJob's payload) per queue and band of those ready and

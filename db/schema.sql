@@ -1087,7 +1087,7 @@ CREATE INDEX jobs_sequence_idx ON tenure.jobs (sequence_key, id) WHERE sequence_
 -- of the cancelled (ended) are sent in this transaction unless it set tenure.signals to
 -- 'after_commit' (set_config, transaction-local), as the engine's finish statements do
 -- (CompleteMany, FailMany, ReleaseMany, SnoozeMany): the engine then sends both after the
--- commit, reading what the dependents of the jobs it finished became (NotifyDoneMany). A
+-- commit, reading what the dependents of the jobs it finished became (NotifyDoneSettled). A
 -- NOTIFY in a writing transaction holds PostgreSQL's one notification-queue lock from the
 -- commit's start through its WAL flush, serializing every finish that released something
 -- with every other notifying commit (docs/design.md, "The done signal after the commit").
@@ -1109,7 +1109,7 @@ DECLARE
     more_ids    bigint[];
     more_states text[];
     -- set (transaction-local) by the engine's finish statements, which send these signals
-    -- after their commit (NotifyDoneMany); every other caller notifies in its transaction, and
+    -- after their commit (NotifyDoneSettled); every other caller notifies in its transaction, and
     -- so does a round that resolved 1,000 edges or more (a mass release: one notifying commit,
     -- where NotifyDoneMany would read every dependent back; it reads at most 1,000 a job)
     quiet   boolean := coalesce(current_setting('tenure.signals', true), '') = 'after_commit';

@@ -95,7 +95,7 @@ func TestReleaseSignalsAfterTheCommit(t *testing.T) {
 	require.Equal(t, "tenure_jobs/sentinel", ch+"/"+p, "a finish notified inside its transaction")
 
 	// After the commit: the done signal of a and x, and what their settles did.
-	n, err := q.NotifyDoneMany(ctx, gen.NotifyDoneManyParams{
+	n, err := q.NotifyDoneSettled(ctx, gen.NotifyDoneSettledParams{
 		Payloads: []string{fmt.Sprintf("%d,%d", id("a"), id("x"))}, Settled: []int64{id("a"), id("x")}})
 	require.NoError(t, err)
 	var woken []string
@@ -124,7 +124,7 @@ func TestReleaseSignalsAfterTheCommit(t *testing.T) {
 // TestReleaseWakesAnIdleWorker: a dependent released by the engine's finish reaches an idle
 // worker through the wake-up sent after the commit (NotifyDoneMany), not through its poll: the
 // worker serving b's queue polls every 10 minutes, and b's queue is served by no other worker.
-// (With NotifyDoneMany's settled part left out, b waits for the poll and the test times out.)
+// (With NotifyDoneSettled left out, b waits for the poll and the test times out.)
 func TestReleaseWakesAnIdleWorker(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

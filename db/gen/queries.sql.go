@@ -1462,7 +1462,7 @@ type CompleteManyRow struct {
 // deleted = true. No NOTIFY here: the engine sends the done signal after the commit
 // (NotifyDoneMany; a deleted job named s<id>: jobs.Client.Wait reads it as succeeded, row gone),
 // and so the signals of the dependents the trigger released or cancelled (sig; settles: the
-// row has dependents, NotifyDoneMany reads what they became).
+// row has dependents, NotifyDoneSettled reads what they became).
 // A NOTIFY in a writing transaction holds PostgreSQL's one notification-queue lock from its
 // pre-commit through its WAL flush, so every such commit in the cluster waits for the previous
 // one's flush (docs/design.md, "The done signal after the commit").
@@ -3749,6 +3749,22 @@ func (q *Queries) NotifyDone(ctx context.Context, ids string) error {
 }
 
 const notifyDoneMany = `-- name: NotifyDoneMany :one
+SELECT count(pg_notify('tenure_done', p))::bigint AS notified FROM unnest($1::text[]) AS p
+`
+
+// The engine's done signal, sent after the finish that ended the jobs committed (never inside
+// it: CompleteMany): one notification per payload, each up to 350 comma-separated entries (the
+// id of a job that reached a final state, s<id> for one deleted on success). Autocommitted and
+// writing nothing, its commit flushes no WAL, so it holds the notification-queue lock only
+// for the moment of its own commit.
+func (q *Queries) NotifyDoneMany(ctx context.Context, payloads []string) (int64, error) {
+	row := q.db.QueryRow(ctx, notifyDoneMany, payloads)
+	var notified int64
+	err := row.Scan(&notified)
+	return notified, err
+}
+
+const notifyDoneSettled = `-- name: NotifyDoneSettled :one
 WITH RECURSIVE dep AS (
     SELECT e.job_id
     FROM unnest($2::bigint[]) AS s(id)
@@ -3781,17 +3797,13 @@ SELECT ((SELECT count(pg_notify('tenure_done', p)) FROM unnest($1::text[]) AS p)
         + (SELECT w.n FROM woken w) + (SELECT e.n FROM ended e))::bigint AS notified
 `
 
-type NotifyDoneManyParams struct {
+type NotifyDoneSettledParams struct {
 	Payloads []string
 	Settled  []int64
 }
 
-// The engine's done signal, sent after the finish that ended the jobs committed (never inside
-// it: CompleteMany): one notification per payload, each up to 350 comma-separated entries (the
-// id of a job that reached a final state, s<id> for one deleted on success). Autocommitted and
-// writing nothing, its commit flushes no WAL, so it holds the notification-queue lock only
-// for the moment of its own commit.
-// settled: the jobs of those finishes that have dependents (the finishes' settles column). Their
+// NotifyDoneMany, when some of the jobs have dependents (the engine sends NotifyDoneMany
+// alone otherwise, so that plain jobs pay nothing for this read). settled: the jobs of those finishes that have dependents (the finishes' settles column). Their
 // settle (tenure.settle_jobs) sent no signal in the finish's transaction (migration 0030); this
 // statement reads what their dependents are now, after that commit, and sends what the settle
 // would have: the new-job wake-up (InsertJob's payload) per queue and band of those ready and
@@ -3805,8 +3817,8 @@ type NotifyDoneManyParams struct {
 // done signal. Missed, so left to the poll (FetchPollMax): a job of more than 1,000
 // dependents whose last ones it released in a round of fewer than 1,000 edges (its 'block'
 // edges, resolved by a success after an operator's retry of its failure).
-func (q *Queries) NotifyDoneMany(ctx context.Context, arg NotifyDoneManyParams) (int64, error) {
-	row := q.db.QueryRow(ctx, notifyDoneMany, arg.Payloads, arg.Settled)
+func (q *Queries) NotifyDoneSettled(ctx context.Context, arg NotifyDoneSettledParams) (int64, error) {
+	row := q.db.QueryRow(ctx, notifyDoneSettled, arg.Payloads, arg.Settled)
 	var notified int64
 	err := row.Scan(&notified)
 	return notified, err

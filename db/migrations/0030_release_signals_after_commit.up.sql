@@ -2,7 +2,7 @@
 -- NOTIFY (the new-job wake-up of the dependents it released, the done signal of those it
 -- cancelled) when the transaction set tenure.signals to 'after_commit', as the engine's finish
 -- statements (CompleteMany, FailMany, ReleaseMany, SnoozeMany) do: the engine then sends both
--- after the commit (NotifyDoneMany reads what the finished jobs' dependents became). A NOTIFY
+-- after the commit (NotifyDoneSettled reads what the finished jobs' dependents became). A NOTIFY
 -- in a writing transaction holds PostgreSQL's one notification-queue lock from the commit's
 -- start through its WAL flush, so every finish that released something serialized with every
 -- other notifying commit. Every other caller (CompleteTx, an operator's cancel, a finish
@@ -23,7 +23,7 @@ DECLARE
     more_ids    bigint[];
     more_states text[];
     -- set (transaction-local) by the engine's finish statements, which send these signals
-    -- after their commit (NotifyDoneMany); every other caller notifies in its transaction, and
+    -- after their commit (NotifyDoneSettled); every other caller notifies in its transaction, and
     -- so does a round that resolved 1,000 edges or more (a mass release: one notifying commit,
     -- where NotifyDoneMany would read every dependent back; it reads at most 1,000 a job)
     quiet   boolean := coalesce(current_setting('tenure.signals', true), '') = 'after_commit';

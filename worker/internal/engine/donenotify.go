@@ -25,7 +25,7 @@ import (
 // The release's signals go the same way (migration 0030): the finish statements set
 // tenure.signals, so the settle of dependents in their trigger (tenure.settle_jobs) releases
 // and cancels without notifying, and return settles for rows with dependents (DoneID.Settles).
-// The send passes those ids to NotifyDoneMany, which reads what their dependents are after the
+// The send passes those ids to NotifyDoneSettled, which reads what their dependents are after the
 // commit and sends the new-job wake-up of those ready and due and the done signal of those
 // cancelled (a cascade followed). Lost with the process, as above: a released task then waits
 // for a worker's poll (FetchPollMax).
@@ -40,7 +40,7 @@ const DoneEntriesPerPayload = 350
 // finish statement's settles column): its finish settled them (released or cancelled the
 // dependents whose last edge it resolved) without sending their signals in its transaction
 // (tenure.settle_jobs, migration 0030), so the send reads what they became and signals them
-// (NotifyDoneMany's settled ids, DoneSettled).
+// (NotifyDoneSettled, DoneSettled).
 type DoneID struct {
 	ID      int64
 	Deleted bool

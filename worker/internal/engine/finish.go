@@ -813,8 +813,9 @@ const doneLastSend = time.Second
 // sendDone sends done-signal entries in one autocommitted statement (NotifyDoneMany), after the
 // commits that ended their jobs (engine/donenotify.go explains why never inside them).
 // The entries that Settle also name jobs whose dependents the finish released or cancelled
-// without a signal (tenure.settle_jobs, migration 0030): the same statement reads what those
-// dependents are now and sends their wake-up and done signals.
+// without a signal (tenure.settle_jobs, migration 0030): then NotifyDoneSettled, the same
+// statement with a read of what those dependents are now, sends their wake-up and done signals
+// too; without such entries NotifyDoneMany alone (plain jobs pay nothing for the read).
 func (w *Engine) sendDone(ctx context.Context, entries []DoneID) error {
 	payloads := DonePayloads(entries)
 	if len(payloads) == 0 {
@@ -824,7 +825,11 @@ func (w *Engine) sendDone(ctx context.Context, entries []DoneID) error {
 	ctx, cancel := context.WithTimeout(ctx, w.firstFinishDeadline())
 	defer cancel()
 	return w.retryStale(func() error {
-		_, err := w.q.NotifyDoneMany(ctx, gen.NotifyDoneManyParams{Payloads: payloads, Settled: settled})
+		if len(settled) == 0 {
+			_, err := w.q.NotifyDoneMany(ctx, payloads)
+			return err
+		}
+		_, err := w.q.NotifyDoneSettled(ctx, gen.NotifyDoneSettledParams{Payloads: payloads, Settled: settled})
 		return err
 	})
 }
