@@ -60,7 +60,7 @@ func (w *Engine) ReclaimExpired(ctx context.Context) (int, error) {
 // reclaimOnce is one ReclaimExpired transaction; it sets *n to the jobs it reclaimed.
 func (w *Engine) reclaimOnce(ctx context.Context, n *int) error {
 	*n = 0
-	var ended []DoneID // the done signal of the jobs it ended (dead, cancelled), after the commit
+	var ended []DoneID // the done signal of the jobs it ended (dead, cancelled), after the commit, with their dependents' signals (Settles)
 	err := pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
 		q := w.qon(tx)
 		rows, err := q.LockExpired(ctx, int32(w.cfg.ReclaimBatch))
