@@ -899,7 +899,9 @@ SELECT (SELECT count(*) FROM scanned)::integer AS scanned,
 -- job (its dependents and DependencyOutput read it), or a unique job whose unique states hold
 -- the key in succeeded (deleting it would free the key); such rows are returned with
 -- deleted = true. No NOTIFY here: the engine sends the done signal after the commit
--- (NotifyDoneMany; a deleted job named s<id>: jobs.Client.Wait reads it as succeeded, row gone).
+-- (NotifyDoneMany; a deleted job named s<id>: jobs.Client.Wait reads it as succeeded, row gone),
+-- and so the signals of the dependents the trigger released or cancelled (sig; settles: the
+-- row has dependents, NotifyDoneSettled reads what they became).
 -- A NOTIFY in a writing transaction holds PostgreSQL's one notification-queue lock from its
 -- pre-commit through its WAL flush, so every such commit in the cluster waits for the previous
 -- one's flush (docs/design.md, "The done signal after the commit").
@@ -909,12 +911,18 @@ WITH f AS (
            unnest(@outputs::jsonb[]) AS output,
            unnest(sqlc.narg(progress)::jsonb[]) AS progress,
            unnest(sqlc.narg(deletes)::boolean[]) AS del
+), sig AS (
+    -- The settle of dependents (the trigger jobs_settle_dependents) sends no NOTIFY in this
+    -- transaction (tenure.settle_jobs, migration 0030): the engine sends the wake-up of what it
+    -- released and the done signal of what it cancelled after the commit (NotifyDoneMany, from
+    -- the ids returned with settles). Read by locked's filter, so set before any row changes.
+    SELECT set_config('tenure.signals', 'after_commit', true) = 'after_commit' AS quiet
 ), locked AS (
     SELECT j.id,
            (coalesce(f.del, false) AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND j.has_dependents IS NOT TRUE
             AND NOT (j.unique_key IS NOT NULL AND tenure.unique_state_held(j.unique_states, 'succeeded'))) AS del
     FROM tenure.jobs j JOIN f ON j.id = f.id
-    WHERE j.state = 'running' AND j.claim_token = f.token
+    WHERE j.state = 'running' AND j.claim_token = f.token AND (SELECT s.quiet FROM sig s)
     FOR UPDATE OF j SKIP LOCKED
 ), done AS (
     UPDATE tenure.jobs j
@@ -923,7 +931,7 @@ WITH f AS (
         progress = coalesce(nullif(f.progress, 'null'::jsonb), j.progress)
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND NOT l.del AND j.state = 'running' AND j.claim_token = f.token
-    RETURNING j.id
+    RETURNING j.id, coalesce(j.has_dependents, false) AS settles
 ), gone AS (
     DELETE FROM tenure.jobs j
     USING f JOIN locked l ON l.id = f.id
@@ -932,11 +940,11 @@ WITH f AS (
 ), gone_effects AS (
     DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT g.id FROM gone g)
 )
-SELECT d.id, false AS busy, false AS deleted FROM done d
+SELECT d.id, false AS busy, false AS deleted, d.settles FROM done d
 UNION ALL
-SELECT g.id, false, true FROM gone g
+SELECT g.id, false, true, false FROM gone g
 UNION ALL
-SELECT j.id, true, false FROM f JOIN tenure.jobs j ON j.id = f.id
+SELECT j.id, true, false, false FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
 
 -- name: CompleteOne :one
@@ -998,10 +1006,13 @@ WITH f AS (
            unnest(@messages::text[]) AS message,
            unnest(sqlc.narg(outputs)::jsonb[]) AS output,
            unnest(sqlc.narg(progress)::jsonb[]) AS progress
+), sig AS (
+    -- settle signals after the commit (CompleteMany)
+    SELECT set_config('tenure.signals', 'after_commit', true) = 'after_commit' AS quiet
 ), locked AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
-    WHERE j.state = 'running' AND j.claim_token = f.token
+    WHERE j.state = 'running' AND j.claim_token = f.token AND (SELECT s.quiet FROM sig s)
     FOR UPDATE OF j SKIP LOCKED
 ), done AS (
     UPDATE tenure.jobs j
@@ -1029,11 +1040,11 @@ WITH f AS (
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
-    RETURNING j.id, j.state
+    RETURNING j.id, j.state, coalesce(j.has_dependents, false) AS settles
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy, d.settles FROM done d
 UNION ALL
-SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
+SELECT j.id, j.state, true, false FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
 
 -- name: ReleaseMany :many
@@ -1046,10 +1057,13 @@ WITH f AS (
     SELECT unnest(@ids::bigint[]) AS id,
            unnest(@tokens::uuid[]) AS token,
            unnest(@delay_us::bigint[]) AS delay_us
+), sig AS (
+    -- settle signals after the commit (CompleteMany)
+    SELECT set_config('tenure.signals', 'after_commit', true) = 'after_commit' AS quiet
 ), locked AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
-    WHERE j.state = 'running' AND j.claim_token = f.token
+    WHERE j.state = 'running' AND j.claim_token = f.token AND (SELECT s.quiet FROM sig s)
     FOR UPDATE OF j SKIP LOCKED
 ), done AS (
     UPDATE tenure.jobs j
@@ -1064,11 +1078,11 @@ WITH f AS (
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token
-    RETURNING j.id, j.state
+    RETURNING j.id, j.state, coalesce(j.has_dependents, false) AS settles
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy, d.settles FROM done d
 UNION ALL
-SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
+SELECT j.id, j.state, true, false FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token;
 
 -- name: SnoozeMany :many
@@ -1083,10 +1097,13 @@ WITH f AS (
            unnest(@tokens::uuid[]) AS token,
            unnest(@generations::bigint[]) AS generation,
            unnest(@delay_us::bigint[]) AS delay_us
+), sig AS (
+    -- settle signals after the commit (CompleteMany)
+    SELECT set_config('tenure.signals', 'after_commit', true) = 'after_commit' AS quiet
 ), locked AS (
     SELECT j.id
     FROM tenure.jobs j JOIN f ON j.id = f.id
-    WHERE j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
+    WHERE j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation AND (SELECT s.quiet FROM sig s)
     FOR UPDATE OF j SKIP LOCKED
 ), done AS (
     UPDATE tenure.jobs j
@@ -1102,11 +1119,11 @@ WITH f AS (
         updated_at = now()
     FROM f JOIN locked l ON l.id = f.id
     WHERE j.id = f.id AND j.state = 'running' AND j.claim_token = f.token AND j.generation = f.generation
-    RETURNING j.id, j.state
+    RETURNING j.id, j.state, coalesce(j.has_dependents, false) AS settles
 )
-SELECT d.id, d.state, false AS busy FROM done d
+SELECT d.id, d.state, false AS busy, d.settles FROM done d
 UNION ALL
-SELECT j.id, j.state, true FROM f JOIN tenure.jobs j ON j.id = f.id
+SELECT j.id, j.state, true, false FROM f JOIN tenure.jobs j ON j.id = f.id
 WHERE f.id NOT IN (SELECT l.id FROM locked l) AND j.state = 'running' AND j.claim_token = f.token
   AND j.generation = f.generation;
 
@@ -1225,6 +1242,53 @@ SELECT pg_notify('tenure_done', @ids::text);
 -- writing nothing, its commit flushes no WAL, so it holds the notification-queue lock only
 -- for the moment of its own commit.
 SELECT count(pg_notify('tenure_done', p))::bigint AS notified FROM unnest(@payloads::text[]) AS p;
+
+-- name: NotifyDoneSettled :one
+-- NotifyDoneMany, when some of the jobs have dependents (the engine sends NotifyDoneMany
+-- alone otherwise, so that plain jobs pay nothing for this read). settled: the jobs of those finishes that have dependents (the finishes' settles column). Their
+-- settle (tenure.settle_jobs) sent no signal in the finish's transaction (migration 0030); this
+-- statement reads what their dependents are now, after that commit, and sends what the settle
+-- would have: the new-job wake-up (InsertJob's payload) per queue and band of those ready and
+-- due, and the done signal of those cancelled, following cancelled dependents to their own (a
+-- cascade). A dependent already claimed needs no wake-up; one ready or cancelled before (by
+-- another finish, an operator) is signalled again, which a listener tolerates (a wake-up finds
+-- nothing to claim, a waiter reads a final job). An empty settled reads nothing. At most 1,000
+-- dependents of each job are read: a settle round that resolved 1,000 edges or more (a mass
+-- release, a fan-out's root) notified in its own transaction (settle_jobs), so its signals are
+-- sent already, and reading 100,000 dependents back (~0.1-1.5 s) would hold up every other
+-- done signal. Missed, so left to the poll (FetchPollMax): a job of more than 1,000
+-- dependents whose last ones it released in a round of fewer than 1,000 edges (its 'block'
+-- edges, resolved by a success after an operator's retry of its failure).
+WITH RECURSIVE dep AS (
+    SELECT e.job_id
+    FROM unnest(@settled::bigint[]) AS s(id)
+    CROSS JOIN LATERAL (SELECT d.job_id FROM tenure.job_deps d WHERE d.dep_id = s.id
+                        ORDER BY d.job_id LIMIT 1000) e
+    UNION
+    SELECT e.job_id
+    FROM dep x
+    JOIN tenure.jobs j ON j.id = x.job_id
+    CROSS JOIN LATERAL (SELECT d.job_id FROM tenure.job_deps d WHERE d.dep_id = j.id
+                        ORDER BY d.job_id LIMIT 1000) e
+    WHERE j.state = 'cancelled' AND j.has_dependents
+), st AS MATERIALIZED (
+    SELECT j.id, j.state::text AS state, j.queue, j.priority, j.run_at
+    FROM tenure.jobs j
+    WHERE j.id IN (SELECT x.job_id FROM dep x) AND j.state IN ('ready', 'cancelled')
+), woken AS (
+    SELECT count(pg_notify('tenure_jobs', r.queue || chr(31) || r.priority || chr(31)
+                           || (extract(epoch FROM r.run_at) * 1000000)::bigint)) AS n
+    FROM (SELECT s.queue, s.priority, min(s.run_at) AS run_at FROM st s
+          WHERE s.state = 'ready' AND s.run_at <= now()
+          GROUP BY s.queue, s.priority) r
+), ended AS (
+    SELECT count(pg_notify('tenure_done', e.ids)) AS n
+    FROM (SELECT string_agg(x.id::text, ',') AS ids
+          FROM (SELECT s.id, row_number() OVER () AS rn FROM st s WHERE s.state = 'cancelled') x
+          GROUP BY (x.rn - 1) / 350) e
+)
+SELECT ((SELECT count(pg_notify('tenure_done', p)) FROM unnest(@payloads::text[]) AS p)
+        + (SELECT w.n FROM woken w) + (SELECT e.n FROM ended e))::bigint AS notified;
 
 -- name: KindTimeout :one
 -- The handler timeout (ms) published for a kind (tenure.kinds): the given worker's when it

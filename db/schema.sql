@@ -1039,7 +1039,7 @@ CREATE INDEX jobs_sequence_idx ON tenure.jobs (sequence_key, id) WHERE sequence_
 
 -- Settles the dependents of jobs that just reached a final state (ids, with their states):
 -- each unresolved edge out of them is resolved, and each dependent still waiting is
---   released (waiting -> ready, due at its own run_at or now, with the new-job NOTIFY) when its
+--   released (waiting -> ready, due at its own run_at or now, with the new-job signal) when its
 --   last pending edge resolved through a success, or a failure under on_failure = 'run';
 --   cancelled (code DEPENDENCY_FAILED) when an edge failed under on_failure = 'cancel'; its own
 --   dependents are then settled in the next round of the loop (not by a nested trigger: the
@@ -1083,6 +1083,16 @@ CREATE INDEX jobs_sequence_idx ON tenure.jobs (sequence_key, id) WHERE sequence_
 -- takes the jobs' row locks in two ordered sets. Cancelled dependents with dependents of their
 -- own feed the next round (a cascade, as before). A striped dependent cancelled keeps its
 -- stripes (deleted with the job): another finish may be decrementing them.
+-- The signals (migration 0030): the new-job NOTIFY of the released (woken) and the done NOTIFY
+-- of the cancelled (ended) are sent in this transaction unless it set tenure.signals to
+-- 'after_commit' (set_config, transaction-local), as the engine's finish statements do
+-- (CompleteMany, FailMany, ReleaseMany, SnoozeMany): the engine then sends both after the
+-- commit, reading what the dependents of the jobs it finished became (NotifyDoneSettled). A
+-- NOTIFY in a writing transaction holds PostgreSQL's one notification-queue lock from the
+-- commit's start through its WAL flush, serializing every finish that released something
+-- with every other notifying commit (docs/design.md, "The done signal after the commit").
+-- Callers with no Go side after their commit (CompleteTx's CompleteOne, the operator's
+-- cancels, finishes written in SQL) do not set it and notify here.
 CREATE FUNCTION tenure.settle_jobs(ids bigint[], states text[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET plan_cache_mode = force_generic_plan
@@ -1098,6 +1108,11 @@ DECLARE
     zeroed  bigint[];
     more_ids    bigint[];
     more_states text[];
+    -- set (transaction-local) by the engine's finish statements, which send these signals
+    -- after their commit (NotifyDoneSettled); every other caller notifies in its transaction, and
+    -- so does a round that resolved 1,000 edges or more (a mass release: one notifying commit,
+    -- where NotifyDoneMany would read every dependent back; it reads at most 1,000 a job)
+    quiet   boolean := coalesce(current_setting('tenure.signals', true), '') = 'after_commit';
 BEGIN
     WHILE cardinality(ids) > 0 LOOP
         WITH settled AS (
@@ -1153,6 +1168,7 @@ BEGIN
             FROM (SELECT c.queue, c.priority, min(c.run_at) AS run_at FROM changed c
                   WHERE c.state = 'ready' AND c.run_at <= now()
                   GROUP BY c.queue, c.priority) r
+            WHERE NOT quiet OR (SELECT count(*) FROM settled) >= 1000
         ), ended AS (
             -- the done signal (CompleteMany's payload: ids, 350 a message) for the dependents
             -- this round cancelled: they reached a final state (jobs.Client.Wait)
@@ -1160,6 +1176,7 @@ BEGIN
             FROM (SELECT string_agg(x.id::text, ',') AS ids
                   FROM (SELECT c.id, row_number() OVER () AS rn FROM changed c WHERE c.state = 'cancelled') x
                   GROUP BY (x.rn - 1) / 350) e
+            WHERE NOT quiet OR (SELECT count(*) FROM settled) >= 1000
         ), striped AS (
             -- the striped dependents: cancelled, or released if a stripe reaches 0 (below)
             SELECT p.job_id, p.cancel, p.failed_dep, p.failed_state
@@ -1252,11 +1269,13 @@ BEGIN
                 FROM (SELECT c.queue, c.priority, min(c.run_at) AS run_at FROM changed c
                       WHERE c.state = 'ready' AND c.run_at <= now()
                       GROUP BY c.queue, c.priority) r
+                WHERE NOT quiet
             ), ended AS (
                 SELECT count(pg_notify('tenure_done', e.ids)) AS n
                 FROM (SELECT string_agg(x.id::text, ',') AS ids
                       FROM (SELECT c.id, row_number() OVER () AS rn FROM changed c WHERE c.state = 'cancelled') x
                       GROUP BY (x.rn - 1) / 350) e
+                WHERE NOT quiet
             )
             SELECT more_ids || coalesce((SELECT array_agg(c.id) FROM changed c
                                          WHERE c.state = 'cancelled' AND coalesce(c.has_dependents, false)), '{}'),

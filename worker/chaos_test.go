@@ -755,19 +755,18 @@ func (p *tcpProxy) restore() {
 }
 
 // completionReply reports whether b holds the reply to a CompleteMany that wrote one job: one
-// row of three binary columns (DataRow 'D', length 28, 3 fields: the int8 id, the bool busy =
-// false, the bool deleted = false), then CommandComplete "SELECT 1" (the statement is a CTE
-// ending in a SELECT). A busy reply (the row was locked: nothing written) is let through; a
-// heartbeat's row has the same shape but says extended = true in its third column; a claim
-// says "UPDATE n".
+// row of four binary columns (DataRow 'D', length 33, 4 fields: the int8 id, the bool busy =
+// false, the bool deleted = false, the bool settles = false: a job without dependents), then
+// CommandComplete "SELECT 1" (the statement is a CTE ending in a SELECT). A busy reply (the row
+// was locked: nothing written) is let through; a claim says "UPDATE n".
 func completionReply(b []byte) bool {
-	head := []byte("D\x00\x00\x00\x1c\x00\x03\x00\x00\x00\x08")
+	head := []byte("D\x00\x00\x00\x21\x00\x04\x00\x00\x00\x08")
 	i := bytes.Index(b, head)
-	if i < 0 || len(b) < i+len(head)+8+10 {
+	if i < 0 || len(b) < i+len(head)+8+15 {
 		return false
 	}
-	flags := b[i+len(head)+8:][:10] // busy and deleted: each a length (1) and a value
-	return bytes.Equal(flags, []byte("\x00\x00\x00\x01\x00\x00\x00\x00\x01\x00")) && bytes.Contains(b, []byte("SELECT 1\x00"))
+	flags := b[i+len(head)+8:][:15] // busy, deleted and settles: each a length (1) and a value
+	return bytes.Equal(flags, []byte("\x00\x00\x00\x01\x00\x00\x00\x00\x01\x00\x00\x00\x00\x01\x00")) && bytes.Contains(b, []byte("SELECT 1\x00"))
 }
 
 // dropReplies makes every connection drop the reply of its next completion of one job

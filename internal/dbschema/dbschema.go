@@ -218,6 +218,12 @@ func (s *Schema) DoneChannel() string { return s.name + chanDone }
 // jobs' finishes without lingering).
 func (s *Schema) AwaitChannel() string { return s.name + chanAwait }
 
+// SignalsSetting is the transaction-local setting the engine's finish statements set to
+// 'after_commit' ("tenure.signals" for Default): the settle of dependents (settle_jobs,
+// migration 0030) then sends no NOTIFY in their transaction, the engine sends it after the
+// commit. Per schema, as the channels are.
+func (s *Schema) SignalsSetting() string { return s.name + ".signals" }
+
 // Key returns the schema's bigint advisory lock key for the purpose k names (a key of
 // internal/locks): k itself for Default.
 func (s *Schema) Key(k locks.Key) int64 {
@@ -297,6 +303,7 @@ func literalMap(schema string) (strs map[string]string, ints map[string]string) 
 	strs = map[string]string{
 		d.JobsChannel(): s.JobsChannel(), d.CancelChannel(): s.CancelChannel(), d.QueuesChannel(): s.QueuesChannel(),
 		d.DoneChannel(): s.DoneChannel(), d.AwaitChannel(): s.AwaitChannel(),
+		d.SignalsSetting(): s.SignalsSetting(),
 	}
 	ints = map[string]string{}
 	for i := int32(0); i <= locks.FinishWaitClass-locks.LimitsClass; i++ {

@@ -194,7 +194,8 @@ func dollarTag(s string) (string, bool) {
 //     has no other object of that name;
 //   - a string literal whose whole text is a NOTIFY channel of the default schema
 //     ('tenure_jobs', 'tenure_cancel', 'tenure_queues',
-//     'tenure_done', 'tenure_await') into the schema's channel;
+//     'tenure_done', 'tenure_await') into the schema's channel, and the setting
+//     'tenure.signals' into the schema's (SignalsSetting);
 //   - an integer literal that is one of the default schema's int4 lock classes (1952804469 ..
 //     1952804473) into the schema's class;
 //

@@ -70,6 +70,8 @@ func TestDerivedNames(t *testing.T) {
 	require.Equal(t, "tenure_await", d.AwaitChannel())
 	require.Equal(t, "'app2_await'", Rewrite("'tenure_await'", "app2"))
 	require.Equal(t, "app2_done", Rewrite("'tenure_done'", "app2")[1:10])
+	require.Equal(t, "tenure.signals", d.SignalsSetting())
+	require.Equal(t, "current_setting('app2.signals', true)", Rewrite("current_setting('tenure.signals', true)", "app2"))
 	for _, k := range locks.All() {
 		require.Equal(t, int64(k.Key), d.Key(k.Key), "the default schema keeps %s", k.Name)
 	}
@@ -145,8 +147,8 @@ func tenureSQL(t testing.TB) map[string]string {
 
 // TestTenureSQLRewritesCompletely rewrites every file of Tenure's SQL for another schema and
 // checks that no identifier still names "tenure" (the rewritten text runs nothing in schema
-// tenure), that every string literal but the channels is kept byte for byte, and that the
-// only literals naming a channel are the three channels.
+// tenure), that every string literal but the channels (and the signals setting) is kept byte
+// for byte, and that the only literals naming a channel are the channels.
 func TestTenureSQLRewritesCompletely(t *testing.T) {
 	for name, sql := range tenureSQL(t) {
 		out := Rewrite(sql, "alt")
@@ -162,7 +164,7 @@ func TestTenureSQLRewritesCompletely(t *testing.T) {
 		require.Len(t, got, len(in), name)
 		for i := range in {
 			if in[i] != got[i] {
-				require.Contains(t, []string{"'tenure_jobs'", "'tenure_cancel'", "'tenure_queues'", "'tenure_done'", "'tenure_await'"}, in[i], name)
+				require.Contains(t, []string{"'tenure_jobs'", "'tenure_cancel'", "'tenure_queues'", "'tenure_done'", "'tenure_await'", "'tenure.signals'"}, in[i], name)
 			}
 		}
 	}
@@ -221,7 +223,8 @@ func FuzzRewrite(f *testing.F) {
 		if len(in) != len(got) {
 			t.Fatalf("literal count changed: %q -> %q", sql, out)
 		}
-		channels := map[string]bool{"'tenure_jobs'": true, "'tenure_cancel'": true, "'tenure_queues'": true, "'tenure_done'": true, "'tenure_await'": true}
+		channels := map[string]bool{"'tenure_jobs'": true, "'tenure_cancel'": true, "'tenure_queues'": true, "'tenure_done'": true, "'tenure_await'": true,
+			"'tenure.signals'": true}
 		for i := range in {
 			if in[i] != got[i] && !(channels[in[i]] && got[i] == "'"+schema+in[i][len("'tenure"):]) {
 				t.Fatalf("literal or comment %q became %q (%q -> %q)", in[i], got[i], sql, out)

@@ -140,8 +140,8 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 // follow each other, completions cost no transaction of their own.
 //
 // When the claim returns, the loop settles what it completed exactly as a finisher's write
-// would (settle: outcome, metrics, logs; the done NOTIFY and the release of dependents are the
-// statement's own): landed rows succeeded, rows it skipped because another session held them
+// would (settle: outcome, metrics, logs; the release of dependents is the statement's own, the
+// done signal and the dependents' signals follow the commit, engine/donenotify.go): landed rows succeeded, rows it skipped because another session held them
 // (busy) go to the finishers, which wait for that row alone, and rows it did not change are
 // stale. A claim that failed rolled its completions back with it, unless its commit went
 // through and only the reply was lost: they go to the finishers, marked rideFailed, so that a
@@ -162,11 +162,11 @@ func rideOn(ctx context.Context, db *AfterLock, done []*Execution) rideLanded {
 	db.Pre = append(db.Pre, PreStatement{LockedStatement{SQL: cm.SQL, Args: cm.Args}, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id int64
-			var busy, deleted bool
-			if err := rows.Scan(&id, &busy, &deleted); err != nil {
+			var busy, deleted, settles bool
+			if err := rows.Scan(&id, &busy, &deleted, &settles); err != nil {
 				return err
 			}
-			landed[id] = rideRow{landed: !busy, deleted: deleted}
+			landed[id] = rideRow{landed: !busy, deleted: deleted, settles: settles}
 		}
 		return nil
 	}})
@@ -178,8 +178,9 @@ func rideOn(ctx context.Context, db *AfterLock, done []*Execution) rideLanded {
 type rideLanded map[int64]rideRow
 
 // rideRow is one riding completion's result: landed (false: another session held the row, not
-// written), and deleted (landed by deleting the row: delete on success).
-type rideRow struct{ landed, deleted bool }
+// written), deleted (landed by deleting the row: delete on success), and settles (the row has
+// dependents: their signals follow the commit, DoneID.Settles).
+type rideRow struct{ landed, deleted, settles bool }
 
 // claimDB is what a claim's statements run on: the engine's queries, or, when the claim carries
 // completions, a pipeline that sends CompleteMany before the claim, in its transaction

@@ -21,6 +21,14 @@ import (
 // What it gives up: the signal follows the commit by one statement instead of coming with it,
 // and a process that dies between the two never sends it; a waiter then finds the job on its
 // fallback poll (jobs.Config.WaitPoll), as after a lost notification.
+//
+// The release's signals go the same way (migration 0030): the finish statements set
+// tenure.signals, so the settle of dependents in their trigger (tenure.settle_jobs) releases
+// and cancels without notifying, and return settles for rows with dependents (DoneID.Settles).
+// The send passes those ids to NotifyDoneSettled, which reads what their dependents are after the
+// commit and sends the new-job wake-up of those ready and due and the done signal of those
+// cancelled (a cascade followed). Lost with the process, as above: a released task then waits
+// for a worker's poll (FetchPollMax).
 
 // DoneEntriesPerPayload is how many entries one notification carries (an id is at most 20
 // digits: 350 of them stay under PostgreSQL's 8,000-byte payload limit).
@@ -28,10 +36,15 @@ const DoneEntriesPerPayload = 350
 
 // DoneID is a job's entry in the done signal: its id, written s<id> when its finish deleted
 // the row (delete on success). Entries stay ids until a payload is written (DonePayloads), so
-// a finish costs the signal no allocation per job.
+// a finish costs the signal no allocation per job. Settles marks a job with dependents (the
+// finish statement's settles column): its finish settled them (released or cancelled the
+// dependents whose last edge it resolved) without sending their signals in its transaction
+// (tenure.settle_jobs, migration 0030), so the send reads what they became and signals them
+// (NotifyDoneSettled, DoneSettled).
 type DoneID struct {
 	ID      int64
 	Deleted bool
+	Settles bool
 }
 
 // DoneNotifier collects done entries and sends them after the commits that made them true.
@@ -91,6 +104,17 @@ func DonePayloads(entries []DoneID) []string {
 		}
 		out = append(out, string(b))
 		entries = entries[k:]
+	}
+	return out
+}
+
+// DoneSettled returns the ids of the entries that Settle (nil when none).
+func DoneSettled(entries []DoneID) []int64 {
+	var out []int64
+	for _, e := range entries {
+		if e.Settles {
+			out = append(out, e.ID)
+		}
 	}
 	return out
 }

@@ -273,15 +273,16 @@ func newFinishResult(n int) finishResult {
 }
 
 // add records one returned row: busy, or landed in state (final states get a done entry;
-// deleted: the row was deleted on success).
-func (r finishResult) add(id int64, busy bool, state gen.TenureJobState, deleted bool) {
+// deleted: the row was deleted on success; settles: the row has dependents, whose signals the
+// done notifier sends too, DoneID.Settles).
+func (r finishResult) add(id int64, busy bool, state gen.TenureJobState, deleted, settles bool) {
 	if busy {
 		r.busy[id] = true
 		return
 	}
 	r.landed[id] = true
 	if finalState(state) {
-		r.final[id] = DoneID{ID: id, Deleted: deleted}
+		r.final[id] = DoneID{ID: id, Deleted: deleted, Settles: settles}
 	}
 }
 
@@ -308,7 +309,7 @@ func completeMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishR
 		Deletes: deletes(es)})
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		res.add(r.ID, r.Busy, gen.TenureJobStateSucceeded, r.Deleted)
+		res.add(r.ID, r.Busy, gen.TenureJobStateSucceeded, r.Deleted, r.Settles)
 	}
 	return res, err
 }
@@ -359,7 +360,7 @@ func snoozeMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishRes
 	rows, err := q.SnoozeMany(ctx, gen.SnoozeManyParams{Ids: ids, Tokens: tokens, Generations: gens, DelayUs: delays})
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		res.add(r.ID, r.Busy, r.State, false)
+		res.add(r.ID, r.Busy, r.State, false, r.Settles)
 	}
 	return res, err
 }
@@ -373,7 +374,7 @@ func releaseMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishRe
 	rows, err := q.ReleaseMany(ctx, gen.ReleaseManyParams{Ids: ids, Tokens: tokens, DelayUs: delays})
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		res.add(r.ID, r.Busy, r.State, false)
+		res.add(r.ID, r.Busy, r.State, false, r.Settles)
 	}
 	return res, err
 }
@@ -400,7 +401,7 @@ func failMany(ctx context.Context, q *gen.Queries, es []*Execution) (finishResul
 	rows, err := q.FailMany(ctx, arg)
 	res := newFinishResult(len(rows))
 	for _, r := range rows {
-		res.add(r.ID, r.Busy, r.State, false)
+		res.add(r.ID, r.Busy, r.State, false, r.Settles)
 	}
 	return res, err
 }
@@ -703,8 +704,9 @@ func (w *Engine) readBack(ctx context.Context, es []*Execution, res finishResult
 			res.landed[r.ID] = true
 			if finalState(r.State) && !e.txCompleted.Load() {
 				// Its commit's reply was lost, and with it the done signal that follows it
-				// (a CompleteTx's signal went with the handler's transaction).
-				res.final[r.ID] = DoneID{ID: r.ID}
+				// (a CompleteTx's signal went with the handler's transaction). Whether it had
+				// dependents is not read back: Settles costs at most an empty look-up.
+				res.final[r.ID] = DoneID{ID: r.ID, Settles: true}
 			}
 		}
 		delete(byID, r.ID)
@@ -810,15 +812,24 @@ const doneLastSend = time.Second
 
 // sendDone sends done-signal entries in one autocommitted statement (NotifyDoneMany), after the
 // commits that ended their jobs (engine/donenotify.go explains why never inside them).
+// The entries that Settle also name jobs whose dependents the finish released or cancelled
+// without a signal (tenure.settle_jobs, migration 0030): then NotifyDoneSettled, the same
+// statement with a read of what those dependents are now, sends their wake-up and done signals
+// too; without such entries NotifyDoneMany alone (plain jobs pay nothing for the read).
 func (w *Engine) sendDone(ctx context.Context, entries []DoneID) error {
 	payloads := DonePayloads(entries)
 	if len(payloads) == 0 {
 		return nil
 	}
+	settled := DoneSettled(entries)
 	ctx, cancel := context.WithTimeout(ctx, w.firstFinishDeadline())
 	defer cancel()
 	return w.retryStale(func() error {
-		_, err := w.q.NotifyDoneMany(ctx, payloads)
+		if len(settled) == 0 {
+			_, err := w.q.NotifyDoneMany(ctx, payloads)
+			return err
+		}
+		_, err := w.q.NotifyDoneSettled(ctx, gen.NotifyDoneSettledParams{Payloads: payloads, Settled: settled})
 		return err
 	})
 }

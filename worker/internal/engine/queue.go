@@ -542,7 +542,7 @@ func (q *queue) claimed(r claimResult) {
 				}
 				if rr.landed {
 					w.m.FinishedOnClaims.Add(1)
-					entries = append(entries, DoneID{ID: e.c.ID, Deleted: rr.deleted})
+					entries = append(entries, DoneID{ID: e.c.ID, Deleted: rr.deleted, Settles: rr.settles})
 				}
 				ss = append(ss, settled{e: e, landed: rr.landed})
 			}

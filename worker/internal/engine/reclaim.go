@@ -60,7 +60,7 @@ func (w *Engine) ReclaimExpired(ctx context.Context) (int, error) {
 // reclaimOnce is one ReclaimExpired transaction; it sets *n to the jobs it reclaimed.
 func (w *Engine) reclaimOnce(ctx context.Context, n *int) error {
 	*n = 0
-	var ended []DoneID // the done signal of the jobs it ended (dead, cancelled), after the commit
+	var ended []DoneID // the done signal of the jobs it ended (dead, cancelled), after the commit, with their dependents' signals (Settles)
 	err := pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
 		q := w.qon(tx)
 		rows, err := q.LockExpired(ctx, int32(w.cfg.ReclaimBatch))
@@ -105,7 +105,7 @@ func (w *Engine) reclaimOnce(ctx context.Context, n *int) error {
 			if !r.Busy { // never busy here: this transaction holds the rows (LockExpired)
 				*n++
 				if finalState(r.State) {
-					ended = append(ended, DoneID{ID: r.ID})
+					ended = append(ended, DoneID{ID: r.ID, Settles: r.Settles})
 				}
 			}
 		}
