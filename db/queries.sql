@@ -956,7 +956,7 @@ WITH f AS (
            unnest(sqlc.narg(progress)::jsonb[]) AS progress,
            unnest(sqlc.narg(deletes)::boolean[]) AS del
 ), locked AS (
-    SELECT j.id,
+    SELECT j.id, f.token, f.output, f.progress,
            (coalesce(f.del, false) AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND j.has_dependents IS NOT TRUE
             AND NOT (j.unique_key IS NOT NULL AND tenure.unique_state_held(j.unique_states, 'succeeded'))) AS del
     FROM tenure.jobs j JOIN f ON j.id = f.id
@@ -965,15 +965,15 @@ WITH f AS (
 ), done AS (
     UPDATE tenure.jobs j
     SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
-        output = nullif(f.output, 'null'::jsonb),
-        progress = coalesce(nullif(f.progress, 'null'::jsonb), j.progress)
-    FROM f JOIN locked l ON l.id = f.id
-    WHERE j.id = f.id AND NOT l.del AND j.state = 'running' AND j.claim_token = f.token
+        output = nullif(l.output, 'null'::jsonb),
+        progress = coalesce(nullif(l.progress, 'null'::jsonb), j.progress)
+    FROM locked l
+    WHERE j.id = l.id AND NOT l.del AND j.state = 'running' AND j.claim_token = l.token
     RETURNING j.id
 ), gone AS (
     DELETE FROM tenure.jobs j
-    USING f JOIN locked l ON l.id = f.id
-    WHERE j.id = f.id AND l.del AND j.state = 'running' AND j.claim_token = f.token
+    USING locked l
+    WHERE j.id = l.id AND l.del AND j.state = 'running' AND j.claim_token = l.token
     RETURNING j.id
 ), gone_effects AS (
     DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT g.id FROM gone g)
