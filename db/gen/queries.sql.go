@@ -1447,6 +1447,8 @@ type CompleteManyRow struct {
 // delays only its own finish (the engine then waits for that row alone: LockFinish). The other
 // rows are changed and returned with busy = false. A job missing from the result is a stale
 // write. (The lock costs each finished row a row-lock WAL record: measured in docs/design.md.)
+// locked carries each row's token, output and progress, so done and gone join the locked rows
+// alone (joining f again was a hash join per statement; docs/design.md "Finish path").
 // Delete on success (deletes[i], HandlerOptions.DeleteOnSuccess, docs/guide.md §28): the job's
 // row is deleted instead, with its effect-ledger rows, fenced exactly like the update (same
 // locked rows, id + state + claim token), unless the row must stay: a workflow task or sequence
