@@ -140,3 +140,55 @@ func TestOwnUnderRoles(t *testing.T) {
 	require.NoError(t, wp.QueryRow(ctx, `SELECT id FROM tenure.own(ARRAY[$1]::bigint[], 'worker', '{noop}', '{0}')`, id).Scan(&owned))
 	require.Equal(t, id, owned)
 }
+
+// TestOwnTokensAreFreshPerAttempt: tenure.own derives the claim tokens of one call from one
+// random uuid and each row's id (migration 0031). Every token of a call is distinct, every
+// attempt of a job gets a token none of its earlier attempts had, tokens stay RFC 4122
+// version 4 uuids, and a finish fenced by an earlier attempt's token changes nothing.
+func TestOwnTokensAreFreshPerAttempt(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO tenure.jobs (kind, payload) SELECT 'noop', '{}' FROM generate_series(1, 200)`)
+	require.NoError(t, err)
+	seen := map[uuid.UUID]int64{}
+	tokensOf := map[int64][]uuid.UUID{}
+	for attempt := 0; attempt < 5; attempt++ {
+		rows, err := pool.Query(ctx, `SELECT id, claim_token FROM tenure.own(ARRAY(SELECT id FROM tenure.jobs WHERE state = 'ready'), 'w', '{noop}', '{0}')`)
+		require.NoError(t, err)
+		n := 0
+		for rows.Next() {
+			var id int64
+			var tok uuid.UUID
+			require.NoError(t, rows.Scan(&id, &tok))
+			n++
+			require.Equal(t, uuid.Version(4), tok.Version(), "token %s", tok)
+			require.Equal(t, uuid.RFC4122, tok.Variant(), "token %s", tok)
+			if other, dup := seen[tok]; dup {
+				t.Fatalf("token %s given to job %d and before to job %d", tok, id, other)
+			}
+			seen[tok] = id
+			tokensOf[id] = append(tokensOf[id], tok)
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, 200, n)
+		// back to ready (as a release would) for the next attempt
+		_, err = pool.Exec(ctx, `UPDATE tenure.jobs SET state = 'ready', claim_token = NULL, locked_by = NULL, locked_until = NULL`)
+		require.NoError(t, err)
+	}
+	require.Len(t, seen, 1000)
+	// the last attempt owns the job; a finish with an earlier attempt's token is refused
+	var id int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT min(id) FROM tenure.jobs`).Scan(&id))
+	var last uuid.UUID
+	require.NoError(t, pool.QueryRow(ctx, `SELECT claim_token FROM tenure.own(ARRAY[$1]::bigint[], 'w', '{noop}', '{0}')`, id).Scan(&last))
+	q := gen.New(pool)
+	for _, old := range tokensOf[id] {
+		got, err := q.CompleteMany(ctx, gen.CompleteManyParams{Ids: []int64{id}, Tokens: []uuid.UUID{old}, Outputs: [][]byte{[]byte("null")}})
+		require.NoError(t, err)
+		require.Empty(t, got, "a finish fenced by an earlier attempt's token landed")
+	}
+	got, err := q.CompleteMany(ctx, gen.CompleteManyParams{Ids: []int64{id}, Tokens: []uuid.UUID{last}, Outputs: [][]byte{[]byte("null")}})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.False(t, got[0].Busy)
+}

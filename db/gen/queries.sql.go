@@ -1264,7 +1264,7 @@ WITH f AS (
     -- the ids returned with settles). Read by locked's filter, so set before any row changes.
     SELECT set_config('tenure.signals', 'after_commit', true) = 'after_commit' AS quiet
 ), locked AS (
-    SELECT j.id,
+    SELECT j.id, f.token, f.output, f.progress,
            (coalesce(f.del, false) AND j.workflow_id IS NULL AND j.sequence_key IS NULL AND j.has_dependents IS NOT TRUE
             AND NOT (j.unique_key IS NOT NULL AND tenure.unique_state_held(j.unique_states, 'succeeded'))) AS del
     FROM tenure.jobs j JOIN f ON j.id = f.id
@@ -1273,15 +1273,15 @@ WITH f AS (
 ), done AS (
     UPDATE tenure.jobs j
     SET state = 'succeeded', locked_by = NULL, locked_until = NULL, finished_at = now(), updated_at = now(),
-        output = nullif(f.output, 'null'::jsonb),
-        progress = coalesce(nullif(f.progress, 'null'::jsonb), j.progress)
-    FROM f JOIN locked l ON l.id = f.id
-    WHERE j.id = f.id AND NOT l.del AND j.state = 'running' AND j.claim_token = f.token
+        output = nullif(l.output, 'null'::jsonb),
+        progress = coalesce(nullif(l.progress, 'null'::jsonb), j.progress)
+    FROM locked l
+    WHERE j.id = l.id AND NOT l.del AND j.state = 'running' AND j.claim_token = l.token
     RETURNING j.id, coalesce(j.has_dependents, false) AS settles
 ), gone AS (
     DELETE FROM tenure.jobs j
-    USING f JOIN locked l ON l.id = f.id
-    WHERE j.id = f.id AND l.del AND j.state = 'running' AND j.claim_token = f.token
+    USING locked l
+    WHERE j.id = l.id AND l.del AND j.state = 'running' AND j.claim_token = l.token
     RETURNING j.id
 ), gone_effects AS (
     DELETE FROM tenure.effects e WHERE e.job_id IN (SELECT g.id FROM gone g)
@@ -1320,6 +1320,8 @@ type CompleteManyRow struct {
 // delays only its own finish (the engine then waits for that row alone: LockFinish). The other
 // rows are changed and returned with busy = false. A job missing from the result is a stale
 // write. (The lock costs each finished row a row-lock WAL record: measured in docs/design.md.)
+// locked carries each row's token, output and progress, so done and gone join the locked rows
+// alone (joining f again was a hash join per statement; docs/design.md "Finish path").
 // Delete on success (deletes[i], HandlerOptions.DeleteOnSuccess, docs/guide.md §28): the job's
 // row is deleted instead, with its effect-ledger rows, fenced exactly like the update (same
 // locked rows, id + state + claim token), unless the row must stay: a workflow task or sequence

@@ -86,6 +86,8 @@ type config struct {
 	duration time.Duration
 	// profileDir: every run writes a CPU profile of its measured interval there.
 	profileDir string
+	// pgSettings: extra settings of the server -server own starts (-pg-set, diagnosis).
+	pgSettings []string
 }
 
 // defaultConnCap is the peak scenarios' cap on the connections of one run's process.
@@ -152,6 +154,13 @@ func parseFlags() config {
 	flag.DurationVar(&c.duration, "duration", 0, "duration of steady, peak-steady and held-xmin instead of the mode's own")
 	flag.StringVar(&c.profileDir, "cpuprofile-dir", "", "write a Go CPU profile of every run's measured interval (the child process) to this directory, one file per run")
 	flag.DurationVar(&c.phaseDur, "phase-duration", 0, "phases: run every phase this long instead of the schedule's own (120s, 120s, 60s, 60s; quick 4s)")
+	flag.Func("pg-set", "with -server own (diagnosis, repeatable): an extra server setting name=value, e.g. pg_stat_statements.track=all", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("-pg-set %q: want name=value", v)
+		}
+		c.pgSettings = append(c.pgSettings, v)
+		return nil
+	})
 	flag.Parse()
 	var err error
 	if c.tune, err = parseTune(tune); err != nil {
@@ -415,7 +424,7 @@ func runCompare(ctx context.Context, c config) error {
 	switch c.server {
 	case "own":
 		srv, err := pgserver.StartWith(ctx, func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }, pgserver.Options{
-			Stock: true, Settings: []string{"autovacuum=on", "shared_preload_libraries=pg_stat_statements"}})
+			Stock: true, Settings: append([]string{"autovacuum=on", "shared_preload_libraries=pg_stat_statements"}, c.pgSettings...)})
 		if err != nil {
 			return fmt.Errorf("start the benchmark's own PostgreSQL (or use -server url): %w", err)
 		}
