@@ -915,7 +915,7 @@ WITH f AS (
            unnest(sqlc.narg(deletes)::boolean[]) AS del
 ), sig AS (
     -- The settle of dependents (the trigger jobs_settle_dependents) sends no NOTIFY in this
-    -- transaction (tenure.settle_jobs, migration 0030): the engine sends the wake-up of what it
+    -- transaction (tenure.settle_jobs, migration 0029): the engine sends the wake-up of what it
     -- released and the done signal of what it cancelled after the commit (NotifyDoneMany, from
     -- the ids returned with settles). Read by locked's filter, so set before any row changes.
     SELECT set_config('tenure.signals', 'after_commit', true) = 'after_commit' AS quiet
@@ -1248,7 +1248,7 @@ SELECT count(pg_notify('tenure_done', p))::bigint AS notified FROM unnest(@paylo
 -- name: NotifyDoneSettled :one
 -- NotifyDoneMany, when some of the jobs have dependents (the engine sends NotifyDoneMany
 -- alone otherwise, so that plain jobs pay nothing for this read). settled: the jobs of those finishes that have dependents (the finishes' settles column). Their
--- settle (tenure.settle_jobs) sent no signal in the finish's transaction (migration 0030); this
+-- settle (tenure.settle_jobs) sent no signal in the finish's transaction (migration 0029); this
 -- statement reads what their dependents are now, after that commit, and sends what the settle
 -- would have: the new-job wake-up (InsertJob's payload) per queue and band of those ready and
 -- due, and the done signal of those cancelled, following cancelled dependents to their own (a

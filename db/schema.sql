@@ -930,7 +930,7 @@ DECLARE
     -- is later than the commit of every finish whose effect (a released task, a freed
     -- sequence or limit) the claim saw.
     t timestamptz := clock_timestamp();
-    -- The claim tokens (migration 0031): one random uuid per call, b; a row's token is b with
+    -- The claim tokens (migration 0030): one random uuid per call, b; a row's token is b with
     -- its last 8 bytes XORed with the row's id. Within a call the ids differ, so the tokens
     -- do; two calls draw independent b, so two attempts of one job share a token only if 64
     -- random bits repeat. gen_random_uuid() per row cost ~4 us each (OpenSSL RAND_bytes), 15 %
@@ -1091,7 +1091,7 @@ CREATE INDEX jobs_sequence_idx ON tenure.jobs (sequence_key, id) WHERE sequence_
 -- takes the jobs' row locks in two ordered sets. Cancelled dependents with dependents of their
 -- own feed the next round (a cascade, as before). A striped dependent cancelled keeps its
 -- stripes (deleted with the job): another finish may be decrementing them.
--- The signals (migration 0030): the new-job NOTIFY of the released (woken) and the done NOTIFY
+-- The signals (migration 0029): the new-job NOTIFY of the released (woken) and the done NOTIFY
 -- of the cancelled (ended) are sent in this transaction unless it set tenure.signals to
 -- 'after_commit' (set_config, transaction-local), as the engine's finish statements do
 -- (CompleteMany, FailMany, ReleaseMany, SnoozeMany): the engine then sends both after the

@@ -142,7 +142,7 @@ func TestOwnUnderRoles(t *testing.T) {
 }
 
 // TestOwnTokensAreFreshPerAttempt: tenure.own derives the claim tokens of one call from one
-// random uuid and each row's id (migration 0031). Every token of a call is distinct, every
+// random uuid and each row's id (migration 0030). Every token of a call is distinct, every
 // attempt of a job gets a token none of its earlier attempts had, tokens stay RFC 4122
 // version 4 uuids, and a finish fenced by an earlier attempt's token changes nothing.
 func TestOwnTokensAreFreshPerAttempt(t *testing.T) {

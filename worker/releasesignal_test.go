@@ -22,7 +22,7 @@ import (
 
 // TestReleaseSignalsAfterTheCommit: the engine's finish statements release and cancel
 // dependents in their own transaction (the contract) but send no NOTIFY in it (migration
-// 0030): a NOTIFY in a writing transaction holds PostgreSQL's one notification-queue lock
+// 0029): a NOTIFY in a writing transaction holds PostgreSQL's one notification-queue lock
 // through the commit's WAL flush, so every finish that released something serialized with
 // every other notifying commit. The signals come from NotifyDoneMany after the commit: the
 // wake-up of the released dependent's queue, and the done signal of the cancelled dependents,
@@ -30,7 +30,7 @@ import (
 //
 // The check is by order: a listener receives a session's notifications in commit order, so
 // after the finishes commit the test notifies a sentinel from the same session; the first
-// notification the listener gets must be the sentinel. Before 0030 the settle's own NOTIFYs
+// notification the listener gets must be the sentinel. Before 0029 the settle's own NOTIFYs
 // (b's wake-up, y's and z's done) came first: the test fails with settle_jobs ignoring
 // tenure.signals.
 func TestReleaseSignalsAfterTheCommit(t *testing.T) {

@@ -220,7 +220,7 @@ func (s *Schema) AwaitChannel() string { return s.name + chanAwait }
 
 // SignalsSetting is the transaction-local setting the engine's finish statements set to
 // 'after_commit' ("tenure.signals" for Default): the settle of dependents (settle_jobs,
-// migration 0030) then sends no NOTIFY in their transaction, the engine sends it after the
+// migration 0029) then sends no NOTIFY in their transaction, the engine sends it after the
 // commit. Per schema, as the channels are.
 func (s *Schema) SignalsSetting() string { return s.name + ".signals" }
 

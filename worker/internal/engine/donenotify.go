@@ -22,7 +22,7 @@ import (
 // and a process that dies between the two never sends it; a waiter then finds the job on its
 // fallback poll (jobs.Config.WaitPoll), as after a lost notification.
 //
-// The release's signals go the same way (migration 0030): the finish statements set
+// The release's signals go the same way (migration 0029): the finish statements set
 // tenure.signals, so the settle of dependents in their trigger (tenure.settle_jobs) releases
 // and cancels without notifying, and return settles for rows with dependents (DoneID.Settles).
 // The send passes those ids to NotifyDoneSettled, which reads what their dependents are after the
@@ -39,7 +39,7 @@ const DoneEntriesPerPayload = 350
 // a finish costs the signal no allocation per job. Settles marks a job with dependents (the
 // finish statement's settles column): its finish settled them (released or cancelled the
 // dependents whose last edge it resolved) without sending their signals in its transaction
-// (tenure.settle_jobs, migration 0030), so the send reads what they became and signals them
+// (tenure.settle_jobs, migration 0029), so the send reads what they became and signals them
 // (NotifyDoneSettled, DoneSettled).
 type DoneID struct {
 	ID      int64

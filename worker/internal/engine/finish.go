@@ -813,7 +813,7 @@ const doneLastSend = time.Second
 // sendDone sends done-signal entries in one autocommitted statement (NotifyDoneMany), after the
 // commits that ended their jobs (engine/donenotify.go explains why never inside them).
 // The entries that Settle also name jobs whose dependents the finish released or cancelled
-// without a signal (tenure.settle_jobs, migration 0030): then NotifyDoneSettled, the same
+// without a signal (tenure.settle_jobs, migration 0029): then NotifyDoneSettled, the same
 // statement with a read of what those dependents are now, sends their wake-up and done signals
 // too; without such entries NotifyDoneMany alone (plain jobs pay nothing for the read).
 func (w *Engine) sendDone(ctx context.Context, entries []DoneID) error {

@@ -1,4 +1,4 @@
--- Claim tokens without a random draw per row (migration 0031, issue 32): tenure.own draws one
+-- Claim tokens without a random draw per row (migration 0030, issue 32): tenure.own draws one
 -- uuid per call and derives each owned row's token from it and the row's id (the last 8 bytes
 -- XORed with the id), unique within the call and, across calls, as unique as 64 random bits.
 -- gen_random_uuid() per row (OpenSSL RAND_bytes) was ~4 us a row, 15 % of the claim's own
@@ -14,7 +14,7 @@ DECLARE
     -- is later than the commit of every finish whose effect (a released task, a freed
     -- sequence or limit) the claim saw.
     t timestamptz := clock_timestamp();
-    -- The claim tokens (migration 0031): one random uuid per call, b; a row's token is b with
+    -- The claim tokens (migration 0030): one random uuid per call, b; a row's token is b with
     -- its last 8 bytes XORed with the row's id. Within a call the ids differ, so the tokens
     -- do; two calls draw independent b, so two attempts of one job share a token only if 64
     -- random bits repeat. gen_random_uuid() per row cost ~4 us each (OpenSSL RAND_bytes), 15 %

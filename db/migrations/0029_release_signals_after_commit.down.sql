@@ -1,4 +1,4 @@
--- Reverts 0030_release_signals_after_commit: settle_jobs as 0028 left it (it notifies in
+-- Reverts 0029_release_signals_after_commit: settle_jobs as 0028 left it (it notifies in
 -- every caller's transaction).
 CREATE OR REPLACE FUNCTION tenure.settle_jobs(ids bigint[], states text[]) RETURNS void
     LANGUAGE plpgsql VOLATILE

@@ -1,4 +1,4 @@
--- Reverts 0031_own_token: tenure.own draws a random claim token per row again (as 0025).
+-- Reverts 0030_own_token: tenure.own draws a random claim token per row again (as 0025).
 CREATE OR REPLACE FUNCTION tenure.own(ids bigint[], worker_id text, kinds text[], kind_lease_ms integer[],
                            limit_kinds text[] DEFAULT NULL, attempted_at timestamptz DEFAULT NULL)
     RETURNS SETOF tenure.jobs
