@@ -33,7 +33,11 @@ type stmtTracer struct {
 	onQuery      func(conn *pgx.Conn, sql string)
 	onBatch      func(conn *pgx.Conn, sqls []string)
 	onBatchQuery func(conn *pgx.Conn, sql string)
+	// onQueryEnd runs after a statement sent on its own returned.
+	onQueryEnd func(sql string)
 }
+
+type tracedSQLKey struct{}
 
 func isCompleteMany(sql string) bool { return strings.Contains(sql, "name: CompleteMany") }
 
@@ -44,10 +48,17 @@ func (s *stmtTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.
 	if s.onQuery != nil {
 		s.onQuery(conn, d.SQL)
 	}
+	if s.onQueryEnd != nil {
+		ctx = context.WithValue(ctx, tracedSQLKey{}, d.SQL)
+	}
 	return ctx
 }
 
-func (s *stmtTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (s *stmtTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if sql, ok := ctx.Value(tracedSQLKey{}).(string); ok && s.onQueryEnd != nil {
+		s.onQueryEnd(sql)
+	}
+}
 
 func (s *stmtTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
 	sqls := make([]string, 0, d.Batch.Len())
@@ -315,10 +326,25 @@ func TestRideWithoutClaimDue(t *testing.T) {
 			var hold atomic.Bool
 			held := make(chan struct{}, 1)
 			release := make(chan struct{})
+			// The listener's first connect wakes the queue (a claim): "idle" waits until that
+			// claim has returned, so that no claim is in flight when the handler returns.
+			var listened atomic.Bool
+			var claimsAfterListen, claimsEnded atomic.Int64
 			tr.onQuery = func(_ *pgx.Conn, sql string) {
+				if strings.Contains(sql, "LISTEN ") {
+					listened.Store(true)
+				}
+				if strings.Contains(sql, "name: ClaimOrdered") && listened.Load() {
+					claimsAfterListen.Add(1)
+				}
 				if strings.Contains(sql, "name: ClaimOrdered") && hold.CompareAndSwap(true, false) {
 					held <- struct{}{}
 					<-release
+				}
+			}
+			tr.onQueryEnd = func(sql string) {
+				if strings.Contains(sql, "name: ClaimOrdered") && listened.Load() {
+					claimsEnded.Add(1)
 				}
 			}
 			defer func() {
@@ -346,9 +372,15 @@ func TestRideWithoutClaimDue(t *testing.T) {
 				return nil
 			}, nil)
 			c := newClient(t, pool, w)
+			startWorker(t, w)
+			if how == "idle" {
+				waitFor(t, 20*time.Second, "the listener's wake-up claim to return", func() bool {
+					n := claimsAfterListen.Load()
+					return n > 0 && claimsEnded.Load() >= n
+				})
+			}
 			row, err := c.Insert(ctx, noopArgs{N: 1}, nil)
 			require.NoError(t, err)
-			startWorker(t, w)
 			<-started
 			if how == "claim-held" {
 				hold.Store(true)
