@@ -68,11 +68,16 @@ func CheckSemantics(t *testing.T, st *adapter.Stream, rate float64) {
 	if p99 == 0 {
 		t.Errorf("claim_p99_ms is 0 in every tick")
 	}
-	// The first tick may cover setup; later ones are full periods of steady production.
+	// The first tick may cover setup; later ones are full periods of steady production. Their
+	// mean is checked, not each tick: a producer held off the CPU for a moment (a loaded
+	// machine) catches up on its schedule, so one tick can read twice the rate and the next
+	// half of it (CI saw 656/s offered 300).
+	sum := 0.0
 	for _, tk := range st.Ticks[1:] {
-		if got := tk.Values["enqueue_rate"]; got < 0.6*rate || got > 1.4*rate {
-			t.Errorf("tick %s: enqueue_rate %.1f, offered %.0f", tk.T.Format(adapter.TimeFormat), got, rate)
-		}
+		sum += tk.Values["enqueue_rate"]
+	}
+	if got := sum / float64(len(st.Ticks)-1); got < 0.6*rate || got > 1.4*rate {
+		t.Errorf("mean enqueue_rate %.1f over %d ticks, offered %.0f", got, len(st.Ticks)-1, rate)
 	}
 	last := st.Ticks[len(st.Ticks)-1].Values
 	t.Logf("%d ticks; last: enqueue %.0f/s, completion %.0f/s, depth %.0f, claim p50/p95/p99 %.2f/%.2f/%.2f ms",
