@@ -705,16 +705,17 @@ func (w *mWorker) reclaim(ctx context.Context) {
 	m.count("reclaim")
 	m.reclaimMu.Lock()
 	defer m.reclaimMu.Unlock()
-	rows, err := w.conn.Query(ctx, "SELECT id FROM tenure.jobs WHERE state = 'running' AND locked_until < now()")
-	if err != nil {
-		m.violation("unexpected-error", nil, "reclaim pre-read: %v", err)
-		return
+	// The sweep's LockExpired locks every expired row it finds (FOR UPDATE SKIP LOCKED), not only
+	// the ones this step read beforehand: a lease forced into the past after such a pre-read,
+	// whose row the sweep then locks, would make its owner's finish skip the row (busy) while
+	// the model expects it to land. So the sweep holds the model entry of every job, like any
+	// operation holds those of the rows it may change.
+	m.mu.Lock()
+	cand := make([]int64, 0, len(m.jobs))
+	for id := range m.jobs {
+		cand = append(cand, id)
 	}
-	cand, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		m.violation("unexpected-error", nil, "reclaim pre-read: %v", err)
-		return
-	}
+	m.mu.Unlock()
 	js := m.lockJobs(cand)
 	defer unlockJobs(js)
 	mine := map[int64]*mJob{}
@@ -726,7 +727,7 @@ func (w *mWorker) reclaim(ctx context.Context) {
 	var failed []*gen.FailManyRow
 	var mid time.Time
 	arg := gen.FailManyParams{}
-	err = pgx.BeginFunc(ctx, w.conn, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, w.conn, func(tx pgx.Tx) error {
 		q := w.q.WithTx(tx)
 		var err error
 		if locked, err = q.LockExpired(ctx, 1000); err != nil {
