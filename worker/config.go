@@ -61,7 +61,14 @@ type Config struct {
 	// synchronous_commit yourself on Config.EnginePool).
 	AsynchronousCommit bool
 	// EngineConns sizes the private engine pool. Default 3 (LISTEN, heartbeat, reclaim and
-	// prune) plus one per finisher and one per claimer of every queue.
+	// prune) plus one per finisher, one per claimer of every queue that claims with its own
+	// statements (a worker's only queue, or a queue with Limits, FairShare, Quotas or a
+	// Deadline), 2 for all the other queues of a worker serving several (one statement
+	// carries the claims of many queues: their claims share 2 connections), and one more
+	// with Periodic jobs. EnginePoolSize returns it (size a Config.EnginePool of your own
+	// with it). A pool larger than the engine keeps busy is not free: in the queues sweep of
+	// bench/cmd/scaling, 100 one-slot queues cost PostgreSQL more CPU per job with 40 engine
+	// connections than with 7 (docs/benchmarks.md, "Many queues").
 	EngineConns int
 
 	// FetchPollMax is the longest wait between claims of an idle queue; empty claims back off
@@ -313,10 +320,11 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, fmt.Errorf("%w: EngineConns must be >= 0", ErrInvalidConfig)
 	}
 	if out.EngineConns == 0 {
-		out.EngineConns = 3 + out.Finishers // LISTEN, heartbeat, reclaim/prune, finishers
+		qs := make([]engine.QueueConfig, 0, len(out.Queues))
 		for _, q := range out.Queues {
-			out.EngineConns += q.Claimers
+			qs = append(qs, q.engine())
 		}
+		out.EngineConns = engine.DefaultConns(qs, out.Finishers)
 	}
 	if len(out.Periodic) > 0 && c != nil && c.EngineConns == 0 {
 		out.EngineConns++ // the periodic service's enqueue transactions
@@ -436,6 +444,15 @@ func (o *HandlerOptions) withDefaults(kind string) (HandlerOptions, error) {
 	return out, nil
 }
 
+// engine is the engine's copy of q (validated and defaulted by withDefaults).
+func (q QueueConfig) engine() engine.QueueConfig {
+	eq := engine.QueueConfig{Concurrency: q.Concurrency, Fairness: q.Fairness.engine(), Claimers: q.Claimers}
+	for _, l := range q.Limits {
+		eq.Limits = append(eq.Limits, engine.Limit(l))
+	}
+	return eq
+}
+
 // engineConfig is the engine's configuration made of c (withDefaults's result): the public
 // types converted once, here, so the engine never sees them.
 func (c *Config) engineConfig(sch *dbschema.Schema, check func(ctx context.Context, pool *pgxpool.Pool) error) engine.Config {
@@ -452,11 +469,7 @@ func (c *Config) engineConfig(sch *dbschema.Schema, check func(ctx context.Conte
 		Queues: make(map[string]engine.QueueConfig, len(c.Queues)),
 	}
 	for name, q := range c.Queues {
-		eq := engine.QueueConfig{Concurrency: q.Concurrency, Fairness: q.Fairness.engine(), Claimers: q.Claimers}
-		for _, l := range q.Limits {
-			eq.Limits = append(eq.Limits, engine.Limit(l))
-		}
-		ec.Queues[name] = eq
+		ec.Queues[name] = q.engine()
 	}
 	for i := range c.Periodic {
 		ec.Periodic = append(ec.Periodic, c.Periodic[i].engine())

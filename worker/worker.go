@@ -173,6 +173,17 @@ func EngineRuntimeParams() map[string]string {
 	return maps.Clone(engineconf.Settings)
 }
 
+// EnginePoolSize returns the number of connections of the private engine pool New would make
+// for cfg: Config.EngineConns, or its default (see there). Give a Config.EnginePool of your
+// own this MaxConns. Errors are New's for an invalid cfg (ErrInvalidConfig).
+func EnginePoolSize(cfg *Config) (int, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	return c.EngineConns, nil
+}
+
 // Start checks the database (it answers, the engine's role holds every privilege the
 // configuration needs: ErrPermission otherwise, and its schema is at the version this release
 // expects: ErrSchemaBehind / ErrSchemaAhead otherwise), then starts the queue loops, the

@@ -145,7 +145,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.slice, "slice", 0, "jobs measured per point (default 100000; quick 5000)")
 	fs.IntVar(&c.fixedReady, "ready", 0, "ready backlog of the finished, queues and workers sweeps (default 150000; quick 10000)")
 	fs.IntVar(&c.payload, "payload", 256, "approximate encoded job args size in bytes")
-	fs.IntVar(&c.engineCap, "engine-conns-cap", 100, "at most this many connections in the worker's engine pool (the library's default size is 5 + the claimers of every queue)")
+	fs.IntVar(&c.engineCap, "engine-conns-cap", 100, "at most this many connections in the worker's engine pool (the library's default size: worker.EnginePoolSize)")
 	fs.DurationVar(&c.pointLimit, "point-limit", 5*time.Minute, "give up a point's measurement after this long")
 	fs.DurationVar(&c.soakDur, "soak-duration", 30*time.Minute, "soak length (quick 9s)")
 	fs.Float64Var(&c.soakLoad, "soak-load", 0.7, "share of the measured capacity offered during the soak")

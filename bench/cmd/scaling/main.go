@@ -235,7 +235,7 @@ func (c *config) describe(adminURL string) map[string]string {
 		"server":           srv,
 		"payload":          fmt.Sprintf("≈%d bytes of JSON args", c.payload),
 		"handler":          "no-op (returns nil at once)",
-		"worker":           "library defaults except Queues; engine pool: the library's default size (5 + claimers) capped at " + fmt.Sprint(c.engineCap) + ", the engine's session settings, plus a pgx QueryTracer timing claim statements",
+		"worker":           "library defaults except Queues; engine pool: the library's default size (worker.EnginePoolSize) capped at " + fmt.Sprint(c.engineCap) + ", the engine's session settings, plus a pgx QueryTracer timing claim statements",
 		"standard slots":   fmt.Sprint(c.slots),
 		"slice":            fmt.Sprint(c.slice),
 		"fixed ready":      fmt.Sprint(c.fixedReady),

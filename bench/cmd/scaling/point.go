@@ -283,20 +283,10 @@ type rig struct {
 	perQueue    int
 }
 
-// engineConnsFor is the library's default engine pool size (worker.Config.EngineConns:
-// LISTEN, heartbeat, reclaim/prune, the finishers and every queue's claimers), capped.
-func engineConnsFor(queues, perQueue, capConns int) int {
-	claimers := 2
-	if perQueue <= 32 {
-		claimers = 3
-	}
-	claimers = min(claimers, perQueue)
-	return min(3+2+queues*claimers, capConns)
-}
-
 // newRig builds the worker: queues of Slots/len(queues) slots each (at least 1), an engine
 // pool made as the worker makes its private one (the engine's session settings) plus the
-// claim tracer, the library's default size capped at -engine-conns-cap.
+// claim tracer, of the library's default size (worker.EnginePoolSize) capped at
+// -engine-conns-cap.
 // With shared, the queues share a pool of slots slots (mod sets worker.Config.Slots) and each
 // queue's Concurrency is slots.
 func newRig(ctx context.Context, c *config, dbURL string, queues []string, slots int, shared bool, mod func(*worker.Config)) (*rig, error) {
@@ -310,8 +300,22 @@ func newRig(ctx context.Context, c *config, dbURL string, queues []string, slots
 		return nil, err
 	}
 	r.app = app
+	qs := map[string]worker.QueueConfig{}
+	for _, q := range queues {
+		qs[q] = worker.QueueConfig{Concurrency: r.perQueue}
+	}
+	wc := &worker.Config{Queues: qs,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if mod != nil {
+		mod(wc)
+	}
+	size, err := worker.EnginePoolSize(wc)
+	if err != nil {
+		app.Close()
+		return nil, err
+	}
+	r.engineConns = min(size, c.engineCap)
 	pc := app.Config().Copy()
-	r.engineConns = engineConnsFor(len(queues), r.perQueue, c.engineCap)
 	pc.MaxConns, pc.MinConns = int32(r.engineConns), 0
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
@@ -326,15 +330,7 @@ func newRig(ctx context.Context, c *config, dbURL string, queues []string, slots
 		return nil, err
 	}
 	r.eng = eng
-	qs := map[string]worker.QueueConfig{}
-	for _, q := range queues {
-		qs[q] = worker.QueueConfig{Concurrency: r.perQueue}
-	}
-	wc := &worker.Config{Queues: qs, EnginePool: eng,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	if mod != nil {
-		mod(wc)
-	}
+	wc.EnginePool = eng
 	w, err := worker.New(app, wc)
 	if err != nil {
 		r.close()
@@ -362,6 +358,10 @@ func (r *rig) stop() error {
 
 func (r *rig) close() {
 	if r.eng != nil {
+		if os.Getenv("SCALING_POOLSTAT") != "" {
+			st := r.eng.Stat()
+			logf("    engine pool: total %d, new %d, empty acquires %d of %d", st.TotalConns(), st.NewConnsCount(), st.EmptyAcquireCount(), st.AcquireCount())
+		}
 		r.eng.Close()
 	}
 	if r.app != nil {

@@ -195,7 +195,7 @@ type claimReply struct {
 // useClaimBatch reports whether a plan goes through the batcher: plain ordered claims only,
 // on a worker serving more than one queue.
 func (q *queue) useClaimBatch(p *claimPlan) bool {
-	return q.w.claimIn != nil && !p.ranked && !p.fair && q.limits == nil
+	return q.w.claimIn != nil && q.cfg.Batched()
 }
 
 // batchSegs are a plain ordered plan's segments as a request carries them.

@@ -64,6 +64,38 @@ type QueueConfig struct {
 	Limits      []Limit
 }
 
+// Batched reports whether the queue's claims are plain ordered ones, which the claim batcher
+// carries when the worker serves several queues (claimbatch.go; useClaimBatch checks the same
+// per plan): no limits, no fair share, no quotas or deadline. Other queues claim with
+// statements of their own, one per claimer in flight.
+func (q QueueConfig) Batched() bool {
+	return len(q.Limits) == 0 && !q.Fairness.FairShare && !q.Fairness.Ranked()
+}
+
+// DefaultConns is the size of the private engine pool when worker.Config.EngineConns is 0:
+// 3 (LISTEN, heartbeat, reclaim and prune) plus one per finisher, one per claimer of every
+// queue that claims with its own statements, and claimBatchInFlight for all the queues whose
+// claims the batcher carries (they share its statements). A connection per batched queue
+// bought nothing: with 100 one-slot queues, 1 or 2 claim statements and 1 or 2 completions
+// were in flight at any moment (sampled from pg_stat_activity), and a pool of 40 connections
+// instead of 7 cost PostgreSQL more CPU per job and fewer jobs/s (bench/cmd/scaling, the
+// queues sweep; docs/benchmarks.md, "Many queues").
+func DefaultConns(queues []QueueConfig, finishers int) int {
+	n := 3 + finishers
+	batched := false
+	for _, q := range queues {
+		if len(queues) > 1 && q.Batched() {
+			batched = true
+			continue
+		}
+		n += q.Claimers
+	}
+	if batched {
+		n += claimBatchInFlight
+	}
+	return n
+}
+
 // Limit is one flow-control limit of a queue (worker.Limit, validated).
 type Limit struct {
 	Kind             string

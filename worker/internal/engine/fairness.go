@@ -122,7 +122,19 @@ func (p *Policy) Plan(n int) ([]Segment, BandCounts, bool) {
 	sort.SliceStable(segs, func(i, j int) bool { return segs[i].Rank < segs[j].Rank })
 	// Quotas, and deadlines (oldest first across bands), need the database to rank the
 	// candidates of all segments together.
-	return segs, quota, p.weight > 0 || p.F.Deadline > 0
+	return segs, quota, p.F.Ranked()
+}
+
+// Ranked reports whether claims under f rank the candidates of every segment together:
+// quotas (a positive share) or a deadline (Plan's third result). The claim batcher carries
+// only claims that are not ranked (QueueConfig.Batched).
+func (f Fairness) Ranked() bool {
+	for _, w := range f.Quotas {
+		if w > 0 {
+			return true
+		}
+	}
+	return f.Deadline > 0
 }
 
 // quotas turns the configured shares into this batch's per-band quota: each band earns
