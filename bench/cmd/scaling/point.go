@@ -358,10 +358,6 @@ func (r *rig) stop() error {
 
 func (r *rig) close() {
 	if r.eng != nil {
-		if os.Getenv("SCALING_POOLSTAT") != "" {
-			st := r.eng.Stat()
-			logf("    engine pool: total %d, new %d, empty acquires %d of %d", st.TotalConns(), st.NewConnsCount(), st.EmptyAcquireCount(), st.AcquireCount())
-		}
 		r.eng.Close()
 	}
 	if r.app != nil {
