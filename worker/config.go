@@ -66,9 +66,8 @@ type Config struct {
 	// Deadline), 2 for all the other queues of a worker serving several (one statement
 	// carries the claims of many queues: their claims share 2 connections), and one more
 	// with Periodic jobs. EnginePoolSize returns it (size a Config.EnginePool of your own
-	// with it). A pool larger than the engine keeps busy is not free: in the queues sweep of
-	// bench/cmd/scaling, 100 one-slot queues cost PostgreSQL more CPU per job with 40 engine
-	// connections than with 7 (docs/benchmarks.md, "Many queues").
+	// with it). Before, every queue counted its claimers: 105 connections for 100 plain
+	// queues, of which the engine kept 5 or 6 busy.
 	EngineConns int
 
 	// FetchPollMax is the longest wait between claims of an idle queue; empty claims back off

@@ -77,9 +77,9 @@ func (q QueueConfig) Batched() bool {
 // queue that claims with its own statements, and claimBatchInFlight for all the queues whose
 // claims the batcher carries (they share its statements). A connection per batched queue
 // bought nothing: with 100 one-slot queues, 1 or 2 claim statements and 1 or 2 completions
-// were in flight at any moment (sampled from pg_stat_activity), and a pool of 40 connections
-// instead of 7 cost PostgreSQL more CPU per job and fewer jobs/s (bench/cmd/scaling, the
-// queues sweep; docs/benchmarks.md, "Many queues").
+// were in flight at any moment (sampled from pg_stat_activity: 37 of 43 connections idle for
+// more than 5 s), and the default was then 105 connections per worker, more than PostgreSQL's
+// default max_connections.
 func DefaultConns(queues []QueueConfig, finishers int) int {
 	n := 3 + finishers
 	batched := false
