@@ -1,0 +1,70 @@
+package jobs_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenureq/tenure/jobs"
+)
+
+// TestNotifyDoneSettledReadsByKey: the engine's signal read after a finish that settled
+// dependents (NotifyDoneSettled) reads what it names, by primary key, whatever else the table
+// holds. Its generic plan is built once per engine connection, here while the table is small
+// and has no statistics, as for a worker started on a young queue; the table then grows by
+// 20,000 ready jobs. The previous text's plan hash-joined the dependents with a scan of every
+// ready job (and of every finished job for the cascade), so each finish batch of a fan-out
+// paid a read of the whole queue (bench/results/2026-12-04-workflow-settle.md); checked
+// against that text: it fails.
+func TestNotifyDoneSettledReadsByKey(t *testing.T) {
+	t.Parallel()
+	pr := newProfiler(t)
+	ctx := context.Background()
+	wf := jobs.NewWorkflow("fan", nil)
+	wf.Add("root", blobArgs{}, nil)
+	var names []string
+	for i := range 60 {
+		names = append(names, "t"+strconv.Itoa(i))
+		wf.Add(names[i], blobArgs{}, &jobs.TaskOpts{DependsOn: []string{"root"}})
+	}
+	wf.Add("join", blobArgs{}, &jobs.TaskOpts{DependsOn: names})
+	res, err := pr.c.InsertWorkflow(ctx, wf)
+	require.NoError(t, err)
+	root := res.Tasks["root"].ID
+	tasks := make([]int64, 30)
+	for i := range tasks {
+		tasks[i] = res.Tasks[names[i]].ID
+	}
+	// the root's finish releases its 60 dependents; its signal read builds the plan
+	var p profile
+	pr.finishBatch(t, &p, []int64{root})
+	var ready int
+	require.NoError(t, pr.pool.QueryRow(ctx, `SELECT count(*) FROM tenure.jobs WHERE workflow_id = $1 AND state = 'ready'`, wf.ID()).Scan(&ready))
+	require.Equal(t, 60, ready)
+	for range 4 {
+		ps := make([]jobs.InsertManyParams, 5000)
+		for i := range ps {
+			ps[i] = jobs.InsertManyParams{Args: blobArgs{}}
+		}
+		_, err := pr.c.InsertMany(ctx, ps)
+		require.NoError(t, err)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		settled []int64
+		max     int64
+	}{
+		{"the root: 60 released dependents", []int64{root}, 400},
+		{"30 tasks: one waiting join", tasks, 300},
+	} {
+		tx, err := pr.pool.Begin(ctx)
+		require.NoError(t, err)
+		c := pr.explain(t, tx, `SELECT count(*) FROM public.prof_nds($1, $2)`, []string{}, tc.settled)
+		require.NoError(t, tx.Rollback(ctx))
+		t.Logf("%s: %d buffers", tc.name, c.hit+c.read)
+		require.LessOrEqual(t, c.hit+c.read, tc.max, "%s: NotifyDoneSettled reads %d buffers with 20,000 other ready jobs", tc.name, c.hit+c.read)
+	}
+}
