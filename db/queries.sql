@@ -1261,22 +1261,30 @@ SELECT count(pg_notify('tenure_done', p))::bigint AS notified FROM unnest(@paylo
 -- done signal. Missed, so left to the poll (FetchPollMax): a job of more than 1,000
 -- dependents whose last ones it released in a round of fewer than 1,000 edges (its 'block'
 -- edges, resolved by a success after an operator's retry of its failure).
+-- Every read of tenure.jobs here is by primary key (a lookup per dependent in a LATERAL that
+-- a LIMIT keeps from being flattened into a join, = ANY of an array for st; state compared as
+-- text, so that no partial index's predicate matches: the cascade's lookup otherwise walked
+-- jobs_finished_idx, every finished job, per dependent): joined to the dependents, the
+-- planner hash-joined a
+-- scan of every ready job (st) and of every finished one (the cascade), per call: a finish
+-- batch of a 3,000-task fan-out read ~760 buffers here, and the read grows with the table
+-- (bench/results/2026-12-04-workflow-settle.md).
 WITH RECURSIVE dep AS (
     SELECT e.job_id
     FROM unnest(@settled::bigint[]) AS s(id)
     CROSS JOIN LATERAL (SELECT d.job_id FROM tenure.job_deps d WHERE d.dep_id = s.id
-                        ORDER BY d.job_id LIMIT 1000) e
+                        ORDER BY d.dep_id, d.job_id LIMIT 1000) e
     UNION
     SELECT e.job_id
     FROM dep x
-    JOIN tenure.jobs j ON j.id = x.job_id
-    CROSS JOIN LATERAL (SELECT d.job_id FROM tenure.job_deps d WHERE d.dep_id = j.id
-                        ORDER BY d.job_id LIMIT 1000) e
-    WHERE j.state = 'cancelled' AND j.has_dependents
+    CROSS JOIN LATERAL (SELECT j.id FROM tenure.jobs j
+                        WHERE j.id = x.job_id AND j.state::text = 'cancelled' AND j.has_dependents LIMIT 1) c
+    CROSS JOIN LATERAL (SELECT d.job_id FROM tenure.job_deps d WHERE d.dep_id = c.id
+                        ORDER BY d.dep_id, d.job_id LIMIT 1000) e
 ), st AS MATERIALIZED (
     SELECT j.id, j.state::text AS state, j.queue, j.priority, j.run_at
     FROM tenure.jobs j
-    WHERE j.id IN (SELECT x.job_id FROM dep x) AND j.state IN ('ready', 'cancelled')
+    WHERE j.id = ANY (ARRAY(SELECT x.job_id FROM dep x)) AND j.state::text IN ('ready', 'cancelled')
 ), woken AS (
     SELECT count(pg_notify('tenure_jobs', r.queue || chr(31) || r.priority || chr(31)
                            || (extract(epoch FROM r.run_at) * 1000000)::bigint)) AS n
