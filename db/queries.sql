@@ -1265,10 +1265,9 @@ SELECT count(pg_notify('tenure_done', p))::bigint AS notified FROM unnest(@paylo
 -- a LIMIT keeps from being flattened into a join, = ANY of an array for st; state compared as
 -- text, so that no partial index's predicate matches: the cascade's lookup otherwise walked
 -- jobs_finished_idx, every finished job, per dependent): joined to the dependents, the
--- planner hash-joined a
--- scan of every ready job (st) and of every finished one (the cascade), per call: a finish
--- batch of a 3,000-task fan-out read ~760 buffers here, and the read grows with the table
--- (bench/results/2026-12-04-workflow-settle.md).
+-- planner hash-joined a scan of every ready job (st) and of every finished one (the cascade),
+-- per call: a finish batch of a 3,000-task fan-out read ~760 buffers here, and the read grows
+-- with the table (bench/results/2026-12-04-workflow-settle.md).
 WITH RECURSIVE dep AS (
     SELECT e.job_id
     FROM unnest(@settled::bigint[]) AS s(id)
