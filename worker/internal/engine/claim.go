@@ -160,9 +160,9 @@ func rideOn(ctx context.Context, db *AfterLock, done []*Execution) rideLanded {
 	_, _ = completeMany(ctx, gen.New(&cm), done)
 	landed := make(rideLanded, len(done))
 	db.Pre = append(db.Pre, PreStatement{LockedStatement{SQL: cm.SQL, Args: cm.Args}, func(rows pgx.Rows) error {
+		var id int64 // declared once: scan targets escape, one allocation per call, not per row
+		var busy, deleted, settles bool
 		for rows.Next() {
-			var id int64
-			var busy, deleted, settles bool
 			if err := rows.Scan(&id, &busy, &deleted, &settles); err != nil {
 				return err
 			}

@@ -122,9 +122,13 @@ type claimResult struct {
 	took time.Duration
 }
 
+// handlerResult is a handler's result (e, fin), or a batch call's: one finish per job (es,
+// fins; e is nil).
 type handlerResult struct {
-	e   *Execution
-	fin finish
+	e    *Execution
+	fin  finish
+	es   []*Execution
+	fins []finish
 }
 
 type settled struct {
@@ -275,7 +279,7 @@ func (q *queue) loop(ctx context.Context) {
 		case r := <-q.claimedCh:
 			q.claimed(r)
 		case r := <-q.returnedCh:
-			q.handlerReturned(r)
+			q.returned(r)
 		case ss := <-q.settledCh:
 			q.settleAll(ss)
 		case r := <-q.hbCh:
@@ -316,7 +320,7 @@ func (q *queue) drain() {
 	for range 256 {
 		select {
 		case r := <-q.returnedCh:
-			q.handlerReturned(r)
+			q.returned(r)
 		case ss := <-q.settledCh:
 			q.settleAll(ss)
 		case r := <-q.claimedCh:
@@ -619,6 +623,17 @@ func (q *queue) claimed(r claimResult) {
 		// poll rather than asking again at once.
 		c.idle = w.cfg.FetchPollMin
 		q.sleep(c, c.idle, true)
+	}
+}
+
+// returned takes a handler's result, or a batch call's (one per job).
+func (q *queue) returned(r handlerResult) {
+	if r.e != nil {
+		q.handlerReturned(r)
+		return
+	}
+	for i, e := range r.es {
+		q.handlerReturned(handlerResult{e: e, fin: r.fins[i]})
 	}
 }
 
