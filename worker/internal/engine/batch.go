@@ -246,7 +246,36 @@ func (q *queue) startBatch(kind string, b *forming) {
 	q.w.m.HandlersRunning.Add(int64(len(b.es)))
 	q.w.m.Batches.Add(1)
 	q.w.m.BatchJobs.Add(int64(len(b.es)))
-	go q.runBatch(b.es)
+	select {
+	case q.batchRunCh <- b.es: // an idle batch goroutine
+	default:
+		go q.batchRunner(b.es)
+	}
+}
+
+// batchRunner is a batch goroutine: it runs es, then each batch the loop hands it, until the
+// loop returns. Reused as handler goroutines are (execute.go, dispatch): a new goroutine per
+// batch grew its stack again for every call (decoding the payloads).
+func (q *queue) batchRunner(es []*Execution) {
+	for es != nil {
+		q.runBatch(es)
+		es = q.awaitBatch()
+	}
+}
+
+// awaitBatch waits for the queue's next batch, nil when the loop returned (await's idle
+// stack reserve).
+//
+//go:noinline
+func (q *queue) awaitBatch() []*Execution {
+	var reserve [idleStackReserve]byte
+	holdStack(&reserve)
+	select {
+	case es := <-q.batchRunCh:
+		return es
+	case <-q.done:
+		return nil
+	}
 }
 
 // releaseForming gives back the jobs of the forming batches when Stop begins: claimed, never

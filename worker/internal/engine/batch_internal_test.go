@@ -5,6 +5,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,4 +107,65 @@ func TestBatchContextsEndWithTheJobs(t *testing.T) {
 	for _, e := range es {
 		require.Nil(t, e.batch.Load(), "the call is over: no job points at it")
 	}
+}
+
+// goroutineID is the running goroutine's number (runtime.Stack's header), for tests only.
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	return strings.Fields(string(buf))[1]
+}
+
+// waitIdle waits until a goroutine of the process is blocked in fn's select (a stack dump).
+func waitIdle(t *testing.T, fn string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	buf := make([]byte, 1<<20)
+	for {
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "[select") && strings.Contains(g, fn) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no goroutine waits in %s", fn)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestClaimAndBatchGoroutinesAreReused: the next claim, and the next batch call, run on the
+// goroutine the previous one ran on once it waits idle (a new goroutine per claim and per
+// batch grew its stack again each time, on the claim's critical path); both end with the loop.
+func TestClaimAndBatchGoroutinesAreReused(t *testing.T) {
+	var ids []string
+	var mu sync.Mutex
+	record := func() {
+		mu.Lock()
+		ids = append(ids, goroutineID())
+		mu.Unlock()
+	}
+	q := batchQueue(func(_ context.Context, es []*Execution) ([]error, []bool, any, []byte) {
+		record()
+		return make([]error, len(es)), make([]bool, len(es)), nil, nil
+	})
+	q.done, q.claimRunCh, q.batchRunCh = make(chan struct{}), make(chan func()), make(chan []*Execution)
+	q.returnedCh = make(chan handlerResult, 10)
+
+	for range 3 {
+		ran := make(chan struct{})
+		q.runClaim(func() { record(); close(ran) })
+		<-ran
+		waitIdle(t, "awaitClaim")
+	}
+	for range 3 {
+		q.startBatch("b", &forming{es: batchExecs(q, 2)})
+		<-q.returnedCh
+		waitIdle(t, "awaitBatch")
+	}
+	require.Len(t, ids, 6)
+	require.Equal(t, []string{ids[0], ids[0], ids[0]}, ids[:3], "claims")
+	require.Equal(t, []string{ids[3], ids[3], ids[3]}, ids[3:], "batch calls")
+	close(q.done) // the loop returned: the idle goroutines end
+	q.w.engWG.Wait()
 }

@@ -60,8 +60,11 @@ type queue struct {
 	pauseCh       chan bool     // the queue state service: paused or not (1-buffered, latest wins)
 	done          chan struct{} // closed when the loop returns
 	// runCh hands an execution to an idle handler goroutine (unbuffered: a send succeeds only
-	// when one waits; execute.go, dispatch).
-	runCh chan *Execution
+	// when one waits; execute.go, dispatch); claimRunCh a claim to an idle claim goroutine
+	// (claim.go, runClaim); batchRunCh a batch to an idle batch goroutine (batch.go).
+	runCh      chan *Execution
+	claimRunCh chan func()
+	batchRunCh chan []*Execution
 
 	// Owned by the loop goroutine.
 	active   map[*Execution]struct{} // a job can appear twice: a stuck attempt and its successor
@@ -167,6 +170,7 @@ func newQueue(w *Engine, name string, cfg QueueConfig) *queue {
 		claimedCh: make(chan claimResult, cfg.Claimers), returnedCh: make(chan handlerResult, cfg.Concurrency), settledCh: make(chan []settled),
 		hbCh: make(chan hbResult), cancelCh: make(chan int64, 16), wakeCh: make(chan struct{}, 1),
 		resyncCh: make(chan struct{}, 1), poolCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), pauseCh: make(chan bool, 1), done: make(chan struct{}), runCh: make(chan *Execution),
+		claimRunCh: make(chan func()), batchRunCh: make(chan []*Execution),
 		active: map[*Execution]struct{}{}, claimers: make([]claimer, cfg.Claimers),
 		limits: newLimitArgs(cfg.Limits)}
 	if q.limits != nil {
