@@ -160,8 +160,9 @@ func (q *queue) newExecution(c *claimed) *Execution {
 	base, cancel := context.WithCancelCause(w.base)
 	if e.h != nil && e.h.batch != nil {
 		// A batch job's deadline is its batch's (the kind's timeout from the batch's start:
-		// batch.go); its own context carries only its cancellation.
-		e.ctx, e.end = context.WithValue(base, execKey{}, e), cancel
+		// batch.go); its own context carries only its cancellation. No handler sees it: the
+		// handler gets the job's context from JobContext, which carries the execution.
+		e.ctx, e.end = base, cancel
 		return e
 	}
 	ctx, cancelTimeout := context.WithTimeoutCause(base, timeout, ErrHandlerTimeout)
