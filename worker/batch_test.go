@@ -549,7 +549,7 @@ func BenchmarkBatchBurnDown(b *testing.B) {
 			}
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
-			mallocsBefore, bytesBefore := ms.Mallocs, ms.TotalAlloc
+			mallocsBefore, bytesBefore, gcsBefore := ms.Mallocs, ms.TotalAlloc, ms.NumGC
 			cpuBefore := processCPU()
 			b.StartTimer()
 			start := time.Now()
@@ -559,7 +559,7 @@ func BenchmarkBatchBurnDown(b *testing.B) {
 			b.StopTimer()
 			cpu := processCPU() - cpuBefore
 			runtime.ReadMemStats(&ms)
-			mallocs, allocBytes := ms.Mallocs-mallocsBefore, ms.TotalAlloc-bytesBefore
+			mallocs, allocBytes, gcs := ms.Mallocs-mallocsBefore, ms.TotalAlloc-bytesBefore, ms.NumGC-gcsBefore
 			if prof != nil {
 				pprof.StopCPUProfile()
 				require.NoError(b, prof.Close())
@@ -572,9 +572,9 @@ func BenchmarkBatchBurnDown(b *testing.B) {
 			rate := float64(total) / elapsed.Seconds()
 			rates[vi] = append(rates[vi], rate)
 			k := float64(total) / 1000
-			b.Logf("%s: %d jobs in %v = %.0f jobs/s; claims %d (got %d), batches %d, finish writes %d; per 1k jobs: process CPU %.3fs, allocs %.0f (%.0f KiB), db statement time %.3fs, transactions %.0f; claim p50 %v, finish p50 %v",
+			b.Logf("%s: %d jobs in %v = %.0f jobs/s; claims %d (got %d), batches %d, finish writes %d; per 1k jobs: process CPU %.3fs, allocs %.0f (%.0f KiB), GCs %.1f, db statement time %.3fs, transactions %.0f; claim p50 %v, finish p50 %v",
 				tc.name, total, elapsed.Round(time.Millisecond), rate, st.Claims, st.Claimed, st.Batches, st.FinishLatency.Count,
-				cpu.Seconds()/k, float64(mallocs)/k, float64(allocBytes)/1024/k, db.activeMs/1000/k, db.xacts/k, st.ClaimP50, st.FinishP50)
+				cpu.Seconds()/k, float64(mallocs)/k, float64(allocBytes)/1024/k, float64(gcs)/k, db.activeMs/1000/k, db.xacts/k, st.ClaimP50, st.FinishP50)
 		}
 	}
 	for vi, v := range variants {
