@@ -19,7 +19,7 @@ import (
 //
 //	claim goroutine   --claimResult-->   loop   (one per claim in flight, at most Claimers)
 //	claim batcher stmt --claimResult-->  loop   (the batched claims: claimbatch.go; no claim goroutine)
-//	handler goroutine --handlerResult--> loop   (one per running job; a batch call's, one per job: batch.go)
+//	handler goroutine --handlerResult--> loop   (one per running job; a batch call's: all its jobs in one, batch.go)
 //	heartbeat stmt    --hbResult------>  loop   (at most one in flight)
 //	finishers         --settled------->  loop   (shared by all queues)
 //	listener          --wake/cancel/resync--> loop
