@@ -36,7 +36,7 @@ import (
 //   - with more than one queue, one claim batcher (claimbatch.go) owns the pending plain
 //     ordered claims of every queue and runs them together, one statement for many queues;
 //   - one goroutine per running handler (execute.go), or per batch call of a batch kind
-//     (batch.go: one result per job), reports its result to its loop;
+//     (batch.go: one message with a finish per job), reports its result to its loop;
 //   - Finishers goroutines (finish.go) write finishes in batches and report back to the loops;
 //   - six services (reclaim, prune, listen, registry, queue state, periodic) run until Stop
 //     begins.
