@@ -29,15 +29,17 @@ import (
 //     can add to it then. At Stop the forming batches' jobs are released at once, attempts not
 //     charged, as jobs claimed while stopping are (releaseForming).
 //   - the batch goroutine (runBatch) owns the batch call: it decodes each job's payload, builds
-//     the batch context and one context per job, calls the handler, maps its results to one
-//     finish per job (outcome, the single handler's rules) and reports each job to the loop
-//     over returnedCh, like a handler goroutine does for its one job.
+//     the batch context, calls the handler, maps its results to one finish per job (outcome,
+//     the single handler's rules) and reports them to the loop in one message over returnedCh
+//     (the loop takes them as a handler goroutine's one result each, in one turn, so the next
+//     claim takes every slot the batch freed at once).
 //
 // Contexts: the batch's context carries the kind's timeout, counted from the batch's start. It
 // is not cancelled when one job's own context ends (its lease is lost, an operator cancels it):
-// that job's context (JobContext) is, and that job's finish follows its cause (cancelled, or a
-// fenced write the database refuses). The batch context ends when every job's own context has
-// ended (the hard stop cancels them all), or at the timeout. A job whose own context ended
+// that job's context (JobContext, made when the handler first asks for it) is, and that job's
+// finish follows its cause (cancelled, or a fenced write the database refuses). The batch
+// context ends when every job's own context has ended (the hard stop cancels them all: each
+// job's e.cancel tells the call, batchCall.jobEnded), or at the timeout. A job whose own context ended
 // while its batch was forming is not passed to the handler; it finishes as a handler returning
 // its context's cause would.
 
@@ -126,17 +128,32 @@ func RegisterBatch[A generics.Args](w *Worker, fn func(ctx context.Context, batc
 		}
 		return engine.NewBatchHandler(kind, version, ho.kindOptions(), o.MaxSize, o.MaxWait, func(ctx context.Context, es []*engine.Execution) ([]error, []bool, any, []byte) {
 			errs, passed := make([]error, len(es)), make([]bool, len(es))
+			// One allocation for the jobs (the handler gets pointers into it), and idx only
+			// when a job is not passed (else batch[k] is es[k]).
+			jobs := make([]generics.Job[A], len(es))
 			batch := make([]*generics.Job[A], 0, len(es))
-			idx := make([]int, 0, len(es))
+			var idx []int
 			for i, e := range es {
 				args, err := decodeRecovered[A](w, e)
 				if err != nil {
 					errs[i] = err // INVALID_PAYLOAD, or PANIC from an upgrader
+					if idx == nil {
+						idx = make([]int, i, len(es))
+						for k := range i {
+							idx[k] = k
+						}
+					}
 					continue
 				}
-				batch = append(batch, &generics.Job[A]{Args: args, JobRow: e.Job()})
-				idx = append(idx, i)
+				jobs[i] = generics.Job[A]{Args: args, JobRow: e.Job()}
+				batch = append(batch, &jobs[i])
+				if idx != nil {
+					idx = append(idx, i)
+				}
 				passed[i] = true
+			}
+			if idx == nil {
+				idx = identityIdx[:len(es):len(es)]
 			}
 			if len(batch) == 0 {
 				return errs, passed, nil, nil
@@ -176,6 +193,16 @@ func RegisterBatch[A generics.Args](w *Worker, fn func(ctx context.Context, batc
 		}), nil
 	})
 }
+
+// identityIdx is [0, 1, ..., MaxBatchSize-1], shared and read-only: the index map of a batch
+// whose jobs all decoded (a batch holds at most MaxSize jobs).
+var identityIdx = func() []int {
+	s := make([]int, MaxBatchSize)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}()
 
 // decodeRecovered decodes e's payload as A: an error is the job's INVALID_PAYLOAD (or its
 // deferral, for a newer version: outcome), and a panic while decoding (an upgrader's) is the

@@ -4,8 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -493,8 +499,21 @@ func BenchmarkBatchBurnDown(b *testing.B) {
 			slots int
 		}{"batch100-200slots", 100, 200})
 	}
+	// TENURE_BENCH_BATCH_ONLY=name[,name]: run only those variants (a CPU profile of one);
+	// TENURE_BENCH_BATCH_PROFILE=dir: write each drain's CPU profile (Start to the last
+	// outcome) to dir/<variant>-<iteration>.pprof.
+	if only := os.Getenv("TENURE_BENCH_BATCH_ONLY"); only != "" {
+		keep := variants[:0]
+		for _, v := range variants {
+			if slices.Contains(strings.Split(only, ","), v.name) {
+				keep = append(keep, v)
+			}
+		}
+		variants = keep
+	}
+	profDir := os.Getenv("TENURE_BENCH_BATCH_PROFILE")
 	rates := make([][]float64, len(variants))
-	for range b.N {
+	for it := range b.N {
 		for vi, tc := range variants {
 			b.StopTimer()
 			pool := benchPool(b)
@@ -519,6 +538,18 @@ func BenchmarkBatchBurnDown(b *testing.B) {
 					&worker.BatchOptions{MaxSize: tc.batch, MaxWait: 100 * time.Millisecond})
 			}
 			dbBefore := dbActivity(b, pool)
+			var prof *os.File
+			if profDir != "" {
+				prof, err = os.Create(filepath.Join(profDir, fmt.Sprintf("%s-%d.pprof", tc.name, it)))
+				require.NoError(b, err)
+				require.NoError(b, pprof.StartCPUProfile(prof))
+			}
+			if profDir != "" {
+				writeHeapProfile(b, filepath.Join(profDir, fmt.Sprintf("%s-%d.heap0", tc.name, it)))
+			}
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			mallocsBefore, bytesBefore, gcsBefore := ms.Mallocs, ms.TotalAlloc, ms.NumGC
 			cpuBefore := processCPU()
 			b.StartTimer()
 			start := time.Now()
@@ -527,6 +558,13 @@ func BenchmarkBatchBurnDown(b *testing.B) {
 			elapsed := time.Since(start)
 			b.StopTimer()
 			cpu := processCPU() - cpuBefore
+			runtime.ReadMemStats(&ms)
+			mallocs, allocBytes, gcs := ms.Mallocs-mallocsBefore, ms.TotalAlloc-bytesBefore, ms.NumGC-gcsBefore
+			if prof != nil {
+				pprof.StopCPUProfile()
+				require.NoError(b, prof.Close())
+				writeHeapProfile(b, filepath.Join(profDir, fmt.Sprintf("%s-%d.heap1", tc.name, it)))
+			}
 			require.NoError(b, stopWorker(b, w, 10*time.Second))
 			db := dbActivity(b, pool).minus(dbBefore)
 			st := w.Stats()
@@ -534,9 +572,9 @@ func BenchmarkBatchBurnDown(b *testing.B) {
 			rate := float64(total) / elapsed.Seconds()
 			rates[vi] = append(rates[vi], rate)
 			k := float64(total) / 1000
-			b.Logf("%s: %d jobs in %v = %.0f jobs/s; claims %d (got %d), batches %d, finish writes %d; per 1k jobs: process CPU %.3fs, db statement time %.3fs, transactions %.0f; claim p50 %v, finish p50 %v",
+			b.Logf("%s: %d jobs in %v = %.0f jobs/s; claims %d (got %d), batches %d, finish writes %d; per 1k jobs: process CPU %.3fs, allocs %.0f (%.0f KiB), GCs %.1f, db statement time %.3fs, transactions %.0f; claim p50 %v, finish p50 %v",
 				tc.name, total, elapsed.Round(time.Millisecond), rate, st.Claims, st.Claimed, st.Batches, st.FinishLatency.Count,
-				cpu.Seconds()/k, db.activeMs/1000/k, db.xacts/k, st.ClaimP50, st.FinishP50)
+				cpu.Seconds()/k, float64(mallocs)/k, float64(allocBytes)/1024/k, float64(gcs)/k, db.activeMs/1000/k, db.xacts/k, st.ClaimP50, st.FinishP50)
 		}
 	}
 	for vi, v := range variants {
@@ -546,6 +584,15 @@ func BenchmarkBatchBurnDown(b *testing.B) {
 		}
 		b.ReportMetric(sum/float64(len(rates[vi])), v.name+"-jobs/s")
 	}
+}
+
+// writeHeapProfile writes the heap profile (allocations since the process started: compare two
+// with pprof -base) to path.
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	require.NoError(b, err)
+	require.NoError(b, pprof.Lookup("allocs").WriteTo(f, 0))
+	require.NoError(b, f.Close())
 }
 
 // dbStats are cumulative counters of the bench database (pg_stat_database).

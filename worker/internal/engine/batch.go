@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,15 +30,17 @@ import (
 //     can add to it then. At Stop the forming batches' jobs are released at once, attempts not
 //     charged, as jobs claimed while stopping are (releaseForming).
 //   - the batch goroutine (runBatch) owns the batch call: it decodes each job's payload, builds
-//     the batch context and one context per job, calls the handler, maps its results to one
-//     finish per job (outcome, the single handler's rules) and reports each job to the loop
-//     over returnedCh, like a handler goroutine does for its one job.
+//     the batch context, calls the handler, maps its results to one finish per job (outcome,
+//     the single handler's rules) and reports them to the loop in one message over returnedCh
+//     (the loop takes them as a handler goroutine's one result each, in one turn, so the next
+//     claim takes every slot the batch freed at once).
 //
 // Contexts: the batch's context carries the kind's timeout, counted from the batch's start. It
 // is not cancelled when one job's own context ends (its lease is lost, an operator cancels it):
-// that job's context (JobContext) is, and that job's finish follows its cause (cancelled, or a
-// fenced write the database refuses). The batch context ends when every job's own context has
-// ended (the hard stop cancels them all), or at the timeout. A job whose own context ended
+// that job's context (JobContext, made when the handler first asks for it) is, and that job's
+// finish follows its cause (cancelled, or a fenced write the database refuses). The batch
+// context ends when every job's own context has ended (the hard stop cancels them all: each
+// job's e.cancel tells the call, batchCall.jobEnded), or at the timeout. A job whose own context ended
 // while its batch was forming is not passed to the handler; it finishes as a handler returning
 // its context's cause would.
 
@@ -63,13 +66,106 @@ func NewBatchHandler(kind string, version int, opts KindOptions, max int, wait t
 	return &Handler{kind: kind, version: version, opts: opts, batch: &batchSpec{max: max, wait: wait, run: run}}
 }
 
-// batchKey is the batch context's value: the call's per-job contexts.
+// batchKey is the batch context's value: the call.
 type batchKey struct{}
 
-// batchCall is what a batch context carries: each job's own context by job id (written before
-// the handler is called, read-only after).
+// batchCall is one running batch call: its jobs, the contexts of those the handler asked for
+// (JobContext creates a job's context on demand: a handler that never asks costs no context
+// per job), and the count of jobs whose own context has not ended (the batch context ends
+// when it reaches zero).
 type batchCall struct {
-	ctxs map[int64]context.Context
+	es     []*Execution // the jobs passed to the handler (read-only)
+	ctx    context.Context
+	all    context.CancelCauseFunc // ends ctx (and every job context made from it)
+	left   atomic.Int32            // live jobs, plus one while they are being registered
+	last   atomic.Pointer[error]   // the cause of the job whose context ended last
+	idOnce sync.Once
+	ids    map[int64]int // job id -> index in es (built on JobContext's first call)
+	mu     sync.Mutex
+	jctxs  []jobCtx // per job of es, made by JobContext (guarded by mu)
+}
+
+// jobCtx is a job's context inside a batch call (JobContext), and what ends it.
+type jobCtx struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   func() bool // the AfterFunc on the job's own context
+}
+
+// jobEnded is told by e.cancel that e's own context ended (any goroutine). Each job counts
+// once (its first end), whoever saw it first: the canceller or register.
+func (c *batchCall) jobEnded(e *Execution) {
+	if e.batch.CompareAndSwap(c, nil) {
+		cause := context.Cause(e.ctx)
+		c.last.Store(&cause)
+		if c.left.Add(-1) == 0 {
+			c.all(cause)
+		}
+	}
+}
+
+// register makes e a job of the call and reports whether its own context is still live. Its
+// end is counted exactly once: by a later e.cancel (jobEnded), or here when it already ended.
+func (c *batchCall) register(e *Execution) bool {
+	c.left.Add(1)
+	e.batch.Store(c)
+	if context.Cause(e.ctx) != nil {
+		// Ended before (the cancel did not see c) or meanwhile (jobEnded may have counted it).
+		c.jobEnded(e)
+		return false
+	}
+	return true
+}
+
+// jobContext returns the context of es[k]: a child of the batch context that also ends with
+// the job's own context and carries its execution (made on the first call).
+func (c *batchCall) jobContext(k int) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.jctxs == nil {
+		c.jctxs = make([]jobCtx, len(c.es))
+	}
+	j := &c.jctxs[k]
+	if j.ctx == nil {
+		e := c.es[k]
+		ctx, cancel := context.WithCancelCause(c.ctx)
+		j.stop = context.AfterFunc(e.ctx, func() { cancel(context.Cause(e.ctx)) })
+		if c := context.Cause(e.ctx); c != nil {
+			cancel(c) // ended already: at once, not when the AfterFunc's goroutine runs
+		}
+		j.ctx, j.cancel = context.WithValue(ctx, execKey{}, e), cancel
+	}
+	return j.ctx
+}
+
+// causeCtx is the context whose cause decides es[k]'s outcome: its job context when the
+// handler asked for it, else the job's own context once it ended, else the batch context.
+func (c *batchCall) causeCtx(k int) context.Context {
+	c.mu.Lock()
+	var j context.Context
+	if c.jctxs != nil {
+		j = c.jctxs[k].ctx
+	}
+	c.mu.Unlock()
+	switch {
+	case j != nil:
+		return j
+	case context.Cause(c.es[k].ctx) != nil:
+		return c.es[k].ctx
+	}
+	return c.ctx
+}
+
+// release ends the job contexts JobContext made (the call returned).
+func (c *batchCall) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, j := range c.jctxs {
+		if j.ctx != nil {
+			j.stop()
+			j.cancel(nil)
+		}
+	}
 }
 
 // JobContext is worker.JobContext: the context of job's attempt inside a batch handler's
@@ -78,10 +174,18 @@ func JobContext(ctx context.Context, job *generics.JobRow) context.Context {
 	if job == nil {
 		return ctx
 	}
-	if c, ok := ctx.Value(batchKey{}).(*batchCall); ok {
-		if j, ok := c.ctxs[job.ID]; ok {
-			return j
+	c, ok := ctx.Value(batchKey{}).(*batchCall)
+	if !ok {
+		return ctx
+	}
+	c.idOnce.Do(func() {
+		c.ids = make(map[int64]int, len(c.es))
+		for k, e := range c.es {
+			c.ids[e.c.ID] = k
 		}
+	})
+	if k, ok := c.ids[job.ID]; ok {
+		return c.jobContext(k)
 	}
 	return ctx
 }
@@ -142,7 +246,36 @@ func (q *queue) startBatch(kind string, b *forming) {
 	q.w.m.HandlersRunning.Add(int64(len(b.es)))
 	q.w.m.Batches.Add(1)
 	q.w.m.BatchJobs.Add(int64(len(b.es)))
-	go q.runBatch(b.es)
+	select {
+	case q.batchRunCh <- b.es: // an idle batch goroutine
+	default:
+		go q.batchRunner(b.es)
+	}
+}
+
+// batchRunner is a batch goroutine: it runs es, then each batch the loop hands it, until the
+// loop returns. Reused as handler goroutines are (execute.go, dispatch): a new goroutine per
+// batch grew its stack again for every call (decoding the payloads).
+func (q *queue) batchRunner(es []*Execution) {
+	for es != nil {
+		q.runBatch(es)
+		es = q.awaitBatch()
+	}
+}
+
+// awaitBatch waits for the queue's next batch, nil when the loop returned (await's idle
+// stack reserve).
+//
+//go:noinline
+func (q *queue) awaitBatch() []*Execution {
+	var reserve [idleStackReserve]byte
+	holdStack(&reserve)
+	select {
+	case es := <-q.batchRunCh:
+		return es
+	case <-q.done:
+		return nil
+	}
 }
 
 // releaseForming gives back the jobs of the forming batches when Stop begins: claimed, never
@@ -162,20 +295,18 @@ func (q *queue) releaseForming() {
 	}
 }
 
-// runBatch is a batch's goroutine: it runs the batch and reports each job's finish to the
-// queue loop, as run does for one job. It touches no engine state.
+// runBatch is a batch's goroutine: it runs the batch and reports its jobs' finishes to the
+// queue loop, all in one message (a single handler's goroutine sends one per job). It touches
+// no engine state.
 func (q *queue) runBatch(es []*Execution) {
 	fins := q.w.runBatch(es)
 	for _, e := range es {
 		e.cancel(nil)
 	}
 	q.w.m.HandlersRunning.Add(-int64(len(es)))
-	for i, e := range es {
-		select {
-		case q.returnedCh <- handlerResult{e: e, fin: fins[i]}:
-		case <-q.done:
-			return
-		}
+	select {
+	case q.returnedCh <- handlerResult{es: es, fins: fins}:
+	case <-q.done:
 	}
 }
 
@@ -187,52 +318,45 @@ func (w *Engine) runBatch(es []*Execution) []finish {
 	defer cancelAll(nil)
 	bctx, cancelTimeout := context.WithTimeoutCause(all, h.opts.Timeout, ErrHandlerTimeout)
 	defer cancelTimeout()
-	call := &batchCall{ctxs: make(map[int64]context.Context, len(es))}
-	bctx = context.WithValue(bctx, batchKey{}, call)
+	call := &batchCall{all: cancelAll, es: make([]*Execution, 0, len(es))}
+	call.ctx = context.WithValue(bctx, batchKey{}, call)
+	bctx = call.ctx
 
 	// The batch context ends once every job's own context has: left counts the live jobs, plus
-	// one while they are being registered.
-	var left atomic.Int32
-	left.Store(1)
-	var last atomic.Pointer[error] // the cause of the job whose context ended last
-	done := func(c error) {
-		last.Store(&c)
-		if left.Add(-1) == 0 {
-			cancelAll(c)
-		}
-	}
-	live := make([]*Execution, 0, len(es))
-	liveIdx := make([]int, 0, len(es))
-	jctxs := make([]context.Context, 0, len(es))
+	// one while they are being registered. A job's own context ends only through e.cancel,
+	// which tells the call (jobEnded); w.base has no cancellation.
+	call.left.Store(1)
+	var liveIdx []int // es index of each job of call.es, when some job is not passed
 	for i, e := range es {
-		if c := context.Cause(e.ctx); c != nil {
+		if !call.register(e) {
 			// Its context ended while the batch formed (an operator cancelled it, its lease
 			// was lost): not passed to the handler; it ends as a handler returning the cause.
-			fins[i] = w.outcome(e.ctx, e, c)
+			fins[i] = w.outcome(e.ctx, e, context.Cause(e.ctx))
+			if liveIdx == nil {
+				liveIdx = make([]int, 0, len(es))
+				for k := range i {
+					liveIdx = append(liveIdx, k)
+				}
+			}
 			continue
 		}
-		jctx, jcancel := context.WithCancelCause(bctx)
-		left.Add(1)
-		stop := context.AfterFunc(e.ctx, func() {
-			c := context.Cause(e.ctx)
-			jcancel(c)
-			done(c)
-		})
-		defer func() {
-			stop()
-			jcancel(nil)
-		}()
-		jctx = context.WithValue(jctx, execKey{}, e)
-		call.ctxs[e.c.ID] = jctx
-		live = append(live, e)
-		liveIdx = append(liveIdx, i)
-		jctxs = append(jctxs, jctx)
+		call.es = append(call.es, e)
+		if liveIdx != nil {
+			liveIdx = append(liveIdx, i)
+		}
 	}
+	defer func() {
+		for _, e := range call.es {
+			e.batch.CompareAndSwap(call, nil) // the call is over: no more counting
+		}
+		call.release()
+	}()
+	live := call.es
 	if len(live) == 0 {
 		return fins
 	}
-	if left.Add(-1) == 0 {
-		cancelAll(*last.Load())
+	if call.left.Add(-1) == 0 {
+		cancelAll(*call.last.Load())
 	}
 	errs, passed, panicked, stack := w.callBatch(bctx, h.batch, live)
 	if panicked != nil {
@@ -241,12 +365,19 @@ func (w *Engine) runBatch(es []*Execution) []finish {
 			"panic", panicked, "stack", string(stack))
 	}
 	for k, e := range live {
-		i := liveIdx[k]
+		i := k
+		if liveIdx != nil {
+			i = liveIdx[k]
+		}
 		if panicked != nil && passed[k] {
 			fins[i] = w.failure(e, CodePanic, 0, fmt.Errorf("panic: %v", panicked))
 			continue
 		}
-		fins[i] = w.outcome(jctxs[k], e, errs[k])
+		if errs[k] == nil {
+			fins[i] = finish{to: toSucceeded} // outcome's first case, whatever the context
+			continue
+		}
+		fins[i] = w.outcome(call.causeCtx(k), e, errs[k])
 	}
 	return fins
 }

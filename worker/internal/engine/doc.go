@@ -87,7 +87,7 @@
 //     (success, deferral, cancel, release, snooze, or a failure classified by ClassifyError).
 //
 //   - batch.go: batch kinds (NewBatchHandler): the queue loop forms batches from its claims
-//     and starts one goroutine per call; JobContext.
+//     and runs each call on a (reused) batch goroutine; JobContext.
 //
 //   - finish.go: the completion path: batched fenced finishes checked by affected rows,
 //     stale-write accounting, retries of writes the database did not answer (each try's

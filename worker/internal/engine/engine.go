@@ -30,11 +30,13 @@ import (
 // Goroutines and what each owns (docs/design.md draws them):
 //   - one loop per queue (queue.go) owns that queue's slots, active executions, claim backoff,
 //     watermarks, fairness state and heartbeat schedule;
-//   - claim and heartbeat statements run on short-lived goroutines that report to their loop;
+//   - claim statements run on claim goroutines (reused: an idle one takes the queue's next
+//     claim, claim.go, runClaim), heartbeat statements on short-lived goroutines; both report
+//     to their loop;
 //   - with more than one queue, one claim batcher (claimbatch.go) owns the pending plain
 //     ordered claims of every queue and runs them together, one statement for many queues;
 //   - one goroutine per running handler (execute.go), or per batch call of a batch kind
-//     (batch.go: one result per job), reports its result to its loop;
+//     (batch.go: one message with a finish per job), reports its result to its loop;
 //   - Finishers goroutines (finish.go) write finishes in batches and report back to the loops;
 //   - six services (reclaim, prune, listen, registry, queue state, periodic) run until Stop
 //     begins.

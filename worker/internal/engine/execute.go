@@ -21,12 +21,16 @@ import (
 // read fin after the loop handed them the execution. The atomics are the only state
 // other goroutines touch, each written by one side.
 type Execution struct {
-	c      claimed
-	q      *queue
-	h      *Handler // nil when no handler is registered for the kind
-	ctx    context.Context
-	cancel context.CancelCauseFunc // ends ctx with a cause (lease lost, cancel, stop, timeout)
-	start  time.Time
+	c   claimed
+	q   *queue
+	h   *Handler // nil when no handler is registered for the kind
+	ctx context.Context
+	// end ends ctx with a cause (lease lost, cancel, stop, timeout): e.cancel. For a batch
+	// kind's job, batch is the running batch call it belongs to (set by the batch goroutine),
+	// told when ctx ends (batchCall.jobEnded).
+	end   context.CancelCauseFunc
+	batch atomic.Pointer[batchCall]
+	start time.Time
 
 	leaseUntil  atomic.Int64           // unix nanos, local estimate of the lease end; loop writes, finishers read
 	output      atomic.Pointer[[]byte] // SetOutput (handler side) writes; finishers and CompleteTx read
@@ -76,6 +80,16 @@ type finish struct {
 	msg   string
 	delay time.Duration
 	err   error // the handler's error, for the outcome hook
+}
+
+// cancel ends e's context with cause (lease lost, cancel, stop, timeout; nil: the attempt is
+// over). A batch job's running call is told (batchCall.jobEnded: the batch context ends
+// when every job's context has).
+func (e *Execution) cancel(cause error) {
+	e.end(cause)
+	if b := e.batch.Load(); b != nil {
+		b.jobEnded(e)
+	}
 }
 
 // deleteOnSuccess reports whether e's success deletes its row (HandlerOptions.DeleteOnSuccess).
@@ -146,13 +160,14 @@ func (q *queue) newExecution(c *claimed) *Execution {
 	base, cancel := context.WithCancelCause(w.base)
 	if e.h != nil && e.h.batch != nil {
 		// A batch job's deadline is its batch's (the kind's timeout from the batch's start:
-		// batch.go); its own context carries only its cancellation.
-		e.ctx, e.cancel = context.WithValue(base, execKey{}, e), cancel
+		// batch.go); its own context carries only its cancellation. No handler sees it: the
+		// handler gets the job's context from JobContext, which carries the execution.
+		e.ctx, e.end = base, cancel
 		return e
 	}
 	ctx, cancelTimeout := context.WithTimeoutCause(base, timeout, ErrHandlerTimeout)
 	e.ctx = context.WithValue(ctx, execKey{}, e)
-	e.cancel = func(cause error) { cancel(cause); cancelTimeout() }
+	e.end = func(cause error) { cancel(cause); cancelTimeout() }
 	return e
 }
 

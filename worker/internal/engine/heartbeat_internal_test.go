@@ -26,7 +26,7 @@ func hbQueue() *queue {
 
 func hbExec(q *queue, id int64, lease time.Duration) *Execution {
 	e := &Execution{start: clockStart, c: claimed{JobRow: &generics.JobRow{ID: id, Lease: lease}}}
-	e.ctx, e.cancel = context.WithCancelCause(context.Background())
+	e.ctx, e.end = context.WithCancelCause(context.Background())
 	e.leaseUntil.Store(clockStart.Add(lease).UnixNano())
 	e.nextHB = clockStart.Add(lease / 3)
 	q.active[e] = struct{}{}

@@ -19,7 +19,7 @@ import (
 //
 //	claim goroutine   --claimResult-->   loop   (one per claim in flight, at most Claimers)
 //	claim batcher stmt --claimResult-->  loop   (the batched claims: claimbatch.go; no claim goroutine)
-//	handler goroutine --handlerResult--> loop   (one per running job; a batch call's, one per job: batch.go)
+//	handler goroutine --handlerResult--> loop   (one per running job; a batch call's: all its jobs in one, batch.go)
 //	heartbeat stmt    --hbResult------>  loop   (at most one in flight)
 //	finishers         --settled------->  loop   (shared by all queues)
 //	listener          --wake/cancel/resync--> loop
@@ -60,8 +60,11 @@ type queue struct {
 	pauseCh       chan bool     // the queue state service: paused or not (1-buffered, latest wins)
 	done          chan struct{} // closed when the loop returns
 	// runCh hands an execution to an idle handler goroutine (unbuffered: a send succeeds only
-	// when one waits; execute.go, dispatch).
-	runCh chan *Execution
+	// when one waits; execute.go, dispatch); claimRunCh a claim to an idle claim goroutine
+	// (claim.go, runClaim); batchRunCh a batch to an idle batch goroutine (batch.go).
+	runCh      chan *Execution
+	claimRunCh chan func()
+	batchRunCh chan []*Execution
 
 	// Owned by the loop goroutine.
 	active   map[*Execution]struct{} // a job can appear twice: a stuck attempt and its successor
@@ -122,9 +125,13 @@ type claimResult struct {
 	took time.Duration
 }
 
+// handlerResult is a handler's result (e, fin), or a batch call's: one finish per job (es,
+// fins; e is nil).
 type handlerResult struct {
-	e   *Execution
-	fin finish
+	e    *Execution
+	fin  finish
+	es   []*Execution
+	fins []finish
 }
 
 type settled struct {
@@ -163,6 +170,7 @@ func newQueue(w *Engine, name string, cfg QueueConfig) *queue {
 		claimedCh: make(chan claimResult, cfg.Claimers), returnedCh: make(chan handlerResult, cfg.Concurrency), settledCh: make(chan []settled),
 		hbCh: make(chan hbResult), cancelCh: make(chan int64, 16), wakeCh: make(chan struct{}, 1),
 		resyncCh: make(chan struct{}, 1), poolCh: make(chan struct{}, 1), stopCh: make(chan stopPlan, 1), pauseCh: make(chan bool, 1), done: make(chan struct{}), runCh: make(chan *Execution),
+		claimRunCh: make(chan func()), batchRunCh: make(chan []*Execution),
 		active: map[*Execution]struct{}{}, claimers: make([]claimer, cfg.Claimers),
 		limits: newLimitArgs(cfg.Limits)}
 	if q.limits != nil {
@@ -275,7 +283,7 @@ func (q *queue) loop(ctx context.Context) {
 		case r := <-q.claimedCh:
 			q.claimed(r)
 		case r := <-q.returnedCh:
-			q.handlerReturned(r)
+			q.returned(r)
 		case ss := <-q.settledCh:
 			q.settleAll(ss)
 		case r := <-q.hbCh:
@@ -316,7 +324,7 @@ func (q *queue) drain() {
 	for range 256 {
 		select {
 		case r := <-q.returnedCh:
-			q.handlerReturned(r)
+			q.returned(r)
 		case ss := <-q.settledCh:
 			q.settleAll(ss)
 		case r := <-q.claimedCh:
@@ -619,6 +627,17 @@ func (q *queue) claimed(r claimResult) {
 		// poll rather than asking again at once.
 		c.idle = w.cfg.FetchPollMin
 		q.sleep(c, c.idle, true)
+	}
+}
+
+// returned takes a handler's result, or a batch call's (one per job).
+func (q *queue) returned(r handlerResult) {
+	if r.e != nil {
+		q.handlerReturned(r)
+		return
+	}
+	for i, e := range r.es {
+		q.handlerReturned(handlerResult{e: e, fin: r.fins[i]})
 	}
 }
 
