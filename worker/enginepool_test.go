@@ -1,10 +1,16 @@
 package worker_test
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenureq/tenure/worker"
@@ -64,4 +70,47 @@ func ExampleEnginePoolSize() {
 	}
 	fmt.Println(n)
 	// Output: 7
+}
+
+// RegisterEngineTypes puts the engine's plans in front of pgx's own: a uuid element of a uuid[]
+// parameter is then encoded from its 16 bytes, not through driver.Valuer's string.
+func TestRegisterEngineTypes(t *testing.T) {
+	m := pgtype.NewMap()
+	enc, scan := len(m.TryWrapEncodePlanFuncs), len(m.TryWrapScanPlanFuncs)
+	worker.RegisterEngineTypes(m)
+	require.Len(t, m.TryWrapEncodePlanFuncs, enc+1)
+	require.Len(t, m.TryWrapScanPlanFuncs, scan+1)
+	u := uuid.MustParse("0b7f4c4e-6a55-4d5c-9a58-2f0b1f9d3e21")
+	buf, err := m.Encode(pgtype.UUIDArrayOID, pgtype.BinaryFormatCode, []uuid.UUID{u}, nil)
+	require.NoError(t, err)
+	require.Equal(t, u[:], buf[len(buf)-16:], "the element's 16 bytes end the binary array")
+}
+
+// A Config.EnginePool of your own, made as the private engine pool is: the engine's session
+// settings, its type plans and its default size.
+func ExampleRegisterEngineTypes() {
+	ctx := context.Background()
+	cfg := &worker.Config{Queues: map[string]worker.QueueConfig{"default": {Concurrency: 20}}}
+	pc, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	for k, v := range worker.EngineRuntimeParams() {
+		pc.ConnConfig.RuntimeParams[k] = v
+	}
+	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		worker.RegisterEngineTypes(c.TypeMap())
+		return nil
+	}
+	n, err := worker.EnginePoolSize(cfg)
+	if err != nil {
+		panic(err)
+	}
+	pc.MaxConns = int32(n)
+	eng, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		panic(err)
+	}
+	cfg.EnginePool = eng
+	// ... worker.New(appPool, cfg), Register, Start
 }

@@ -8,12 +8,14 @@ import (
 	"maps"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/db/migrations"
 	"github.com/tenureq/tenure/generics"
 	"github.com/tenureq/tenure/internal/dbschema"
 	"github.com/tenureq/tenure/internal/engineconf"
+	"github.com/tenureq/tenure/internal/pgfast"
 	"github.com/tenureq/tenure/worker/internal/engine"
 )
 
@@ -171,6 +173,16 @@ func MustRegister[A generics.Args](w *Worker, fn func(ctx context.Context, job *
 // a copy.
 func EngineRuntimeParams() map[string]string {
 	return maps.Clone(engineconf.Settings)
+}
+
+// RegisterEngineTypes adds the engine's pgx encode and scan plans (uuid parameters and
+// elements, nullable columns: internal/pgfast says which slow pgx paths they replace; the
+// bytes on the wire are the same) to a connection's type map. The private engine pool does it
+// for every connection; for a Config.EnginePool of your own, call it in the pool's
+// AfterConnect (with EngineRuntimeParams and EnginePoolSize, the pool is then what the private
+// one would be).
+func RegisterEngineTypes(m *pgtype.Map) {
+	pgfast.Register(m)
 }
 
 // EnginePoolSize returns the number of connections of the private engine pool New would make

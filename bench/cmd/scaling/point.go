@@ -286,7 +286,9 @@ type rig struct {
 // newRig builds the worker: queues of Slots/len(queues) slots each (at least 1), an engine
 // pool made as the worker makes its private one (the engine's session settings) plus the
 // claim tracer, of the library's default size (worker.EnginePoolSize) capped at
-// -engine-conns-cap.
+// -engine-conns-cap, with the engine's type plans (worker.RegisterEngineTypes). Until
+// 2026-12-03 the sweep's pool lacked those plans, so every sweep before paid pgx's slow uuid
+// encoding and nullable scans that the private pool does not.
 // With shared, the queues share a pool of slots slots (mod sets worker.Config.Slots) and each
 // queue's Concurrency is slots.
 func newRig(ctx context.Context, c *config, dbURL string, queues []string, slots int, shared bool, mod func(*worker.Config)) (*rig, error) {
@@ -324,6 +326,14 @@ func newRig(ctx context.Context, c *config, dbURL string, queues []string, slots
 		pc.ConnConfig.RuntimeParams[k] = v
 	}
 	pc.ConnConfig.Tracer = r.tr
+	after := pc.AfterConnect
+	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		worker.RegisterEngineTypes(conn.TypeMap()) // as the private pool does
+		if after != nil {
+			return after(ctx, conn)
+		}
+		return nil
+	}
 	eng, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		app.Close()

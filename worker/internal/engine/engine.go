@@ -252,7 +252,7 @@ func (w *Engine) Start(ctx context.Context) error {
 		// (internal/pgfast says which pgx paths they replace); the application's hook still runs.
 		after := pc.AfterConnect
 		pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-			pgfast.Register(c.TypeMap())
+			pgfast.Register(c.TypeMap()) // worker.RegisterEngineTypes for a pool of your own
 			if after != nil {
 				return after(ctx, c)
 			}
