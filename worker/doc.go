@@ -8,7 +8,9 @@
 //   - worker.go: Worker, New (validates the Config and builds the engine's), Register /
 //     MustRegister (a kind's handler, decoded and wrapped in its middleware, handed to the
 //     engine as an engine.Handler), DeclaredOptions, Start, Stop, ReclaimExpired,
-//     EngineRuntimeParams, and the database checks at Start (privileges, schema version).
+//     EngineRuntimeParams, RegisterEngineTypes and EnginePoolSize (a Config.EnginePool of
+//     your own made as the private one), and the database checks at Start (privileges,
+//     schema version).
 //   - config.go: Config, QueueConfig, HandlerOptions, their documented defaults and
 //     validation, and their conversion to the engine's configuration (engine.Config,
 //     engine.KindOptions).
