@@ -259,22 +259,7 @@ func (q *queue) startBatch(kind string, b *forming) {
 func (q *queue) batchRunner(es []*Execution) {
 	for es != nil {
 		q.runBatch(es)
-		es = q.awaitBatch()
-	}
-}
-
-// awaitBatch waits for the queue's next batch, nil when the loop returned (await's idle
-// stack reserve).
-//
-//go:noinline
-func (q *queue) awaitBatch() []*Execution {
-	var reserve [idleStackReserve]byte
-	holdStack(&reserve)
-	select {
-	case es := <-q.batchRunCh:
-		return es
-	case <-q.done:
-		return nil
+		es = awaitNext(q, q.batchRunCh)
 	}
 }
 

@@ -156,12 +156,12 @@ func TestClaimAndBatchGoroutinesAreReused(t *testing.T) {
 		ran := make(chan struct{})
 		q.runClaim(func() { record(); close(ran) })
 		<-ran
-		waitIdle(t, "awaitClaim")
+		waitIdle(t, "runClaim.func")
 	}
 	for range 3 {
 		q.startBatch("b", &forming{es: batchExecs(q, 2)})
 		<-q.returnedCh
-		waitIdle(t, "awaitBatch")
+		waitIdle(t, "batchRunner")
 	}
 	require.Len(t, ids, 6)
 	require.Equal(t, []string{ids[0], ids[0], ids[0]}, ids[:3], "claims")

@@ -120,7 +120,7 @@ func (q *queue) startClaim(ctx context.Context, idx, n int) {
 
 // runClaim runs fn, a claim's statement and its report to the loop, on an idle claim goroutine
 // of the queue if one waits, else on a new one (loop). A claim goroutine that reported waits
-// for the queue's next claim until the loop returns (awaitClaim), as handler goroutines do
+// for the queue's next claim until the loop returns (awaitNext), as handler goroutines do
 // (execute.go, dispatch): a new goroutine per claim grew its stack from the minimum to what
 // pgx's statement path needs on every claim, copying it each time, on the claim's critical path
 // (~6 % of the batch burn-down's Go CPU: runtime.newstack under pgx's statement cache lookup).
@@ -132,24 +132,9 @@ func (q *queue) runClaim(fn func()) {
 		q.w.spawn(func() {
 			for fn != nil {
 				fn()
-				fn = q.awaitClaim()
+				fn = awaitNext(q, q.claimRunCh)
 			}
 		})
-	}
-}
-
-// awaitClaim waits for the queue's next claim, nil when the loop returned (its idle stack
-// reserve: await's).
-//
-//go:noinline
-func (q *queue) awaitClaim() func() {
-	var reserve [idleStackReserve]byte
-	holdStack(&reserve)
-	select {
-	case fn := <-q.claimRunCh:
-		return fn
-	case <-q.done:
-		return nil
 	}
 }
 

@@ -191,7 +191,7 @@ func (q *queue) dispatch(e *Execution) {
 func (q *queue) runner(e *Execution) {
 	for e != nil {
 		q.run(e)
-		e = q.await()
+		e = awaitNext(q, q.runCh)
 	}
 }
 
@@ -202,17 +202,20 @@ func (q *queue) runner(e *Execution) {
 // in JSON decoding). Waiting below this reserve keeps stacks up to four times its size.
 const idleStackReserve = 4 << 10
 
-// await waits for the queue's next execution, nil when the loop returned.
+// awaitNext is what a reused goroutine of the queue (a handler's, a claim's, a batch call's)
+// does while idle: it waits for the next piece of work the loop hands it on ch, below its
+// idle stack reserve; the zero value when the loop returned.
 //
 //go:noinline
-func (q *queue) await() *Execution {
+func awaitNext[T any](q *queue, ch <-chan T) T {
 	var reserve [idleStackReserve]byte
 	holdStack(&reserve)
 	select {
-	case e := <-q.runCh:
-		return e
+	case v := <-ch:
+		return v
 	case <-q.done:
-		return nil
+		var zero T
+		return zero
 	}
 }
 
