@@ -65,8 +65,8 @@ type QueueConfig struct {
 }
 
 // Batched reports whether the queue's claims are plain ordered ones, which the claim batcher
-// carries when the worker serves several queues (claimbatch.go; useClaimBatch checks the same
-// per plan): no limits, no fair share, no quotas or deadline. Other queues claim with
+// carries when the worker serves several queues (claimbatch.go: useClaimBatch routes by it):
+// no limits, no fair share, no quotas or deadline. Other queues claim with
 // statements of their own, one per claimer in flight.
 func (q QueueConfig) Batched() bool {
 	return len(q.Limits) == 0 && !q.Fairness.FairShare && !q.Fairness.Ranked()
