@@ -171,6 +171,10 @@ func TestWaitManyWaitersShareOneListen(t *testing.T) {
 	for jobs.Waiters(c) < n {
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The registry's goroutine opens its LISTEN after the first waiter registers, on its own
+	// schedule: at CI's load the waiters had all registered before its LISTEN had run
+	// (pg_stat_activity showed none). Wait for it, then count.
+	require.Eventually(t, func() bool { return listenSessions(t, pool) > 0 }, time.Minute, 10*time.Millisecond)
 	require.Equal(t, 1, listenSessions(t, pool), "one LISTEN session for every waiter")
 	require.EqualValues(t, 1, jobs.WaitListens(c))
 	checksBefore := jobs.WaitChecks(c)
