@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -375,4 +379,90 @@ CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER UPDATE ON tenure.periodic DEFER
 	st := w.Stats()
 	got := tickJobs(t, pool, "refused")
 	require.Equal(t, int64(len(got)), st.PeriodicEnqueued, "counted enqueues = jobs in the table (%d errors)", st.PeriodicErrors)
+}
+
+// heldConn is a connection whose reads wait while its hold is shut (closed releases it): the
+// server has answered, the client has not read the answer yet.
+type heldConn struct {
+	net.Conn
+	hold atomic.Pointer[chan struct{}]
+}
+
+func (c *heldConn) Read(b []byte) (int, error) {
+	if h := c.hold.Load(); h != nil {
+		<-*h
+	}
+	return c.Conn.Read(b)
+}
+
+// TestPeriodicStopDuringTickCommit: a Stop that begins while a tick's COMMIT is answered but
+// not yet read must not lose count of the job it enqueued. The engine pool's connections hold
+// their reads once a tick's transaction sends COMMIT; the test waits until the job is visible
+// (the server committed), begins Stop, and then lets the answer through. A worker that
+// cancelled the COMMIT with Stop saw an error for a transaction that committed, and counted
+// nothing: CI caught it as "jobs in the table = enqueues the workers counted" (7 against 6) in
+// TestPeriodicOneJobPerTickAcrossWorkers.
+func TestPeriodicStopDuringTickCommit(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	var (
+		mu    sync.Mutex
+		conns = map[*pgx.Conn]*heldConn{}
+		armed = map[*pgx.Conn]bool{} // sent PeriodicSetJob in the open transaction
+		hold  = make(chan struct{})
+		held  atomic.Bool
+	)
+	tr := &stmtTracer{onQuery: func(conn *pgx.Conn, sql string) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case strings.Contains(sql, "name: PeriodicSetJob"):
+			armed[conn] = true
+		case sql == "commit" && armed[conn] && held.CompareAndSwap(false, true):
+			conns[conn].hold.Store(&hold)
+		}
+	}}
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.Tracer = tr
+	var dialed sync.Map // net.Conn's address → *heldConn, until AfterConnect names its pgx.Conn
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		h := &heldConn{Conn: c}
+		dialed.Store(c.LocalAddr().String(), h)
+		return h, nil
+	}
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		h, _ := dialed.Load(c.PgConn().Conn().LocalAddr().String())
+		mu.Lock()
+		conns[c] = h.(*heldConn)
+		mu.Unlock()
+		return nil
+	}
+	eng, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(eng.Close)
+	wcfg := fastConfig(nil)
+	wcfg.ID = "periodic-stop"
+	wcfg.EnginePool = eng
+	wcfg.Periodic = []worker.PeriodicJob{tickJob("every-second", worker.Every(time.Second), nil)}
+	w, err := worker.New(ownPool(t, pool), wcfg)
+	require.NoError(t, err)
+	worker.MustRegister(w, func(context.Context, *generics.Job[tickArgs]) error { return nil }, nil)
+	startWorker(t, w)
+
+	waitFor(t, time.Minute, "a tick's job committed, its COMMIT's answer held",
+		func() bool { return held.Load() && len(tickJobs(t, pool, "every-second")) > 0 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- stopWorker(t, w, 30*time.Second) }()
+	time.Sleep(300 * time.Millisecond) // Stop has begun: its context is cancelled
+	close(hold)
+	require.NoError(t, <-stopped)
+	got := tickJobs(t, pool, "every-second")
+	require.NotEmpty(t, got)
+	require.Equal(t, int64(len(got)), w.Stats().PeriodicEnqueued, "jobs in the table = enqueues the worker counted")
+	require.Zero(t, w.Stats().PeriodicErrors)
 }

@@ -199,6 +199,32 @@ func (w *Engine) Queries(db gen.DBTX) *gen.Queries { return w.qon(db) }
 // the worker's schema.
 func (w *Engine) qon(db gen.DBTX) *gen.Queries { return gen.New(w.sch.Wrap(db)) }
 
+// inTx runs fn in a transaction on the engine pool, its statements under ctx. Once fn has
+// returned nil, the COMMIT is sent and its answer awaited even if ctx ends meanwhile (a Stop,
+// a deadline), for at most sweepTimeout: a COMMIT cancelled once sent may still commit on the
+// server, and a caller told it failed would skip what follows a commit (its counters, done
+// signals). An error or a panic of fn rolls back.
+func (w *Engine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := w.eng.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	detached := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), sweepTimeout)
+	}
+	defer func() { // after Commit a no-op; fn's error is the one that matters
+		rctx, cancel := detached()
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	cctx, cancel := detached()
+	defer cancel()
+	return tx.Commit(cctx)
+}
+
 // Schema returns the schema the worker works in (Config.Schema; "tenure" by default).
 func (w *Engine) Schema() string { return w.sch.Name() }
 

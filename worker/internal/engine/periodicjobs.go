@@ -103,7 +103,7 @@ func (w *Engine) upsertPeriodic(ctx context.Context, q *gen.Queries, p *Periodic
 
 func (w *Engine) runOnStart(ctx context.Context, p *Periodic) error {
 	enqueued := false
-	err := pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
+	err := w.inTx(ctx, func(tx pgx.Tx) error {
 		q := w.qon(tx)
 		at, err := q.PeriodicRunOnStart(ctx, gen.PeriodicRunOnStartParams{Name: p.Name, GapUs: p.Ticks.Period(time.Now()).Microseconds()})
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -223,7 +223,7 @@ func (w *Engine) fireTick(ctx context.Context, p *Periodic, t, now time.Time) (b
 	tctx, cancel := context.WithTimeout(ctx, sweepTimeout)
 	defer cancel()
 	err := w.retryStale(func() error {
-		return pgx.BeginFunc(tctx, w.eng, func(tx pgx.Tx) error {
+		return w.inTx(tctx, func(tx pgx.Tx) error {
 			took = false
 			_, err := w.qon(tx).PeriodicAdvance(tctx, gen.PeriodicAdvanceParams{Name: p.Name, Tick: &t, NextRunAt: next,
 				Enqueue: enqueue, Missed: dropped})

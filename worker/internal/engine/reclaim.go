@@ -60,15 +60,16 @@ func (w *Engine) ReclaimExpired(ctx context.Context) (int, error) {
 // reclaimOnce is one ReclaimExpired transaction; it sets *n to the jobs it reclaimed.
 func (w *Engine) reclaimOnce(ctx context.Context, n *int) error {
 	*n = 0
+	dead := 0
 	var ended []DoneID // the done signal of the jobs it ended (dead, cancelled), after the commit, with their dependents' signals (Settles)
-	err := pgx.BeginFunc(ctx, w.eng, func(tx pgx.Tx) error {
+	err := w.inTx(ctx, func(tx pgx.Tx) error {
 		q := w.qon(tx)
 		rows, err := q.LockExpired(ctx, int32(w.cfg.ReclaimBatch))
 		if err != nil || len(rows) == 0 {
 			return err
 		}
 		arg := gen.FailManyParams{}
-		dead := 0
+		dead = 0
 		for _, r := range rows {
 			if r.FinishWaiting {
 				// Its owner's finish is waiting for the row (finishLocked): the row's lock
@@ -109,15 +110,21 @@ func (w *Engine) reclaimOnce(ctx context.Context, n *int) error {
 				}
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		*n = 0
+		return err
+	}
+	if *n > 0 { // counted once committed
 		w.m.Reclaimed.Add(int64(*n))
 		w.m.ReclaimedDead.Add(int64(dead))
 		for range *n {
 			w.m.recordCode(CodeLeaseExpired)
 		}
 		w.log.Info("tenure: reclaimed expired leases", logkey.Jobs, *n, "dead", dead)
-		return nil
-	})
-	if err == nil && len(ended) > 0 {
+	}
+	if len(ended) > 0 {
 		if nerr := w.sendDone(ctx, ended); nerr != nil {
 			// Committed: the waiters' poll finds these jobs (engine/donenotify.go).
 			w.engineError(&w.doneLog, "done signal", nerr)
