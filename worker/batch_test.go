@@ -511,6 +511,12 @@ func BenchmarkBatchBurnDown(b *testing.B) {
 		}
 		variants = keep
 	}
+	// TENURE_BENCH_BATCH_SLOTS=n: every variant runs n slots (Concurrency).
+	if n, _ := strconv.Atoi(os.Getenv("TENURE_BENCH_BATCH_SLOTS")); n > 0 {
+		for i := range variants {
+			variants[i].slots = n
+		}
+	}
 	profDir := os.Getenv("TENURE_BENCH_BATCH_PROFILE")
 	rates := make([][]float64, len(variants))
 	for it := range b.N {

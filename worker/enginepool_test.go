@@ -37,7 +37,9 @@ func TestEnginePoolSizeDefault(t *testing.T) {
 	}{
 		// 3 (LISTEN, heartbeat, reclaim/prune) + 2 finishers + the claimers
 		"one small queue":          {worker.Config{Queues: map[string]worker.QueueConfig{"a": {Concurrency: 10}}}, 3 + 2 + 1},
-		"one large queue":          {worker.Config{Queues: map[string]worker.QueueConfig{"a": {Concurrency: 100}}}, 3 + 2 + 2},
+		"one queue of 100":         {worker.Config{Queues: map[string]worker.QueueConfig{"a": {Concurrency: 100}}}, 3 + 2 + 1},
+		"one large queue":          {worker.Config{Queues: map[string]worker.QueueConfig{"a": {Concurrency: 101}}}, 3 + 2 + 2},
+		"large claim batch":        {worker.Config{MaxClaimBatch: 500, Queues: map[string]worker.QueueConfig{"a": {Concurrency: 500}}}, 3 + 2 + 1},
 		"one queue, explicit":      {worker.Config{Queues: map[string]worker.QueueConfig{"a": {Concurrency: 10, Claimers: 4}}}, 3 + 2 + 4},
 		"100 plain queues":         {worker.Config{Queues: plain(100)}, 3 + 2 + 2},
 		"1,000 plain queues":       {worker.Config{Queues: plain(1000)}, 3 + 2 + 2},
@@ -46,7 +48,7 @@ func TestEnginePoolSizeDefault(t *testing.T) {
 		"plain and quotas":         {worker.Config{Queues: with(plain(10), "quota", worker.QueueConfig{Concurrency: 10, Fairness: worker.Fairness{Quotas: map[int]int{2: 1, 3: 3}}})}, 3 + 2 + 2 + 1},
 		"plain and a deadline":     {worker.Config{Queues: with(plain(10), "dl", worker.QueueConfig{Concurrency: 10, Fairness: worker.Fairness{Deadline: time.Minute}})}, 3 + 2 + 2 + 1},
 		"aging is batched":         {worker.Config{Queues: with(plain(10), "age", worker.QueueConfig{Concurrency: 10, Fairness: worker.Fairness{Aging: &worker.Aging{Step: time.Second}}})}, 3 + 2 + 2},
-		"two own-claim queues":     {worker.Config{Queues: map[string]worker.QueueConfig{"a": {Concurrency: 10, Limits: limit}, "b": {Concurrency: 100, Fairness: worker.Fairness{FairShare: true}}}}, 3 + 2 + 1 + 2},
+		"two own-claim queues":     {worker.Config{Queues: map[string]worker.QueueConfig{"a": {Concurrency: 10, Limits: limit}, "b": {Concurrency: 200, Fairness: worker.Fairness{FairShare: true}}}}, 3 + 2 + 1 + 2},
 		"finishers count":          {worker.Config{Finishers: 4, Queues: plain(3)}, 3 + 4 + 2},
 		"EngineConns is respected": {worker.Config{EngineConns: 40, Queues: plain(100)}, 40},
 	} {
