@@ -511,7 +511,8 @@ func BenchmarkBatchBurnDown(b *testing.B) {
 		}
 		variants = keep
 	}
-	// TENURE_BENCH_BATCH_SLOTS=n: every variant runs n slots (Concurrency).
+	// TENURE_BENCH_BATCH_SLOTS=n: every variant runs n slots (Concurrency);
+	// TENURE_BENCH_NORIDE=1: completions go to the finishers, none rides on a claim.
 	if n, _ := strconv.Atoi(os.Getenv("TENURE_BENCH_BATCH_SLOTS")); n > 0 {
 		for i := range variants {
 			variants[i].slots = n
@@ -537,6 +538,9 @@ func BenchmarkBatchBurnDown(b *testing.B) {
 					}
 				}})
 			require.NoError(b, err)
+			if os.Getenv("TENURE_BENCH_NORIDE") != "" {
+				worker.NoRide(w)
+			}
 			if tc.batch == 0 {
 				worker.MustRegister(w, func(context.Context, *generics.Job[noopArgs]) error { return nil }, nil)
 			} else {
