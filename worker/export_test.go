@@ -17,6 +17,9 @@ func SkipDeregister(w *Worker) { w.e.SkipDeregister() }
 // before Start.
 func NoRide(w *Worker) { w.e.NoRide() }
 
+// QueueStateReads is the queue state service's reads since Start (engine.QueueStateReads).
+func QueueStateReads(w *Worker) int64 { return w.e.QueueStateReads() }
+
 // SeededRand is seededRand for the external tests.
 var SeededRand = seededRand
 

@@ -181,6 +181,9 @@ func TestPausePollBackstop(t *testing.T) {
 	w := pauseWorker(t, pool, "poller", every)
 	clk := worker.UseFakeClock(w, time.Now())
 	startWorker(t, w)
+	// The listener's LISTEN is followed by a read of the paused queues (a pause notified
+	// before LISTEN would be missed otherwise); wait for it, or it may see the row.
+	waitFor(t, 30*time.Second, "the read after LISTEN", func() bool { return worker.QueueStateReads(w) >= 1 })
 	_, err := pool.Exec(ctx, `INSERT INTO tenure.queues (name, paused, paused_at, updated_by, reason) VALUES ('other', true, now(), 'sql', 'no notify')`)
 	require.NoError(t, err)
 	require.Empty(t, w.Stats().PausedQueues, "no tick yet, no notification: not seen")

@@ -78,6 +78,8 @@ type Engine struct {
 	// queueStateCh asks the queue state service to read the paused queues now (the listener
 	// got a NOTIFY tenure_queues, or reconnected).
 	queueStateCh chan struct{}
+	// queueStateReads counts the queue state service's reads (QueueStateReads, for tests).
+	queueStateReads atomic.Int64
 
 	// base is the parent of handler contexts (Start's context without its cancellation);
 	// engCtx bounds every engine statement and goroutine (cancelled at the end of Stop, or at

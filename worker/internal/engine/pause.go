@@ -50,6 +50,7 @@ func (w *Engine) queueStateService(ctx context.Context) {
 			return err
 		})
 		cancel()
+		w.queueStateReads.Add(1)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.engineError(&w.pauseLog, "queue state", err)
@@ -61,6 +62,10 @@ func (w *Engine) queueStateService(ctx context.Context) {
 		}
 	}
 }
+
+// QueueStateReads returns how many reads of the paused queues the queue state service has
+// made (not counting Start's): tests wait for the one that follows the listener's LISTEN.
+func (w *Engine) QueueStateReads() int64 { return w.queueStateReads.Load() }
 
 // setPaused hands the loop its queue's state (the latest one wins; never blocks). The
 // service is the only sender.
