@@ -123,6 +123,13 @@ func TestCompletionsRideOnClaims(t *testing.T) {
 	}, nil)
 
 	c := newClient(t, pool, w)
+	// Started before the workflow is inserted, and past the listener's connect: its resync
+	// heartbeats every running job at once (missed cancel signals), and a heartbeat holding a
+	// task's row while a claim carries its completion makes that completion busy, handed to the
+	// finishers (correct, but not what this test counts). The connect also asks for a read of
+	// the paused queues, which is what can be seen from here.
+	startWorker(t, w)
+	waitFor(t, 30*time.Second, "the listener's connect", func() bool { return worker.QueueStateReads(w) >= 1 })
 	const tasks = 10
 	wf := jobs.NewWorkflow("chain", nil).Add("t0", noopArgs{N: 0}, nil)
 	for i := 1; i < tasks; i++ {
@@ -138,7 +145,6 @@ func TestCompletionsRideOnClaims(t *testing.T) {
 		_, err := c.Wait(wctx, last)
 		waited <- err
 	}()
-	startWorker(t, w)
 
 	waitFor(t, 40*time.Second, "every task to succeed (a lone completion must not wait for FinishLinger)", func() bool {
 		return countState(t, pool, "succeeded") == tasks
@@ -161,7 +167,8 @@ func TestCompletionsRideOnClaims(t *testing.T) {
 	}
 	st := w.Stats()
 	require.EqualValues(t, tasks, st.Succeeded)
-	require.EqualValues(t, tasks, st.FinishedOnClaims, "every completion landed in a claim's transaction")
+	require.EqualValues(t, tasks, st.FinishedOnClaims, "every completion landed in a claim's transaction (claims %d, empty %d, claim errors %d, finish busy %d, finish writes alone %d, last error %q)",
+		st.Claims, st.EmptyClaims, st.ClaimErrors, st.FinishBusy, tr.alone.Load(), st.LastError)
 	require.Zero(t, st.StaleRejected)
 	require.Zero(t, tr.alone.Load(), "no completion was written on its own")
 	require.Positive(t, tr.inBatch.Load())

@@ -97,6 +97,9 @@ func (q *queue) heartbeat(ctx context.Context, now time.Time) {
 		}
 	}
 	if len(due) == 0 {
+		// Nothing to heartbeat: a resync of no job is done (a job claimed from now on was
+		// claimed with the listener up, and misses no signal).
+		q.hbAll = false
 		return
 	}
 	if q.hbInFlight {

@@ -163,3 +163,29 @@ func TestHeartbeatPassWhenDue(t *testing.T) {
 	at, _ = q.hbNext()
 	require.Equal(t, due.Add(heartbeatTick), at)
 }
+
+// TestHeartbeatResyncOfNoJobEnds: a resync (the listener connected or reconnected) heartbeats
+// the jobs active then, to catch the cancel signals missed while it was away. With no job
+// active, the resync is done: a job claimed afterwards was claimed with the listener up and is
+// heartbeated on its own schedule. The resync stayed pending until some job was active, so
+// the first job after every Start was heartbeated as it began, and its row, locked by that
+// heartbeat, turned away the claim carrying its completion (busy: handed to the finishers).
+func TestHeartbeatResyncOfNoJobEnds(t *testing.T) {
+	q := hbQueue()
+	q.hbAll = true
+	q.heartbeat(context.Background(), clockStart)
+	require.False(t, q.hbAll, "a resync with no job active is done")
+	_, ok := q.hbNext()
+	require.False(t, ok, "no job: no pass")
+
+	e := hbExec(q, 1, time.Minute) // claimed after the resync: next heartbeat at start + 20 s
+	q.hbNote(e)
+	at, ok := q.hbNext()
+	require.True(t, ok)
+	require.Equal(t, clockStart.Add(20*time.Second), at, "its own schedule, not at once")
+
+	// A resync with a job active but a statement in flight stays pending.
+	q.hbAll, q.hbInFlight = true, true
+	q.heartbeat(context.Background(), clockStart.Add(time.Second))
+	require.True(t, q.hbAll, "pending while a heartbeat statement is in flight")
+}
