@@ -293,8 +293,9 @@ func (c *Config) withDefaults() (Config, error) {
 			//     jobs 0.027 s against 0.062-0.066 s (four claimers: 0.20 s). At 300 slots (three
 			//     claims of 100 fill the pool) two were faster: 20.1-20.4k against 17.3-19.0k.
 			//   - bench compare quick (100 workers, against River in the same run, alternated
-			//     with the previous default of two): postgres CPU per 1,000 jobs -15 to -30 %
-			//     in burn-down, -13 to -21 % in steady; throughput within the run's noise.
+			//     with the previous default of two, four pairs): postgres CPU per 1,000 jobs
+			//     -15 to -31 % in burn-down, -9 to -21 % in steady; throughput within the
+			//     runs' noise (bench/results/2026-12-05-claimers.md).
 			q.Claimers = 2
 			if q.Concurrency <= out.MaxClaimBatch {
 				q.Claimers = 1
