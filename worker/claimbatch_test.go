@@ -184,7 +184,7 @@ func waitBlockedClaim(t *testing.T, pool *pgxpool.Pool) []int32 {
 	waitFor(t, 20*time.Second, "a batched claim waiting for the lock", func() bool {
 		pids = nil
 		rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity
-			WHERE query LIKE '-- name: ClaimOrderedMany%' AND state = 'active' AND wait_event_type = 'Lock'`)
+			WHERE datname = current_database() AND query LIKE '-- name: ClaimOrderedMany%' AND state = 'active' AND wait_event_type = 'Lock'`)
 		require.NoError(t, err)
 		for rows.Next() {
 			var p int32

@@ -102,7 +102,7 @@ func TestClaimBatchCallerWaitsForItsStatement(t *testing.T) {
 	for {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE query LIKE '-- name: ClaimOrderedMany%' AND wait_event_type = 'Lock'`).Scan(&n))
+			WHERE datname = current_database() AND query LIKE '-- name: ClaimOrderedMany%' AND wait_event_type = 'Lock'`).Scan(&n))
 		if n > 0 {
 			break
 		}
