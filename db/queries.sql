@@ -1821,7 +1821,13 @@ ORDER BY 1;
 -- initial state ('ready' or 'waiting'), its count of dependencies, whether jobs depend on it,
 -- its workflow id (the zero uuid: none), task name and sequence key ('': none). The new-job
 -- signal goes only to due ready rows. Returns the inserted rows in id order (the input order).
-WITH ins AS (
+-- new_workflow_id (the zero uuid: none) is the workflow the statement begins: its row in
+-- tenure.workflows is written in the same statement, and an id already taken fails the whole
+-- statement with a unique violation on workflows_pkey (migration 0031), inserting nothing.
+WITH wf AS (
+    INSERT INTO tenure.workflows (id)
+    SELECT @new_workflow_id::uuid WHERE @new_workflow_id::uuid <> '00000000-0000-0000-0000-000000000000'::uuid
+), ins AS (
 INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata, tags,
                          state, deps_pending, has_dependents, workflow_id, task_name, sequence_key)
 SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
@@ -1884,6 +1890,28 @@ FROM (SELECT unnest(@keys::text[]) AS key, unnest(@on_failure::text[]) AS on_fai
 UPDATE tenure.sequences s SET last_job_id = v.job_id, updated_at = now()
 FROM (SELECT unnest(@keys::text[]) AS key, unnest(@job_ids::bigint[]) AS job_id) AS v
 WHERE s.key = v.key;
+
+-- name: PruneWorkflowsBatch :one
+-- One batch of the retention pruning of tenure.workflows: of the workflows after @after (id
+-- order, at most @max_rows, created before @before), deletes those with no task left (pruned
+-- or deleted), so that the table holds only workflows with a task and a pruned workflow's id
+-- may be used again. A workflow's tasks are inserted with its row, in one transaction, and a
+-- taken id refuses a second insert, so no task can arrive for a row this deletes. Returns the
+-- rows read, the rows deleted and the last id read (@after when none).
+WITH scanned AS (
+    SELECT w.id FROM tenure.workflows w
+    WHERE w.id > @after::uuid AND w.created_at < @before::timestamptz
+    ORDER BY w.id
+    LIMIT @max_rows
+), gone AS (
+    DELETE FROM tenure.workflows w
+    WHERE w.id IN (SELECT c.id FROM scanned c)
+      AND NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.workflow_id = w.id)
+    RETURNING w.id
+)
+SELECT (SELECT count(*) FROM scanned)::bigint AS rows_read,
+       (SELECT count(*) FROM gone)::bigint AS deleted,
+       coalesce((SELECT c.id FROM scanned c ORDER BY c.id DESC LIMIT 1), @after::uuid)::uuid AS last_id;
 
 -- name: WorkflowJobs :many
 -- The tasks of a workflow, in insertion order.

@@ -1040,8 +1040,18 @@ CREATE TABLE tenure.sequences (
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- A workflow's tasks by name; rows of no workflow never enter it.
-CREATE UNIQUE INDEX jobs_workflow_idx ON tenure.jobs (workflow_id, task_name) WHERE workflow_id IS NOT NULL;
+-- A workflow's tasks by name; rows of no workflow never enter it. Not unique (migration 0031):
+-- a unique index checks every new version of a task against its earlier ones; the workflow's
+-- id is unique in tenure.workflows, and task names are unique by construction.
+CREATE INDEX jobs_workflow_idx ON tenure.jobs (workflow_id, task_name) WHERE workflow_id IS NOT NULL;
+
+-- One row per workflow, written by its insert's first statement (InsertFlowJobs; migration
+-- 0031): a workflow id is taken once (jobs.ErrWorkflowExists), until the retention pruning
+-- deletes the row of a workflow with no task left (PruneWorkflowsBatch).
+CREATE TABLE tenure.workflows (
+    id         uuid        PRIMARY KEY,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
 -- A sequence's jobs in order; rows of no sequence never enter it.
 CREATE INDEX jobs_sequence_idx ON tenure.jobs (sequence_key, id) WHERE sequence_key IS NOT NULL;
 
@@ -1398,7 +1408,7 @@ AS $$
         'jobs:SELECT', 'effects:SELECT', 'audit:SELECT', 'workers:SELECT', 'periodic:SELECT',
         'queues:SELECT', 'flow:SELECT', 'flow_grant:SELECT', 'flow_permit:SELECT', 'outbox:SELECT',
         'stream_effects:SELECT', 'schema_migrations:SELECT', 'kinds:SELECT', 'job_deps:SELECT',
-        'sequences:SELECT', 'job_dep_stripes:SELECT'])
+        'sequences:SELECT', 'job_dep_stripes:SELECT', 'workflows:SELECT'])
 $$;
 
 CREATE OR REPLACE FUNCTION tenure.grant_enqueuer(role name) RETURNS SETOF text
@@ -1407,7 +1417,7 @@ AS $$
     SELECT tenure.grant_privileges(role, ARRAY[
         'jobs:SELECT, INSERT, UPDATE (has_dependents)', 'outbox:SELECT, INSERT', 'schema_migrations:SELECT',
         'kinds:SELECT', 'job_deps:SELECT, INSERT', 'sequences:SELECT, INSERT, UPDATE',
-        'job_dep_stripes:SELECT, INSERT'])
+        'job_dep_stripes:SELECT, INSERT', 'workflows:SELECT, INSERT'])
 $$;
 
 CREATE OR REPLACE FUNCTION tenure.grant_worker(role name) RETURNS SETOF text
@@ -1420,7 +1430,8 @@ AS $$
         'flow_permit:SELECT, INSERT, UPDATE, DELETE', 'outbox:SELECT, INSERT, UPDATE, DELETE',
         'stream_effects:SELECT, INSERT, UPDATE, DELETE', 'schema_migrations:SELECT',
         'kinds:SELECT, INSERT, UPDATE, DELETE', 'job_deps:SELECT, UPDATE, DELETE',
-        'sequences:SELECT, UPDATE, DELETE', 'job_dep_stripes:SELECT, UPDATE, DELETE'])
+        'sequences:SELECT, UPDATE, DELETE', 'job_dep_stripes:SELECT, UPDATE, DELETE',
+        'workflows:SELECT, DELETE'])
 $$;
 
 CREATE OR REPLACE FUNCTION tenure.grant_operator(role name) RETURNS SETOF text

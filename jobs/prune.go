@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenureq/tenure/db/gen"
@@ -51,6 +52,9 @@ type PruneResult struct {
 	// Sequences counts the rows of tenure.sequences deleted: sequences (InsertOpts.Sequence)
 	// with no job left.
 	Sequences int64
+	// Workflows counts the rows of tenure.workflows deleted: workflows with no task left,
+	// whose ids may be used again (migration 0031).
+	Workflows int64
 	// Batches is the number of job batch statements run (the sequences' batches are not
 	// counted).
 	Batches int
@@ -69,8 +73,10 @@ type PruneResult struct {
 // action). Once the jobs are drained it deletes, in batches of BatchSize keys, the
 // tenure.sequences rows of sequences whose last job is gone (pruned or deleted), so that the
 // table holds only sequences with a job left; a later insert into such a key starts it again,
-// as it would have (a missing previous job is none). It needs SELECT and DELETE on
-// tenure.sequences (tenure.grant_worker, migration 0023).
+// as it would have (a missing previous job is none). Then, the same way, it deletes the
+// tenure.workflows rows of workflows with no task left (their ids are free again). It needs
+// SELECT and DELETE on tenure.sequences (tenure.grant_worker, migration 0023) and on
+// tenure.workflows (migration 0031).
 //
 // One pruner runs at a time across processes: the call takes the session-level advisory lock
 // locks.Prune with pg_try_advisory_lock on one connection it holds for the whole loop and
@@ -170,6 +176,23 @@ func (c *Client) PruneExpired(ctx context.Context, p PruneParams) (res PruneResu
 		res.Sequences += b.Deleted
 		after = b.LastKey
 		if b.Keys < int64(p.BatchSize) {
+			break
+		}
+		if time.Since(start) >= p.Budget || ctx.Err() != nil {
+			return res, nil
+		}
+	}
+	// A workflow's row is written with its tasks, so the row of a workflow whose last task
+	// was pruned here was created before that task's class cutoff: the same bound.
+	var afterID uuid.UUID
+	for {
+		b, berr := q.PruneWorkflowsBatch(ctx, gen.PruneWorkflowsBatchParams{After: afterID, Before: before, MaxRows: int32(p.BatchSize)})
+		if berr != nil {
+			return res, fmt.Errorf("tenure: prune workflows: %w", berr)
+		}
+		res.Workflows += b.Deleted
+		afterID = b.LastID
+		if b.RowsRead < int64(p.BatchSize) {
 			break
 		}
 		if time.Since(start) >= p.Budget || ctx.Err() != nil {

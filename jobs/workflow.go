@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tenureq/tenure/db/gen"
 	"github.com/tenureq/tenure/db/migrations"
@@ -40,6 +41,25 @@ var ErrWorkflowCycle = errors.New("tenure: workflow dependencies form a cycle")
 
 // ErrWorkflowNotFound means no job belongs to the given workflow id.
 var ErrWorkflowNotFound = errors.New("tenure: workflow not found")
+
+// ErrWorkflowExists means a workflow with the same id (WorkflowOpts.ID) was inserted before
+// and has not been pruned: nothing of the second one was inserted. It is returned wrapped in
+// a *WorkflowExistsError naming the id. A caller that chooses workflow ids can treat it as
+// "already done" when retrying an insert whose outcome it did not learn.
+var ErrWorkflowExists = errors.New("tenure: a workflow with this id exists")
+
+// WorkflowExistsError reports a workflow refused because its id is taken (ErrWorkflowExists).
+type WorkflowExistsError struct {
+	ID       uuid.UUID // the id taken
+	Workflow string    // the refused workflow's name
+}
+
+func (e *WorkflowExistsError) Error() string {
+	return fmt.Sprintf("%v: workflow %q, id %s", ErrWorkflowExists, e.Workflow, e.ID)
+}
+
+// Unwrap returns ErrWorkflowExists.
+func (e *WorkflowExistsError) Unwrap() error { return ErrWorkflowExists }
 
 // WorkflowError reports why a workflow was refused.
 type WorkflowError struct {
@@ -290,8 +310,9 @@ type WorkflowResult struct {
 
 // InsertWorkflow validates the workflow and every task (as Insert does: args, kind
 // defaults, options) and inserts all its tasks and their dependencies in one transaction of
-// its own. A refused workflow returns a *WorkflowError (errors.Is ErrInvalidWorkflow) or the
-// task's error wrapped with its name, and writes nothing.
+// its own. A refused workflow returns a *WorkflowError (errors.Is ErrInvalidWorkflow), the
+// task's error wrapped with its name, or, when its id is taken, a *WorkflowExistsError
+// (errors.Is ErrWorkflowExists), and writes nothing.
 func (c *Client) InsertWorkflow(ctx context.Context, wf *Workflow) (*WorkflowResult, error) {
 	var res *WorkflowResult
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
@@ -307,8 +328,11 @@ func (c *Client) InsertWorkflow(ctx context.Context, wf *Workflow) (*WorkflowRes
 
 // InsertWorkflowTx is InsertWorkflow inside the caller's transaction (with its business
 // writes): the tasks become visible, and claimable ones are notified, only if tx commits.
-// Validation happens before anything is sent, so a refused workflow leaves tx usable. It
-// costs two statements whatever the number of tasks (up to 10,000 tasks a statement).
+// Validation happens before anything is sent, so a refused workflow leaves tx usable; a
+// workflow id already taken (WorkflowOpts.ID inserted before: *WorkflowExistsError,
+// ErrWorkflowExists) is found by the database's first statement, which fails and leaves tx
+// aborted, with nothing of the workflow written. It costs two statements whatever the number
+// of tasks (up to 10,000 tasks a statement).
 func (c *Client) InsertWorkflowTx(ctx context.Context, tx Tx, wf *Workflow) (*WorkflowResult, error) {
 	if tx == nil {
 		return nil, &OptionError{Field: "tx", Msg: "must not be nil"}
@@ -372,8 +396,15 @@ func (c *Client) InsertWorkflowTx(ctx context.Context, tx Tx, wf *Workflow) (*Wo
 			arg.WorkflowIds[j] = wf.opts.ID
 			arg.TaskNames[j] = t.name
 		}
+		if start == 0 {
+			arg.NewWorkflowID = wf.opts.ID // the first statement takes the id (tenure.workflows)
+		}
 		got, err := q.InsertFlowJobs(ctx, arg)
 		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "workflows_pkey" {
+				return nil, &WorkflowExistsError{ID: wf.opts.ID, Workflow: wf.name}
+			}
 			return nil, migrations.WrapNotMigrated(fmt.Errorf("tenure: insert workflow %q: %w", wf.name, err))
 		}
 		if len(got) != n {

@@ -109,9 +109,9 @@ func TestInsertWorkflowTx(t *testing.T) {
 	require.Equal(t, "order", ship.Metadata[jobs.WorkflowNameMetadata])
 	require.Equal(t, 1, ship.DepsPending)
 
-	// The same task names again under the same id: the database refuses the duplicate names.
+	// The same workflow again under the same id: refused, typed, nothing written.
 	_, err = c.InsertWorkflow(ctx, wf)
-	require.Error(t, err)
+	require.ErrorIs(t, err, jobs.ErrWorkflowExists)
 
 	bad := jobs.NewWorkflow("bad", nil).Add("ok", blobArgs{}, nil).Add("mail", emailArgs{To: "nobody"}, &jobs.TaskOpts{DependsOn: []string{"ok"}})
 	tx, err = pool.Begin(ctx)

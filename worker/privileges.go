@@ -73,6 +73,7 @@ func (w *Worker) neededPrivileges() []tablePrivilege {
 		add("job_deps", "retention pruning", "DELETE")
 		add("job_dep_stripes", "retention pruning", "DELETE")
 		add("sequences", "retention pruning", "SELECT", "UPDATE", "DELETE") // UPDATE: its row locks
+		add("workflows", "retention pruning", "SELECT", "DELETE")
 	}
 	if w.cfg.RegistryEvery > 0 {
 		add("workers", "the worker registry", "SELECT", "INSERT", "UPDATE", "DELETE")

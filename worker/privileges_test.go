@@ -91,11 +91,13 @@ func TestStartRefusesOldGuideGrants(t *testing.T) {
 		"DELETE on tenure.job_dep_stripes (retention pruning)",
 		// the pruning of tenure.sequences came with migration 0023.
 		"SELECT, UPDATE, DELETE on tenure.sequences (retention pruning)",
+		// tenure.workflows came with migration 0031.
+		"SELECT, DELETE on tenure.workflows (retention pruning)",
 		"SELECT tenure.grant_worker('" + role + "')",
 	} {
 		require.Contains(t, msg, want)
 	}
-	require.Len(t, pe.Missing, 10, "only the flow tables, tenure.kinds, tenure.job_deps, tenure.job_dep_stripes and tenure.sequences are missing: %v", pe.Missing)
+	require.Len(t, pe.Missing, 11, "only the flow tables, tenure.kinds, tenure.job_deps, tenure.job_dep_stripes, tenure.sequences and tenure.workflows are missing: %v", pe.Missing)
 	require.Zero(t, ran.Load())
 
 	// The function the error names fixes it.
@@ -152,7 +154,7 @@ func TestGrantWorkerCoversStartCheck(t *testing.T) {
 		return g, r.Scan(&g.table, &g.priv)
 	})
 	require.NoError(t, err)
-	require.Len(t, grants, 49, "grant_worker's privileges: %v", grants)
+	require.Len(t, grants, 51, "grant_worker's privileges: %v", grants)
 	for _, g := range grants {
 		_, err := pool.Exec(ctx, fmt.Sprintf("REVOKE %s ON tenure.%s FROM %s", g.priv, g.table, role))
 		require.NoError(t, err)

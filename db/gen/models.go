@@ -244,3 +244,8 @@ type TenureWorker struct {
 	LastSuccessAt *time.Time
 	Counters      []byte
 }
+
+type TenureWorkflow struct {
+	ID        uuid.UUID
+	CreatedAt time.Time
+}

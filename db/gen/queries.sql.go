@@ -2191,7 +2191,10 @@ func (q *Queries) InsertDeps(ctx context.Context, arg InsertDepsParams) error {
 
 const insertFlowJobs = `-- name: InsertFlowJobs :many
 
-WITH ins AS (
+WITH wf AS (
+    INSERT INTO tenure.workflows (id)
+    SELECT $1::uuid WHERE $1::uuid <> '00000000-0000-0000-0000-000000000000'::uuid
+), ins AS (
 INSERT INTO tenure.jobs (queue, kind, payload, payload_version, priority, run_at, max_attempts, lease_ms, metadata, tags,
                          state, deps_pending, has_dependents, workflow_id, task_name, sequence_key)
 SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
@@ -2200,23 +2203,23 @@ SELECT i.queue, i.kind, i.payload, i.payload_version, i.priority,
        i.max_attempts, i.lease_ms, i.metadata, CASE WHEN i.tags = '[]'::jsonb THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags)) END,
        i.state::tenure.job_state, i.deps_pending, i.has_dependents,
        nullif(i.workflow_id, '00000000-0000-0000-0000-000000000000'::uuid), nullif(i.task_name, ''), nullif(i.sequence_key, '')
-FROM (SELECT unnest($1::text[]) AS queue,
-            unnest($2::text[]) AS kind,
-            unnest($3::jsonb[]) AS payload,
-            unnest($4::integer[]) AS payload_version,
-            unnest($5::smallint[]) AS priority,
-            unnest($6::bigint[]) AS run_at_us,
-            unnest($7::bigint[]) AS delay_us,
-            unnest($8::integer[]) AS max_attempts,
-            unnest($9::integer[]) AS lease_ms,
-            unnest($10::jsonb[]) AS metadata,
-            unnest($11::jsonb[]) AS tags,
-            unnest($12::text[]) AS state,
-            unnest($13::integer[]) AS deps_pending,
-            unnest($14::boolean[]) AS has_dependents,
-            unnest($15::uuid[]) AS workflow_id,
-            unnest($16::text[]) AS task_name,
-            unnest($17::text[]) AS sequence_key) AS i
+FROM (SELECT unnest($2::text[]) AS queue,
+            unnest($3::text[]) AS kind,
+            unnest($4::jsonb[]) AS payload,
+            unnest($5::integer[]) AS payload_version,
+            unnest($6::smallint[]) AS priority,
+            unnest($7::bigint[]) AS run_at_us,
+            unnest($8::bigint[]) AS delay_us,
+            unnest($9::integer[]) AS max_attempts,
+            unnest($10::integer[]) AS lease_ms,
+            unnest($11::jsonb[]) AS metadata,
+            unnest($12::jsonb[]) AS tags,
+            unnest($13::text[]) AS state,
+            unnest($14::integer[]) AS deps_pending,
+            unnest($15::boolean[]) AS has_dependents,
+            unnest($16::uuid[]) AS workflow_id,
+            unnest($17::text[]) AS task_name,
+            unnest($18::text[]) AS sequence_key) AS i
 RETURNING id, queue, kind, payload, payload_version, state, priority, run_at, attempts, max_attempts, lease_ms, locked_by, locked_until, claim_token, generation, attempted_at, last_error_code, errors, created_at, updated_at, finished_at, cancel_requested_at, metadata, unique_key, unique_states, tags, output, snoozes, limited, workflow_id, task_name, sequence_key, deps_pending, has_dependents, progress
 )
 SELECT ins.id, ins.queue, ins.kind, ins.payload, ins.payload_version, ins.state, ins.priority, ins.run_at, ins.attempts, ins.max_attempts, ins.lease_ms, ins.locked_by, ins.locked_until, ins.claim_token, ins.generation, ins.attempted_at, ins.last_error_code, ins.errors, ins.created_at, ins.updated_at, ins.finished_at, ins.cancel_requested_at, ins.metadata, ins.unique_key, ins.unique_states, ins.tags, ins.output, ins.snoozes, ins.limited, ins.workflow_id, ins.task_name, ins.sequence_key, ins.deps_pending, ins.has_dependents, ins.progress FROM ins
@@ -2229,6 +2232,7 @@ ORDER BY id
 `
 
 type InsertFlowJobsParams struct {
+	NewWorkflowID   uuid.UUID
 	Queues          []string
 	Kinds           []string
 	Payloads        [][]byte
@@ -2296,8 +2300,12 @@ type InsertFlowJobsRow struct {
 // initial state ('ready' or 'waiting'), its count of dependencies, whether jobs depend on it,
 // its workflow id (the zero uuid: none), task name and sequence key (”: none). The new-job
 // signal goes only to due ready rows. Returns the inserted rows in id order (the input order).
+// new_workflow_id (the zero uuid: none) is the workflow the statement begins: its row in
+// tenure.workflows is written in the same statement, and an id already taken fails the whole
+// statement with a unique violation on workflows_pkey (migration 0031), inserting nothing.
 func (q *Queries) InsertFlowJobs(ctx context.Context, arg InsertFlowJobsParams) ([]*InsertFlowJobsRow, error) {
 	rows, err := q.db.Query(ctx, insertFlowJobs,
+		arg.NewWorkflowID,
 		arg.Queues,
 		arg.Kinds,
 		arg.Payloads,
@@ -4224,6 +4232,48 @@ func (q *Queries) PruneSequencesBatch(ctx context.Context, arg PruneSequencesBat
 	row := q.db.QueryRow(ctx, pruneSequencesBatch, arg.After, arg.Before, arg.MaxKeys)
 	var i PruneSequencesBatchRow
 	err := row.Scan(&i.Keys, &i.Deleted, &i.LastKey)
+	return &i, err
+}
+
+const pruneWorkflowsBatch = `-- name: PruneWorkflowsBatch :one
+WITH scanned AS (
+    SELECT w.id FROM tenure.workflows w
+    WHERE w.id > $1::uuid AND w.created_at < $2::timestamptz
+    ORDER BY w.id
+    LIMIT $3
+), gone AS (
+    DELETE FROM tenure.workflows w
+    WHERE w.id IN (SELECT c.id FROM scanned c)
+      AND NOT EXISTS (SELECT 1 FROM tenure.jobs j WHERE j.workflow_id = w.id)
+    RETURNING w.id
+)
+SELECT (SELECT count(*) FROM scanned)::bigint AS rows_read,
+       (SELECT count(*) FROM gone)::bigint AS deleted,
+       coalesce((SELECT c.id FROM scanned c ORDER BY c.id DESC LIMIT 1), $1::uuid)::uuid AS last_id
+`
+
+type PruneWorkflowsBatchParams struct {
+	After   uuid.UUID
+	Before  time.Time
+	MaxRows int32
+}
+
+type PruneWorkflowsBatchRow struct {
+	RowsRead int64
+	Deleted  int64
+	LastID   uuid.UUID
+}
+
+// One batch of the retention pruning of tenure.workflows: of the workflows after @after (id
+// order, at most @max_rows, created before @before), deletes those with no task left (pruned
+// or deleted), so that the table holds only workflows with a task and a pruned workflow's id
+// may be used again. A workflow's tasks are inserted with its row, in one transaction, and a
+// taken id refuses a second insert, so no task can arrive for a row this deletes. Returns the
+// rows read, the rows deleted and the last id read (@after when none).
+func (q *Queries) PruneWorkflowsBatch(ctx context.Context, arg PruneWorkflowsBatchParams) (*PruneWorkflowsBatchRow, error) {
+	row := q.db.QueryRow(ctx, pruneWorkflowsBatch, arg.After, arg.Before, arg.MaxRows)
+	var i PruneWorkflowsBatchRow
+	err := row.Scan(&i.RowsRead, &i.Deleted, &i.LastID)
 	return &i, err
 }
 
