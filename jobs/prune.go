@@ -167,40 +167,49 @@ func (c *Client) PruneExpired(ctx context.Context, p PruneParams) (res PruneResu
 	if p.DeadBefore.After(before) {
 		before = p.DeadBefore
 	}
-	after := ""
-	for {
-		b, berr := q.PruneSequencesBatch(ctx, gen.PruneSequencesBatchParams{After: after, Before: before, MaxKeys: int32(p.BatchSize)})
-		if berr != nil {
-			return res, fmt.Errorf("tenure: prune sequences: %w", berr)
-		}
-		res.Sequences += b.Deleted
-		after = b.LastKey
-		if b.Keys < int64(p.BatchSize) {
-			break
-		}
-		if time.Since(start) >= p.Budget || ctx.Err() != nil {
-			return res, nil
-		}
-	}
 	// A workflow's row is written with its tasks, so the row of a workflow whose last task
 	// was pruned here was created before that task's class cutoff: the same bound.
+	over := func() bool { return time.Since(start) >= p.Budget || ctx.Err() != nil }
+	after := ""
+	done, err := drainSide(p.BatchSize, over, "sequences", func() (int64, error) {
+		b, err := q.PruneSequencesBatch(ctx, gen.PruneSequencesBatchParams{After: after, Before: before, MaxKeys: int32(p.BatchSize)})
+		after = b.LastKey
+		res.Sequences += b.Deleted
+		return b.Keys, err
+	})
+	if !done || err != nil {
+		return res, err
+	}
 	var afterID uuid.UUID
-	for {
-		b, berr := q.PruneWorkflowsBatch(ctx, gen.PruneWorkflowsBatchParams{After: afterID, Before: before, MaxRows: int32(p.BatchSize)})
-		if berr != nil {
-			return res, fmt.Errorf("tenure: prune workflows: %w", berr)
-		}
-		res.Workflows += b.Deleted
+	done, err = drainSide(p.BatchSize, over, "workflows", func() (int64, error) {
+		b, err := q.PruneWorkflowsBatch(ctx, gen.PruneWorkflowsBatchParams{After: afterID, Before: before, MaxRows: int32(p.BatchSize)})
 		afterID = b.LastID
-		if b.RowsRead < int64(p.BatchSize) {
-			break
-		}
-		if time.Since(start) >= p.Budget || ctx.Err() != nil {
-			return res, nil
-		}
+		res.Workflows += b.Deleted
+		return b.RowsRead, err
+	})
+	if !done || err != nil {
+		return res, err
 	}
 	res.Drained = true
 	return res, nil
+}
+
+// drainSide runs the batches of one side table's pruning (each batch reads at most size rows,
+// deletes those whose jobs are gone and returns how many it read) until a batch reads fewer
+// than size rows (done), over reports the budget spent (not done), or a batch fails.
+func drainSide(size int, over func() bool, what string, batch func() (int64, error)) (done bool, err error) {
+	for {
+		read, err := batch()
+		if err != nil {
+			return false, fmt.Errorf("tenure: prune %s: %w", what, err)
+		}
+		if read < int64(size) {
+			return true, nil
+		}
+		if over() {
+			return false, nil
+		}
+	}
 }
 
 // unlockSession releases the schema's locks.Prune key on conn, or closes conn when it cannot: closing the
