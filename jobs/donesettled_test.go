@@ -70,11 +70,22 @@ func TestNotifyDoneSettledReadsByKey(t *testing.T) {
 		{"the root: 60 released dependents", []int64{root}, 400},
 		{"30 tasks: one waiting join", tasks, 300},
 	} {
-		tx, err := pr.pool.Begin(ctx)
-		require.NoError(t, err)
-		c := pr.explain(t, tx, `SELECT count(*) FROM public.prof_nds($1, $2)`, []string{}, tc.settled)
-		require.NoError(t, tx.Rollback(ctx))
-		t.Logf("%s: %d buffers", tc.name, c.hit+c.read)
-		require.LessOrEqual(t, c.hit+c.read, tc.max, "%s: NotifyDoneSettled reads %d buffers with 20,000 other jobs", tc.name, c.hit+c.read)
+		// The least of two calls: a call that has to plan the wrapper's statement again counts
+		// the planner's reads too (~160 buffers). It does so after anything that invalidates
+		// the cached plan: an ANALYZE, or, on a busy server (CI), an overflow of the shared
+		// invalidation queue, which resets every cache (CI read 426 buffers once, 306 here;
+		// 455–464 with an ANALYZE before the call, of which the statement's own 306).
+		var least int64 = -1
+		for range 2 {
+			tx, err := pr.pool.Begin(ctx)
+			require.NoError(t, err)
+			c := pr.explain(t, tx, `SELECT count(*) FROM public.prof_nds($1, $2)`, []string{}, tc.settled)
+			require.NoError(t, tx.Rollback(ctx))
+			if n := c.hit + c.read; least < 0 || n < least {
+				least = n
+			}
+		}
+		t.Logf("%s: %d buffers", tc.name, least)
+		require.LessOrEqual(t, least, tc.max, "%s: NotifyDoneSettled reads %d buffers with 20,000 other jobs", tc.name, least)
 	}
 }
