@@ -69,9 +69,11 @@ func NewEngineCollector(w StatsSource) *EngineCollector {
 	counter("tenure_batches_total", "Batch handler calls started (worker.RegisterBatch).", func(s *worker.Stats) int64 { return s.Batches })
 	counter("tenure_batch_jobs_total", "Jobs handed to batch handler calls.", func(s *worker.Stats) int64 { return s.BatchJobs })
 	counter("tenure_finished_on_claims_total", "Completions written in the transaction of one of the queue's claims instead of a finish write of their own (succeeded outcomes count them too).", func(s *worker.Stats) int64 { return s.FinishedOnClaims })
+	counter("tenure_claimed_ahead_total", "Jobs claimed while no handler slot was free and started when one freed (worker.QueueConfig.ClaimAhead).", func(s *worker.Stats) int64 { return s.ClaimedAhead })
+	counter("tenure_claimed_ahead_released_total", "Jobs claimed ahead and given back without running: no slot freed within 1 s, or Stop began.", func(s *worker.Stats) int64 { return s.AheadReleased })
 	counter("tenure_awaited_finishes_total", "Finishes written without waiting for FinishLinger because a jobs.Client waited for the job.", func(s *worker.Stats) int64 { return s.AwaitedFinishes })
 
-	c.running = prometheus.NewDesc("tenure_jobs_running", "Jobs this worker owns now (handlers running, or finished but not yet written).", nil, nil)
+	c.running = prometheus.NewDesc("tenure_jobs_running", "Jobs this worker owns now (handlers running, claimed ahead and waiting for a slot, or finished but not yet written).", nil, nil)
 	c.lastSuccess = prometheus.NewDesc("tenure_last_success_timestamp_seconds", "When this worker last confirmed a succeeded job (Unix time; absent before the first).", nil, nil)
 	c.completed = prometheus.NewDesc("tenure_jobs_completed_total", "Attempts finished by this worker, by queue, kind and outcome (succeeded, retried, dead, cancelled, released, stale, abandoned).", []string{"queue", "kind", "outcome"}, nil)
 	c.attempts = prometheus.NewDesc("tenure_job_attempts_total", "Attempts finished by this worker, by queue, kind, attempt number (1.."+strconv.Itoa(worker.MaxOutcomeAttempt-1)+", "+strconv.Itoa(worker.MaxOutcomeAttempt)+"+) and outcome.", []string{"queue", "kind", "attempt", "outcome"}, nil)

@@ -67,6 +67,8 @@ func TestEngineExportsStatsCounters(t *testing.T) {
 	require.Equal(t, "tenure_awaited_finishes_total", metricOf["AwaitedFinishes"])
 	require.Equal(t, "tenure_batches_total", metricOf["Batches"])
 	require.Equal(t, "tenure_batch_jobs_total", metricOf["BatchJobs"])
+	require.Equal(t, "tenure_claimed_ahead_total", metricOf["ClaimedAhead"])
+	require.Equal(t, "tenure_claimed_ahead_released_total", metricOf["AheadReleased"])
 	var missing []string
 	for _, f := range fields {
 		if _, ok := metricOf[f]; !ok {

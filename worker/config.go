@@ -185,6 +185,20 @@ type QueueConfig struct {
 	// round trip; a second would walk the rows the first holds, costing PostgreSQL about
 	// twice the time per job), else 2.
 	Claimers int
+	// ClaimAhead lets the queue hold up to this many jobs claimed beyond its free slots, each
+	// started when a slot frees, so that a freed slot does not wait for a claim's round trip:
+	// for queues of short handlers on few slots, where that wait is most of a slot's time. The
+	// queue claims ahead only what its handlers are expected to free during one claim's round
+	// trip (measured: running handlers × claim time / handler time, so long handlers claim
+	// nothing ahead), and a job that finds no slot within 1 s goes back to ready, its attempt not
+	// charged; Stop gives waiting jobs back at once, and an operator's cancel ends a waiting job
+	// without running it. A waiting job's timeout starts with its handler; its lease starts
+	// with its claim and is heartbeated while it waits. The cost, and why it is off by default:
+	// a claim may take more than the free slots (the contract's bound, docs/contract.md §1), so
+	// a worker that dies strands up to ClaimAhead more jobs until their leases expire. Not used
+	// with Limits or a worker-wide slot pool (Config.Slots). Default 0: off. Measured (8 slots
+	// × 1 ms jobs, durable commits): docs/benchmarks.md, "Few workers".
+	ClaimAhead int
 	// Limits bound the queue's jobs cluster-wide: how many run at once and how many start per
 	// period, per kind, for the whole queue, or per concurrency key (see Limit, and
 	// docs/guide.md "Flow control"). Every worker serving the queue must configure the same
@@ -301,6 +315,9 @@ func (c *Config) withDefaults() (Config, error) {
 				q.Claimers = 1
 			}
 			q.Claimers = min(q.Claimers, q.Concurrency)
+		}
+		if q.ClaimAhead < 0 || q.ClaimAhead > 10000 {
+			return out, fmt.Errorf("%w: queue %q: ClaimAhead %d outside 0..10000", ErrInvalidConfig, name, q.ClaimAhead)
 		}
 		if err := q.Fairness.validate(name); err != nil {
 			return out, err
@@ -456,7 +473,7 @@ func (o *HandlerOptions) withDefaults(kind string) (HandlerOptions, error) {
 
 // engine is the engine's copy of q (validated and defaulted by withDefaults).
 func (q QueueConfig) engine() engine.QueueConfig {
-	eq := engine.QueueConfig{Concurrency: q.Concurrency, Fairness: q.Fairness.engine(), Claimers: q.Claimers}
+	eq := engine.QueueConfig{Concurrency: q.Concurrency, Fairness: q.Fairness.engine(), Claimers: q.Claimers, ClaimAhead: q.ClaimAhead}
 	for _, l := range q.Limits {
 		eq.Limits = append(eq.Limits, engine.Limit(l))
 	}

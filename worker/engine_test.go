@@ -407,12 +407,14 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	for name, cfg := range map[string]*worker.Config{
-		"queue name":  {Queues: map[string]worker.QueueConfig{"bad queue!": {}}},
-		"concurrency": {Queues: map[string]worker.QueueConfig{"q": {Concurrency: -1}}},
-		"engine pool": {EngineConns: 2},
-		"batch":       {MaxClaimBatch: 5000},
-		"heartbeat":   {HeartbeatDivisor: 1},
-		"fairness":    {Queues: map[string]worker.QueueConfig{"q": {Fairness: worker.Fairness{Quotas: map[int]int{11: 1}}}}},
+		"queue name":        {Queues: map[string]worker.QueueConfig{"bad queue!": {}}},
+		"concurrency":       {Queues: map[string]worker.QueueConfig{"q": {Concurrency: -1}}},
+		"claim ahead":       {Queues: map[string]worker.QueueConfig{"q": {ClaimAhead: -1}}},
+		"claim ahead above": {Queues: map[string]worker.QueueConfig{"q": {ClaimAhead: 10001}}},
+		"engine pool":       {EngineConns: 2},
+		"batch":             {MaxClaimBatch: 5000},
+		"heartbeat":         {HeartbeatDivisor: 1},
+		"fairness":          {Queues: map[string]worker.QueueConfig{"q": {Fairness: worker.Fairness{Quotas: map[int]int{11: 1}}}}},
 	} {
 		_, err := worker.New(pool, cfg)
 		require.ErrorIs(t, err, worker.ErrInvalidConfig, name)

@@ -79,6 +79,10 @@ type Stats struct {
 	// instead of a finish write of their own (Succeeded counts them too; docs/design.md,
 	// "Completions ride on claims").
 	FinishedOnClaims int64
+	// ClaimedAhead: jobs claimed while no slot was free and started when one freed
+	// (QueueConfig.ClaimAhead); AheadReleased: such jobs given back because no slot freed
+	// within 1 s, or because Stop began before one did.
+	ClaimedAhead, AheadReleased int64
 	// AwaitedFinishes: finishes written without waiting for FinishLinger because a
 	// jobs.Client waits for the job (Client.Wait announced it on the await channel).
 	AwaitedFinishes int64
@@ -90,8 +94,9 @@ type Stats struct {
 	// Batches counts batch handler calls started (RegisterBatch), BatchJobs the jobs they
 	// held; BatchJobs/Batches is the mean batch size.
 	Batches, BatchJobs int64
-	// Running is the number of jobs this worker owns now (handlers running, and jobs whose
-	// handler returned but whose finish has not been written yet).
+	// Running is the number of jobs this worker owns now (handlers running, jobs claimed ahead
+	// waiting for a slot, and jobs whose handler returned but whose finish has not been written
+	// yet).
 	Running int
 	// ClaimP50/P99: claim statement latency. FinishP50/P99: batched finish write latency.
 	ClaimP50, ClaimP99, FinishP50, FinishP99 time.Duration
@@ -190,7 +195,7 @@ func (w *Worker) Stats() Stats {
 		Reclaimed: m.Reclaimed.Load(), ReclaimedDead: m.ReclaimedDead.Load(), Pruned: m.Pruned.Load(),
 		ListenerReconnects: m.ListenerReconnects.Load(), Running: int(m.Owned.Load()),
 		Deferred: m.Deferred.Load(), FinishSplits: m.FinishSplits.Load(), StillRunning: m.StillRunning.Load(),
-		FinishBusy: m.FinishBusy.Load(), FinishedOnClaims: m.FinishedOnClaims.Load(), StalePlanRetries: m.StalePlanRetries.Load(),
+		FinishBusy: m.FinishBusy.Load(), FinishedOnClaims: m.FinishedOnClaims.Load(), ClaimedAhead: m.ClaimedAhead.Load(), AheadReleased: m.AheadReleased.Load(), StalePlanRetries: m.StalePlanRetries.Load(),
 		AwaitedFinishes: m.AwaitedFinishes.Load(), Batches: m.Batches.Load(), BatchJobs: m.BatchJobs.Load(),
 		ClaimP50: m.ClaimLatency.Quantile(0.5), ClaimP99: m.ClaimLatency.Quantile(0.99),
 		FinishP50: m.FinishLatency.Quantile(0.5), FinishP99: m.FinishLatency.Quantile(0.99),

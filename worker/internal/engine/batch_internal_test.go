@@ -30,7 +30,7 @@ func batchQueue(run func(ctx context.Context, es []*Execution) ([]error, []bool,
 func batchExecs(q *queue, n int) []*Execution {
 	es := make([]*Execution, n)
 	for i := range es {
-		es[i] = q.newExecution(&claimed{JobRow: &generics.JobRow{ID: int64(i + 1), Kind: "b", Attempt: 1, MaxAttempts: 5, Lease: time.Minute}})
+		es[i] = q.newExecution(&claimed{JobRow: &generics.JobRow{ID: int64(i + 1), Kind: "b", Attempt: 1, MaxAttempts: 5, Lease: time.Minute}}, false)
 	}
 	return es
 }

@@ -61,7 +61,9 @@ type QueueConfig struct {
 	Concurrency int
 	Fairness    Fairness
 	Claimers    int
-	Limits      []Limit
+	// ClaimAhead: at most this many jobs claimed beyond the free slots (ahead.go); 0: none.
+	ClaimAhead int
+	Limits     []Limit
 }
 
 // Batched reports whether the queue's claims are plain ordered ones, which the claim batcher

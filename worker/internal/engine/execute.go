@@ -48,6 +48,7 @@ type Execution struct {
 	leaseLost bool
 	released  bool   // given back by Stop before its handler returned; a late return is dropped
 	limited   bool   // a concurrency limit covers its kind and it was claimed near the limit (limits.go); set by the loop when the claim returns
+	waiting   bool   // claimed ahead, waiting for a slot: no handler, no timeout yet (ahead.go)
 	fin       finish // the write to make; set by the loop before the finishers get it
 	// Set by the loop before the finishers get it (claim.go, "Completions ride on claims"):
 	// rideFailed, its completion rode on a claim that failed, which may have committed although
@@ -145,7 +146,7 @@ func (e *Execution) owns(job *generics.JobRow) bool {
 }
 
 // newExecution prepares the attempt the claim returned; the queue loop starts it (dispatch).
-func (q *queue) newExecution(c *claimed) *Execution {
+func (q *queue) newExecution(c *claimed, wait bool) *Execution {
 	w := q.w
 	e := &Execution{c: *c, q: q, h: w.handlers[c.Kind], start: time.Now()}
 	if la := q.limits; la != nil {
@@ -153,22 +154,39 @@ func (q *queue) newExecution(c *claimed) *Execution {
 	}
 	e.leaseUntil.Store(e.start.Add(c.Lease).UnixNano())
 	e.nextHB = e.start.Add(c.Lease / time.Duration(w.cfg.HeartbeatDivisor))
-	timeout := defaultTimeout
-	if e.h != nil {
-		timeout = e.h.opts.Timeout
-	}
 	base, cancel := context.WithCancelCause(w.base)
 	if e.h != nil && e.h.batch != nil {
 		// A batch job's deadline is its batch's (the kind's timeout from the batch's start:
 		// batch.go); its own context carries only its cancellation. No handler sees it: the
 		// handler gets the job's context from JobContext, which carries the execution.
-		e.ctx, e.end = base, cancel
+		e.ctx, e.end, e.waiting = base, cancel, wait
 		return e
 	}
-	ctx, cancelTimeout := context.WithTimeoutCause(base, timeout, ErrHandlerTimeout)
-	e.ctx = context.WithValue(ctx, execKey{}, e)
-	e.end = func(cause error) { cancel(cause); cancelTimeout() }
+	e.ctx, e.end = context.WithValue(base, execKey{}, e), cancel
+	if wait {
+		e.waiting = true // claimed ahead: begin runs when a slot frees (ahead.go)
+		return e
+	}
+	e.begin(e.start)
 	return e
+}
+
+// begin starts the clock of e's attempt at now: the stuck deadline counts from it (e.start),
+// and a single handler's timeout. A job claimed ahead begins when a slot frees (ahead.go),
+// every other one as it is claimed.
+func (e *Execution) begin(now time.Time) {
+	e.start = now
+	if e.h != nil && e.h.batch != nil {
+		return // its batch's start sets both (batch.go)
+	}
+	timeout := defaultTimeout
+	if e.h != nil {
+		timeout = e.h.opts.Timeout
+	}
+	ctx, cancelTimeout := context.WithTimeoutCause(e.ctx, timeout, ErrHandlerTimeout)
+	end := e.end
+	e.ctx = ctx
+	e.end = func(cause error) { end(cause); cancelTimeout() }
 }
 
 // dispatch starts e's handler on a handler goroutine: an idle one if one waits, else a new

@@ -37,7 +37,7 @@ const maxHeartbeatedFinishFails = 3
 // handler's stuck deadline if sooner (loop only).
 func (q *queue) hbNote(e *Execution) {
 	at := e.nextHB
-	if !e.returned && e.h != nil {
+	if !e.returned && !e.waiting && e.h != nil {
 		if s := e.start.Add(e.h.opts.Timeout + q.w.cfg.StuckGrace); s.Before(at) {
 			at = s
 		}
@@ -77,7 +77,7 @@ func (q *queue) heartbeat(ctx context.Context, now time.Time) {
 		if e.released || e.leaseLost || e.stuck {
 			continue
 		}
-		if !e.returned && e.h != nil {
+		if !e.returned && !e.waiting && e.h != nil {
 			stuckAt := e.start.Add(e.h.opts.Timeout + w.cfg.StuckGrace)
 			if now.After(stuckAt) {
 				q.declareStuck(e, now)
@@ -228,6 +228,9 @@ func (q *queue) loseLease(e *Execution, why string) {
 	q.w.log.Warn("tenure: lease lost, cancelling handler", e.c.logAttrs("why", why)...)
 	e.leaseUntil.Store(0)
 	e.cancel(ErrLeaseLost)
+	if e.waiting {
+		q.endWaiting(e, ErrLeaseLost) // claimed ahead, never started (ahead.go)
+	}
 }
 
 // declareStuck gives a hung handler's slot back and stops heartbeating its job.

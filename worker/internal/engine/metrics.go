@@ -25,6 +25,7 @@ type Metrics struct {
 	Deferred, FinishSplits, StillRunning                   atomic.Int64
 	FinishBusy, StalePlanRetries, AwaitedFinishes          atomic.Int64
 	FinishedOnClaims                                       atomic.Int64
+	ClaimedAhead, AheadReleased                            atomic.Int64 // ahead.go
 	RegistryWrites                                         atomic.Int64
 	Batches, BatchJobs                                     atomic.Int64 // batch.go
 	ReclaimErrors, PruneErrors, RegistryErrors             atomic.Int64

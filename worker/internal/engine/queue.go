@@ -67,12 +67,16 @@ type queue struct {
 	batchRunCh chan []*Execution
 
 	// Owned by the loop goroutine.
-	active   map[*Execution]struct{} // a job can appear twice: a stuck attempt and its successor
-	running  int                     // handler slots in use (handlers running and not declared stuck)
-	reserved int                     // slots reserved by claims in flight
-	claimers []claimer
-	inFlight int // claims in flight
-	pending  []*Execution
+	active  map[*Execution]struct{} // a job can appear twice: a stuck attempt and its successor
+	running int                     // handler slots in use (handlers running and not declared stuck)
+	// waiting: jobs claimed ahead, oldest first, waiting for a slot; runAvg and rttAvg: moving
+	// averages of a handler's time and a claim's round trip, which decide how many (ahead.go).
+	waiting        []*Execution
+	runAvg, rttAvg time.Duration
+	reserved       int // slots reserved by claims in flight
+	claimers       []claimer
+	inFlight       int // claims in flight
+	pending        []*Execution
 	// ride: successes waiting for the queue's next claim to complete them in its transaction,
 	// since rideSince (claim.go, "Completions ride on claims").
 	ride       []*Execution
@@ -216,7 +220,16 @@ func (q *queue) loop(ctx context.Context) {
 	var hardC, releaseC <-chan time.Time
 	var plan stopPlan
 	hardDone, releaseDone := false, false
+	waitTimer := time.NewTimer(time.Hour)
+	waitTimer.Stop()
+	defer waitTimer.Stop()
+	var waitArmed time.Time // when waitTimer fires (zero: stopped)
 	for {
+		q.startWaiting() // slots freed since the last turn take the jobs claimed ahead (ahead.go)
+		if at, ok := q.waitingDue(); ok && !at.Equal(waitArmed) {
+			waitTimer.Reset(max(time.Until(at), 0))
+			waitArmed = at
+		}
 		q.poolSync()
 		if !q.stopping {
 			if !q.paused {
@@ -268,6 +281,7 @@ func (q *queue) loop(ctx context.Context) {
 			}
 			q.stopping, plan = true, p
 			q.releaseForming() // batch.go
+			q.releaseWaiting() // ahead.go
 			if !hardDone {
 				hardC = after(plan.hardAt)
 			}
@@ -307,6 +321,9 @@ func (q *queue) loop(ctx context.Context) {
 		case <-rideTimer.C:
 			rideArmed = time.Time{}
 		case <-batchTimer.C:
+		case now := <-waitTimer.C:
+			waitArmed = time.Time{}
+			q.expireWaiting(now)
 		case now := <-hbTimer.C:
 			hbArmed = time.Time{}
 			q.heartbeat(ctx, now)
@@ -355,10 +372,11 @@ func (q *queue) free() int {
 	return n
 }
 
-// ownFree is free without the slot pool: what the queue's own Concurrency leaves.
+// ownFree is free without the slot pool: what the queue's own Concurrency leaves, plus what
+// it may claim ahead (ahead.go).
 func (q *queue) ownFree() int {
 	c := q.cfg.Concurrency
-	return min(c-q.running-q.reserved, 4*c-len(q.active)-q.reserved, q.w.cfg.MaxClaimBatch)
+	return min(c+q.ahead()-q.running-len(q.waiting)-q.reserved, 4*c-len(q.active)-q.reserved, q.w.cfg.MaxClaimBatch)
 }
 
 // poolSync settles the queue's account with the worker-wide slot pool (loop, every turn;
@@ -525,6 +543,7 @@ func (q *queue) claimed(r claimResult) {
 	q.reserved -= r.n
 	q.mode.learn(q, &r)
 	if r.err == nil {
+		q.rttAvg = ewma(q.rttAvg, r.took) // ahead.go
 		q.recordClaim(r)
 		if q.limits != nil && !r.plan.exclusive {
 			w.m.StripedClaims.Add(1)
@@ -561,7 +580,9 @@ func (q *queue) claimed(r claimResult) {
 	// The loop starts the handlers: a handler's result can only reach the loop after the loop
 	// registered its execution.
 	for i := range r.got {
-		e := q.newExecution(&r.got[i])
+		// A job for which no slot is free was claimed ahead: it waits for one (ahead.go).
+		wait := !q.stopping && (q.running >= q.cfg.Concurrency || len(q.waiting) > 0)
+		e := q.newExecution(&r.got[i], wait)
 		// Near a limit (an exclusive or permit claim), a finish gives room back: finish it
 		// without lingering and wake a claimer when it lands (limits.go).
 		e.limited = e.limited && r.plan.exclusive
@@ -577,13 +598,11 @@ func (q *queue) claimed(r claimResult) {
 			q.pending = append(q.pending, e)
 			continue
 		}
-		q.running++
-		if e.h != nil && e.h.batch != nil {
-			q.collect(e) // a batch kind: its batch call starts it (batch.go)
+		if wait {
+			q.waiting = append(q.waiting, e)
 			continue
 		}
-		w.m.HandlersRunning.Add(1)
-		q.dispatch(e)
+		q.start(e)
 	}
 	switch {
 	case r.err != nil:
@@ -633,6 +652,9 @@ func (q *queue) claimed(r claimResult) {
 // returned takes a handler's result, or a batch call's (one per job).
 func (q *queue) returned(r handlerResult) {
 	if r.e != nil {
+		if !r.e.stuck {
+			q.runAvg = ewma(q.runAvg, time.Since(r.e.start)) // ahead.go
+		}
 		q.handlerReturned(r)
 		return
 	}
@@ -753,6 +775,9 @@ func (q *queue) requestCancel(e *Execution) {
 		q.w.log.Info("tenure: cancel requested, cancelling handler", e.c.logAttrs()...)
 	}
 	e.cancel(ErrJobCancelled)
+	if e.waiting {
+		q.endWaiting(e, ErrJobCancelled) // claimed ahead, never started (ahead.go)
+	}
 }
 
 // cancelHandlers is the hard stop: every running handler's context ends (ErrWorkerStopping);

@@ -29,13 +29,18 @@ const (
 // durably, with the server's synchronous_commit); "tenure-async" is the same with
 // worker.Config.AsynchronousCommit = true, so claims, heartbeats, finishes and reclaims commit
 // with synchronous_commit=off (faster; a server crash can lose their last fraction of a second).
+//
+// "tenure-ahead" is the defaults with QueueConfig.ClaimAhead = Concurrency: a queue of short
+// handlers claims, while its slots are busy, the jobs they are expected to free slots for
+// within a claim's round trip (opt-in: it lets a claim take more than the free slots).
 const (
 	Name      = "tenure"
 	NameAsync = "tenure-async"
+	NameAhead = "tenure-ahead"
 )
 
 func init() {
-	register := func(name, variantOf, desc string, async bool) {
+	register := func(name, variantOf, desc string, async, ahead bool) {
 		sut.Register(&sut.Driver{
 			Name:            name,
 			Family:          "tenure",
@@ -48,7 +53,7 @@ func init() {
 				return err
 			},
 			New: func(ctx context.Context, opts sut.Options) (sut.System, error) {
-				return newTenure(ctx, name, async, opts)
+				return newTenure(ctx, name, async, ahead, opts)
 			},
 			SchemaVersion: func(context.Context, *pgxpool.Pool) (string, error) {
 				return strconv.Itoa(migrations.Latest()), nil
@@ -59,9 +64,11 @@ func init() {
 		})
 	}
 	register(Name, "", "library defaults: the worker's own transactions (claims, heartbeats, finishes, "+
-		"reclaims) and inserts commit with the server's synchronous_commit, durably, like River's", false)
+		"reclaims) and inserts commit with the server's synchronous_commit, durably, like River's", false, false)
 	register(NameAsync, Name, "tenure with worker.Config{AsynchronousCommit: true}: the worker's own "+
-		"transactions commit with synchronous_commit=off (inserts keep the server's setting)", true)
+		"transactions commit with synchronous_commit=off (inserts keep the server's setting)", true, false)
+	register(NameAhead, Name, "tenure with worker.QueueConfig{ClaimAhead: Concurrency}: jobs claimed while "+
+		"the slots are busy start as slots free (opt-in; durable commits as the defaults)", false, true)
 }
 
 // Peak throughput settings: what docs/guide.md ("Peak throughput settings") tells a user who
@@ -158,7 +165,7 @@ type tenureSystem struct {
 	peak   *peakConfig
 }
 
-func newTenure(_ context.Context, name string, async bool, opts sut.Options) (sut.System, error) {
+func newTenure(_ context.Context, name string, async, ahead bool, opts sut.Options) (sut.System, error) {
 	client, err := jobs.NewClient(opts.Pool, &jobs.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("%s: new client: %w", name, err)
@@ -184,6 +191,9 @@ func newTenure(_ context.Context, name string, async bool, opts sut.Options) (su
 			Queues:             map[string]worker.QueueConfig{"default": {Concurrency: opts.Workers}},
 			Logger:             logger,
 			AsynchronousCommit: async,
+		}
+		if ahead {
+			cfg.Queues["default"] = worker.QueueConfig{Concurrency: opts.Workers, ClaimAhead: opts.Workers}
 		}
 		if p := s.peak; p != nil {
 			cfg.Queues = map[string]worker.QueueConfig{"default": {Concurrency: p.concurrency, Claimers: p.claimers}}
