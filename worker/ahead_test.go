@@ -39,7 +39,7 @@ type aheadRig struct {
 	started chan struct{} // the blocking job's handler started
 	release chan struct{} // closed: the blocking job's handler returns
 	mu      sync.Mutex
-	ran     map[string]int            // runs per tag
+	ran     map[string]int           // runs per tag
 	left    map[string]time.Duration // per tag, the handler's time left before its deadline at its start
 	before  worker.Stats             // after the warm-up
 }
