@@ -42,6 +42,7 @@ const (
 	envChildStats   = "TENURE_FAULTS_STATS_MS"     // print stats every N ms (0: on request)
 	envChildSleep   = "TENURE_FAULTS_SLEEP_MS"     // handler sleeps uniformly in [0, N] ms
 	envChildAsync   = "TENURE_FAULTS_ASYNC_COMMIT" // "1": Config.AsynchronousCommit
+	envChildAhead   = "TENURE_FAULTS_CLAIM_AHEAD"  // QueueConfig.ClaimAhead
 )
 
 var childTerm = make(chan os.Signal, 1)
@@ -55,9 +56,9 @@ func (o *childOut) printf(format string, args ...any) {
 }
 
 func (o *childOut) stats(verb string, s worker.Stats) {
-	o.printf("%s claimed=%d succeeded=%d retried=%d dead=%d stale=%d leases_lost=%d reclaimed=%d finish_retries=%d abandoned=%d claim_errors=%d listener_reconnects=%d",
+	o.printf("%s claimed=%d succeeded=%d retried=%d dead=%d stale=%d leases_lost=%d reclaimed=%d finish_retries=%d abandoned=%d claim_errors=%d listener_reconnects=%d claimed_ahead=%d",
 		verb, s.Claimed, s.Succeeded, s.Retried, s.Dead, s.StaleRejected, s.LeasesLost, s.Reclaimed,
-		s.FinishRetries, s.FinishAbandoned, s.ClaimErrors, s.ListenerReconnects)
+		s.FinishRetries, s.FinishAbandoned, s.ClaimErrors, s.ListenerReconnects, s.ClaimedAhead)
 }
 
 func childMain(mode string) int {
@@ -103,7 +104,7 @@ func childWorker(out *childOut) error {
 			time.Sleep(time.Duration(rand.IntN(sleepMax+1)) * time.Millisecond)
 		}
 	}
-	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: envInt(envChildConc, 1)}})
+	cfg := fastConfig(map[string]worker.QueueConfig{"default": {Concurrency: envInt(envChildConc, 1), ClaimAhead: envInt(envChildAhead, 0)}})
 	cfg.ID = os.Getenv(envChildID)
 	cfg.AsynchronousCommit = os.Getenv(envChildAsync) == "1"
 	cfg.OnOutcome = func(o worker.Outcome) {
@@ -209,6 +210,7 @@ type childOpts struct {
 	StatsEvery  time.Duration
 	SleepMS     int
 	AsyncCommit bool
+	ClaimAhead  int
 	NetNS       string // run the child inside this network namespace (ip netns exec)
 }
 
@@ -291,6 +293,7 @@ func startChild(t testing.TB, o childOpts) *childProc {
 		envChildStats+"="+strconv.Itoa(int(o.StatsEvery/time.Millisecond)),
 		envChildSleep+"="+strconv.Itoa(o.SleepMS),
 		envChildAsync+"="+async,
+		envChildAhead+"="+strconv.Itoa(o.ClaimAhead),
 	)
 	c.cmd.Stdout = c
 	c.cmd.Stderr = lockedWriter{&c.errMu, &c.stderr}

@@ -116,3 +116,81 @@ func TestKillAndStopWorkers(t *testing.T) {
 	require.Empty(t, conflicts)
 	require.Less(t, worst, lease+2*time.Second, "killed workers' jobs taken back within lease + 2 s")
 }
+
+// TestKillWorkersClaimingAhead: three worker processes with QueueConfig.ClaimAhead run 3,000
+// short effect jobs (2 s lease); each is SIGKILLed once while it holds jobs, some of them
+// claimed ahead (running in the table, no handler started), and replaced. Asserted: every job
+// succeeded, each effect key applied exactly once at the remote, no two attempts with one
+// generation, nothing stuck, the killed children's jobs (the waiting ones too) taken back
+// within lease + 2 s, and jobs were claimed ahead.
+func TestKillWorkersClaimingAhead(t *testing.T) {
+	skipShort(t)
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	url := pool.Config().ConnString()
+	c := newClient(t, pool)
+	remote := testkit.NewRemote(t)
+	const n, lease, conc = 3000, 2 * time.Second, 4
+	ids := insertN(t, c, n, func(i int) any { return effArgs{N: i} }, &jobs.InsertOpts{Lease: lease})
+
+	seq := 0
+	spawn := func() *childProc {
+		seq++
+		return startChild(t, childOpts{DB: url, Handler: "effect", Remote: remote.URL, Concurrency: conc, ClaimAhead: conc,
+			SleepMS: 3, ID: "ahead-" + strconv.Itoa(seq)})
+	}
+	kids := []*childProc{spawn(), spawn(), spawn()}
+	all := append([]*childProc(nil), kids...)
+	var mu sync.Mutex
+	var takeBack []time.Duration
+	var wg sync.WaitGroup
+	for k := range kids {
+		victim := kids[k]
+		victim.waitLine(t, 20*time.Second, "claimed", time.Now(), nil)
+		time.Sleep(500 * time.Millisecond)
+		owned := ownedRunning(pool, victim.name)
+		victim.killAndWait(t)
+		killed := time.Now()
+		t.Logf("SIGKILL %s owning %d running jobs (%d slots)", victim.name, owned, conc)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tryFor(30*time.Second, func() bool { return ownedRunning(pool, victim.name) == 0 })
+			mu.Lock()
+			takeBack = append(takeBack, time.Since(killed))
+			mu.Unlock()
+		}()
+		kids[k] = spawn()
+		all = append(all, kids[k])
+	}
+	waitFor(t, 120*time.Second, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
+	wg.Wait()
+	var ahead int64
+	for _, k := range kids {
+		k.send(t, "stats")
+	}
+	waitFor(t, 20*time.Second, "the survivors' stats", func() bool {
+		ahead = 0
+		for _, k := range kids {
+			s := k.all("stats")
+			if len(s) == 0 {
+				return false
+			}
+			ahead += kvInt(s[len(s)-1].Fields, "claimed_ahead")
+		}
+		return true
+	})
+	tl := audit(t, pool, ids, generics.JobStateSucceeded, time.Second)
+	notOnce, calls := remote.Check(ids, "charge")
+	seen, conflicts := generationConflicts(all...)
+	worst := time.Duration(0)
+	for _, d := range takeBack {
+		worst = max(worst, d)
+	}
+	result(t, "sigkill-claim-ahead", tl, ms(worst), "kills=3", "effects_not_once="+strconv.Itoa(notOnce),
+		"remote_calls="+strconv.Itoa(calls), "attempts="+strconv.Itoa(seen), "survivors_claimed_ahead="+strconv.FormatInt(ahead, 10))
+	require.Zero(t, notOnce, "effect keys applied other than exactly once")
+	require.Empty(t, conflicts)
+	require.Less(t, worst, lease+2*time.Second, "killed workers' jobs taken back within lease + 2 s")
+	require.Positive(t, ahead, "the survivors claimed jobs ahead")
+}
