@@ -46,6 +46,7 @@ type config struct {
 	pointLimit  time.Duration
 	soakDur     time.Duration
 	soakLoad    float64 // share of measured capacity offered during the soak
+	soakCap     float64 // > 0: the capacity the share is of, given instead of measured
 	soakRetain  time.Duration
 	capacityDur time.Duration
 	sampleEvery time.Duration
@@ -149,6 +150,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.pointLimit, "point-limit", 5*time.Minute, "give up a point's measurement after this long")
 	fs.DurationVar(&c.soakDur, "soak-duration", 30*time.Minute, "soak length (quick 9s)")
 	fs.Float64Var(&c.soakLoad, "soak-load", 0.7, "share of the measured capacity offered during the soak")
+	fs.Float64Var(&c.soakCap, "soak-capacity", 0, "jobs/s: the capacity -soak-load is a share of, instead of measuring it first (the measurement's 20 s saturated run is shorter than a vacuum cycle and varies from run to run; give an earlier run's figure to offer a known rate)")
 	fs.DurationVar(&c.soakRetain, "soak-retention", 5*time.Minute, "worker.Config.FinishedRetention during the soak, so the pruned steady state is reached inside the run (library default 24h)")
 	fs.DurationVar(&c.capacityDur, "capacity-duration", 20*time.Second, "length of the saturated run that measures capacity before the soak (quick 2s)")
 	fs.DurationVar(&c.sampleEvery, "sample-every", 15*time.Second, "soak sampling period (quick 3s)")
@@ -238,6 +240,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-ready %d must be at least -slice %d (the backlog must not run dry inside the measured slice)", c.fixedReady, c.slice)
 	case c.soakLoad <= 0 || c.soakLoad > 1:
 		return c, fmt.Errorf("-soak-load %v outside (0, 1]", c.soakLoad)
+	case c.soakCap < 0:
+		return c, fmt.Errorf("-soak-capacity %v below 0", c.soakCap)
 	case c.sampleEvery < time.Second:
 		return c, fmt.Errorf("-sample-every below 1s")
 	case c.engineCap < 5:

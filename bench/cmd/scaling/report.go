@@ -315,9 +315,14 @@ func (r *Report) markdown() string {
 		if sk.CapacityFreshPerS > 0 {
 			fmt.Fprintf(&b, "Capacity on a fresh table: %.0f jobs/s. ", sk.CapacityFreshPerS)
 		}
-		fmt.Fprintf(&b, "Capacity: %.0f jobs/s completed in a saturated run of the same workload (inserts and claims on the one machine; claim p99 %.2f ms; load %s)%s. Then %.0f%% of it, %.0f jobs/s offered by two producers (InsertMany every 10 ms), for %.0f s on a fresh database, %d slots, "+
+		capText := fmt.Sprintf("Capacity: %.0f jobs/s completed in a saturated run of the same workload (inserts and claims on the one machine; claim p99 %.2f ms; load %s)%s",
+			sk.CapacityPerS, sk.CapacityClaim.P99Ms, sk.CapacityLoad, retainedNote(sk))
+		if sk.CapacityLoad == "given" {
+			capText = fmt.Sprintf("Capacity: %.0f jobs/s, given (-soak-capacity, an earlier run's measurement), not measured in this run", sk.CapacityPerS)
+		}
+		fmt.Fprintf(&b, "%s. Then %.0f%% of it, %.0f jobs/s offered by two producers (InsertMany every 10 ms), for %.0f s on a fresh database, %d slots, "+
 			"FinishedRetention %s (pruned every minute), autovacuum on; sampled every %.0f s. Inserted %d, succeeded %d, pruned %d; claim over the whole soak: p50 %.2f ms, p99 %.2f ms, max %.1f ms (%d claims).\n",
-			sk.CapacityPerS, sk.CapacityClaim.P99Ms, sk.CapacityLoad, retainedNote(sk), sk.Load*100, sk.OfferedPerS, sk.DurationS, sk.Slots,
+			capText, sk.Load*100, sk.OfferedPerS, sk.DurationS, sk.Slots,
 			time.Duration(sk.RetentionS*float64(time.Second)), sk.SampleEveryS, sk.Inserted, sk.Succeeded, sk.Pruned,
 			sk.Claim.P50Ms, sk.Claim.P99Ms, sk.Claim.MaxMs, sk.Claim.Count)
 		if sk.Error != "" {

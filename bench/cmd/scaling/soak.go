@@ -319,20 +319,27 @@ func runSoak(ctx context.Context, c *config, adminURL string, logf func(string, 
 	// retention's worth of finished rows (a soak at 70 % of it fell 2 % behind, its backlog
 	// growing all run); so it is measured again on a table holding what a soak at this
 	// share of the fresh capacity would retain, and the soak offers the share of that.
-	fresh, _, freshLoad, err := measureCapacity(ctx, c, adminURL, logf, 0)
-	if err != nil {
-		return nil, fmt.Errorf("capacity: %w", err)
+	if c.soakCap > 0 {
+		// Given (-soak-capacity): nothing measured here.
+		sk.CapacityPerS, sk.CapacityLoad = c.soakCap, "given"
+		sk.OfferedPerS = c.soakLoad * c.soakCap
+		logf("    capacity %.0f jobs/s given (-soak-capacity); offering %.0f jobs/s for %v", c.soakCap, sk.OfferedPerS, c.soakDur)
+	} else {
+		fresh, _, freshLoad, err := measureCapacity(ctx, c, adminURL, logf, 0)
+		if err != nil {
+			return nil, fmt.Errorf("capacity: %w", err)
+		}
+		sk.CapacityFreshPerS = fresh
+		sk.RetainedRows = int(c.soakLoad * fresh * c.soakRetain.Seconds())
+		logf("    capacity on a fresh table %.0f jobs/s (load %s); again with %d finished rows retained", fresh, freshLoad, sk.RetainedRows)
+		capPS, capClaim, capLoad, err := measureCapacity(ctx, c, adminURL, logf, sk.RetainedRows)
+		if err != nil {
+			return nil, fmt.Errorf("capacity with retained rows: %w", err)
+		}
+		sk.CapacityPerS, sk.CapacityClaim, sk.CapacityLoad = capPS, capClaim, capLoad
+		sk.OfferedPerS = c.soakLoad * capPS
+		logf("    capacity %.0f jobs/s with the retained rows (load %s); offering %.0f jobs/s for %v", capPS, capLoad, sk.OfferedPerS, c.soakDur)
 	}
-	sk.CapacityFreshPerS = fresh
-	sk.RetainedRows = int(c.soakLoad * fresh * c.soakRetain.Seconds())
-	logf("    capacity on a fresh table %.0f jobs/s (load %s); again with %d finished rows retained", fresh, freshLoad, sk.RetainedRows)
-	capPS, capClaim, capLoad, err := measureCapacity(ctx, c, adminURL, logf, sk.RetainedRows)
-	if err != nil {
-		return nil, fmt.Errorf("capacity with retained rows: %w", err)
-	}
-	sk.CapacityPerS, sk.CapacityClaim, sk.CapacityLoad = capPS, capClaim, capLoad
-	sk.OfferedPerS = c.soakLoad * capPS
-	logf("    capacity %.0f jobs/s with the retained rows (load %s); offering %.0f jobs/s for %v", capPS, capLoad, sk.OfferedPerS, c.soakDur)
 	e, err := newEnv(ctx, c, adminURL, fmt.Sprintf("tscale_%d_soak", pid()), logf)
 	if err != nil {
 		return nil, err

@@ -77,7 +77,6 @@ func (q *queue) startWaiting() {
 		if len(q.waiting) == 0 {
 			q.waiting = nil
 		}
-		q.w.m.ClaimedAhead.Add(1)
 		q.start(e)
 	}
 }
@@ -109,6 +108,7 @@ func (q *queue) start(e *Execution) {
 	}
 	q.running++
 	if e.waiting {
+		q.w.m.ClaimedAhead.Add(1)
 		e.waiting = false
 		e.begin(time.Now())
 		q.hbNote(e) // its stuck deadline counts from now
