@@ -26,6 +26,44 @@ func ownedRunning(pool *pgxpool.Pool, id string) int {
 	return n
 }
 
+// killEach SIGKILLs each child of kids in turn, settle after it reported a claimed job, and
+// replaces it in kids with spawn() (then waits pause). It returns the replacements and a
+// function that waits until no killed child owns a running job and returns the longest time
+// from a kill to that point (each bounded by 30 s).
+func killEach(t *testing.T, pool *pgxpool.Pool, kids []*childProc, spawn func() *childProc, settle, pause time.Duration) ([]*childProc, func() time.Duration) {
+	t.Helper()
+	var mu sync.Mutex
+	var worst time.Duration
+	var wg sync.WaitGroup
+	var started []*childProc
+	for k := range kids {
+		victim := kids[k]
+		victim.waitLine(t, 20*time.Second, "claimed", time.Now(), nil)
+		time.Sleep(settle)
+		owned := ownedRunning(pool, victim.name)
+		victim.killAndWait(t)
+		killed := time.Now()
+		t.Logf("SIGKILL %s owning %d running jobs", victim.name, owned)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tryFor(30*time.Second, func() bool { return ownedRunning(pool, victim.name) == 0 })
+			mu.Lock()
+			worst = max(worst, time.Since(killed))
+			mu.Unlock()
+		}()
+		kids[k] = spawn()
+		started = append(started, kids[k])
+		time.Sleep(pause)
+	}
+	return started, func() time.Duration {
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return worst
+	}
+}
+
 // TestKillAndStopWorkers (scenario 3): three worker processes run 900 effect jobs (each calls
 // a remote that deduplicates by Idempotency-Key) with a 2 s lease. Three times a child is
 // SIGKILLed mid-job and replaced; then a child is SIGSTOPped right after starting a job, kept
@@ -51,29 +89,8 @@ func TestKillAndStopWorkers(t *testing.T) {
 	kids := []*childProc{spawn(), spawn(), spawn()}
 	all := append([]*childProc(nil), kids...)
 
-	var mu sync.Mutex
-	var takeBack []time.Duration
-	var wg sync.WaitGroup
-	for k := 0; k < 3; k++ {
-		victim := kids[k]
-		victim.waitLine(t, 20*time.Second, "claimed", time.Now(), nil)
-		time.Sleep(300 * time.Millisecond)
-		owned := ownedRunning(pool, victim.name)
-		victim.killAndWait(t)
-		killed := time.Now()
-		t.Logf("SIGKILL %s owning %d running jobs", victim.name, owned)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tryFor(30*time.Second, func() bool { return ownedRunning(pool, victim.name) == 0 })
-			mu.Lock()
-			takeBack = append(takeBack, time.Since(killed))
-			mu.Unlock()
-		}()
-		kids[k] = spawn()
-		all = append(all, kids[k])
-		time.Sleep(700 * time.Millisecond)
-	}
+	replacements, takenBack := killEach(t, pool, kids, spawn, 300*time.Millisecond, 700*time.Millisecond)
+	all = append(all, replacements...)
 
 	// SIGSTOP a child right after one of its handlers started.
 	sleeper := kids[0]
@@ -101,14 +118,10 @@ func TestKillAndStopWorkers(t *testing.T) {
 	t.Logf("woken child: %v", st)
 
 	waitFor(t, 60*time.Second, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
-	wg.Wait()
+	worst := takenBack()
 	tl := audit(t, pool, ids, generics.JobStateSucceeded, time.Second)
 	notOnce, calls := remote.Check(ids, "charge")
 	seen, conflicts := generationConflicts(all...)
-	worst := time.Duration(0)
-	for _, d := range takeBack {
-		worst = max(worst, d)
-	}
 	result(t, "sigkill-sigstop", tl, ms(worst), "kills=3", "effects_not_once="+strconv.Itoa(notOnce),
 		"remote_calls="+strconv.Itoa(calls), "attempts="+strconv.Itoa(seen), "stale_after_sigcont="+kv(st, "stale"),
 		"leases_lost_after_sigcont="+kv(st, "leases_lost"))
@@ -141,30 +154,10 @@ func TestKillWorkersClaimingAhead(t *testing.T) {
 	}
 	kids := []*childProc{spawn(), spawn(), spawn()}
 	all := append([]*childProc(nil), kids...)
-	var mu sync.Mutex
-	var takeBack []time.Duration
-	var wg sync.WaitGroup
-	for k := range kids {
-		victim := kids[k]
-		victim.waitLine(t, 20*time.Second, "claimed", time.Now(), nil)
-		time.Sleep(500 * time.Millisecond)
-		owned := ownedRunning(pool, victim.name)
-		victim.killAndWait(t)
-		killed := time.Now()
-		t.Logf("SIGKILL %s owning %d running jobs (%d slots)", victim.name, owned, conc)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tryFor(30*time.Second, func() bool { return ownedRunning(pool, victim.name) == 0 })
-			mu.Lock()
-			takeBack = append(takeBack, time.Since(killed))
-			mu.Unlock()
-		}()
-		kids[k] = spawn()
-		all = append(all, kids[k])
-	}
+	replacements, takenBack := killEach(t, pool, kids, spawn, 500*time.Millisecond, 0)
+	all = append(all, replacements...)
 	waitFor(t, 120*time.Second, "every job to succeed", func() bool { return countStates(ctx, pool)["succeeded"] == n })
-	wg.Wait()
+	worst := takenBack()
 	var ahead int64
 	for _, k := range kids {
 		k.send(t, "stats")
@@ -183,10 +176,6 @@ func TestKillWorkersClaimingAhead(t *testing.T) {
 	tl := audit(t, pool, ids, generics.JobStateSucceeded, time.Second)
 	notOnce, calls := remote.Check(ids, "charge")
 	seen, conflicts := generationConflicts(all...)
-	worst := time.Duration(0)
-	for _, d := range takeBack {
-		worst = max(worst, d)
-	}
 	result(t, "sigkill-claim-ahead", tl, ms(worst), "kills=3", "effects_not_once="+strconv.Itoa(notOnce),
 		"remote_calls="+strconv.Itoa(calls), "attempts="+strconv.Itoa(seen), "survivors_claimed_ahead="+strconv.FormatInt(ahead, 10))
 	require.Zero(t, notOnce, "effect keys applied other than exactly once")
