@@ -148,8 +148,8 @@ func (q *queue) releaseWaiting() {
 // expireWaiting releases the waiting jobs once the oldest has waited aheadMaxWait (loop).
 func (q *queue) expireWaiting(now time.Time) {
 	if at, ok := q.waitingDue(); ok && !now.Before(at) {
-		q.w.log.Warn("tenure: jobs claimed ahead found no free slot in time; giving them back",
-			logkey.Queue, q.name, logkey.Jobs, len(q.waiting), "waited", aheadMaxWait)
+		q.w.log.Warn("tenure: jobs claimed ahead found no free slot within "+aheadMaxWait.String()+"; giving them back",
+			logkey.Queue, q.name, logkey.Jobs, len(q.waiting))
 		q.releaseWaiting()
 		// No slot freed in aheadMaxWait: the handlers running now are long, whatever the
 		// average of those that returned says (a hung handler never returns to correct it).
